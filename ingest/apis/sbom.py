@@ -1,0 +1,172 @@
+"""SBOM receivers: TrustRank's own endpoint and the Dependency-Track compatible ones."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+import orjson
+from django.urls import path
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.parsers import BaseParser, FormParser, MultiPartParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ingest.models import IngestJob
+from ingest.selectors import job_get
+from ingest.services import InvalidPriority, priority_parse
+from ingest.sbom import SbomTarget, UploadRefused, parse_bool, sbom_submit, team_for_upload
+from trustrank.accounts.models import Scope
+from trustrank.accounts.principal import principal_for_request
+from trustrank.lib.api import problem
+
+
+class RawBodyParser(BaseParser):
+    """Leave non-form bodies alone: the receivers read request.body themselves."""
+
+    media_type = "*/*"
+
+    def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> Any:
+        return {}
+
+
+class _SbomReceiver(APIView):
+    parser_classes = [MultiPartParser, FormParser, RawBodyParser]
+    required_scope = Scope.SBOM_WRITE
+
+    def _submit(self, request: Request, *, body: bytes, target: SbomTarget, filename: str) -> Any:
+        principal = principal_for_request(request)
+        try:
+            priority = priority_parse(request.headers.get("X-Priority"))
+        except InvalidPriority as exc:
+            raise UploadRefused(400, "Invalid X-Priority", str(exc)) from exc
+        team = team_for_upload(
+            principal=principal,
+            team_hint=str(request.query_params.get("team") or request.POST.get("team") or ""),
+        )
+        return sbom_submit(
+            principal=principal,
+            team=team,
+            body=body,
+            content_encoding=request.headers.get("Content-Encoding", ""),
+            target=target,
+            priority=priority,
+            content_type=request.content_type or "",
+            filename=filename,
+        )
+
+    def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, UploadRefused):
+            return problem(exc.status, exc.title, exc.detail)
+        return super().handle_exception(exc)
+
+
+def _file_or_field(request: Request, *names: str) -> tuple[bytes, str] | None:
+    for name in names:
+        upload = request.FILES.get(name)
+        if upload is not None:
+            return upload.read(), upload.name or ""
+    for name in names:
+        text = request.POST.get(name)
+        if text:
+            return text.encode(), ""
+    return None
+
+
+def _param(request: Request, name: str) -> str:
+    return str(request.query_params.get(name) or request.POST.get(name) or "")
+
+
+@extend_schema(
+    summary="Upload a CycloneDX SBOM (JSON or XML, raw body or multipart `bom`/`file`)",
+    parameters=[
+        OpenApiParameter("projectName", str),
+        OpenApiParameter("projectVersion", str),
+        OpenApiParameter("autoCreate", bool),
+        OpenApiParameter("project", str, description="project version uuid instead of name"),
+        OpenApiParameter("team", str, description="for people in several teams"),
+        OpenApiParameter("X-Priority", int, location=OpenApiParameter.HEADER),
+    ],
+    request={"application/json": {}, "application/xml": {}, "multipart/form-data": {}},
+    responses={202: None},
+)
+class SbomUploadApi(_SbomReceiver):
+    def post(self, request: Request) -> Response:
+        if request.content_type.startswith(("multipart/form-data", "application/x-www-form")):
+            found = _file_or_field(request, "bom", "file")
+            if found is None:
+                raise UploadRefused(400, "BOM required", "Send the BOM as the multipart field `bom`.")
+            body, filename = found
+        else:
+            body, filename = request.body, ""
+        target = SbomTarget(
+            project_name=_param(request, "projectName"),
+            project_version=_param(request, "projectVersion"),
+            project_uuid=_param(request, "project"),
+            auto_create=parse_bool(_param(request, "autoCreate")),
+        )
+        job = self._submit(request, body=body, target=target, filename=filename)
+        url = f"/api/v1/jobs/{job.pk}"
+        return Response(
+            {"id": str(job.pk), "token": str(job.pk), "status": job.status, "status_url": url},
+            status=202,
+            headers={"Location": url},
+        )
+
+
+@extend_schema(summary="Dependency-Track compatible BOM upload (PUT JSON / POST multipart)")
+class DependencyTrackBomApi(_SbomReceiver):
+    def put(self, request: Request) -> Response:
+        try:
+            doc = orjson.loads(request.body or b"{}")
+        except orjson.JSONDecodeError as exc:
+            raise UploadRefused(400, "Invalid request body", f"The body is not JSON: {exc}") from exc
+        if not isinstance(doc, dict) or not doc.get("bom"):
+            raise UploadRefused(400, "BOM required", 'The JSON body needs a base64 "bom" field.')
+        try:
+            body = base64.b64decode(doc["bom"], validate=False)
+        except (binascii.Error, ValueError, TypeError) as exc:
+            raise UploadRefused(400, "The uploaded BOM is invalid", f"bom is not base64: {exc}") from exc
+        target = SbomTarget(
+            project_name=str(doc.get("projectName") or ""),
+            project_version=str(doc.get("projectVersion") or ""),
+            project_uuid=str(doc.get("project") or ""),
+            auto_create=parse_bool(doc.get("autoCreate")),
+        )
+        job = self._submit(request, body=body, target=target, filename="")
+        return Response({"token": str(job.pk)})
+
+    def post(self, request: Request) -> Response:
+        found = _file_or_field(request, "bom")
+        if found is None:
+            raise UploadRefused(400, "BOM required", "Send the BOM as the multipart field `bom`.")
+        body, filename = found
+        target = SbomTarget(
+            project_name=_param(request, "projectName"),
+            project_version=_param(request, "projectVersion"),
+            project_uuid=_param(request, "project"),
+            auto_create=parse_bool(_param(request, "autoCreate")),
+        )
+        job = self._submit(request, body=body, target=target, filename=filename)
+        return Response({"token": str(job.pk)})
+
+
+@extend_schema(summary="Dependency-Track compatible: is the upload with this token still processing?")
+class DependencyTrackTokenApi(APIView):
+    required_scope = (Scope.READ, Scope.SBOM_WRITE)
+
+    def get(self, request: Request, token: str) -> Response:
+        job: IngestJob = job_get(principal=principal_for_request(request), job_id=token)
+        return Response({"processing": not job.is_finished})
+
+
+urlpatterns = [
+    path("api/v1/sboms", SbomUploadApi.as_view(), name="api-sbom-upload"),
+    path("api/v1/bom", DependencyTrackBomApi.as_view(), name="api-dt-bom"),
+    path("api/v1/bom/token/<str:token>", DependencyTrackTokenApi.as_view(), name="api-dt-bom-token"),
+    path(
+        "api/v1/event/token/<str:token>", DependencyTrackTokenApi.as_view(), name="api-dt-event-token"
+    ),
+]

@@ -1,0 +1,244 @@
+"""Creating, claiming, running and sweeping ingest jobs."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import OperationalError, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from ingest.errors import IngestRejected, IngestTransient
+from ingest.handlers import HANDLERS
+from ingest.models import IngestJob, IngestPayload, JobStatus
+from trustrank.accounts.models import Team
+from trustrank.accounts.principal import Principal
+
+log = logging.getLogger(__name__)
+
+ProgressFn = Callable[..., None]
+
+
+class InvalidPriority(ValueError):
+    pass
+
+
+def priority_parse(raw: str | None) -> int:
+    """`X-Priority: n`; lower is more urgent; absent means the fallback (10)."""
+    if raw is None or raw.strip() == "":
+        return settings.TRUSTRANK_DEFAULT_PRIORITY
+    try:
+        value = int(raw.strip())
+    except ValueError as exc:
+        raise InvalidPriority(f"X-Priority must be an integer from 0 to 255, got {raw!r}") from exc
+    if not 0 <= value <= 255:
+        raise InvalidPriority(f"X-Priority must be an integer from 0 to 255, got {value}")
+    return value
+
+
+def queue_for_priority(priority: int) -> str:
+    if priority < settings.TRUSTRANK_DEFAULT_PRIORITY:
+        return settings.INGEST_HIGH_QUEUE
+    return settings.INGEST_QUEUE
+
+
+def job_enqueue_on_commit(job: IngestJob) -> None:
+    """Enqueue after the job row and payload are committed, never before."""
+    from ingest.tasks import ingest_job_run
+
+    job_id, queue = str(job.id), queue_for_priority(job.priority)
+    transaction.on_commit(lambda: ingest_job_run.apply_async(args=[job_id], queue=queue))
+
+
+def job_create(
+    *,
+    team: Team,
+    kind: str,
+    payload: bytes,
+    principal: Principal,
+    params: dict[str, Any] | None = None,
+    priority: int | None = None,
+    content_type: str = "",
+    filename: str = "",
+) -> IngestJob:
+    """Store the payload durably and enqueue it once committed. The caller has already
+    checked that `principal` may write this kind of data for `team`."""
+    if kind not in HANDLERS:
+        raise ValueError(f"no handler for job kind {kind!r}")
+    user = principal.user if principal.user is not None and principal.user.is_authenticated else None
+    with transaction.atomic():
+        job = IngestJob.objects.create(
+            team=team,
+            kind=kind,
+            params=params or {},
+            digest=hashlib.sha256(payload).hexdigest(),
+            size_bytes=len(payload),
+            content_type=content_type[:120],
+            filename=filename[:255],
+            priority=settings.TRUSTRANK_DEFAULT_PRIORITY if priority is None else priority,
+            submitted_by=user,
+            api_key=principal.api_key,
+            submitter_label=principal.label[:160],
+            enqueued_at=timezone.now(),
+        )
+        IngestPayload.objects.create(job=job, data=payload)
+        job_enqueue_on_commit(job)
+    return job
+
+
+def job_claim(*, job_id: str) -> IngestJob | None:
+    """Take the job for this worker, or None when it is finished or another live worker has
+    it. The conditional UPDATE is the lock: two deliveries of one message cannot both win."""
+    now = timezone.now()
+    lease = now + timedelta(seconds=settings.TRUSTRANK_JOB_LEASE_SECONDS)
+    claimed = IngestJob.objects.filter(
+        Q(status=JobStatus.QUEUED) | Q(status=JobStatus.RUNNING, lease_until__lt=now),
+        pk=job_id,
+    ).update(
+        status=JobStatus.RUNNING,
+        attempts=F("attempts") + 1,
+        started_at=now,
+        lease_until=lease,
+        phase="starting",
+        error="",
+    )
+    if not claimed:
+        return None
+    return IngestJob.objects.get(pk=job_id)
+
+
+def job_progress(
+    *, job_id: Any, done: int | None = None, total: int | None = None, phase: str | None = None
+) -> None:
+    """Record progress and renew the lease. Visible at once only outside a transaction."""
+    fields: dict[str, Any] = {
+        "lease_until": timezone.now() + timedelta(seconds=settings.TRUSTRANK_JOB_LEASE_SECONDS)
+    }
+    if done is not None:
+        fields["progress_done"] = done
+    if total is not None:
+        fields["progress_total"] = total
+    if phase is not None:
+        fields["phase"] = phase[:40]
+    IngestJob.objects.filter(pk=job_id, status=JobStatus.RUNNING).update(**fields)
+
+
+def _job_finish(*, job_id: Any, counts: dict[str, Any]) -> None:
+    result = counts.pop("_result", None)
+    IngestJob.objects.filter(pk=job_id).update(
+        status=JobStatus.DONE,
+        counts=counts,
+        result=result or {},
+        finished_at=timezone.now(),
+        lease_until=None,
+        phase="done",
+        error="",
+    )
+
+
+def job_fail(*, job_id: Any, message: str) -> None:
+    IngestJob.objects.filter(pk=job_id).update(
+        status=JobStatus.FAILED,
+        error=message[:10000],
+        finished_at=timezone.now(),
+        lease_until=None,
+        phase="failed",
+    )
+
+
+def job_run(*, job_id: str) -> None:
+    """Claim and run one job. Transient errors put it back in the queue and propagate (the
+    task retries with back-off); bad input fails the job with the handler's message."""
+    job = job_claim(job_id=job_id)
+    if job is None:
+        log.info("job %s is finished or held by a live worker; nothing to do", job_id)
+        return
+    handler = HANDLERS[job.kind]
+    func = import_string(handler.path)
+    payload = bytes(IngestPayload.objects.values_list("data", flat=True).get(job_id=job.pk))
+
+    def progress(**kwargs: Any) -> None:
+        job_progress(job_id=job.pk, **kwargs)
+
+    try:
+        if handler.atomic:
+            with transaction.atomic():
+                counts = func(job=job, payload=payload, progress=progress)
+                _job_finish(job_id=job.pk, counts=dict(counts))
+        else:
+            counts = func(job=job, payload=payload, progress=progress)
+            _job_finish(job_id=job.pk, counts=dict(counts))
+    except IngestRejected as exc:
+        job_fail(job_id=job.pk, message=str(exc))
+    except (IngestTransient, OperationalError):
+        if job.attempts >= settings.TRUSTRANK_JOB_MAX_ATTEMPTS:
+            job_fail(job_id=job.pk, message=f"gave up after {job.attempts} attempts")
+        else:
+            IngestJob.objects.filter(pk=job.pk).update(
+                status=JobStatus.QUEUED, enqueued_at=timezone.now(), lease_until=None
+            )
+        raise
+    except Exception as exc:
+        log.exception("job %s crashed", job.pk)
+        job_fail(
+            job_id=job.pk,
+            message=f"Internal error while processing the job ({type(exc).__name__}). "
+            "The payload is kept; an operator can re-run the job.",
+        )
+
+
+def jobs_sweep() -> dict[str, int]:
+    """Re-enqueue jobs a worker died on (lease expired) or a broker lost (queued too long).
+
+    The job row, not the broker, is the source of truth; a job is claimed by conditional
+    UPDATE, so enqueuing one twice is harmless.
+    """
+    from ingest.tasks import ingest_job_run
+
+    now = timezone.now()
+    max_attempts = settings.TRUSTRANK_JOB_MAX_ATTEMPTS
+    gave_up = IngestJob.objects.filter(
+        status=JobStatus.RUNNING, lease_until__lt=now, attempts__gte=max_attempts
+    ).update(
+        status=JobStatus.FAILED,
+        error=f"gave up after {max_attempts} attempts: the worker stopped each time",
+        finished_at=now,
+        lease_until=None,
+        phase="failed",
+    )
+    stale = now - timedelta(seconds=settings.TRUSTRANK_JOB_REQUEUE_SECONDS)
+    ids = list(
+        IngestJob.objects.filter(
+            Q(status=JobStatus.RUNNING, lease_until__lt=now)
+            | Q(status=JobStatus.QUEUED, enqueued_at__lt=stale)
+        ).values_list("pk", "priority")[:1000]
+    )
+    for job_id, priority in ids:
+        IngestJob.objects.filter(pk=job_id).update(enqueued_at=now)
+        ingest_job_run.apply_async(args=[str(job_id)], queue=queue_for_priority(priority))
+    return {"requeued": len(ids), "gave_up": gave_up}
+
+
+def ingest_queue_depth() -> int:
+    return IngestJob.objects.filter(status=JobStatus.QUEUED).count()
+
+
+def retry_after_seconds(*, queue_depth: int) -> int:
+    """Design formula 6: delay = base · (1 + 0.02 q)², rounded up to whole seconds."""
+    delay = settings.TRUSTRANK_BACKOFF_BASE_SECONDS * (1 + 0.02 * queue_depth) ** 2
+    return max(1, math.ceil(delay))
+
+
+def ingest_overloaded() -> int | None:
+    """Retry-After seconds when the queue is past its soft limit, else None."""
+    depth = ingest_queue_depth()
+    if depth < settings.TRUSTRANK_INGEST_QUEUE_SOFT_LIMIT:
+        return None
+    return retry_after_seconds(queue_depth=depth)

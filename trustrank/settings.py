@@ -1,0 +1,296 @@
+"""TrustRank settings: one module, driven by environment variables (see README)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from trustrank.lib.embedded import embedded_database_url, filesystem_broker
+from trustrank.lib.env import envbool, envfloat, envint, envlist, envstr
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(envstr("TRUSTRANK_VAR_DIR", str(BASE_DIR / "var")))
+
+DEBUG = envbool("DEBUG", False)
+TESTING = "pytest" in sys.modules or envbool("TRUSTRANK_TESTING", False)
+
+SECRET_KEY = envstr("SECRET_KEY")
+EMBEDDED = not envstr("DATABASE_URL")
+if not SECRET_KEY:
+    # Production (an external DATABASE_URL) must bring its own key.
+    if not (DEBUG or TESTING or EMBEDDED):
+        raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) must be set in production")
+    # Demo and tests: a per-machine random key kept under var/, never in the repository.
+    _key_file = VAR_DIR / "secret_key"
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    if not _key_file.exists():
+        _key_file.write_text(secrets.token_urlsafe(50))
+        _key_file.chmod(0o600)
+    SECRET_KEY = _key_file.read_text().strip()
+
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_filters",
+    "django_htmx",
+    "trustrank.accounts",
+    "trustrank.inventory",
+    "trustrank.vulns",
+    "trustrank.runtime",
+    "trustrank.identity",
+    "ingest",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "trustrank.lib.middleware.BodySizeLimitMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "trustrank.urls"
+WSGI_APPLICATION = "trustrank.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------------
+DATABASE_URL = envstr("DATABASE_URL")
+if not DATABASE_URL:
+    DATABASE_URL = embedded_database_url(VAR_DIR)
+DATABASES = {
+    "default": dj_database_url.parse(
+        DATABASE_URL, conn_max_age=envint("DB_CONN_MAX_AGE", 60, minimum=0)
+    ),
+}
+if envstr("TRUSTRANK_DB_NAME"):
+    # Lets a worker or server process started by the tests use the test database.
+    DATABASES["default"]["NAME"] = envstr("TRUSTRANK_DB_NAME")
+DATABASES["default"].setdefault("OPTIONS", {})
+DATABASES["default"]["TEST"] = {"NAME": envstr("TRUSTRANK_TEST_DB_NAME", "test_trustrank")}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Auth -----------------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "login"
+if TESTING:
+    # Password hashing dominates test run time otherwise.
+    PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", not DEBUG and not TESTING)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "django.contrib.staticfiles.storage.StaticFilesStorage"
+            if TESTING
+            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        )
+    },
+}
+WHITENOISE_USE_FINDERS = DEBUG or TESTING
+
+# --- Uploads --------------------------------------------------------------------------------
+# The one size limit for every ingest body (after decompression too). No separate cap on
+# PUT /api/v1/bom as Dependency-Track has.
+TRUSTRANK_MAX_UPLOAD_BYTES = envint("TRUSTRANK_MAX_UPLOAD_BYTES", 256 * 1024 * 1024, minimum=1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = TRUSTRANK_MAX_UPLOAD_BYTES
+FILE_UPLOAD_MAX_MEMORY_SIZE = 8 * 1024 * 1024
+DATA_UPLOAD_MAX_NUMBER_FIELDS = 1000
+
+# --- REST API -------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "trustrank.accounts.auth.ApiKeyAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["trustrank.accounts.auth.HasScope"],
+    "DEFAULT_PAGINATION_CLASS": "trustrank.lib.api.Pagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "trustrank.lib.api.exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "TrustRank API",
+    "DESCRIPTION": "Trust-based risk prioritization: ingest evidence, read ranked findings.",
+    "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "APPEND_COMPONENTS": {
+        "securitySchemes": {
+            "ApiKey": {"type": "apiKey", "in": "header", "name": "X-Api-Key"},
+        }
+    },
+    "SECURITY": [{"ApiKey": []}],
+}
+
+# --- Celery ---------------------------------------------------------------------------------
+CELERY_BROKER_URL = envstr("CELERY_BROKER_URL")
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
+if not CELERY_BROKER_URL:
+    CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS = filesystem_broker(VAR_DIR)
+elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    # "priority": the worker always drains the first queue it lists (the high-priority one)
+    # before the next, instead of round-robin.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "queue_order_strategy": "priority",
+        "visibility_timeout": envint("CELERY_VISIBILITY_TIMEOUT", 3600, minimum=10),
+    }
+QUEUE_PREFIX = envstr("TRUSTRANK_QUEUE_PREFIX", "")
+INGEST_QUEUE = f"{QUEUE_PREFIX}ingest"
+INGEST_HIGH_QUEUE = f"{QUEUE_PREFIX}ingest_high"
+CELERY_TASK_DEFAULT_QUEUE = INGEST_QUEUE
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+    "ingest-sweep": {
+        "task": "ingest.tasks.ingest_jobs_sweep",
+        "schedule": timedelta(seconds=envint("TRUSTRANK_SWEEP_SECONDS", 60, minimum=1)),
+    },
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+
+# --- Ingest ---------------------------------------------------------------------------------
+# A running job whose lease is older than this is presumed dead (worker killed) and re-queued.
+TRUSTRANK_JOB_LEASE_SECONDS = envint("TRUSTRANK_JOB_LEASE_SECONDS", 300, minimum=1)
+# A queued job not picked up for this long is enqueued again (a lost broker message).
+TRUSTRANK_JOB_REQUEUE_SECONDS = envint("TRUSTRANK_JOB_REQUEUE_SECONDS", 300, minimum=1)
+TRUSTRANK_JOB_MAX_ATTEMPTS = envint("TRUSTRANK_JOB_MAX_ATTEMPTS", 5, minimum=1)
+# Formula 6 of the design: Retry-After = base * (1 + 0.02 q)^2 once the queue passes this depth.
+TRUSTRANK_INGEST_QUEUE_SOFT_LIMIT = envint("TRUSTRANK_INGEST_QUEUE_SOFT_LIMIT", 1000, minimum=1)
+TRUSTRANK_BACKOFF_BASE_SECONDS = envfloat("TRUSTRANK_BACKOFF_BASE_SECONDS", 0.010)
+TRUSTRANK_DEFAULT_PRIORITY = 10
+
+# --- Runtime evidence (OTLP traces) ---------------------------------------------------------
+# Width of the time buckets call counts, latency histograms and library use are kept in.
+TRUSTRANK_TRACE_BUCKET_SECONDS = envint("TRUSTRANK_TRACE_BUCKET_SECONDS", 60, minimum=1)
+# How long one half of a cross-service call (arriving in another export request than the
+# other half) waits to be matched before the sweep settles it.
+TRUSTRANK_TRACE_MATCH_SECONDS = envint("TRUSTRANK_TRACE_MATCH_SECONDS", 120, minimum=1)
+# Share of traces (by trace id) whose raw spans are kept for drill-down, and for how long.
+TRUSTRANK_TRACE_SAMPLE_RATE = envfloat("TRUSTRANK_TRACE_SAMPLE_RATE", 0.01)
+TRUSTRANK_TRACE_SAMPLE_RETENTION_DAYS = envint(
+    "TRUSTRANK_TRACE_SAMPLE_RETENTION_DAYS", 7, minimum=0
+)
+# Keep the raw export body on the job after it was aggregated (off: aggregates only).
+TRUSTRANK_TRACE_KEEP_PAYLOAD = envbool("TRUSTRANK_TRACE_KEEP_PAYLOAD", False)
+# The OTLP receiver re-reads the ingest queue depth at most this often per process.
+TRUSTRANK_OTLP_OVERLOAD_CACHE_SECONDS = envfloat("TRUSTRANK_OTLP_OVERLOAD_CACHE_SECONDS", 1.0)
+CELERY_BEAT_SCHEDULE["runtime-traces-sweep"] = {
+    "task": "trustrank.runtime.tasks.runtime_traces_sweep",
+    "schedule": timedelta(seconds=envint("TRUSTRANK_TRACE_SWEEP_SECONDS", 30, minimum=1)),
+}
+# The service map's graph library (cytoscape) comes from npm (`npm ci`), never from git.
+_CYTOSCAPE_DIST = BASE_DIR / "node_modules" / "cytoscape" / "dist"
+if _CYTOSCAPE_DIST.is_dir():
+    STATICFILES_DIRS.append(("vendor/cytoscape", _CYTOSCAPE_DIST))
+
+# --- Identity evidence (docs/identity.md) ----------------------------------------------------
+# Overrides of trustrank.identity.engine.StrengthRules fields, e.g. {"weak_key_penalty": 50}.
+TRUSTRANK_IDENTITY_STRENGTH: dict[str, object] = {}
+# Regexes over the SPIFFE ID path with a (?P<service>…) and optional (?P<namespace>…) group;
+# None = the defaults (/ns/<ns>/sa/<sa>, else the last path segment). Paths matching an
+# exclude pattern are never mapped (default: SPIRE's own /spire/… IDs).
+TRUSTRANK_IDENTITY_MAPPING_RULES: list[str] | None = None
+TRUSTRANK_IDENTITY_MAPPING_EXCLUDE: list[str] | None = None
+# Optional "dotted.path(team_id, environment) -> [(service, namespace), …]": when set, a rule
+# maps an identity only to a service the catalog knows.
+TRUSTRANK_IDENTITY_SERVICE_CATALOG = envstr("TRUSTRANK_IDENTITY_SERVICE_CATALOG", "")
+TRUSTRANK_IDENTITY_EXPIRY_WINDOW_DAYS = envint(
+    "TRUSTRANK_IDENTITY_EXPIRY_WINDOW_DAYS", 30, minimum=1
+)
+CELERY_BEAT_SCHEDULE["identity-reevaluate"] = {
+    "task": "trustrank.identity.tasks.identity_reevaluate",
+    "schedule": timedelta(hours=envint("TRUSTRANK_IDENTITY_REEVALUATE_HOURS", 6, minimum=1)),
+}
+
+# --- Vulnerability feeds ---------------------------------------------------------------------
+# Where scheduled imports read each feed: an http(s) URL or a local path (file, directory or
+# zip). Empty = no schedule for that feed (the default: feeds are imported on demand).
+TRUSTRANK_FEED_SOURCES = {
+    "osv": envstr("TRUSTRANK_FEED_OSV_SOURCE"),
+    "kev": envstr("TRUSTRANK_FEED_KEV_SOURCE"),
+    "epss": envstr("TRUSTRANK_FEED_EPSS_SOURCE"),
+}
+# The team that owns imports started by the command line or the schedule (created on demand).
+TRUSTRANK_FEEDS_TEAM = envstr("TRUSTRANK_FEEDS_TEAM", "feeds")
+for _feed, _source in TRUSTRANK_FEED_SOURCES.items():
+    if _source:
+        CELERY_BEAT_SCHEDULE[f"vulns-feed-{_feed}"] = {
+            "task": "trustrank.vulns.tasks.feeds_import_scheduled",
+            "schedule": timedelta(hours=envint("TRUSTRANK_FEED_INTERVAL_HOURS", 24, minimum=1)),
+            "args": [_feed],
+        }
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    # pgserver logs every process exit at INFO (the embedded database; see lib/embedded.py).
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "pgserver": {"level": "WARNING"}},
+}

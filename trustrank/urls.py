@@ -1,0 +1,21 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+urlpatterns = [
+    path("", include("trustrank.accounts.urls")),
+    path("", include("trustrank.inventory.urls")),
+    path("", include("ingest.page_urls")),
+    path("", include("trustrank.vulns.urls")),
+    path("", include("trustrank.runtime.urls")),
+    path("", include("trustrank.identity.urls")),
+    # Receivers (REST under api/v1/, OTLP at v1/traces).
+    path("", include("ingest.urls")),
+    path("api/v1/", include("trustrank.inventory.api_urls")),
+    path("api/v1/", include("trustrank.vulns.api_urls")),
+    path("api/v1/", include("trustrank.runtime.api_urls")),
+    path("api/v1/", include("trustrank.identity.api_urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("admin/", admin.site.urls),
+]
