@@ -63,7 +63,9 @@ def main() -> None:
         )
     ours = time.perf_counter() - start
     assert created and sbom.component_count == args.components
-    print(f"TrustRank validate+parse {parsed_at - start:.3f} s, store {ours - (parsed_at - start):.3f} s, total {ours:.3f} s")
+    print(
+        f"TrustRank validate+parse {parsed_at - start:.3f} s, store {ours - (parsed_at - start):.3f} s, total {ours:.3f} s"
+    )
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     _cleanup(sbom)
 
@@ -93,7 +95,10 @@ def _cleanup(sbom: object) -> None:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("UPDATE inventory_projectversion SET current_sbom_id = NULL WHERE current_sbom_id = %s", [sbom.pk])
+        cursor.execute(
+            "UPDATE inventory_projectversion SET current_sbom_id = NULL WHERE current_sbom_id = %s",
+            [sbom.pk],
+        )
         cursor.execute("DELETE FROM inventory_componentdependency WHERE sbom_id = %s", [sbom.pk])
         cursor.execute("DELETE FROM inventory_component WHERE sbom_id = %s", [sbom.pk])
         cursor.execute("DELETE FROM inventory_sbom WHERE id = %s", [sbom.pk])

@@ -47,9 +47,7 @@ class IngestJob(models.Model):
     submitted_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
-    api_key = models.ForeignKey(
-        "accounts.ApiKey", null=True, blank=True, on_delete=models.SET_NULL
-    )
+    api_key = models.ForeignKey("accounts.ApiKey", null=True, blank=True, on_delete=models.SET_NULL)
     submitter_label = models.CharField(max_length=160, blank=True)
     attempts = models.PositiveSmallIntegerField(default=0)
     phase = models.CharField(max_length=40, blank=True)
@@ -92,3 +90,6 @@ class IngestPayload(models.Model):
         IngestJob, on_delete=models.CASCADE, primary_key=True, related_name="payload"
     )
     data = models.BinaryField()
+
+    def __str__(self) -> str:
+        return f"payload of job {self.job_id}"

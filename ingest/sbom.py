@@ -52,7 +52,9 @@ def team_for_upload(*, principal: Principal, team_hint: str = "") -> Team:
         if team is None and team_hint.isdigit():
             team = allowed.filter(pk=int(team_hint)).first()
         if team is None:
-            raise UploadRefused(403, "Forbidden", f"You may not upload SBOMs to team {team_hint!r}.")
+            raise UploadRefused(
+                403, "Forbidden", f"You may not upload SBOMs to team {team_hint!r}."
+            )
         return team
     teams = list(allowed[:2])
     if len(teams) != 1:
@@ -92,7 +94,9 @@ def sbom_submit(
         raise UploadRefused(400, "The uploaded BOM is invalid", str(exc)) from exc
     if not target.project_uuid and not target.project_name:
         raise UploadRefused(
-            400, "Project required", "Name the project: projectName (and projectVersion) or project."
+            400,
+            "Project required",
+            "Name the project: projectName (and projectVersion) or project.",
         )
     if not target.auto_create or target.project_uuid:
         try:

@@ -13,10 +13,29 @@ class IngestJobSerializer(serializers.ModelSerializer):
     class Meta:
         model = IngestJob
         fields = [
-            "id", "kind", "status", "team", "params", "digest", "size_bytes", "content_type",
-            "filename", "priority", "submitter_label", "attempts", "phase", "progress_done",
-            "progress_total", "counts", "result", "error", "created_at", "started_at",
-            "finished_at", "duration_seconds", "status_url",
+            "id",
+            "kind",
+            "status",
+            "team",
+            "params",
+            "digest",
+            "size_bytes",
+            "content_type",
+            "filename",
+            "priority",
+            "submitter_label",
+            "attempts",
+            "phase",
+            "progress_done",
+            "progress_total",
+            "counts",
+            "result",
+            "error",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "duration_seconds",
+            "status_url",
         ]
         read_only_fields = fields
 

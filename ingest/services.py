@@ -72,7 +72,9 @@ def job_create(
     checked that `principal` may write this kind of data for `team`."""
     if kind not in HANDLERS:
         raise ValueError(f"no handler for job kind {kind!r}")
-    user = principal.user if principal.user is not None and principal.user.is_authenticated else None
+    user = (
+        principal.user if principal.user is not None and principal.user.is_authenticated else None
+    )
     with transaction.atomic():
         job = IngestJob.objects.create(
             team=team,

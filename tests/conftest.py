@@ -112,10 +112,22 @@ class WorkerProcess:
         self.log_path = log_path
         names = queues or [settings.INGEST_HIGH_QUEUE, settings.INGEST_QUEUE]
         command = [
-            sys.executable, "-m", "celery", "-A", "trustrank", "worker",
-            "-Q", ",".join(names), "--pool=solo", "--without-gossip", "--without-mingle",
-            "--without-heartbeat", "-l", "info",
-            "-n", f"test-{uuid.uuid4().hex[:6]}@%h",
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "trustrank",
+            "worker",
+            "-Q",
+            ",".join(names),
+            "--pool=solo",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-l",
+            "info",
+            "-n",
+            f"test-{uuid.uuid4().hex[:6]}@%h",
         ]
         if beat:
             # Embedded beat (the sweep), with a schedule file of its own.
@@ -155,9 +167,7 @@ class WorkerProcess:
 
 
 @pytest.fixture
-def start_worker(
-    transactional_db: None, tmp_path: Path
-) -> Iterator[Callable[..., WorkerProcess]]:
+def start_worker(transactional_db: None, tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     """start_worker(queues=None, beat=False, **env) -> a running worker, stopped after the test."""
     workers: list[WorkerProcess] = []
 
@@ -192,8 +202,16 @@ class WebServer:
         self.log_path = log_path
         self.proc = subprocess.Popen(
             [
-                sys.executable, "-m", "gunicorn", "trustrank.wsgi:application",
-                "--bind", f"127.0.0.1:{self.port}", "--workers", "2", "--timeout", "120",
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "trustrank.wsgi:application",
+                "--bind",
+                f"127.0.0.1:{self.port}",
+                "--workers",
+                "2",
+                "--timeout",
+                "120",
             ],
             cwd=ROOT,
             env=subprocess_env(**(extra_env or {})),
@@ -228,7 +246,9 @@ def web_server(transactional_db: None, tmp_path: Path) -> Iterator[WebServer]:
     server.stop()
 
 
-def wait_for(predicate: Callable[[], object], *, timeout: float = 60, interval: float = 0.1) -> object:
+def wait_for(
+    predicate: Callable[[], object], *, timeout: float = 60, interval: float = 0.1
+) -> object:
     """Poll until predicate() is truthy; return its value or fail with a timeout."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

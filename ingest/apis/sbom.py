@@ -15,9 +15,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ingest.models import IngestJob
+from ingest.sbom import SbomTarget, UploadRefused, parse_bool, sbom_submit, team_for_upload
 from ingest.selectors import job_get
 from ingest.services import InvalidPriority, priority_parse
-from ingest.sbom import SbomTarget, UploadRefused, parse_bool, sbom_submit, team_for_upload
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_request
 from trustrank.lib.api import problem
@@ -97,7 +97,9 @@ class SbomUploadApi(_SbomReceiver):
         if request.content_type.startswith(("multipart/form-data", "application/x-www-form")):
             found = _file_or_field(request, "bom", "file")
             if found is None:
-                raise UploadRefused(400, "BOM required", "Send the BOM as the multipart field `bom`.")
+                raise UploadRefused(
+                    400, "BOM required", "Send the BOM as the multipart field `bom`."
+                )
             body, filename = found
         else:
             body, filename = request.body, ""
@@ -122,13 +124,17 @@ class DependencyTrackBomApi(_SbomReceiver):
         try:
             doc = orjson.loads(request.body or b"{}")
         except orjson.JSONDecodeError as exc:
-            raise UploadRefused(400, "Invalid request body", f"The body is not JSON: {exc}") from exc
+            raise UploadRefused(
+                400, "Invalid request body", f"The body is not JSON: {exc}"
+            ) from exc
         if not isinstance(doc, dict) or not doc.get("bom"):
             raise UploadRefused(400, "BOM required", 'The JSON body needs a base64 "bom" field.')
         try:
             body = base64.b64decode(doc["bom"], validate=False)
         except (binascii.Error, ValueError, TypeError) as exc:
-            raise UploadRefused(400, "The uploaded BOM is invalid", f"bom is not base64: {exc}") from exc
+            raise UploadRefused(
+                400, "The uploaded BOM is invalid", f"bom is not base64: {exc}"
+            ) from exc
         target = SbomTarget(
             project_name=str(doc.get("projectName") or ""),
             project_version=str(doc.get("projectVersion") or ""),
@@ -153,7 +159,9 @@ class DependencyTrackBomApi(_SbomReceiver):
         return Response({"token": str(job.pk)})
 
 
-@extend_schema(summary="Dependency-Track compatible: is the upload with this token still processing?")
+@extend_schema(
+    summary="Dependency-Track compatible: is the upload with this token still processing?"
+)
 class DependencyTrackTokenApi(APIView):
     required_scope = (Scope.READ, Scope.SBOM_WRITE)
 
@@ -165,8 +173,12 @@ class DependencyTrackTokenApi(APIView):
 urlpatterns = [
     path("api/v1/sboms", SbomUploadApi.as_view(), name="api-sbom-upload"),
     path("api/v1/bom", DependencyTrackBomApi.as_view(), name="api-dt-bom"),
-    path("api/v1/bom/token/<str:token>", DependencyTrackTokenApi.as_view(), name="api-dt-bom-token"),
     path(
-        "api/v1/event/token/<str:token>", DependencyTrackTokenApi.as_view(), name="api-dt-event-token"
+        "api/v1/bom/token/<str:token>", DependencyTrackTokenApi.as_view(), name="api-dt-bom-token"
+    ),
+    path(
+        "api/v1/event/token/<str:token>",
+        DependencyTrackTokenApi.as_view(),
+        name="api-dt-event-token",
     ),
 ]

@@ -24,6 +24,7 @@ import orjson
 from lxml import etree
 
 SUPPORTED_VERSIONS = ("1.2", "1.3", "1.4", "1.5", "1.6", "1.7")
+_SUPPORTED = ", ".join(SUPPORTED_VERSIONS)
 _SCHEMA_DIR = Path(cdx_resources.__file__).parent
 _XML_NS = re.compile(r"^\{http://cyclonedx\.org/schema/bom/(\d+\.\d+)\}bom$")
 _MAX_ERRORS = 10
@@ -103,7 +104,7 @@ def _parse_json(data: bytes) -> ParsedBom:
     spec = doc.get("specVersion")
     if spec not in SUPPORTED_VERSIONS:
         raise BomError(
-            f"unsupported CycloneDX specVersion {spec!r}; supported: {', '.join(SUPPORTED_VERSIONS)}"
+            f"unsupported CycloneDX specVersion {spec!r}; supported: {_SUPPORTED}"
         )
     errors = list(_first(_json_validator(spec).iter_errors(doc), _MAX_ERRORS))
     if errors:
@@ -226,7 +227,7 @@ def _parse_xml(data: bytes) -> ParsedBom:
     spec = match.group(1)
     if spec not in SUPPORTED_VERSIONS:
         raise BomError(
-            f"unsupported CycloneDX spec version {spec}; supported: {', '.join(SUPPORTED_VERSIONS)}"
+            f"unsupported CycloneDX spec version {spec}; supported: {_SUPPORTED}"
         )
     schema = _xml_schema(spec)
     if not schema.validate(root):
@@ -296,9 +297,7 @@ def _xml_component(comp: Any, parent: str, ns: dict[str, str], out: list[ParsedC
             if child.tag.endswith("}expression"):
                 licenses.append((child.text or "").strip())
             else:
-                licenses.append(
-                    child.findtext("c:id", "", ns) or child.findtext("c:name", "", ns)
-                )
+                licenses.append(child.findtext("c:id", "", ns) or child.findtext("c:name", "", ns))
     out.append(
         ParsedComponent(
             name=(comp.findtext("c:name", "", ns) or "").strip(),

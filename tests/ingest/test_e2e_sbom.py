@@ -13,8 +13,8 @@ from django.utils import timezone
 
 from bench.sbom_generate import make_bom
 from ingest.models import IngestJob, IngestPayload, JobStatus
-from trustrank.inventory.models import Component, Sbom
 from tests.conftest import DATA, wait_for
+from trustrank.inventory.models import Component, Sbom
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -30,11 +30,14 @@ def finished(job_id: str) -> str | None:
     return status if status in (JobStatus.DONE, JobStatus.FAILED) else None
 
 
-def test_uploaded_sbom_is_ingested_by_a_worker_and_served(team, api, make_user, client, celery_worker):
+def test_uploaded_sbom_is_ingested_by_a_worker_and_served(
+    team, api, make_user, client, celery_worker
+):
     uploader = api(team, "sbom:write", "read")
     response = uploader.post(
         "/api/v1/sboms?projectName=keycloak&projectVersion=10.0.2&autoCreate=true",
-        data=KEYCLOAK, content_type="application/json",
+        data=KEYCLOAK,
+        content_type="application/json",
     )
     assert response.status_code == 202
     job_id = response.json()["id"]
@@ -48,7 +51,9 @@ def test_uploaded_sbom_is_ingested_by_a_worker_and_served(team, api, make_user, 
     project_id = projects["results"][0]["id"]
     components = uploader.get(f"/api/v1/projects/{project_id}/components").json()
     assert components["count"] == 903
-    found = uploader.get(f"/api/v1/projects/{project_id}/components?q=pkg:maven/org.keycloak").json()
+    found = uploader.get(
+        f"/api/v1/projects/{project_id}/components?q=pkg:maven/org.keycloak"
+    ).json()
     assert 0 < found["count"] < 903
     assert all("org.keycloak" in c["purl"] for c in found["results"])
 
@@ -67,8 +72,14 @@ def test_dependency_track_client_flow(team, api, celery_worker):
     client = api(team, "sbom:write")
     token = client.put(
         "/api/v1/bom",
-        data=json.dumps({"projectName": "dt", "projectVersion": "1", "autoCreate": "true",
-                         "bom": base64.b64encode(KEYCLOAK).decode()}),
+        data=json.dumps(
+            {
+                "projectName": "dt",
+                "projectVersion": "1",
+                "autoCreate": "true",
+                "bom": base64.b64encode(KEYCLOAK).decode(),
+            }
+        ),
         content_type="application/json",
     ).json()["token"]
     wait_for(lambda: client.get(f"/api/v1/event/token/{token}").json() == {"processing": False})
@@ -82,11 +93,22 @@ def test_invalid_payload_in_the_queue_fails_the_job_and_others_go_on(team, api, 
     from trustrank.accounts.services import api_key_issue
 
     principal = principal_for_key(api_key_issue(team=team, name="t", scopes=["sbom:write"]).api_key)
-    bad = job_create(team=team, kind="sbom", payload=b"<bom/>", principal=principal,
-                     params={"projectName": "x", "autoCreate": True})
-    good = api(team, "sbom:write").post(
-        "/api/v1/sboms?projectName=good&autoCreate=true", data=KEYCLOAK,
-        content_type="application/json").json()["id"]
+    bad = job_create(
+        team=team,
+        kind="sbom",
+        payload=b"<bom/>",
+        principal=principal,
+        params={"projectName": "x", "autoCreate": True},
+    )
+    good = (
+        api(team, "sbom:write")
+        .post(
+            "/api/v1/sboms?projectName=good&autoCreate=true",
+            data=KEYCLOAK,
+            content_type="application/json",
+        )
+        .json()["id"]
+    )
     assert wait_for(lambda: finished(str(bad.pk))) == JobStatus.FAILED
     assert wait_for(lambda: finished(good)) == JobStatus.DONE
     bad.refresh_from_db()
@@ -99,8 +121,9 @@ def test_high_priority_uploads_use_their_own_queue(team, api, start_worker, sett
     client = api(team, "sbom:write")
     url = "/api/v1/sboms?projectName=p&autoCreate=true&projectVersion="
     normal = client.post(url + "1", data=KEYCLOAK, content_type="application/json").json()["id"]
-    urgent = client.post(url + "2", data=KEYCLOAK, content_type="application/json",
-                         HTTP_X_PRIORITY="1").json()["id"]
+    urgent = client.post(
+        url + "2", data=KEYCLOAK, content_type="application/json", HTTP_X_PRIORITY="1"
+    ).json()["id"]
     assert wait_for(lambda: finished(urgent)) == JobStatus.DONE
     time.sleep(1.0)
     # The worker only drains the high-priority queue: the normal upload is still waiting.
@@ -113,8 +136,11 @@ def test_worker_killed_mid_job_loses_nothing(team, api, start_worker):
     first = start_worker(TRUSTRANK_JOB_LEASE_SECONDS="2")
     big = make_bom(150_000)
     client = api(team, "sbom:write")
-    job_id = client.post("/api/v1/sboms?projectName=big&projectVersion=1&autoCreate=true",
-                         data=big, content_type="application/json").json()["id"]
+    job_id = client.post(
+        "/api/v1/sboms?projectName=big&projectVersion=1&autoCreate=true",
+        data=big,
+        content_type="application/json",
+    ).json()["id"]
     wait_for(lambda: job_status(job_id) == JobStatus.RUNNING, timeout=60, interval=0.02)
     time.sleep(0.3)  # well into the parse/load, which takes seconds for 150,000 components
     first.kill()
@@ -133,7 +159,10 @@ def test_worker_killed_mid_job_loses_nothing(team, api, start_worker):
 def test_job_whose_message_was_lost_is_found_by_the_sweep(team, start_worker):
     """The job row, not the broker, is the source of truth."""
     job = IngestJob.objects.create(
-        team=team, kind="sbom", digest="0" * 64, params={"projectName": "lost", "autoCreate": True},
+        team=team,
+        kind="sbom",
+        digest="0" * 64,
+        params={"projectName": "lost", "autoCreate": True},
         enqueued_at=timezone.now() - timedelta(minutes=10),
     )
     IngestPayload.objects.create(job=job, data=KEYCLOAK)  # stored, but never enqueued

@@ -11,8 +11,8 @@ import pytest
 from django.test import override_settings
 
 from ingest.models import IngestJob, IngestPayload, JobStatus
-from trustrank.inventory.models import Project, ProjectVersion
 from tests.conftest import DATA
+from trustrank.inventory.models import Project, ProjectVersion
 
 SMALL = (DATA / "sbom" / "cdx-1.6_pypi_torch-nvidia-cuda.json").read_bytes()
 XML = (DATA / "sbom" / "cdx-1.2_maven_dropwizard-1.3.15.xml").read_bytes()
@@ -20,7 +20,9 @@ XML = (DATA / "sbom" / "cdx-1.2_maven_dropwizard-1.3.15.xml").read_bytes()
 pytestmark = pytest.mark.django_db
 
 
-def upload(client, body=SMALL, query="projectName=shop&projectVersion=1.0&autoCreate=true", **headers):
+def upload(
+    client, body=SMALL, query="projectName=shop&projectVersion=1.0&autoCreate=true", **headers
+):
     return client.post(
         f"/api/v1/sboms?{query}", data=body, content_type="application/json", **headers
     )
@@ -55,8 +57,12 @@ def test_multipart_upload_with_fields(team, api):
     client = api(team, "sbom:write")
     response = client.post(
         "/api/v1/sboms",
-        {"projectName": "shop", "projectVersion": "2", "autoCreate": "true",
-         "bom": io.BytesIO(XML)},
+        {
+            "projectName": "shop",
+            "projectVersion": "2",
+            "autoCreate": "true",
+            "bom": io.BytesIO(XML),
+        },
         format="multipart",
     )
     assert response.status_code == 202, response.content
@@ -69,16 +75,25 @@ def test_dependency_track_put_with_string_autocreate(team, api):
     client = api(team, "sbom:write")
     response = client.put(
         "/api/v1/bom",
-        data=json.dumps({
-            "projectName": "shop", "projectVersion": "3", "autoCreate": "true",
-            "bom": base64.b64encode(SMALL).decode(),
-        }),
+        data=json.dumps(
+            {
+                "projectName": "shop",
+                "projectVersion": "3",
+                "autoCreate": "true",
+                "bom": base64.b64encode(SMALL).decode(),
+            }
+        ),
         content_type="application/json",
     )
     assert response.status_code == 200, response.content
     token = response.json()["token"]
     job = IngestJob.objects.get(pk=token)
-    assert job.params == {"projectName": "shop", "projectVersion": "3", "project": "", "autoCreate": True}
+    assert job.params == {
+        "projectName": "shop",
+        "projectVersion": "3",
+        "project": "",
+        "autoCreate": True,
+    }
     for url in (f"/api/v1/bom/token/{token}", f"/api/v1/event/token/{token}"):
         assert client.get(url).json() == {"processing": True}
     IngestJob.objects.filter(pk=token).update(status=JobStatus.DONE)
@@ -89,7 +104,12 @@ def test_dependency_track_post_multipart(team, api):
     client = api(team, "sbom:write")
     response = client.post(
         "/api/v1/bom",
-        {"projectName": "shop", "projectVersion": "4", "autoCreate": "true", "bom": io.BytesIO(SMALL)},
+        {
+            "projectName": "shop",
+            "projectVersion": "4",
+            "autoCreate": "true",
+            "bom": io.BytesIO(SMALL),
+        },
         format="multipart",
     )
     assert response.status_code == 200, response.content
@@ -97,7 +117,9 @@ def test_dependency_track_post_multipart(team, api):
 
 
 def test_dependency_track_upload_by_project_uuid(team, api):
-    pv = ProjectVersion.objects.create(project=Project.objects.create(team=team, name="shop"), version="9")
+    pv = ProjectVersion.objects.create(
+        project=Project.objects.create(team=team, name="shop"), version="9"
+    )
     client = api(team, "sbom:write")
     response = client.put(
         "/api/v1/bom",
@@ -110,12 +132,23 @@ def test_dependency_track_upload_by_project_uuid(team, api):
 
 def test_invalid_bom_answers_400_problem_json_and_stores_nothing(team, api):
     client = api(team, "sbom:write")
-    bad = json.dumps({"bomFormat": "CycloneDX", "specVersion": "1.5", "version": 1,
-                      "components": [{"type": "spaceship", "name": "x"}]}).encode()
+    bad = json.dumps(
+        {
+            "bomFormat": "CycloneDX",
+            "specVersion": "1.5",
+            "version": 1,
+            "components": [{"type": "spaceship", "name": "x"}],
+        }
+    ).encode()
     for response in (
         upload(client, body=bad),
-        client.put("/api/v1/bom", data=json.dumps({"projectName": "a", "autoCreate": True,
-                   "bom": base64.b64encode(bad).decode()}), content_type="application/json"),
+        client.put(
+            "/api/v1/bom",
+            data=json.dumps(
+                {"projectName": "a", "autoCreate": True, "bom": base64.b64encode(bad).decode()}
+            ),
+            content_type="application/json",
+        ),
     ):
         assert response.status_code == 400
         assert response["Content-Type"] == "application/problem+json"
@@ -151,7 +184,9 @@ def test_xxe_is_refused(team, api):
 
 
 def test_gzip_body_is_accepted(team, api):
-    response = upload(api(team, "sbom:write"), body=gzip.compress(SMALL), HTTP_CONTENT_ENCODING="gzip")
+    response = upload(
+        api(team, "sbom:write"), body=gzip.compress(SMALL), HTTP_CONTENT_ENCODING="gzip"
+    )
     assert response.status_code == 202
     assert bytes(IngestJob.objects.get().payload.data) == SMALL
 
@@ -202,8 +237,9 @@ def test_key_without_sbom_write_gets_403(team, api):
 
 
 def test_no_key_gets_401(client, db):
-    response = client.post("/api/v1/sboms?projectName=a&autoCreate=true", data=SMALL,
-                           content_type="application/json")
+    response = client.post(
+        "/api/v1/sboms?projectName=a&autoCreate=true", data=SMALL, content_type="application/json"
+    )
     assert response.status_code == 401
     assert not IngestJob.objects.exists()
 
@@ -213,12 +249,20 @@ def test_wrong_or_revoked_key_gets_401(team, make_key, client):
     from trustrank.accounts.services import api_key_revoke
 
     secret = make_key(team, "sbom:write")
-    bad = client.post("/api/v1/sboms?projectName=a&autoCreate=true", data=SMALL,
-                      content_type="application/json", HTTP_X_API_KEY=secret + "x")
+    bad = client.post(
+        "/api/v1/sboms?projectName=a&autoCreate=true",
+        data=SMALL,
+        content_type="application/json",
+        HTTP_X_API_KEY=secret + "x",
+    )
     assert bad.status_code == 401
     api_key_revoke(api_key=ApiKey.objects.get())
-    revoked = client.post("/api/v1/sboms?projectName=a&autoCreate=true", data=SMALL,
-                          content_type="application/json", HTTP_X_API_KEY=secret)
+    revoked = client.post(
+        "/api/v1/sboms?projectName=a&autoCreate=true",
+        data=SMALL,
+        content_type="application/json",
+        HTTP_X_API_KEY=secret,
+    )
     assert revoked.status_code == 401
 
 

@@ -59,10 +59,17 @@ NESTED = {
     "version": 1,
     "components": [
         {
-            "type": "application", "bom-ref": "app", "name": "app",
+            "type": "application",
+            "bom-ref": "app",
+            "name": "app",
             "components": [
-                {"type": "library", "bom-ref": "lib", "name": "lib", "version": "1.0",
-                 "components": [{"type": "library", "bom-ref": "inner", "name": "inner"}]},
+                {
+                    "type": "library",
+                    "bom-ref": "lib",
+                    "name": "lib",
+                    "version": "1.0",
+                    "components": [{"type": "library", "bom-ref": "inner", "name": "inner"}],
+                },
             ],
         },
         {"type": "library", "bom-ref": "top", "name": "top"},
@@ -77,7 +84,9 @@ def test_nested_components_are_flattened_with_their_parent() -> None:
 
 
 def test_fields_hashes_licenses_and_dependencies_are_kept() -> None:
-    bom = parse_cyclonedx((SBOMS / "cdx-1.4_maven_dependency-track-apiserver-4.5.0.json").read_bytes())
+    bom = parse_cyclonedx(
+        (SBOMS / "cdx-1.4_maven_dependency-track-apiserver-4.5.0.json").read_bytes()
+    )
     assert bom.serial_number.startswith("urn:uuid:")
     assert bom.described_component["name"]
     jackson = next(c for c in bom.components if c.name == "jackson-databind")
@@ -107,9 +116,15 @@ def test_tools_of_a_1_5_bom_are_read_from_the_components_form() -> None:
         (b"hello world", "neither JSON nor XML"),
         ((SBOMS / "edge/invalid_not-a-bom.json").read_bytes(), "not valid JSON"),
         (b'{"name": "not a bom"}', 'no "bomFormat": "CycloneDX"'),
-        (b'{"bomFormat": "CycloneDX", "specVersion": "2.0", "version": 1}', "unsupported CycloneDX specVersion '2.0'"),
+        (
+            b'{"bomFormat": "CycloneDX", "specVersion": "2.0", "version": 1}',
+            "unsupported CycloneDX specVersion '2.0'",
+        ),
         (b"<html><body>no</body></html>", "root element is 'html'"),
-        ((SBOMS / "cdx-1.1_npm_auditjs-generated.xml").read_bytes(), "unsupported CycloneDX spec version 1.1"),
+        (
+            (SBOMS / "cdx-1.1_npm_auditjs-generated.xml").read_bytes(),
+            "unsupported CycloneDX spec version 1.1",
+        ),
     ],
 )
 def test_bad_documents_are_refused_with_a_reason(payload: bytes, message: str) -> None:
@@ -159,4 +174,8 @@ def test_xml_with_a_dtd_or_entities_is_refused(payload: bytes) -> None:
 
 def test_utf16_xml_with_a_dtd_is_refused_too() -> None:
     with pytest.raises(BomError, match="DTD"):
-        parse_cyclonedx(XXE.replace(b'<?xml version="1.0"?>', b'<?xml version="1.0" encoding="UTF-16"?>').decode().encode("utf-16"))
+        parse_cyclonedx(
+            XXE.replace(b'<?xml version="1.0"?>', b'<?xml version="1.0" encoding="UTF-16"?>')
+            .decode()
+            .encode("utf-16")
+        )

@@ -17,7 +17,12 @@ def loaded(team):
     """Two SBOMs of one project version (history) loaded through the job service."""
     run = lambda job: job_run(job_id=str(job.pk))  # noqa: E731
     run(submit(team, (DATA / "sbom" / "cdx-1.6_pypi_poetry-project-56deps.json").read_bytes()))
-    run(submit(team, (DATA / "sbom" / "cdx-1.4_maven_dependency-track-apiserver-4.5.0.json").read_bytes()))
+    run(
+        submit(
+            team,
+            (DATA / "sbom" / "cdx-1.4_maven_dependency-track-apiserver-4.5.0.json").read_bytes(),
+        )
+    )
     from trustrank.inventory.models import Project
 
     return Project.objects.get(team=team)
@@ -71,7 +76,9 @@ def test_component_search_by_name_and_purl(client, make_user, team, loaded):
 
 def test_htmx_request_gets_only_the_table_fragment(client, make_user, team, loaded):
     client.force_login(make_user("alice", team=team))
-    fragment = client.get(f"/projects/{loaded.pk}/?q=jackson", HTTP_HX_REQUEST="true").content.decode()
+    fragment = client.get(
+        f"/projects/{loaded.pk}/?q=jackson", HTTP_HX_REQUEST="true"
+    ).content.decode()
     assert "<table" in fragment and "<html" not in fragment and "SBOM history" not in fragment
 
 
@@ -88,7 +95,9 @@ def test_other_teams_cannot_see_the_project(client, make_user, other_team, loade
     assert b"payments" not in client.get("/jobs/").content
 
 
-def test_jobs_page_shows_status_timings_and_errors(client, make_user, team, django_assert_max_num_queries):
+def test_jobs_page_shows_status_timings_and_errors(
+    client, make_user, team, django_assert_max_num_queries
+):
     bad = submit(team, b"nonsense", name="broken")
     job_run(job_id=str(bad.pk))
     queued = submit(team, b"{}", name="waiting")
@@ -113,7 +122,10 @@ def test_projects_api_is_paginated_filtered_and_team_scoped(team, other_team, ap
     assert client.get("/api/v1/projects?name=zzz").json()["count"] == 0
     comps = client.get(f"/api/v1/projects/{loaded.pk}/components?page_size=10").json()
     assert comps["count"] == 132 and len(comps["results"]) == 10 and comps["next"]
-    assert client.get(f"/api/v1/projects/{loaded.pk}/components?name=jackson-databind").json()["count"] == 1
+    assert (
+        client.get(f"/api/v1/projects/{loaded.pk}/components?name=jackson-databind").json()["count"]
+        == 1
+    )
     intruder = api(other_team, "read")
     assert intruder.get("/api/v1/projects").json()["count"] == 0
     assert intruder.get(f"/api/v1/projects/{loaded.pk}/components").status_code == 404
@@ -133,7 +145,12 @@ def test_openapi_schema_and_docs_are_served(client, make_user, team):
     schema = client.get("/api/schema/")
     assert schema.status_code == 200
     text = schema.content.decode()
-    for path in ("/api/v1/sboms", "/api/v1/bom", "/api/v1/projects/{project_id}/components", "/api/v1/jobs/{job_id}"):
+    for path in (
+        "/api/v1/sboms",
+        "/api/v1/bom",
+        "/api/v1/projects/{project_id}/components",
+        "/api/v1/jobs/{job_id}",
+    ):
         assert path in text
     docs = client.get("/api/docs/")
     assert docs.status_code == 200 and b"swagger" in docs.content.lower()

@@ -9,11 +9,11 @@ import pytest
 
 from ingest.models import IngestJob, JobStatus
 from ingest.services import job_create, job_run
+from tests.conftest import DATA
+from tests.inventory.test_cyclonedx_parser import REAL_SBOMS
 from trustrank.accounts.principal import principal_for_key
 from trustrank.accounts.services import api_key_issue
 from trustrank.inventory.models import Component, ComponentDependency, Project, ProjectVersion, Sbom
-from tests.conftest import DATA
-from tests.inventory.test_cyclonedx_parser import REAL_SBOMS
 
 pytestmark = pytest.mark.django_db
 
@@ -21,7 +21,10 @@ pytestmark = pytest.mark.django_db
 def submit(team, payload: bytes, *, name="shop", version="1.0", auto_create=True) -> IngestJob:
     key = api_key_issue(team=team, name="t", scopes=["sbom:write"]).api_key
     return job_create(
-        team=team, kind="sbom", payload=payload, principal=principal_for_key(key),
+        team=team,
+        kind="sbom",
+        payload=payload,
+        principal=principal_for_key(key),
         params={"projectName": name, "projectVersion": version, "autoCreate": auto_create},
     )
 
@@ -55,7 +58,9 @@ def test_metadata_and_dependency_graph_are_stored(team):
     assert sbom.tools and sbom.tools[0]["name"]
     assert sbom.described_component["name"] == doc["metadata"]["component"]["name"]
     edges = sum(len(d.get("dependsOn", [])) for d in doc["dependencies"])
-    assert ComponentDependency.objects.filter(sbom=sbom).count() == edges == job.counts["dependencies"]
+    assert (
+        ComponentDependency.objects.filter(sbom=sbom).count() == edges == job.counts["dependencies"]
+    )
     comp = Component.objects.get(sbom=sbom, name="jackson-databind")
     assert comp.hashes["SHA-1"]
     assert comp.purl.startswith("pkg:maven/")
@@ -139,6 +144,8 @@ def test_a_failure_midway_leaves_nothing_partial(team, monkeypatch):
 
 def test_other_jobs_go_on_after_a_failure(team):
     bad = run(submit(team, b"not a bom", name="bad"))
-    good = run(submit(team, (DATA / "sbom" / "cdx-1.6_dt-valid-bom.json").read_bytes(), name="good"))
+    good = run(
+        submit(team, (DATA / "sbom" / "cdx-1.6_dt-valid-bom.json").read_bytes(), name="good")
+    )
     assert bad.status == JobStatus.FAILED
     assert good.status == JobStatus.DONE

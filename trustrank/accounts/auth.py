@@ -68,5 +68,7 @@ class HasScope(permissions.BasePermission):
 def required_scope_for(view: Any, method: str) -> tuple[str, ...]:
     """The scopes any one of which admits the request (a view may accept several)."""
     scopes = getattr(view, "required_scopes", None)
-    scope = scopes[method] if scopes and method in scopes else getattr(view, "required_scope", "read")
+    scope = (
+        scopes[method] if scopes and method in scopes else getattr(view, "required_scope", "read")
+    )
     return (scope,) if isinstance(scope, str) else tuple(scope)

@@ -50,9 +50,7 @@ def principal_for_user(user: Any) -> Principal:
 
 
 def principal_for_key(api_key: ApiKey) -> Principal:
-    return Principal(
-        scopes_by_team={api_key.team_id: frozenset(api_key.scopes)}, api_key=api_key
-    )
+    return Principal(scopes_by_team={api_key.team_id: frozenset(api_key.scopes)}, api_key=api_key)
 
 
 def principal_for_request(request: Any) -> Principal:

@@ -90,6 +90,4 @@ def api_key_authenticate(*, secret: str) -> ApiKey | None:
 
 @transaction.atomic
 def api_key_revoke(*, api_key: ApiKey) -> None:
-    ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(
-        revoked_at=timezone.now()
-    )
+    ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())

@@ -2,6 +2,8 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 from django.views.generic import RedirectView
 
+from trustrank.accounts import views
+
 urlpatterns = [
     path("", RedirectView.as_view(url="/projects/", permanent=False), name="home"),
     path(
@@ -10,4 +12,6 @@ urlpatterns = [
         name="login",
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("settings/keys/", views.api_keys_page, name="api-keys"),
+    path("settings/keys/<int:key_id>/revoke/", views.api_key_revoke_view, name="api-key-revoke"),
 ]

@@ -119,3 +119,6 @@ class ComponentDependency(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["sbom", "ref"], name="componentdep_sbom_ref")]
+
+    def __str__(self) -> str:
+        return f"{self.ref} -> {self.depends_on}"

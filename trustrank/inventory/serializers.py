@@ -9,9 +9,19 @@ class SbomSerializer(serializers.ModelSerializer):
     class Meta:
         model = Sbom
         fields = [
-            "id", "spec_version", "format", "serial_number", "bom_version", "bom_timestamp",
-            "tools", "described_component", "component_count", "dependency_count",
-            "vulnerability_count", "digest", "created_at",
+            "id",
+            "spec_version",
+            "format",
+            "serial_number",
+            "bom_version",
+            "bom_timestamp",
+            "tools",
+            "described_component",
+            "component_count",
+            "dependency_count",
+            "vulnerability_count",
+            "digest",
+            "created_at",
         ]
 
 
@@ -38,6 +48,18 @@ class ComponentSerializer(serializers.ModelSerializer):
     class Meta:
         model = Component
         fields = [
-            "id", "project_version", "bom_ref", "parent_ref", "type", "group", "name", "version",
-            "purl", "cpe", "hashes", "licenses", "supplier", "scope",
+            "id",
+            "project_version",
+            "bom_ref",
+            "parent_ref",
+            "type",
+            "group",
+            "name",
+            "version",
+            "purl",
+            "cpe",
+            "hashes",
+            "licenses",
+            "supplier",
+            "scope",
         ]

@@ -171,7 +171,10 @@ def _copy_escape(value: Any) -> str:
     text = value if isinstance(value, str) else str(value)
     if "\\" in text or "\t" in text or "\n" in text or "\r" in text:
         text = (
-            text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+            text.replace("\\", "\\\\")
+            .replace("\t", "\\t")
+            .replace("\n", "\\n")
+            .replace("\r", "\\r")
         )
     return text
 
@@ -179,16 +182,36 @@ def _copy_escape(value: Any) -> str:
 def _copy_components(sbom_id: int, parsed: ParsedBom) -> None:
     table = Component._meta.db_table
     columns = (
-        "sbom_id", "bom_ref", "parent_ref", "type", "group", "name", "version", "purl", "cpe",
-        "hashes", "licenses", "supplier", "scope",
+        "sbom_id",
+        "bom_ref",
+        "parent_ref",
+        "type",
+        "group",
+        "name",
+        "version",
+        "purl",
+        "cpe",
+        "hashes",
+        "licenses",
+        "supplier",
+        "scope",
     )
     sid = str(sbom_id)
     rows = (
         (
-            sid, c.bom_ref[:1024], c.parent_ref[:1024], c.type[:32], c.group[:512], c.name[:512],
-            c.version[:255], c.purl[:2048], c.cpe[:1024],
-            orjson.dumps(c.hashes).decode(), orjson.dumps(c.licenses).decode(),
-            c.supplier[:512], c.scope[:16],
+            sid,
+            c.bom_ref[:1024],
+            c.parent_ref[:1024],
+            c.type[:32],
+            c.group[:512],
+            c.name[:512],
+            c.version[:255],
+            c.purl[:2048],
+            c.cpe[:1024],
+            orjson.dumps(c.hashes).decode(),
+            orjson.dumps(c.licenses).decode(),
+            c.supplier[:512],
+            c.scope[:16],
         )
         for c in parsed.components
     )

@@ -22,14 +22,10 @@ class Pagination(PageNumberPagination):
     max_page_size = 1000
 
 
-def problem_response(
-    status_code: int, title: str, detail: str, **extra: Any
-) -> HttpResponse:
+def problem_response(status_code: int, title: str, detail: str, **extra: Any) -> HttpResponse:
     body = {"type": "about:blank", "title": title, "status": status_code, "detail": detail}
     body.update(extra)
-    return HttpResponse(
-        orjson.dumps(body), status=status_code, content_type=PROBLEM_CONTENT_TYPE
-    )
+    return HttpResponse(orjson.dumps(body), status=status_code, content_type=PROBLEM_CONTENT_TYPE)
 
 
 def problem(status_code: int, title: str, detail: str, **extra: Any) -> Response:

@@ -9,7 +9,9 @@ from trustrank.accounts.services import InvalidScope, api_key_issue, team_get_or
 
 
 class Command(BaseCommand):
-    help = "Create a team API key and print it alone on the last line (creates the team if missing)."
+    help = (
+        "Create a team API key and print it alone on the last line (creates the team if missing)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--team", required=True, help="team name")

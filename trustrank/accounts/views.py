@@ -1,0 +1,61 @@
+"""Team administration pages: API keys (issued once, listed by prefix, revocable)."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from trustrank.accounts.models import ApiKey, Scope, Team
+from trustrank.accounts.principal import principal_for_request
+from trustrank.accounts.services import api_key_issue, api_key_revoke
+
+
+class ApiKeyForm(forms.Form):
+    team = forms.ModelChoiceField(queryset=Team.objects.none())
+    name = forms.CharField(max_length=120)
+    scopes = forms.MultipleChoiceField(
+        choices=Scope.choices, widget=forms.CheckboxSelectMultiple
+    )
+
+    def __init__(self, *args: object, teams: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.fields["team"].queryset = teams  # type: ignore[attr-defined]
+
+
+def _admin_teams(request: HttpRequest) -> object:
+    return Team.objects.filter(pk__in=principal_for_request(request).teams_with(Scope.ADMIN))
+
+
+@login_required
+def api_keys_page(request: HttpRequest) -> HttpResponse:
+    teams = _admin_teams(request)
+    issued = None
+    if request.method == "POST":
+        form = ApiKeyForm(request.POST, teams=teams)
+        if form.is_valid():
+            issued = api_key_issue(
+                team=form.cleaned_data["team"],
+                name=form.cleaned_data["name"],
+                scopes=form.cleaned_data["scopes"],
+                created_by=request.user,  # type: ignore[arg-type]
+            )
+            form = ApiKeyForm(teams=teams)
+    else:
+        form = ApiKeyForm(teams=teams)
+    keys = ApiKey.objects.filter(team__in=teams).select_related("team", "created_by")
+    return render(
+        request, "accounts/api_keys.html", {"form": form, "keys": keys, "issued": issued}
+    )
+
+
+@login_required
+@require_POST
+def api_key_revoke_view(request: HttpRequest, key_id: int) -> HttpResponse:
+    key = ApiKey.objects.filter(pk=key_id, team__in=_admin_teams(request)).first()
+    if key is None:
+        raise Http404("No such key.")
+    api_key_revoke(api_key=key)
+    return redirect("api-keys")
