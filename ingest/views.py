@@ -1,18 +1,18 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 
 from ingest.filters import IngestJobFilter
 from ingest.models import JobStatus
 from ingest.selectors import job_get, job_list
 from trustrank.accounts.principal import principal_for_request
-from trustrank.lib.pages import paginate
+from trustrank.lib.pages import HtmxHttpRequest, paginate
 
 
 @login_required
-def job_list_page(request: HttpRequest) -> HttpResponse:
+def job_list_page(request: HtmxHttpRequest) -> HttpResponse:
     jobs = job_list(principal=principal_for_request(request)).defer("params", "result")
     filterset = IngestJobFilter(request.GET, queryset=jobs)
     context = {"filter": filterset, "hx_target": "#jobs", **paginate(request, filterset.qs)}
@@ -26,7 +26,7 @@ def job_list_page(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def job_page(request: HttpRequest, job_id: str) -> HttpResponse:
+def job_page(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
     job = job_get(principal=principal_for_request(request), job_id=job_id)
     template = "ingest/_job.html" if request.htmx else "ingest/job.html"
     return render(request, template, {"job": job})

@@ -159,7 +159,7 @@ def _json_component(comp: dict[str, Any], parent: str, out: list[ParsedComponent
         _json_component(child, ref, out)
 
 
-def _json_licenses(items: list[dict[str, Any]]) -> Iterator[str]:
+def _json_licenses(items: Any) -> Iterator[str]:
     for item in items:
         if "expression" in item:
             yield item["expression"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib.auth.decorators import login_required
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -25,7 +26,7 @@ class ApiKeyForm(forms.Form):
         self.fields["team"].queryset = teams  # type: ignore[attr-defined]
 
 
-def _admin_teams(request: HttpRequest) -> object:
+def _admin_teams(request: HttpRequest) -> QuerySet[Team]:
     return Team.objects.filter(pk__in=principal_for_request(request).teams_with(Scope.ADMIN))
 
 

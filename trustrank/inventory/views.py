@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 
 from trustrank.accounts.principal import principal_for_request
@@ -12,11 +12,11 @@ from trustrank.inventory.selectors import (
     project_list,
     project_sbom_history,
 )
-from trustrank.lib.pages import paginate
+from trustrank.lib.pages import HtmxHttpRequest, paginate
 
 
 @login_required
-def project_list_page(request: HttpRequest) -> HttpResponse:
+def project_list_page(request: HtmxHttpRequest) -> HttpResponse:
     principal = principal_for_request(request)
     filterset = ProjectFilter(request.GET, queryset=project_list(principal=principal))
     context = {"filter": filterset, **paginate(request, filterset.qs)}
@@ -24,7 +24,7 @@ def project_list_page(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def project_page(request: HttpRequest, project_id: int) -> HttpResponse:
+def project_page(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
     project = project_get(principal=principal_for_request(request), project_id=project_id)
     filterset = ComponentFilter(request.GET, queryset=project_components(project=project))
     context = {

@@ -7,6 +7,13 @@ from typing import Any
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django_htmx.middleware import HtmxDetails
+
+
+class HtmxHttpRequest(HttpRequest):
+    """The request type of pages, with django-htmx's `request.htmx`."""
+
+    htmx: HtmxDetails
 
 
 def paginate(
