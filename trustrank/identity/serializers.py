@@ -1,0 +1,119 @@
+"""Explicit API shapes for identity evidence."""
+
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from trustrank.identity.models import (
+    Certificate,
+    Identity,
+    IdentityFinding,
+    ServicePolicy,
+    TrustAnchor,
+    TrustBundle,
+)
+
+
+class CertificateSerializer(serializers.ModelSerializer):
+    team = serializers.CharField(source="team.name")
+    spiffe_id = serializers.SerializerMethodField()
+    chain = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Certificate
+        fields = [
+            "id", "team", "environment", "fingerprint_sha256", "role", "spiffe_id",
+            "trust_domain", "strength", "strength_explanation", "not_before", "not_after",
+            "chain_status", "chain_reason", "chain", "subject", "issuer", "serial", "version",
+            "key_type", "key_size", "key_curve", "signature_algorithm", "signature_hash",
+            "is_ca", "path_length", "key_usage", "extended_key_usage", "san_dns", "san_ip",
+            "san_uri", "spiffe_errors", "subject_key_id", "authority_key_id", "self_issued",
+            "weaknesses", "service", "namespace", "observed", "first_seen_at", "last_seen_at",
+        ]
+
+    @extend_schema_field(OpenApiTypes.STR)
+    def get_spiffe_id(self, obj: Certificate) -> str | None:
+        return obj.spiffe_id or None
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_chain(self, obj: Certificate) -> dict[str, object]:
+        return {
+            "status": obj.chain_status,
+            "reason": obj.chain_reason,
+            "verified_at": obj.verified_at.isoformat(),
+            "path": obj.chain_path,
+        }
+
+
+class IdentitySerializer(serializers.ModelSerializer):
+    team = serializers.CharField(source="team.name")
+    service = serializers.SerializerMethodField()
+    best_certificate = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Identity
+        fields = [
+            "id", "team", "environment", "spiffe_id", "trust_domain", "trust_domain_known",
+            "service", "strength", "expires_at", "best_certificate", "certificate_count",
+            "first_seen_at", "updated_at",
+        ]
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_service(self, obj: Identity) -> dict[str, str] | None:
+        if not obj.service_name:
+            return None
+        return {
+            "name": obj.service_name,
+            "namespace": obj.service_namespace,
+            "source": obj.mapping_source,
+        }
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_best_certificate(self, obj: Identity) -> dict[str, object] | None:
+        cert = obj.best_certificate
+        if cert is None:
+            return None
+        return {
+            "id": cert.pk,
+            "fingerprint_sha256": cert.fingerprint_sha256,
+            "not_after": cert.not_after.isoformat(),
+        }
+
+
+class IdentityFindingSerializer(serializers.ModelSerializer):
+    team = serializers.CharField(source="team.name")
+
+    class Meta:
+        model = IdentityFinding
+        fields = [
+            "id", "team", "environment", "kind", "severity", "status", "title", "evidence",
+            "certificate", "spiffe_id", "first_seen_at", "last_seen_at", "resolved_at",
+        ]
+
+
+class TrustAnchorSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = TrustAnchor
+        fields = ["fingerprint_sha256", "subject", "not_before", "not_after", "trust_domain"]
+
+
+class TrustBundleSerializer(serializers.ModelSerializer):
+    anchors = TrustAnchorSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = TrustBundle
+        fields = [
+            "environment", "format", "trust_domains", "refresh_hint", "sequence",
+            "jwt_key_count", "digest", "anchors", "created_at", "updated_at",
+        ]
+
+
+class ServicePolicySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ServicePolicy
+        fields = [
+            "id", "environment", "service_name", "namespace", "allowed_callers",
+            "require_mtls", "updated_at",
+        ]

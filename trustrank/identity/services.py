@@ -1,0 +1,907 @@
+"""Writes for identity evidence: submitting uploads, loading them (job handlers), verifying
+certificates, refreshing identities, syncing findings, mappings and caller policies."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from cryptography import x509
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from ingest.errors import IngestRejected
+from ingest.models import IngestJob, JobKind
+from ingest.parsers.x509 import (
+    CertificateParseError,
+    ParsedCertificate,
+    certificate_from_crypto,
+    certificates_parse,
+    trust_bundle_parse,
+)
+from ingest.services import job_create
+from trustrank.accounts.models import Scope, Team
+from trustrank.accounts.principal import Principal
+from trustrank.identity import engine
+from trustrank.identity.engine import ChainStatus, FindingSpec
+from trustrank.identity.models import (
+    Certificate,
+    FindingKind,
+    FindingStatus,
+    Identity,
+    IdentityAuditEvent,
+    IdentityFinding,
+    MappingSource,
+    Role,
+    ServicePolicy,
+    TrustAnchor,
+    TrustBundle,
+)
+
+ENVIRONMENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+SYSTEM_ACTOR = "system"
+_CERT_FINDING_KINDS = (
+    FindingKind.EXPIRED,
+    FindingKind.EXPIRING,
+    FindingKind.WEAK_KEY,
+    FindingKind.WEAK_SIGNATURE,
+    FindingKind.CHAIN_INVALID,
+)
+
+
+class UploadRefused(Exception):
+    """A receiver answers this with a problem document; nothing has been stored."""
+
+    def __init__(self, status: int, title: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.title, self.detail = status, title, detail
+
+
+# --- Settings -------------------------------------------------------------------------------
+
+
+def strength_rules() -> engine.StrengthRules:
+    return engine.StrengthRules.from_mapping(settings.TRUSTRANK_IDENTITY_STRENGTH)
+
+
+def mapping_rules() -> engine.MappingRules:
+    return engine.MappingRules.compile(
+        settings.TRUSTRANK_IDENTITY_MAPPING_RULES, settings.TRUSTRANK_IDENTITY_MAPPING_EXCLUDE
+    )
+
+
+def expiry_window() -> timedelta:
+    return timedelta(days=settings.TRUSTRANK_IDENTITY_EXPIRY_WINDOW_DAYS)
+
+
+def _service_catalog(team_id: int, environment: str) -> set[tuple[str, str]] | None:
+    """Known services (name, namespace) when a catalog is configured, else None (a rule's
+    answer is then taken as is). The runtime app can provide one without this app importing
+    it: TRUSTRANK_IDENTITY_SERVICE_CATALOG = "dotted.path(team_id, environment)"."""
+    path = settings.TRUSTRANK_IDENTITY_SERVICE_CATALOG
+    if not path:
+        return None
+    func: Callable[..., Iterable[tuple[str, str]]] = import_string(path)
+    return {(name, namespace or "") for name, namespace in func(team_id, environment)}
+
+
+def environment_lock(*, team_id: int, environment: str) -> None:
+    """Serialise writers of one (team, environment) until the transaction ends.
+
+    Two workers loading certificates for the same environment would otherwise race to
+    create the same identity or finding rows; the lock is cheaper than retrying.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+            [f"trustrank.identity:{team_id}:{environment}"],
+        )
+
+
+# --- Submitting uploads (receivers, page, command) ------------------------------------------
+
+
+def environment_validate(name: str) -> str:
+    name = (name or "").strip() or "default"
+    if not ENVIRONMENT_RE.match(name):
+        raise UploadRefused(
+            400,
+            "Invalid environment",
+            f"environment {name!r} must be 1-64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit",
+        )
+    return name
+
+
+def team_for_write(*, principal: Principal, team_hint: str = "") -> Team:
+    """An API key writes to its own team; a person names the team when they have several."""
+    if principal.api_key is not None:
+        if not principal.can(Scope.CERTS_WRITE, principal.api_key.team_id):
+            raise UploadRefused(403, "Forbidden", "This key lacks the 'certs:write' scope.")
+        return principal.api_key.team
+    allowed = Team.objects.filter(pk__in=principal.teams_with(Scope.CERTS_WRITE))
+    if team_hint:
+        team = allowed.filter(name=team_hint).first()
+        if team is None and team_hint.isdigit():
+            team = allowed.filter(pk=int(team_hint)).first()
+        if team is None:
+            raise UploadRefused(
+                403, "Forbidden", f"You may not upload certificates to team {team_hint!r}."
+            )
+        return team
+    teams = list(allowed[:2])
+    if not teams:
+        raise UploadRefused(403, "Forbidden", "You may not upload certificates to any team.")
+    if len(teams) > 1:
+        raise UploadRefused(
+            400, "Team required", "You belong to several teams: name one with the `team` parameter."
+        )
+    return teams[0]
+
+
+def team_for_triage(*, principal: Principal, team_hint: str = "") -> Team:
+    """The team a person sets a caller policy for (the 'triage' scope)."""
+    teams = Team.objects.filter(pk__in=principal.teams_with(Scope.TRIAGE))
+    if team_hint:
+        team = teams.filter(name=team_hint).first()
+        if team is None:
+            raise PermissionError(f"you may not set policies for team {team_hint!r}")
+        return team
+    found = list(teams[:2])
+    if not found:
+        raise PermissionError("setting a caller policy needs the 'triage' scope")
+    if len(found) > 1:
+        raise ValueError("you belong to several teams: name one in the team field")
+    return found[0]
+
+
+def _refuse_parse_error(exc: CertificateParseError, what: str) -> UploadRefused:
+    return UploadRefused(400, f"The uploaded {what} is invalid", str(exc))
+
+
+def certificates_submit(
+    *,
+    principal: Principal,
+    team: Team,
+    body: bytes,
+    environment: str,
+    service: str = "",
+    namespace: str = "",
+    observed: str = "",
+    priority: int | None = None,
+    content_type: str = "",
+    filename: str = "",
+) -> IngestJob:
+    """Parse the upload completely (it is small) so bad input is refused at once with nothing
+    stored; a private key is refused here, before the payload could reach the job table."""
+    if not principal.can(Scope.CERTS_WRITE, team.pk):
+        raise UploadRefused(403, "Forbidden", "You may not upload certificates to this team.")
+    environment = environment_validate(environment)
+    try:
+        certs = certificates_parse(body)
+    except CertificateParseError as exc:
+        raise _refuse_parse_error(exc, "certificate upload") from exc
+    return job_create(
+        team=team,
+        kind=JobKind.CERTIFICATES,
+        payload=body,
+        principal=principal,
+        params={
+            "environment": environment,
+            "service": service.strip()[:200],
+            "namespace": namespace.strip()[:200],
+            "observed": observed.strip()[:500],
+            "certificates": len(certs),
+        },
+        priority=priority,
+        content_type=content_type,
+        filename=filename,
+    )
+
+
+def trust_bundle_submit(
+    *,
+    principal: Principal,
+    team: Team,
+    body: bytes,
+    environment: str,
+    trust_domain: str = "",
+    priority: int | None = None,
+    content_type: str = "",
+    filename: str = "",
+) -> IngestJob:
+    if not principal.can(Scope.CERTS_WRITE, team.pk):
+        raise UploadRefused(403, "Forbidden", "You may not upload trust bundles to this team.")
+    environment = environment_validate(environment)
+    try:
+        bundle = trust_bundle_parse(body, trust_domain=trust_domain.strip())
+    except CertificateParseError as exc:
+        raise _refuse_parse_error(exc, "trust bundle") from exc
+    return job_create(
+        team=team,
+        kind=JobKind.TRUST_BUNDLE,
+        payload=body,
+        principal=principal,
+        params={
+            "environment": environment,
+            "trust_domain": trust_domain.strip(),
+            "format": bundle.format,
+            "anchors": len(bundle.anchors),
+        },
+        priority=priority,
+        content_type=content_type,
+        filename=filename,
+    )
+
+
+# --- Job handlers ---------------------------------------------------------------------------
+
+
+def certificates_ingest_job(
+    *, job: IngestJob, payload: bytes, progress: Callable[..., None]
+) -> dict[str, Any]:
+    """Load one certificate upload. Runs in one transaction with the job's completion; the
+    upsert on (team, environment, fingerprint) makes a re-run a no-op."""
+    params = job.params or {}
+    environment = str(params.get("environment") or "default")
+    try:
+        parsed = certificates_parse(payload)
+    except CertificateParseError as exc:
+        raise IngestRejected(str(exc)) from exc
+    environment_lock(team_id=job.team_id, environment=environment)
+    now = timezone.now()
+    progress(phase="storing", total=len(parsed))
+    stored = certificates_store(
+        team_id=job.team_id,
+        environment=environment,
+        certificates=parsed,
+        service=str(params.get("service") or ""),
+        namespace=str(params.get("namespace") or ""),
+        observed=str(params.get("observed") or ""),
+        job_id=job.pk,
+        now=now,
+    )
+    progress(phase="verifying")
+    new_ca = any(c.is_ca for c in parsed)
+    # A new CA may complete the chain of leaves already stored: verify the whole environment.
+    scope = None if new_ca else [c.pk for c in stored]
+    verified = certificates_verify(
+        team_id=job.team_id, environment=environment, now=now, certificate_ids=scope
+    )
+    spiffe_ids = None if new_ca else {c.spiffe_id for c in stored if c.spiffe_id}
+    identities_refresh(team_id=job.team_id, environment=environment, now=now, spiffe_ids=spiffe_ids)
+    findings = findings_sync(
+        team_id=job.team_id,
+        environment=environment,
+        now=now,
+        certificate_ids=scope,
+        spiffe_ids=spiffe_ids,
+        actor=f"job:{job.pk}",
+    )
+    by_status: dict[str, int] = {}
+    for cert in verified:
+        if cert.pk in {c.pk for c in stored}:
+            by_status[cert.chain_status] = by_status.get(cert.chain_status, 0) + 1
+    return {
+        "certificates": len(stored),
+        "leaves": sum(1 for c in stored if c.role == Role.LEAF),
+        "findings_opened": findings["opened"],
+        "_result": {
+            "environment": environment,
+            "chain_status": by_status,
+            "certificates": [
+                {
+                    "id": c.pk,
+                    "fingerprint_sha256": c.fingerprint_sha256,
+                    "spiffe_id": c.spiffe_id or None,
+                }
+                for c in stored
+            ],
+        },
+    }
+
+
+def trust_bundle_ingest_job(
+    *, job: IngestJob, payload: bytes, progress: Callable[..., None]
+) -> dict[str, Any]:
+    """Replace an environment's trust bundle, then re-verify every certificate in it."""
+    params = job.params or {}
+    environment = str(params.get("environment") or "default")
+    try:
+        parsed = trust_bundle_parse(payload, trust_domain=str(params.get("trust_domain") or ""))
+    except CertificateParseError as exc:
+        raise IngestRejected(str(exc)) from exc
+    environment_lock(team_id=job.team_id, environment=environment)
+    now = timezone.now()
+    bundle, _ = TrustBundle.objects.update_or_create(
+        team_id=job.team_id,
+        environment=environment,
+        defaults={
+            "format": parsed.format,
+            "trust_domains": list(parsed.trust_domains),
+            "refresh_hint": parsed.refresh_hint,
+            "sequence": parsed.sequence,
+            "jwt_key_count": parsed.jwt_key_count,
+            "digest": job.digest,
+            "job_id": job.pk,
+        },
+    )
+    bundle.anchors.all().delete()
+    TrustAnchor.objects.bulk_create(
+        [
+            TrustAnchor(
+                bundle=bundle,
+                fingerprint_sha256=a.fingerprint_sha256,
+                subject=a.subject,
+                not_before=a.not_before,
+                not_after=a.not_after,
+                trust_domain=a.trust_domain or "",
+                der=a.der,
+            )
+            for a in parsed.anchors
+        ]
+    )
+    progress(phase="verifying")
+    verified = certificates_verify(team_id=job.team_id, environment=environment, now=now)
+    identities_refresh(team_id=job.team_id, environment=environment, now=now)
+    findings = findings_sync(
+        team_id=job.team_id, environment=environment, now=now, actor=f"job:{job.pk}"
+    )
+    return {
+        "anchors": len(parsed.anchors),
+        "certificates_reverified": len(verified),
+        "findings_opened": findings["opened"],
+        "_result": {
+            "environment": environment,
+            "format": parsed.format,
+            "trust_domains": list(parsed.trust_domains),
+        },
+    }
+
+
+# --- Storing and verifying ------------------------------------------------------------------
+
+
+def certificates_store(
+    *,
+    team_id: int,
+    environment: str,
+    certificates: Sequence[ParsedCertificate],
+    service: str,
+    namespace: str,
+    observed: str,
+    job_id: Any,
+    now: datetime,
+) -> list[Certificate]:
+    """Upsert parsed certificates. Verification fields get a placeholder that
+    `certificates_verify` replaces in the same transaction."""
+    rows = []
+    for cert in certificates:
+        rows.append(
+            Certificate(
+                team_id=team_id,
+                environment=environment,
+                fingerprint_sha256=cert.fingerprint_sha256,
+                der=cert.der,
+                role=Role.CA if cert.is_ca else Role.LEAF,
+                subject=cert.subject,
+                issuer=cert.issuer,
+                serial=cert.serial[:80],
+                version=cert.version,
+                not_before=cert.not_before,
+                not_after=cert.not_after,
+                key_type=cert.key_type,
+                key_size=cert.key_size,
+                key_curve=cert.key_curve,
+                signature_algorithm=cert.signature_algorithm,
+                signature_hash=cert.signature_hash or "",
+                is_ca=cert.is_ca,
+                path_length=cert.path_length,
+                key_usage=list(cert.key_usage),
+                extended_key_usage=list(cert.extended_key_usage),
+                san_dns=list(cert.san_dns),
+                san_ip=list(cert.san_ip),
+                san_uri=list(cert.san_uri),
+                spiffe_id=cert.spiffe_id or "",
+                trust_domain=cert.trust_domain or "",
+                spiffe_errors=list(cert.spiffe_errors),
+                subject_key_id=cert.subject_key_id,
+                authority_key_id=cert.authority_key_id,
+                self_issued=cert.self_issued,
+                chain_status=ChainStatus.UNTRUSTED,
+                chain_reason="not verified yet",
+                verified_at=now,
+                service=service,
+                namespace=namespace,
+                observed=observed,
+                job_id=job_id,
+                last_seen_at=now,
+            )
+        )
+    update_fields = ["last_seen_at", "job_id"]
+    # Metadata given with a re-upload replaces the old; an upload without it keeps the old.
+    if service:
+        update_fields += ["service", "namespace"]
+    if observed:
+        update_fields.append("observed")
+    Certificate.objects.bulk_create(
+        rows,
+        update_conflicts=True,
+        unique_fields=["team", "environment", "fingerprint_sha256"],
+        update_fields=update_fields,
+    )
+    prints = [c.fingerprint_sha256 for c in certificates]
+    return list(
+        Certificate.objects.filter(
+            team_id=team_id, environment=environment, fingerprint_sha256__in=prints
+        )
+    )
+
+
+def _parsed(der: bytes) -> ParsedCertificate:
+    return certificate_from_crypto(x509.load_der_x509_certificate(der))
+
+
+def certificates_verify(
+    *,
+    team_id: int,
+    environment: str,
+    now: datetime,
+    certificate_ids: Sequence[int] | None = None,
+) -> list[Certificate]:
+    """Verify certificates (all of the environment, or some) against its bundle at `now`,
+    using the environment's stored CA certificates as untrusted intermediates."""
+    bundle = (
+        TrustBundle.objects.filter(team_id=team_id, environment=environment)
+        .prefetch_related("anchors")
+        .first()
+    )
+    anchors: list[ParsedCertificate] = []
+    domains: set[str] = set()
+    if bundle is not None:
+        anchors = [_parsed(bytes(a.der)) for a in bundle.anchors.all()]
+        domains = set(bundle.trust_domains)
+    env_certs = Certificate.objects.filter(team_id=team_id, environment=environment)
+    intermediates = [_parsed(bytes(c.der)) for c in env_certs.filter(role=Role.CA)]
+    targets = env_certs if certificate_ids is None else env_certs.filter(pk__in=certificate_ids)
+    rules = strength_rules()
+    changed: list[Certificate] = []
+    for row in targets:
+        parsed = _parsed(bytes(row.der))
+        others = [c for c in intermediates if c.fingerprint_sha256 != parsed.fingerprint_sha256]
+        result = engine.chain_verify(leaf=parsed, intermediates=others, anchors=anchors, at=now)
+        weaknesses = engine.certificate_weaknesses(parsed, rules)
+        strength = engine.certificate_strength(
+            status=result.status,
+            spiffe_id=parsed.spiffe_id,
+            trust_domain_known=bool(parsed.trust_domain) and parsed.trust_domain in domains,
+            weaknesses=weaknesses,
+            rules=rules,
+        )
+        row.chain_status = result.status
+        row.chain_reason = result.reason
+        row.chain_path = [
+            {"subject": p.subject, "fingerprint_sha256": p.fingerprint_sha256, "role": p.role}
+            for p in result.path
+        ]
+        row.verified_at = now
+        row.strength = strength.value
+        row.strength_explanation = strength.explanation
+        row.weaknesses = [{"kind": w.kind, "detail": w.detail} for w in weaknesses]
+        changed.append(row)
+    Certificate.objects.bulk_update(
+        changed,
+        [
+            "chain_status", "chain_reason", "chain_path", "verified_at", "strength",
+            "strength_explanation", "weaknesses",
+        ],
+        batch_size=500,
+    )
+    return changed
+
+
+# --- Identities -----------------------------------------------------------------------------
+
+
+def identities_refresh(
+    *, team_id: int, environment: str, now: datetime, spiffe_ids: Iterable[str] | None = None
+) -> list[Identity]:
+    """Create identities for SPIFFE IDs seen in leaf certificates; recompute strength, best
+    certificate, expiry and the rule/metadata mapping (a manual mapping is never overwritten).
+
+    Only certificates whose chain is valid now count for strength, so a forged certificate
+    claiming someone's SPIFFE ID neither lends nor takes strength.
+    """
+    certs = Certificate.objects.filter(
+        team_id=team_id, environment=environment, role=Role.LEAF
+    ).exclude(spiffe_id="")
+    if spiffe_ids is not None:
+        spiffe_ids = set(spiffe_ids)
+        if not spiffe_ids:
+            return []
+        certs = certs.filter(spiffe_id__in=spiffe_ids)
+    bundle = TrustBundle.objects.filter(team_id=team_id, environment=environment).first()
+    domains = set(bundle.trust_domains) if bundle else set()
+    grouped: dict[str, list[Certificate]] = {}
+    for cert in certs.order_by("pk"):
+        grouped.setdefault(cert.spiffe_id, []).append(cert)
+    rules = mapping_rules()
+    catalog = _service_catalog(team_id, environment)
+    existing = {
+        i.spiffe_id: i
+        for i in Identity.objects.filter(
+            team_id=team_id, environment=environment, spiffe_id__in=list(grouped)
+        )
+    }
+    result: list[Identity] = []
+    for spiffe_id, group in grouped.items():
+        valid = [c for c in group if c.chain_status == ChainStatus.VALID and c.not_after > now]
+        best = max(valid, key=lambda c: (c.strength, c.not_after), default=None)
+        identity = existing.get(spiffe_id) or Identity(
+            team_id=team_id, environment=environment, spiffe_id=spiffe_id
+        )
+        identity.trust_domain = group[0].trust_domain
+        identity.trust_domain_known = identity.trust_domain in domains
+        identity.strength = best.strength if best else 0
+        identity.best_certificate = best
+        identity.expires_at = best.not_after if best else max(c.not_after for c in group)
+        identity.certificate_count = len(group)
+        if identity.mapping_source != MappingSource.MANUAL:
+            name, namespace, source = _mapping_for(
+                spiffe_id=spiffe_id, certs=group, rules=rules, catalog=catalog
+            )
+            identity.service_name, identity.service_namespace = name, namespace
+            identity.mapping_source = source
+        identity.save()
+        result.append(identity)
+    return result
+
+
+def _mapping_for(
+    *,
+    spiffe_id: str,
+    certs: Sequence[Certificate],
+    rules: engine.MappingRules,
+    catalog: set[tuple[str, str]] | None,
+) -> tuple[str, str, str]:
+    with_service = [c for c in certs if c.service]
+    if with_service:
+        latest = max(with_service, key=lambda c: c.last_seen_at)
+        return latest.service, latest.namespace, MappingSource.METADATA
+    ref = engine.identity_map(spiffe_id, rules)
+    if ref is None:
+        return "", "", MappingSource.NONE
+    if catalog is not None:
+        known = (ref.name, ref.namespace) in catalog or (
+            not ref.namespace and any(name == ref.name for name, _ in catalog)
+        )
+        if not known:
+            return "", "", MappingSource.NONE
+    return ref.name, ref.namespace, MappingSource.RULE
+
+
+@transaction.atomic
+def identity_map_set(
+    *, identity: Identity, service_name: str, namespace: str, principal: Principal
+) -> Identity:
+    """Map by hand (or clear the manual mapping with an empty service name)."""
+    if not principal.can(Scope.TRIAGE, identity.team_id):
+        raise PermissionError("mapping an identity needs the 'triage' scope")
+    environment_lock(team_id=identity.team_id, environment=identity.environment)
+    before = {
+        "service_name": identity.service_name,
+        "service_namespace": identity.service_namespace,
+        "mapping_source": identity.mapping_source,
+    }
+    service_name, namespace = service_name.strip()[:200], namespace.strip()[:200]
+    if service_name:
+        identity.service_name, identity.service_namespace = service_name, namespace
+        identity.mapping_source = MappingSource.MANUAL
+        identity.save()
+    else:
+        identity.mapping_source = MappingSource.NONE
+        identity.save()
+        identities_refresh(
+            team_id=identity.team_id,
+            environment=identity.environment,
+            now=timezone.now(),
+            spiffe_ids=[identity.spiffe_id],
+        )
+        identity.refresh_from_db()
+    IdentityAuditEvent.objects.create(
+        team_id=identity.team_id,
+        environment=identity.environment,
+        action="mapping_set",
+        actor=principal.label,
+        data={
+            "spiffe_id": identity.spiffe_id,
+            "before": before,
+            "after": {
+                "service_name": identity.service_name,
+                "service_namespace": identity.service_namespace,
+                "mapping_source": identity.mapping_source,
+            },
+        },
+    )
+    findings_sync(
+        team_id=identity.team_id,
+        environment=identity.environment,
+        now=timezone.now(),
+        certificate_ids=[],
+        spiffe_ids={identity.spiffe_id},
+        actor=principal.label,
+    )
+    return identity
+
+
+# --- Findings -------------------------------------------------------------------------------
+
+
+def _finding_key(natural: str) -> str:
+    if len(natural) <= 255:
+        return natural
+    return "sha256:" + hashlib.sha256(natural.encode()).hexdigest()
+
+
+@dataclass
+class _Desired:
+    spec: FindingSpec
+    certificate_id: int | None
+    spiffe_id: str
+
+
+def _upsert_findings(
+    *,
+    team_id: int,
+    environment: str,
+    desired: list[_Desired],
+    existing: Iterable[IdentityFinding],
+    resolve_missing: bool,
+    now: datetime,
+    actor: str,
+) -> dict[str, int]:
+    by_key = {(f.kind, f.key): f for f in existing}
+    wanted: set[tuple[str, str]] = set()
+    to_create: list[IdentityFinding] = []
+    to_update: list[IdentityFinding] = []
+    events: list[IdentityAuditEvent] = []
+    opened = 0
+    for item in desired:
+        spec = item.spec
+        key = (spec.kind, _finding_key(spec.key))
+        wanted.add(key)
+        finding = by_key.get(key)
+        if finding is None:
+            to_create.append(
+                IdentityFinding(
+                    team_id=team_id,
+                    environment=environment,
+                    kind=spec.kind,
+                    key=key[1],
+                    severity=spec.severity,
+                    title=spec.title,
+                    evidence=spec.evidence,
+                    certificate_id=item.certificate_id,
+                    spiffe_id=item.spiffe_id,
+                    last_seen_at=now,
+                )
+            )
+            continue
+        reopened = finding.status == FindingStatus.RESOLVED
+        finding.severity, finding.title, finding.evidence = spec.severity, spec.title, spec.evidence
+        finding.certificate_id = item.certificate_id or finding.certificate_id
+        finding.last_seen_at = now
+        if reopened:
+            finding.status, finding.resolved_at = FindingStatus.OPEN, None
+            opened += 1
+            events.append(
+                IdentityAuditEvent(
+                    team_id=team_id, environment=environment, finding=finding,
+                    action="reopened", actor=actor, data={"title": spec.title},
+                )
+            )
+        to_update.append(finding)
+    resolved = 0
+    if resolve_missing:
+        for key, finding in by_key.items():
+            if key not in wanted and finding.status == FindingStatus.OPEN:
+                finding.status, finding.resolved_at = FindingStatus.RESOLVED, now
+                resolved += 1
+                to_update.append(finding)
+                events.append(
+                    IdentityAuditEvent(
+                        team_id=team_id, environment=environment, finding=finding,
+                        action="resolved", actor=actor,
+                        data={"title": finding.title, "reason": "no longer observed"},
+                    )
+                )
+    created = IdentityFinding.objects.bulk_create(to_create)
+    for finding in created:
+        events.append(
+            IdentityAuditEvent(
+                team_id=team_id, environment=environment, finding=finding,
+                action="opened", actor=actor,
+                data={"title": finding.title, "severity": finding.severity},
+            )
+        )
+    IdentityFinding.objects.bulk_update(
+        to_update,
+        ["severity", "title", "evidence", "certificate", "last_seen_at", "status", "resolved_at"],
+        batch_size=500,
+    )
+    IdentityAuditEvent.objects.bulk_create(events)
+    return {"opened": opened + len(created), "resolved": resolved}
+
+
+def findings_sync(
+    *,
+    team_id: int,
+    environment: str,
+    now: datetime,
+    certificate_ids: Sequence[int] | None = None,
+    spiffe_ids: Iterable[str] | None = None,
+    actor: str = SYSTEM_ACTOR,
+) -> dict[str, int]:
+    """Make the open certificate and mapping findings match the evidence (all of the
+    environment, or the certificates and identities named). Idempotent."""
+    window = expiry_window()
+    certs = Certificate.objects.filter(team_id=team_id, environment=environment)
+    if certificate_ids is not None:
+        certs = certs.filter(pk__in=certificate_ids)
+    desired: list[_Desired] = []
+    for cert in certs:
+        facts = engine.CertificateFacts(
+            fingerprint_sha256=cert.fingerprint_sha256,
+            subject=cert.subject,
+            spiffe_id=cert.spiffe_id or None,
+            role=cert.role,
+            not_after=cert.not_after,
+            chain_status=cert.chain_status,
+            chain_reason=cert.chain_reason,
+            weaknesses=tuple(engine.Weakness(w["kind"], w["detail"]) for w in cert.weaknesses),
+        )
+        for spec in engine.certificate_findings(facts, now=now, expiry_window=window):
+            desired.append(_Desired(spec, cert.pk, cert.spiffe_id))
+    existing = IdentityFinding.objects.filter(
+        team_id=team_id, environment=environment, kind__in=_CERT_FINDING_KINDS
+    )
+    if certificate_ids is not None:
+        prints = list(certs.values_list("fingerprint_sha256", flat=True))
+        existing = existing.filter(key__in=prints)
+    counts = _upsert_findings(
+        team_id=team_id, environment=environment, desired=desired, existing=existing,
+        resolve_missing=True, now=now, actor=actor,
+    )
+    identities = Identity.objects.filter(team_id=team_id, environment=environment)
+    unmapped_existing = IdentityFinding.objects.filter(
+        team_id=team_id, environment=environment, kind=FindingKind.UNMAPPED
+    )
+    if spiffe_ids is not None:
+        spiffe_ids = list(spiffe_ids)
+        identities = identities.filter(spiffe_id__in=spiffe_ids)
+        unmapped_existing = unmapped_existing.filter(spiffe_id__in=spiffe_ids)
+    unmapped = [
+        _Desired(engine.unmapped_identity_finding(spiffe_id=i.spiffe_id), None, i.spiffe_id)
+        for i in identities
+        if i.mapping_source == MappingSource.NONE
+    ]
+    more = _upsert_findings(
+        team_id=team_id, environment=environment, desired=unmapped, existing=unmapped_existing,
+        resolve_missing=True, now=now, actor=actor,
+    )
+    return {
+        "opened": counts["opened"] + more["opened"],
+        "resolved": counts["resolved"] + more["resolved"],
+    }
+
+
+def identity_environments_reevaluate(*, now: datetime | None = None) -> dict[str, int]:
+    """Time passes: certificates expire, enter the warning window. Re-verify every
+    environment and sync its findings (periodic task)."""
+    now = now or timezone.now()
+    pairs = set(Certificate.objects.values_list("team_id", "environment").distinct())
+    opened = 0
+    for team_id, environment in sorted(pairs):
+        with transaction.atomic():
+            environment_lock(team_id=team_id, environment=environment)
+            certificates_verify(team_id=team_id, environment=environment, now=now)
+            identities_refresh(team_id=team_id, environment=environment, now=now)
+            opened += findings_sync(team_id=team_id, environment=environment, now=now)["opened"]
+    return {"environments": len(pairs), "findings_opened": opened}
+
+
+# --- Caller policies ------------------------------------------------------------------------
+
+
+@transaction.atomic
+def service_policy_set(
+    *,
+    team: Team,
+    environment: str,
+    service_name: str,
+    namespace: str = "",
+    allowed_callers: Sequence[str],
+    require_mtls: bool,
+    principal: Principal,
+) -> ServicePolicy:
+    if not principal.can(Scope.TRIAGE, team.pk):
+        raise PermissionError("setting a caller policy needs the 'triage' scope")
+    environment = environment_validate(environment)
+    service_name = service_name.strip()
+    if not service_name:
+        raise ValueError("a policy needs a service name")
+    patterns = [p.strip() for p in allowed_callers if p.strip()]
+    for pattern in patterns:
+        if not pattern.startswith("spiffe://"):
+            raise ValueError(f"allowed caller {pattern!r} must be a SPIFFE ID or pattern (spiffe://…)")
+    policy, created = ServicePolicy.objects.update_or_create(
+        team=team,
+        environment=environment,
+        service_name=service_name[:200],
+        namespace=namespace.strip()[:200],
+        defaults={"allowed_callers": patterns, "require_mtls": require_mtls},
+    )
+    IdentityAuditEvent.objects.create(
+        team=team,
+        environment=environment,
+        action="policy_created" if created else "policy_updated",
+        actor=principal.label,
+        data={
+            "service_name": policy.service_name,
+            "namespace": policy.namespace,
+            "allowed_callers": patterns,
+            "require_mtls": require_mtls,
+        },
+    )
+    return policy
+
+
+@transaction.atomic
+def identity_policy_evaluate(
+    *, team_id: int, environment: str, edges: list[engine.ObservedEdge], actor: str = SYSTEM_ACTOR
+) -> list[IdentityFinding]:
+    """Check observed call edges (plain data) against the callees' caller policies and
+    record a finding for each violating edge. Violations are evidence of something that
+    happened, so a later call list without the edge does not resolve them."""
+    environment_lock(team_id=team_id, environment=environment)
+    policies = {
+        (p.service_name, p.namespace): engine.CallerPolicy(
+            service=p.service_name,
+            namespace=p.namespace,
+            allowed_callers=tuple(p.allowed_callers),
+            require_mtls=p.require_mtls,
+        )
+        for p in ServicePolicy.objects.filter(team_id=team_id, environment=environment)
+    }
+    desired: list[_Desired] = []
+    for edge in edges:
+        policy = policies.get((edge.callee_service, edge.callee_namespace)) or policies.get(
+            (edge.callee_service, "")
+        )
+        if policy is None:
+            continue
+        reasons = engine.edge_policy_violations(edge, policy)
+        if reasons:
+            desired.append(
+                _Desired(engine.policy_finding(edge, reasons), None, edge.caller_spiffe_id or "")
+            )
+    keys = [_finding_key(d.spec.key) for d in desired]
+    existing = IdentityFinding.objects.filter(
+        team_id=team_id, environment=environment, kind=FindingKind.POLICY_VIOLATION, key__in=keys
+    )
+    _upsert_findings(
+        team_id=team_id, environment=environment, desired=desired, existing=existing,
+        resolve_missing=False, now=timezone.now(), actor=actor,
+    )
+    return list(
+        IdentityFinding.objects.filter(
+            team_id=team_id, environment=environment, kind=FindingKind.POLICY_VIOLATION,
+            key__in=keys,
+        ).order_by("pk")
+    )

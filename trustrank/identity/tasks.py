@@ -1,0 +1,13 @@
+"""Thin Celery tasks for identity evidence."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from trustrank.identity import services
+
+
+@shared_task(acks_late=True)
+def identity_reevaluate() -> dict[str, int]:
+    """Periodic: expiry moves with the clock, so statuses and findings are recomputed."""
+    return services.identity_environments_reevaluate()
