@@ -9,20 +9,11 @@ from django.conf import settings
 from ingest.bodies import decode_body
 from ingest.models import IngestJob, JobKind
 from ingest.parsers.cyclonedx import parse_cyclonedx
+from ingest.receivers import UploadRefused
 from ingest.services import job_create
-from trustrank.accounts.models import Scope, Team
+from trustrank.accounts.models import Team
 from trustrank.accounts.principal import Principal
 from trustrank.inventory.services import project_version_resolve
-
-
-class UploadRefused(Exception):
-    """The upload cannot be accepted; `status` and `title` shape the problem response."""
-
-    def __init__(self, status: int, title: str, detail: str) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.title = title
-        self.detail = detail
 
 
 @dataclass(frozen=True)
@@ -38,30 +29,6 @@ def parse_bool(raw: object) -> bool:
     if isinstance(raw, bool):
         return raw
     return str(raw or "").strip().lower() in ("true", "1", "yes", "on")
-
-
-def team_for_upload(*, principal: Principal, team_hint: str = "") -> Team:
-    """An API key uploads to its own team; a person names the team when they have several."""
-    if principal.api_key is not None:
-        if not principal.can(Scope.SBOM_WRITE, principal.api_key.team_id):
-            raise UploadRefused(403, "Forbidden", "This key lacks the 'sbom:write' scope.")
-        return principal.api_key.team
-    allowed = Team.objects.filter(pk__in=principal.teams_with(Scope.SBOM_WRITE))
-    if team_hint:
-        team = allowed.filter(name=team_hint).first()
-        if team is None and team_hint.isdigit():
-            team = allowed.filter(pk=int(team_hint)).first()
-        if team is None:
-            raise UploadRefused(
-                403, "Forbidden", f"You may not upload SBOMs to team {team_hint!r}."
-            )
-        return team
-    teams = list(allowed[:2])
-    if len(teams) != 1:
-        raise UploadRefused(
-            400, "Team required", "You belong to several teams: name one with the `team` parameter."
-        )
-    return teams[0]
 
 
 def sbom_submit(

@@ -13,99 +13,27 @@ from typing import Any
 from django.urls import path
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.generics import ListAPIView
-from rest_framework.parsers import BaseParser, FormParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ingest.models import IngestJob
-from ingest.services import InvalidPriority, ingest_overloaded, priority_parse
+from ingest.receivers import (
+    RawBodyParser,
+    ReceiverMixin,
+    accepted,
+    body_or_file,
+    param,
+    priority_from,
+    team_for_write,
+)
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_request
 from trustrank.identity import selectors
 from trustrank.identity.filters import CertificateFilter
 from trustrank.identity.models import Certificate
 from trustrank.identity.serializers import CertificateSerializer, TrustBundleSerializer
-from trustrank.identity.services import (
-    UploadRefused,
-    certificates_submit,
-    team_for_write,
-    trust_bundle_submit,
-)
-from trustrank.lib.api import problem
-
-
-class RawBodyParser(BaseParser):
-    """Leave PEM/DER/JSON bodies alone: the receivers read request.body themselves."""
-
-    media_type = "*/*"
-
-    def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> Any:
-        return {}
-
-
-class Overloaded(Exception):
-    def __init__(self, retry_after: int) -> None:
-        super().__init__(retry_after)
-        self.retry_after = retry_after
-
-
-def _param(request: Request, name: str) -> str:
-    return str(request.query_params.get(name) or request.POST.get(name) or "")
-
-
-def _body(request: Request, *fields: str) -> tuple[bytes, str]:
-    """The raw body, or the first uploaded file / text field of a multipart form."""
-    if request.content_type.startswith(("multipart/form-data", "application/x-www-form")):
-        for name in fields:
-            upload = request.FILES.get(name)
-            if upload is not None:
-                return upload.read(), upload.name or ""
-        for name in fields:
-            text = request.POST.get(name)
-            if text:
-                return text.encode(), ""
-        raise UploadRefused(
-            400, "File required", f"Send the file in the multipart field `{fields[0]}`."
-        )
-    return request.body, ""
-
-
-def _priority(request: Request) -> int:
-    try:
-        return priority_parse(request.headers.get("X-Priority"))
-    except InvalidPriority as exc:
-        raise UploadRefused(400, "Invalid X-Priority", str(exc)) from exc
-
-
-def _accepted(job: IngestJob, **extra: Any) -> Response:
-    url = f"/api/v1/jobs/{job.pk}"
-    return Response(
-        {"id": str(job.pk), "status": job.status, "status_url": url, **extra},
-        status=202,
-        headers={"Location": url},
-    )
-
-
-class _Receiver:
-    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        super().initial(request, *args, **kwargs)  # type: ignore[misc]
-        if request.method in ("POST", "PUT"):
-            retry_after = ingest_overloaded()
-            if retry_after is not None:
-                raise Overloaded(retry_after)
-
-    def handle_exception(self, exc: Exception) -> Response:
-        if isinstance(exc, Overloaded):
-            response = problem(
-                503, "Ingest queue is full",
-                f"Too many uploads are waiting; retry in {exc.retry_after} s.",
-            )
-            response["Retry-After"] = str(exc.retry_after)
-            return response
-        if isinstance(exc, UploadRefused):
-            return problem(exc.status, exc.title, exc.detail)
-        return super().handle_exception(exc)  # type: ignore[misc]
+from trustrank.identity.services import certificates_submit, trust_bundle_submit
 
 
 @extend_schema(
@@ -118,7 +46,7 @@ class _Receiver:
         OpenApiParameter("X-Priority", int, location=OpenApiParameter.HEADER),
     ],
 )
-class CertificatesApi(_Receiver, ListAPIView[Certificate]):
+class CertificatesApi(ReceiverMixin, ListAPIView[Certificate]):
     """GET: certificates with SPIFFE ID, strength, expiry and chain status.
     POST: PEM (one or many, chains included) or DER certificate(s), raw or multipart `file`."""
 
@@ -141,21 +69,26 @@ class CertificatesApi(_Receiver, ListAPIView[Certificate]):
     )
     def post(self, request: Request) -> Response:
         principal = principal_for_request(request)
-        body, filename = _body(request, "file", "certificate")
-        team = team_for_write(principal=principal, team_hint=_param(request, "team"))
+        body, filename = body_or_file(request, "file", "certificate")
+        team = team_for_write(
+            principal=principal,
+            scope=Scope.CERTS_WRITE,
+            what="certificates",
+            team_hint=param(request, "team"),
+        )
         job = certificates_submit(
             principal=principal,
             team=team,
             body=body,
-            environment=_param(request, "environment"),
-            service=_param(request, "service"),
-            namespace=_param(request, "namespace"),
-            observed=_param(request, "observed"),
-            priority=_priority(request),
+            environment=param(request, "environment"),
+            service=param(request, "service"),
+            namespace=param(request, "namespace"),
+            observed=param(request, "observed"),
+            priority=priority_from(request),
             content_type=request.content_type or "",
             filename=filename,
         )
-        return _accepted(job, certificates=job.params.get("certificates"))
+        return accepted(job, certificates=job.params.get("certificates"))
 
 
 @extend_schema(
@@ -164,7 +97,7 @@ class CertificatesApi(_Receiver, ListAPIView[Certificate]):
         OpenApiParameter("team", str, description="for people in several teams"),
     ],
 )
-class TrustBundleApi(_Receiver, APIView):
+class TrustBundleApi(ReceiverMixin, APIView):
     """PUT: replace the environment's trust bundle (PEM CA certificates or a SPIFFE bundle
     JSON); every certificate in the environment is verified again. GET: the current one."""
 
@@ -185,19 +118,24 @@ class TrustBundleApi(_Receiver, APIView):
     )
     def put(self, request: Request, environment: str) -> Response:
         principal = principal_for_request(request)
-        body, filename = _body(request, "file", "bundle")
-        team = team_for_write(principal=principal, team_hint=_param(request, "team"))
+        body, filename = body_or_file(request, "file", "bundle")
+        team = team_for_write(
+            principal=principal,
+            scope=Scope.CERTS_WRITE,
+            what="certificates",
+            team_hint=param(request, "team"),
+        )
         job = trust_bundle_submit(
             principal=principal,
             team=team,
             body=body,
             environment=environment,
-            trust_domain=_param(request, "trust_domain"),
-            priority=_priority(request),
+            trust_domain=param(request, "trust_domain"),
+            priority=priority_from(request),
             content_type=request.content_type or "",
             filename=filename,
         )
-        return _accepted(job, anchors=job.params.get("anchors"))
+        return accepted(job, anchors=job.params.get("anchors"))
 
 
 urlpatterns = [

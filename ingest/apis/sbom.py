@@ -9,42 +9,40 @@ from typing import Any
 import orjson
 from django.urls import path
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework.parsers import BaseParser, FormParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ingest.models import IngestJob
-from ingest.sbom import SbomTarget, UploadRefused, parse_bool, sbom_submit, team_for_upload
+from ingest.receivers import (
+    RawBodyParser,
+    ReceiverMixin,
+    UploadRefused,
+    accepted,
+    body_or_file,
+    param,
+    priority_from,
+    team_for_write,
+)
+from ingest.sbom import SbomTarget, parse_bool, sbom_submit
 from ingest.selectors import job_get
-from ingest.services import InvalidPriority, priority_parse
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_request
-from trustrank.lib.api import problem
 
 
-class RawBodyParser(BaseParser):
-    """Leave non-form bodies alone: the receivers read request.body themselves."""
-
-    media_type = "*/*"
-
-    def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> Any:
-        return {}
-
-
-class _SbomReceiver(APIView):
+class _SbomReceiver(ReceiverMixin, APIView):
     parser_classes = [MultiPartParser, FormParser, RawBodyParser]
     required_scope = Scope.SBOM_WRITE
 
     def _submit(self, request: Request, *, body: bytes, target: SbomTarget, filename: str) -> Any:
         principal = principal_for_request(request)
-        try:
-            priority = priority_parse(request.headers.get("X-Priority"))
-        except InvalidPriority as exc:
-            raise UploadRefused(400, "Invalid X-Priority", str(exc)) from exc
-        team = team_for_upload(
+        priority = priority_from(request)
+        team = team_for_write(
             principal=principal,
-            team_hint=str(request.query_params.get("team") or request.POST.get("team") or ""),
+            scope=Scope.SBOM_WRITE,
+            what="SBOMs",
+            team_hint=param(request, "team"),
         )
         return sbom_submit(
             principal=principal,
@@ -57,26 +55,14 @@ class _SbomReceiver(APIView):
             filename=filename,
         )
 
-    def handle_exception(self, exc: Exception) -> Response:
-        if isinstance(exc, UploadRefused):
-            return problem(exc.status, exc.title, exc.detail)
-        return super().handle_exception(exc)
 
-
-def _file_or_field(request: Request, *names: str) -> tuple[bytes, str] | None:
-    for name in names:
-        upload = request.FILES.get(name)
-        if upload is not None:
-            return upload.read(), upload.name or ""
-    for name in names:
-        text = request.POST.get(name)
-        if text:
-            return text.encode(), ""
-    return None
-
-
-def _param(request: Request, name: str) -> str:
-    return str(request.query_params.get(name) or request.POST.get(name) or "")
+def _target(request: Request) -> SbomTarget:
+    return SbomTarget(
+        project_name=param(request, "projectName"),
+        project_version=param(request, "projectVersion"),
+        project_uuid=param(request, "project"),
+        auto_create=parse_bool(param(request, "autoCreate")),
+    )
 
 
 @extend_schema(
@@ -94,28 +80,9 @@ def _param(request: Request, name: str) -> str:
 )
 class SbomUploadApi(_SbomReceiver):
     def post(self, request: Request) -> Response:
-        if request.content_type.startswith(("multipart/form-data", "application/x-www-form")):
-            found = _file_or_field(request, "bom", "file")
-            if found is None:
-                raise UploadRefused(
-                    400, "BOM required", "Send the BOM as the multipart field `bom`."
-                )
-            body, filename = found
-        else:
-            body, filename = request.body, ""
-        target = SbomTarget(
-            project_name=_param(request, "projectName"),
-            project_version=_param(request, "projectVersion"),
-            project_uuid=_param(request, "project"),
-            auto_create=parse_bool(_param(request, "autoCreate")),
-        )
-        job = self._submit(request, body=body, target=target, filename=filename)
-        url = f"/api/v1/jobs/{job.pk}"
-        return Response(
-            {"id": str(job.pk), "token": str(job.pk), "status": job.status, "status_url": url},
-            status=202,
-            headers={"Location": url},
-        )
+        body, filename = body_or_file(request, "bom", "file")
+        job = self._submit(request, body=body, target=_target(request), filename=filename)
+        return accepted(job)
 
 
 @extend_schema(summary="Dependency-Track compatible BOM upload (PUT JSON / POST multipart)")
@@ -145,17 +112,10 @@ class DependencyTrackBomApi(_SbomReceiver):
         return Response({"token": str(job.pk)})
 
     def post(self, request: Request) -> Response:
-        found = _file_or_field(request, "bom")
-        if found is None:
+        if not request.content_type.startswith("multipart/form-data"):
             raise UploadRefused(400, "BOM required", "Send the BOM as the multipart field `bom`.")
-        body, filename = found
-        target = SbomTarget(
-            project_name=_param(request, "projectName"),
-            project_version=_param(request, "projectVersion"),
-            project_uuid=_param(request, "project"),
-            auto_create=parse_bool(_param(request, "autoCreate")),
-        )
-        job = self._submit(request, body=body, target=target, filename=filename)
+        body, filename = body_or_file(request, "bom")
+        job = self._submit(request, body=body, target=_target(request), filename=filename)
         return Response({"token": str(job.pk)})
 
 

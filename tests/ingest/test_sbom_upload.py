@@ -295,3 +295,23 @@ def test_jobs_of_another_team_are_invisible(team, other_team, api):
     assert intruder.get(f"/api/v1/jobs/{job_id}").status_code == 404
     assert intruder.get("/api/v1/jobs").json()["count"] == 0
     assert intruder.get(f"/api/v1/bom/token/{job_id}").status_code == 404
+
+
+@override_settings(TRUSTRANK_INGEST_QUEUE_SOFT_LIMIT=2)
+def test_deep_queue_answers_503_with_retry_after_from_formula_6(team, api):
+    client = api(team, "sbom:write")
+    assert upload(client).status_code == 202
+    assert upload(client).status_code == 202
+    response = upload(client)
+    assert response.status_code == 503
+    # delay = 0.01 s · (1 + 0.02 · 2)² = 0.0108 s, rounded up to whole seconds.
+    assert response["Retry-After"] == "1"
+    assert IngestJob.objects.count() == 2
+
+
+def test_retry_after_grows_with_the_queue():
+    from ingest.services import retry_after_seconds
+
+    assert retry_after_seconds(queue_depth=0) == 1
+    assert retry_after_seconds(queue_depth=1000) == 5  # 0.01 · 21² = 4.41 s
+    assert retry_after_seconds(queue_depth=5000) == 103  # 0.01 · 101² = 102.01 s, rounded up

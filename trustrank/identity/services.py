@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from ingest import receivers
 from ingest.errors import IngestRejected
 from ingest.models import IngestJob, JobKind
 from ingest.parsers.x509 import (
@@ -25,6 +26,7 @@ from ingest.parsers.x509 import (
     certificates_parse,
     trust_bundle_parse,
 )
+from ingest.receivers import UploadRefused
 from ingest.services import job_create
 from trustrank.accounts.models import Scope, Team
 from trustrank.accounts.principal import Principal
@@ -53,14 +55,6 @@ _CERT_FINDING_KINDS = (
     FindingKind.WEAK_SIGNATURE,
     FindingKind.CHAIN_INVALID,
 )
-
-
-class UploadRefused(Exception):
-    """A receiver answers this with a problem document; nothing has been stored."""
-
-    def __init__(self, status: int, title: str, detail: str) -> None:
-        super().__init__(detail)
-        self.status, self.title, self.detail = status, title, detail
 
 
 # --- Settings -------------------------------------------------------------------------------
@@ -120,29 +114,10 @@ def environment_validate(name: str) -> str:
 
 
 def team_for_write(*, principal: Principal, team_hint: str = "") -> Team:
-    """An API key writes to its own team; a person names the team when they have several."""
-    if principal.api_key is not None:
-        if not principal.can(Scope.CERTS_WRITE, principal.api_key.team_id):
-            raise UploadRefused(403, "Forbidden", "This key lacks the 'certs:write' scope.")
-        return principal.api_key.team
-    allowed = Team.objects.filter(pk__in=principal.teams_with(Scope.CERTS_WRITE))
-    if team_hint:
-        team = allowed.filter(name=team_hint).first()
-        if team is None and team_hint.isdigit():
-            team = allowed.filter(pk=int(team_hint)).first()
-        if team is None:
-            raise UploadRefused(
-                403, "Forbidden", f"You may not upload certificates to team {team_hint!r}."
-            )
-        return team
-    teams = list(allowed[:2])
-    if not teams:
-        raise UploadRefused(403, "Forbidden", "You may not upload certificates to any team.")
-    if len(teams) > 1:
-        raise UploadRefused(
-            400, "Team required", "You belong to several teams: name one with the `team` parameter."
-        )
-    return teams[0]
+    """The team a certificate or bundle upload goes to."""
+    return receivers.team_for_write(
+        principal=principal, scope=Scope.CERTS_WRITE, what="certificates", team_hint=team_hint
+    )
 
 
 def team_for_triage(*, principal: Principal, team_hint: str = "") -> Team:
