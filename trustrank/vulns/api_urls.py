@@ -1,0 +1,18 @@
+from django.urls import path
+
+from trustrank.vulns import apis
+
+urlpatterns = [
+    path("findings", apis.FindingListApi.as_view(), name="api-findings"),
+    path("findings/<int:finding_id>", apis.FindingDetailApi.as_view(), name="api-finding"),
+    path(
+        "findings/<int:finding_id>/triage",
+        apis.FindingTriageApi.as_view(),
+        name="api-finding-triage",
+    ),
+    path(
+        "findings/<int:finding_id>/comments",
+        apis.FindingCommentApi.as_view(),
+        name="api-finding-comments",
+    ),
+]

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class VulnsConfig(AppConfig):
+    name = "trustrank.vulns"
+    label = "vulns"

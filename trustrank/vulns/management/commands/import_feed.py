@@ -1,0 +1,62 @@
+"""python manage.py import_feed {osv|kev|epss} PATH [--wait] [--team NAME]"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ingest.models import IngestJob, JobStatus
+from trustrank.accounts.models import Team
+from trustrank.vulns.services.feeds import (
+    FEED_KINDS,
+    FeedSourceError,
+    SystemPrincipal,
+    feed_import_submit,
+    feed_payload_read,
+    feeds_team,
+)
+
+
+class Command(BaseCommand):
+    help = "Queue an import of an OSV (file, directory or zip), CISA KEV or FIRST EPSS feed."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("kind", choices=FEED_KINDS)
+        parser.add_argument("path", help="a file, a directory of OSV records, or a zip")
+        parser.add_argument("--wait", action="store_true", help="block until the job ends")
+        parser.add_argument("--timeout", type=float, default=3600.0, help="seconds, with --wait")
+        parser.add_argument("--team", default="", help="team that owns the job (default: feeds)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        kind, path = options["kind"], options["path"]
+        try:
+            payload, filename = feed_payload_read(kind=kind, path=path)
+        except (FeedSourceError, OSError) as exc:
+            raise CommandError(str(exc)) from exc
+        if options["team"]:
+            team = Team.objects.filter(name=options["team"]).first()
+            if team is None:
+                raise CommandError(f"no team named {options['team']!r}")
+        else:
+            team = feeds_team()
+        principal = SystemPrincipal(
+            scopes_by_team={team.pk: frozenset({"admin"})}, name="import_feed"
+        )
+        job = feed_import_submit(
+            kind=kind, payload=payload, principal=principal, team=team, filename=filename
+        )
+        self.stdout.write(f"queued {kind} import job {job.pk} ({len(payload)} bytes)")
+        if not options["wait"]:
+            return
+        deadline = time.monotonic() + options["timeout"]
+        while time.monotonic() < deadline:
+            job = IngestJob.objects.get(pk=job.pk)
+            if job.status == JobStatus.DONE:
+                self.stdout.write(f"job {job.pk} done: {job.counts}")
+                return
+            if job.status == JobStatus.FAILED:
+                raise CommandError(f"job {job.pk} failed: {job.error}")
+            time.sleep(0.25)
+        raise CommandError(f"job {job.pk} did not finish within {options['timeout']} s")

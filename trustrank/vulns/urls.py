@@ -1,0 +1,11 @@
+from django.urls import path
+
+from trustrank.vulns import views
+
+app_name = "vulns"
+urlpatterns = [
+    path("findings/", views.finding_list_page, name="finding-list"),
+    path("findings/<int:finding_id>/", views.finding_page, name="finding"),
+    path("findings/<int:finding_id>/triage", views.finding_triage_submit, name="finding-triage"),
+    path("findings/<int:finding_id>/comment", views.finding_comment_submit, name="finding-comment"),
+]

@@ -1,0 +1,154 @@
+"""Pages: the findings list (keyset-paginated, htmx table fragment) and a finding's page with
+its evidence, history and triage form."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db.models import BooleanField
+from django.db.models.expressions import RawSQL
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from trustrank.accounts.principal import principal_for_request
+from trustrank.inventory.models import Project
+from trustrank.vulns import selectors
+from trustrank.vulns.engine.cyclonedx_vulns import VEX_RESPONSES
+from trustrank.vulns.filters import FindingFilter
+from trustrank.vulns.models import Justification, Severity, TriageState
+from trustrank.vulns.services.findings import (
+    TriageError,
+    TriageForbidden,
+    finding_comment_add,
+    finding_triage,
+)
+
+PAGE_SIZE = 50
+
+
+def _cursor(value: str) -> tuple[float, int] | None:
+    try:
+        prio, _, pk = value.partition(":")
+        return float(prio), int(pk)
+    except ValueError:
+        return None
+
+
+@login_required
+def finding_list_page(request: HttpRequest) -> HttpResponse:
+    """Keyset pagination on (baseline_priority, id) — the index's order — so page 1,000 costs
+    what page 1 costs; the total is counted up to a cap, never over the whole table."""
+    principal = principal_for_request(request)
+    filterset = FindingFilter(request.GET, queryset=selectors.finding_list(principal=principal))
+    qs = filterset.qs
+    count, capped = selectors.capped_count(qs)
+    after = _cursor(request.GET.get("after", ""))
+    page_qs = qs
+    if after is not None:
+        prio, pk = after
+        # A row comparison, not (a < x OR a = x AND b < y): PostgreSQL turns it into one
+        # index range on (team, baseline_priority, id), so a deep page starts where it should.
+        page_qs = qs.filter(
+            RawSQL(
+                '("vulns_finding"."baseline_priority", "vulns_finding"."id") < (%s, %s)',
+                (prio, pk),
+                output_field=BooleanField(),
+            )
+        )
+    rows = list(page_qs[: PAGE_SIZE + 1])
+    has_next = len(rows) > PAGE_SIZE
+    rows = rows[:PAGE_SIZE]
+    params = request.GET.copy()
+    params.pop("after", None)
+    base_query = params.urlencode()
+    next_query = ""
+    if has_next:
+        last = rows[-1]
+        params["after"] = f"{last.baseline_priority!r}:{last.pk}"
+        next_query = params.urlencode()
+    context: dict[str, Any] = {
+        "filter": filterset,
+        "findings": rows,
+        "count": count,
+        "capped": capped,
+        "next_query": next_query,
+        "first_query": base_query,
+        "is_first_page": after is None,
+        "projects": Project.objects.filter(team_id__in=principal.team_ids).order_by("name"),
+        "severities": Severity.choices,
+        "states": TriageState.choices,
+        "selected_severity": request.GET.getlist("severity"),
+        "selected_state": request.GET.getlist("state"),
+    }
+    if getattr(request, "htmx", False):
+        return render(request, "vulns/_findings_table.html", context)
+    return render(request, "vulns/finding_list.html", context)
+
+
+@login_required
+def finding_page(request: HttpRequest, finding_id: int) -> HttpResponse:
+    principal = principal_for_request(request)
+    finding = selectors.finding_get(principal=principal, finding_id=finding_id)
+    advisories = selectors.advisories_for_finding(finding=finding)
+    context = {
+        "finding": finding,
+        "advisories": [
+            {
+                "advisory": a,
+                "affected": selectors.affected_for_package(
+                    advisory=a, ecosystem=finding.ecosystem, package_name=finding.package_name
+                ),
+            }
+            for a in advisories
+        ],
+        "kev": selectors.kev_entry_for(cve_id=finding.cve_id),
+        "epss_history": selectors.epss_history_for(cve_id=finding.cve_id),
+        "audit": selectors.finding_audit_trail(finding=finding),
+        "comments": selectors.finding_comments(finding=finding),
+        "can_triage": principal.can("triage", finding.team_id),
+        "states": TriageState.choices,
+        "justifications": Justification.choices,
+        "responses": VEX_RESPONSES,
+    }
+    return render(request, "vulns/finding.html", context)
+
+
+@login_required
+@require_POST
+def finding_triage_submit(request: HttpRequest, finding_id: int) -> HttpResponse:
+    principal = principal_for_request(request)
+    finding = selectors.finding_get(principal=principal, finding_id=finding_id)
+    try:
+        finding_triage(
+            finding=finding,
+            principal=principal,
+            state=request.POST.get("state", ""),
+            justification=request.POST.get("justification", ""),
+            response=request.POST.getlist("response"),
+            detail=request.POST.get("detail", ""),
+            reason=request.POST.get("reason", ""),
+        )
+        messages.success(request, "Triage state saved.")
+    except TriageForbidden as exc:
+        return HttpResponse(str(exc), status=403)
+    except TriageError as exc:
+        messages.error(request, str(exc))
+    return HttpResponseRedirect(reverse("vulns:finding", args=[finding.pk]))
+
+
+@login_required
+@require_POST
+def finding_comment_submit(request: HttpRequest, finding_id: int) -> HttpResponse:
+    principal = principal_for_request(request)
+    finding = selectors.finding_get(principal=principal, finding_id=finding_id)
+    try:
+        finding_comment_add(finding=finding, principal=principal, body=request.POST.get("body", ""))
+    except TriageForbidden as exc:
+        return HttpResponse(str(exc), status=403)
+    except TriageError as exc:
+        messages.error(request, str(exc))
+    return HttpResponseRedirect(reverse("vulns:finding", args=[finding.pk]))
