@@ -2,16 +2,23 @@ from __future__ import annotations
 
 import uuid
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import Http404
 
-from ingest.models import IngestJob
+from ingest.models import IngestJob, JobKind
 from trustrank.accounts.principal import Principal
 
 
+# Advisory feeds are shared reference data: every signed-in principal may see how and when
+# they were last imported, whichever team started the import.
+FEED_KINDS = (JobKind.OSV, JobKind.KEV, JobKind.EPSS)
+
+
 def job_list(*, principal: Principal) -> QuerySet[IngestJob]:
+    if not principal.team_ids:
+        return IngestJob.objects.none()
     return (
-        IngestJob.objects.filter(team_id__in=principal.team_ids)
+        IngestJob.objects.filter(Q(team_id__in=principal.team_ids) | Q(kind__in=FEED_KINDS))
         .select_related("team")
         .order_by("-created_at")
     )

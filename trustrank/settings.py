@@ -237,6 +237,8 @@ TRUSTRANK_TRACE_SAMPLE_RETENTION_DAYS = envint(
 )
 # Keep the raw export body on the job after it was aggregated (off: aggregates only).
 TRUSTRANK_TRACE_KEEP_PAYLOAD = envbool("TRUSTRANK_TRACE_KEEP_PAYLOAD", False)
+# A large export is decoded and aggregated in parts of about this size (bounded memory).
+TRUSTRANK_TRACE_PART_BYTES = envint("TRUSTRANK_TRACE_PART_BYTES", 4 * 1024 * 1024, minimum=1024)
 # The OTLP receiver re-reads the ingest queue depth at most this often per process.
 TRUSTRANK_OTLP_OVERLOAD_CACHE_SECONDS = envfloat("TRUSTRANK_OTLP_OVERLOAD_CACHE_SECONDS", 1.0)
 CELERY_BEAT_SCHEDULE["runtime-traces-sweep"] = {

@@ -315,3 +315,13 @@ def test_retry_after_grows_with_the_queue():
     assert retry_after_seconds(queue_depth=0) == 1
     assert retry_after_seconds(queue_depth=1000) == 5  # 0.01 · 21² = 4.41 s
     assert retry_after_seconds(queue_depth=5000) == 103  # 0.01 · 101² = 102.01 s, rounded up
+
+
+def test_feed_imports_are_visible_to_every_team(team, other_team, api):
+    from ingest.models import JobKind
+
+    feed = IngestJob.objects.create(team=other_team, kind=JobKind.KEV, digest="1" * 64)
+    private = IngestJob.objects.create(team=other_team, kind=JobKind.SBOM, digest="2" * 64)
+    client = api(team, "read")
+    assert client.get(f"/api/v1/jobs/{feed.pk}").status_code == 200
+    assert client.get(f"/api/v1/jobs/{private.pk}").status_code == 404
