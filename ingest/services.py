@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import OperationalError, transaction
+from django.db import OperationalError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -155,6 +155,22 @@ def job_fail(*, job_id: Any, message: str) -> None:
     )
 
 
+def _payload_load(*, job_id: Any) -> bytes:
+    """The job's raw payload. Read with binary results: over the text protocol bytea arrives
+    hex-encoded, and a large upload then costs the worker ~5x its size in memory."""
+    import psycopg
+
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(
+            "SELECT data FROM ingest_ingestpayload WHERE job_id = %s", [job_id], binary=True
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise IngestPayload.DoesNotExist(f"job {job_id} has no payload")
+    return bytes(row[0])
+
+
 def job_run(*, job_id: str) -> None:
     """Claim and run one job. Transient errors put it back in the queue and propagate (the
     task retries with back-off); bad input fails the job with the handler's message."""
@@ -164,7 +180,7 @@ def job_run(*, job_id: str) -> None:
         return
     handler = HANDLERS[job.kind]
     func = import_string(handler.path)
-    payload = bytes(IngestPayload.objects.values_list("data", flat=True).get(job_id=job.pk))
+    payload = _payload_load(job_id=job.pk)
 
     def progress(**kwargs: Any) -> None:
         job_progress(job_id=job.pk, **kwargs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -11,6 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -98,6 +100,32 @@ def _isolated_queues() -> None:
     settings.INGEST_HIGH_QUEUE = f"{prefix}ingest_high"
 
 
+def _stop_process_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the main process (a group-wide SIGTERM can hang Celery's warm shutdown), then
+    SIGKILL whatever is left of its group so no child keeps a database connection open."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(20)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_stray_connections(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """Before the test database is dropped, end the sessions that killed workers and servers
+    may have left behind, so the drop never fails with 'being accessed by other users'."""
+    yield
+    from django.db import connection
+
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+
 class WorkerProcess:
     """A real `celery worker` process on this run's queues and the test database."""
 
@@ -158,12 +186,7 @@ class WorkerProcess:
             self.proc.wait(10)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        _stop_process_group(self.proc)
 
 
 @pytest.fixture
@@ -231,12 +254,7 @@ class WebServer:
         raise RuntimeError("gunicorn did not start")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+        _stop_process_group(self.proc)
 
 
 @pytest.fixture

@@ -1,0 +1,406 @@
+"""OTLP/HTTP trace bodies -> ExportTraceServiceRequest (bytes in, messages out; no ORM).
+
+Both encodings the OTLP/HTTP specification allows are read here:
+
+- `application/x-protobuf`: the binary ExportTraceServiceRequest, decoded by the `upb`
+  protobuf backend (a C parser; about a million spans a second).
+- `application/json`: the OTLP JSON mapping, which differs from the proto3 JSON mapping in
+  one way that matters: trace, span and parent span ids are hex strings, not base64. Enum
+  values may be integers or names and 64-bit integers strings or numbers; protobuf's
+  `ParseDict` already accepts both. Unknown fields are ignored, as the specification asks.
+
+A body that cannot be decoded at all raises `OtlpDecodeError` (HTTP 400, job failed). Spans
+that decode but cannot be used (ids of the wrong length, an end before the start) are
+counted as rejected and skipped, so one bad span or one bad resource never rejects the rest.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+ENCODINGS = (PROTOBUF, JSON)
+
+_ZERO_TRACE = bytes(16)
+_ZERO_SPAN = bytes(8)
+# Span message fields that hold ids in hex under the OTLP JSON mapping.
+_ID_FIELDS = ("traceId", "spanId", "parentSpanId")
+
+
+class OtlpDecodeError(ValueError):
+    """The body is not an ExportTraceServiceRequest in the declared encoding."""
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A decoded request and what was wrong with the spans that cannot be used."""
+
+    request: ExportTraceServiceRequest
+    total_spans: int
+    rejected_spans: int
+    problems: tuple[str, ...]
+
+    @property
+    def accepted_spans(self) -> int:
+        return self.total_spans - self.rejected_spans
+
+    def message(self) -> str:
+        if not self.rejected_spans:
+            return ""
+        shown = "; ".join(self.problems[:5])
+        more = f" (and {len(self.problems) - 5} more problems)" if len(self.problems) > 5 else ""
+        return f"{self.rejected_spans} of {self.total_spans} spans rejected: {shown}{more}"
+
+
+def media_type(content_type: str) -> str:
+    """`application/json; charset=utf-8` -> `application/json`."""
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def span_problem(span: object) -> str | None:
+    """Why a decoded span cannot be used, or None. Shared by the receiver and the worker so
+    both count exactly the same spans as rejected."""
+    trace_id = span.trace_id  # type: ignore[attr-defined]
+    span_id = span.span_id  # type: ignore[attr-defined]
+    if len(trace_id) != 16 or trace_id == _ZERO_TRACE:
+        return "traceId must be 16 bytes and not all zero"
+    if len(span_id) != 8 or span_id == _ZERO_SPAN:
+        return "spanId must be 8 bytes and not all zero"
+    parent = span.parent_span_id  # type: ignore[attr-defined]
+    if parent and len(parent) != 8:
+        return "parentSpanId must be empty or 8 bytes"
+    start = span.start_time_unix_nano  # type: ignore[attr-defined]
+    if not start or span.end_time_unix_nano < start:  # type: ignore[attr-defined]
+        return "startTimeUnixNano must be set and not after endTimeUnixNano"
+    return None
+
+
+def _count(request: ExportTraceServiceRequest) -> tuple[int, int, list[str]]:
+    total = rejected = 0
+    problems: list[str] = []
+    for r_index, resource_spans in enumerate(request.resource_spans):
+        for s_index, scope_spans in enumerate(resource_spans.scope_spans):
+            spans = scope_spans.spans
+            total += len(spans)
+            for index, span in enumerate(spans):
+                # The common case inline; span_problem only explains a bad span.
+                trace_id = span.trace_id
+                span_id = span.span_id
+                parent = span.parent_span_id
+                start = span.start_time_unix_nano
+                if (
+                    len(trace_id) == 16
+                    and len(span_id) == 8
+                    and (not parent or len(parent) == 8)
+                    and start
+                    and span.end_time_unix_nano >= start
+                    and trace_id != _ZERO_TRACE
+                    and span_id != _ZERO_SPAN
+                ):
+                    continue
+                problem = span_problem(span)
+                if problem is not None:
+                    rejected += 1
+                    if len(problems) < 20:
+                        problems.append(
+                            f"resourceSpans[{r_index}].scopeSpans[{s_index}].spans[{index}]: "
+                            f"{problem}"
+                        )
+    return total, rejected, problems
+
+
+def _hex_to_b64(value: object, *, length: int, allow_empty: bool) -> str:
+    if value in (None, ""):
+        if allow_empty:
+            return ""
+        raise ValueError("is missing")
+    if not isinstance(value, str):
+        raise ValueError("must be a hex string")
+    try:
+        raw = bytes.fromhex(value)
+    except ValueError as exc:
+        raise ValueError(f"{value[:40]!r} is not hex") from exc
+    if len(raw) != length:
+        raise ValueError(f"must be {length} bytes ({2 * length} hex digits)")
+    return base64.b64encode(raw).decode()
+
+
+def _span_ids_to_b64(span: dict[str, object]) -> None:
+    """Rewrite a JSON span's hex ids (and its links' ids) as base64 for ParseDict."""
+    span["traceId"] = _hex_to_b64(span.get("traceId"), length=16, allow_empty=False)
+    span["spanId"] = _hex_to_b64(span.get("spanId"), length=8, allow_empty=False)
+    span["parentSpanId"] = _hex_to_b64(span.get("parentSpanId"), length=8, allow_empty=True)
+    links = span.get("links")
+    if isinstance(links, list):
+        for link in links:
+            if isinstance(link, dict):
+                link["traceId"] = _hex_to_b64(link.get("traceId"), length=16, allow_empty=True)
+                link["spanId"] = _hex_to_b64(link.get("spanId"), length=8, allow_empty=True)
+
+
+def _decode_json(body: bytes, *, count: bool = True) -> Decoded:
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise OtlpDecodeError(f"the body is not valid JSON: {exc}") from exc
+    if not isinstance(document, dict):
+        raise OtlpDecodeError("the JSON body must be an object with a resourceSpans array")
+    resource_list = document.get("resourceSpans", document.get("resource_spans", []))
+    if not isinstance(resource_list, list):
+        raise OtlpDecodeError("resourceSpans must be an array")
+    request = ExportTraceServiceRequest()
+    total = rejected = 0
+    problems: list[str] = []
+    for r_index, item in enumerate(resource_list):
+        if not isinstance(item, dict):
+            problems.append(f"resourceSpans[{r_index}]: must be an object")
+            continue
+        scope_list = item.get("scopeSpans", item.get("scope_spans", []))
+        if not isinstance(scope_list, list):
+            scope_list = []
+            problems.append(f"resourceSpans[{r_index}].scopeSpans: must be an array")
+        resource_total = resource_bad = 0
+        for s_index, scope_spans in enumerate(scope_list):
+            spans = scope_spans.get("spans") if isinstance(scope_spans, dict) else None
+            if not isinstance(spans, list):
+                continue
+            kept = []
+            for index, span in enumerate(spans):
+                resource_total += 1
+                try:
+                    if not isinstance(span, dict):
+                        raise ValueError("must be an object")
+                    _span_ids_to_b64(span)
+                    kept.append(span)
+                except ValueError as exc:
+                    resource_bad += 1
+                    if len(problems) < 20:
+                        problems.append(
+                            f"resourceSpans[{r_index}].scopeSpans[{s_index}].spans[{index}]: "
+                            f"id {exc}"
+                        )
+            scope_spans["spans"] = kept
+        total += resource_total
+        rejected += resource_bad
+        # One resource at a time: a resource whose attributes or spans have the wrong types
+        # is rejected alone, the rest of the request is kept (OTLP partial success).
+        parsed = ResourceSpans()
+        try:
+            json_format.ParseDict(item, parsed, ignore_unknown_fields=True)
+        except (json_format.ParseError, ValueError, TypeError) as exc:
+            rejected += resource_total - resource_bad
+            problems.append(f"resourceSpans[{r_index}]: {str(exc)[:300]}")
+            continue
+        request.resource_spans.append(parsed)
+    late_rejected, late_problems = 0, []
+    if count:
+        _, late_rejected, late_problems = _count(request)
+    return Decoded(
+        request=request,
+        total_spans=total,
+        rejected_spans=rejected + late_rejected,
+        problems=tuple(problems + late_problems),
+    )
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 63:
+            raise OtlpDecodeError("the protobuf body is truncated or malformed (varint)")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(buf: bytes) -> Iterator[tuple[int, int, int, int]]:
+    """Top-level fields of a protobuf message: (field number, wire type, start, end) where
+    [start, end) is the whole field (tag included)."""
+    pos = 0
+    end = len(buf)
+    while pos < end:
+        start = pos
+        tag, pos = _varint(buf, pos)
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            _, pos = _varint(buf, pos)
+        elif wire == 1:
+            pos += 8
+        elif wire == 2:
+            length, pos = _varint(buf, pos)
+            pos += length
+        elif wire == 5:
+            pos += 4
+        else:
+            raise OtlpDecodeError(f"the protobuf body uses an unsupported wire type {wire}")
+        if pos > end or number == 0:
+            raise OtlpDecodeError("the protobuf body is truncated or malformed")
+        yield number, wire, start, pos
+
+
+def _payload(buf: bytes, start: int) -> bytes:
+    """The value bytes of a length-delimited field starting at `start`."""
+    _, pos = _varint(buf, start)
+    length, pos = _varint(buf, pos)
+    return buf[pos:pos + length]
+
+
+def _field_bytes(number: int, value: bytes) -> bytes:
+    out = bytearray()
+    for part in ((number << 3) | 2, len(value)):
+        while True:
+            byte = part & 0x7F
+            part >>= 7
+            if part:
+                out.append(byte | 0x80)
+            else:
+                out.append(byte)
+                break
+    return bytes(out) + value
+
+
+def _split_message(buf: bytes, *, repeated: int, max_bytes: int, nested: Any) -> Iterator[bytes]:
+    """Split a message whose field `repeated` is a list, keeping every other field in each
+    part. `nested(value)` splits one oversized list element further (or yields it whole)."""
+    header = bytearray()
+    items: list[tuple[int, int]] = []
+    for number, wire, start, end in _fields(buf):
+        if number == repeated and wire == 2:
+            items.append((start, end))
+        else:
+            header += buf[start:end]
+    part = bytearray(header)
+    filled = False
+    for start, end in items:
+        if end - start > max_bytes:
+            if filled:
+                yield bytes(part)
+                part, filled = bytearray(header), False
+            for piece in nested(_payload(buf, start)):
+                yield bytes(header) + _field_bytes(repeated, piece)
+            continue
+        if filled and len(part) + (end - start) > max_bytes:
+            yield bytes(part)
+            part, filled = bytearray(header), False
+        part += buf[start:end]
+        filled = True
+    if filled or not items:
+        yield bytes(part)
+
+
+def protobuf_split(body: bytes, *, max_bytes: int) -> Iterator[bytes]:
+    """Cut an ExportTraceServiceRequest into smaller valid ExportTraceServiceRequests of at
+    most about `max_bytes` each, on the wire format, without decoding it: a ResourceSpans too
+    large is cut between its ScopeSpans, a ScopeSpans too large between its spans (each part
+    keeps its resource and scope). Decoding a whole request costs ~4x its size in memory;
+    decoding it part by part keeps a million-span request within a few hundred megabytes."""
+
+    def scope_parts(scope_spans: bytes) -> Iterator[bytes]:
+        yield from _split_message(
+            scope_spans, repeated=2, max_bytes=max_bytes, nested=lambda span: iter([span])
+        )
+
+    def resource_parts(resource_spans: bytes) -> Iterator[bytes]:
+        yield from _split_message(
+            resource_spans, repeated=2, max_bytes=max_bytes, nested=scope_parts
+        )
+
+    yield from _split_message(body, repeated=1, max_bytes=max_bytes, nested=resource_parts)
+
+
+def otlp_chunks(
+    body: bytes, *, encoding: str, max_bytes: int = 4 << 20, count: bool = True
+) -> Iterator[Decoded]:
+    """Decode a body part by part (protobuf) or whole (JSON); see protobuf_split.
+    `count=False` skips counting rejected protobuf spans, for a caller that checks every
+    span itself anyway (the aggregation engine)."""
+    if encoding == PROTOBUF and len(body) > max_bytes:
+        for part in protobuf_split(body, max_bytes=max_bytes):
+            yield otlp_decode(part, encoding=encoding, count=count)
+    else:
+        yield otlp_decode(body, encoding=encoding, count=count)
+
+
+def otlp_validate(body: bytes, *, encoding: str) -> Decoded:
+    """Count the spans and rejected spans of a body with bounded memory. The returned
+    `request` is empty for a large protobuf body (it was checked part by part)."""
+    total = rejected = 0
+    problems: list[str] = []
+    last: Decoded | None = None
+    parts = 0
+    for decoded in otlp_chunks(body, encoding=encoding):
+        parts += 1
+        last = decoded
+        total += decoded.total_spans
+        rejected += decoded.rejected_spans
+        problems.extend(decoded.problems[: max(0, 20 - len(problems))])
+    if parts == 1 and last is not None:
+        return last
+    return Decoded(
+        request=ExportTraceServiceRequest(), total_spans=total, rejected_spans=rejected,
+        problems=tuple(problems),
+    )
+
+
+def otlp_decode(body: bytes, *, encoding: str, count: bool = True) -> Decoded:
+    """Decode an (already decompressed) OTLP/HTTP trace body in `encoding` (a media type)."""
+    if encoding == PROTOBUF:
+        request = ExportTraceServiceRequest()
+        try:
+            request.ParseFromString(body)
+        except DecodeError as exc:
+            raise OtlpDecodeError(
+                f"the body is not a protobuf ExportTraceServiceRequest: {exc}"
+            ) from exc
+        if not count:
+            return Decoded(request=request, total_spans=0, rejected_spans=0, problems=())
+        total, rejected, problems = _count(request)
+        return Decoded(
+            request=request, total_spans=total, rejected_spans=rejected, problems=tuple(problems)
+        )
+    if encoding == JSON:
+        return _decode_json(body, count=count)
+    raise OtlpDecodeError(f"unsupported encoding {encoding!r}; use {PROTOBUF} or {JSON}")
+
+
+def response_encode(*, encoding: str, rejected_spans: int = 0, message: str = "") -> bytes:
+    """ExportTraceServiceResponse in the request's encoding (partial_success only when set)."""
+    response = ExportTraceServiceResponse()
+    if rejected_spans or message:
+        response.partial_success.rejected_spans = rejected_spans
+        response.partial_success.error_message = message
+    if encoding == JSON:
+        body: dict[str, object] = {}
+        if rejected_spans or message:
+            # OTLP JSON: 64-bit integers as strings, lowerCamelCase keys.
+            body["partialSuccess"] = {
+                "rejectedSpans": str(rejected_spans),
+                "errorMessage": message,
+            }
+        return orjson.dumps(body)
+    return response.SerializeToString()
+
+
+def status_encode(*, encoding: str, code: int, message: str) -> bytes:
+    """A google.rpc.Status error body, as OTLP/HTTP asks for failed requests."""
+    from google.rpc.status_pb2 import Status
+
+    if encoding == JSON:
+        return orjson.dumps({"code": code, "message": message})
+    return Status(code=code, message=message).SerializeToString()

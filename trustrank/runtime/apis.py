@@ -1,0 +1,195 @@
+"""REST API for runtime evidence: environments, services and observed call edges."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.db.models import Q
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from trustrank.accounts.principal import principal_for_request
+from trustrank.lib.api import Pagination
+from trustrank.runtime import engine, selectors
+from trustrank.runtime.filters import CallEdgeFilterSet, ServiceFilterSet
+
+WINDOW_PARAM = OpenApiParameter(
+    "window", OpenApiTypes.STR, description="15m, 1h (default), 24h, 7d … or 'all'"
+)
+
+
+def _window(request: Request) -> timedelta | None:
+    try:
+        return engine.window_parse(request.query_params.get("window"))
+    except ValueError as exc:
+        raise ValidationError({"window": [str(exc)]}) from exc
+
+
+def _per_minute(count: int, window: timedelta | None) -> float | None:
+    if window is None:
+        return None
+    return round(count / max(window.total_seconds() / 60, 1), 3)
+
+
+class EnvironmentSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    team = serializers.CharField(source="team.name")
+    services = serializers.IntegerField(source="service_count")
+    first_seen = serializers.DateTimeField()
+    last_seen = serializers.DateTimeField()
+
+
+class LibrarySerializer(serializers.Serializer):
+    kind = serializers.CharField()
+    name = serializers.CharField()
+    version = serializers.CharField()
+    spans = serializers.IntegerField()
+
+
+class ServiceOutSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    namespace = serializers.CharField()
+    kind = serializers.CharField()
+    version = serializers.CharField()
+    team = serializers.CharField()
+    ingress = serializers.BooleanField()
+    ingress_candidate = serializers.BooleanField()
+    ingress_override = serializers.BooleanField(allow_null=True)
+    calls_in = serializers.IntegerField()
+    calls_out = serializers.IntegerField()
+    errors_in = serializers.IntegerField()
+    calls_in_per_minute = serializers.FloatField(allow_null=True)
+    calls_out_per_minute = serializers.FloatField(allow_null=True)
+    libraries = LibrarySerializer(many=True)
+    attributes = serializers.DictField(child=serializers.CharField())
+    last_seen = serializers.DateTimeField()
+
+
+class EdgeOutSerializer(serializers.Serializer):
+    caller = serializers.CharField()
+    caller_kind = serializers.CharField()
+    callee = serializers.CharField()
+    callee_kind = serializers.CharField()
+    calls = serializers.IntegerField()
+    errors = serializers.IntegerField()
+    error_ratio = serializers.FloatField()
+    calls_per_minute = serializers.FloatField(allow_null=True)
+    tls_calls = serializers.IntegerField()
+    mtls_calls = serializers.IntegerField()
+    p50_ms = serializers.FloatField(allow_null=True)
+    p95_ms = serializers.FloatField(allow_null=True)
+    p99_ms = serializers.FloatField(allow_null=True)
+    last_seen = serializers.DateTimeField()
+
+
+class EnvironmentListApi(APIView):
+    required_scope = "read"
+
+    @extend_schema(responses=EnvironmentSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        principal = principal_for_request(request)
+        paginator = Pagination()
+        page = paginator.paginate_queryset(
+            selectors.environments_for_principal(principal=principal), request, view=self
+        )
+        return paginator.get_paginated_response(EnvironmentSerializer(page, many=True).data)
+
+
+class ServiceListApi(APIView):
+    required_scope = "read"
+
+    @extend_schema(
+        parameters=[WINDOW_PARAM, OpenApiParameter("name", str), OpenApiParameter("kind", str)],
+        responses=ServiceOutSerializer(many=True),
+    )
+    def get(self, request: Request, name: str) -> Response:
+        principal = principal_for_request(request)
+        window = _window(request)
+        since = selectors.window_since(window)
+        envs = selectors.environments_by_name(principal=principal, name=name)
+        filterset = ServiceFilterSet(
+            request.query_params,
+            queryset=selectors.services_for_environments(environments=envs),
+        )
+        if not filterset.is_valid():
+            raise ValidationError(filterset.errors)
+        paginator = Pagination()
+        page = paginator.paginate_queryset(filterset.qs, request, view=self) or []
+        ids = [s.pk for s in page]
+        rates = selectors.service_rates(service_ids=ids, since=since)
+        libraries = selectors.service_libraries(service_ids=ids, since=since)
+        rows: list[dict[str, Any]] = []
+        for service in page:
+            rate = rates[service.pk]
+            rows.append(
+                {
+                    "id": service.pk,
+                    "name": service.name,
+                    "namespace": service.namespace,
+                    "kind": service.kind,
+                    "version": service.version,
+                    "team": service.environment.team.name,
+                    "ingress": service.is_ingress,
+                    "ingress_candidate": service.ingress_candidate,
+                    "ingress_override": service.ingress_override,
+                    "calls_in": rate.calls_in,
+                    "calls_out": rate.calls_out,
+                    "errors_in": rate.errors_in,
+                    "calls_in_per_minute": _per_minute(rate.calls_in, window),
+                    "calls_out_per_minute": _per_minute(rate.calls_out, window),
+                    "libraries": libraries.get(service.pk, []),
+                    "attributes": service.attributes,
+                    "last_seen": service.last_seen,
+                }
+            )
+        return paginator.get_paginated_response(ServiceOutSerializer(rows, many=True).data)
+
+
+class EdgeListApi(APIView):
+    required_scope = "read"
+
+    @extend_schema(
+        parameters=[WINDOW_PARAM, OpenApiParameter("caller", str), OpenApiParameter("callee", str)],
+        responses=EdgeOutSerializer(many=True),
+    )
+    def get(self, request: Request, name: str) -> Response:
+        principal = principal_for_request(request)
+        window = _window(request)
+        since = selectors.window_since(window)
+        envs = selectors.environments_by_name(principal=principal, name=name)
+        filterset = CallEdgeFilterSet(request.query_params)
+        if not filterset.is_valid():
+            raise ValidationError(filterset.errors)
+        queryset = filterset.filter_queryset(
+            selectors.edges_aggregate(edge_filter=Q(environment__in=envs), since=since)
+        )
+        paginator = Pagination()
+        page = paginator.paginate_queryset(queryset, request, view=self) or []
+        rows = []
+        for edge in selectors.edges_summarize(rows=page, since=since):
+            rows.append(
+                {
+                    "caller": edge.caller.display_name,
+                    "caller_kind": edge.caller.kind,
+                    "callee": edge.callee.display_name,
+                    "callee_kind": edge.callee.kind,
+                    "calls": edge.calls,
+                    "errors": edge.errors,
+                    "error_ratio": round(edge.error_ratio, 4),
+                    "calls_per_minute": _per_minute(edge.calls, window),
+                    "tls_calls": edge.tls_calls,
+                    "mtls_calls": edge.mtls_calls,
+                    "p50_ms": edge.percentiles_ms["p50"],
+                    "p95_ms": edge.percentiles_ms["p95"],
+                    "p99_ms": edge.percentiles_ms["p99"],
+                    "last_seen": edge.last_seen,
+                }
+            )
+        return paginator.get_paginated_response(EdgeOutSerializer(rows, many=True).data)

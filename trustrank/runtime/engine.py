@@ -1,0 +1,569 @@
+"""Pure aggregation of OTLP spans into a service call graph. No ORM, no Django.
+
+One pass over an ExportTraceServiceRequest fills plain dicts keyed by
+(environment, node, time bucket); the services layer turns them into bulk upserts. Spans are
+never turned into per-span objects: at a hundred thousand spans a second, every attribute
+access counts, so the hot loop reads the protobuf fields once into locals.
+
+Node keys are tuples `(kind, namespace, name)` with kind `service`, `external` or `internet`.
+
+Latency is kept as a log-linear histogram (4 sub-buckets per power of two of microseconds,
+128 buckets, at most ~12 % relative error) so histograms of any set of time buckets can be
+added and p50/p95/p99 read over any window.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+HIST_BUCKETS = 128
+SERVICE = "service"
+EXTERNAL = "external"
+INTERNET = "internet"
+INTERNET_NODE = (INTERNET, "", "internet")
+
+# OTLP span kinds and status codes (opentelemetry.proto.trace.v1).
+KIND_INTERNAL, KIND_SERVER, KIND_CLIENT, KIND_PRODUCER, KIND_CONSUMER = 1, 2, 3, 4, 5
+STATUS_ERROR = 2
+
+# A root server span counts as the callee side of a caller's client span (lost context)
+# when it starts within this much of the client span; covers clock skew between hosts.
+CLOCK_SKEW_NS = 1_000_000_000
+
+NodeKey = tuple[str, str, str]
+
+_ZERO_TRACE = bytes(16)
+_ZERO_SPAN = bytes(8)
+
+# Attribute keys read from spans, mapped to a small code for the hot loop.
+_A_PEER_SERVICE, _A_SERVER_ADDRESS, _A_DB, _A_MESSAGING, _A_RPC = 1, 2, 3, 4, 5
+_A_CODE_NS, _A_CODE_FN, _A_SCHEME, _A_TLS, _A_MTLS = 6, 7, 8, 9, 10
+_SPAN_KEYS: dict[str, int] = {
+    "peer.service": _A_PEER_SERVICE,
+    "server.address": _A_SERVER_ADDRESS,
+    "net.peer.name": _A_SERVER_ADDRESS,
+    "db.system": _A_DB,
+    "db.system.name": _A_DB,
+    "messaging.system": _A_MESSAGING,
+    "rpc.system": _A_RPC,
+    "code.namespace": _A_CODE_NS,
+    "code.function": _A_CODE_FN,
+    "code.function.name": _A_CODE_FN,
+    "url.scheme": _A_SCHEME,
+    "http.scheme": _A_SCHEME,
+    "tls.established": _A_TLS,
+    "tls.protocol.version": _A_TLS,
+    "tls.protocol.name": _A_TLS,
+    "tls.cipher": _A_TLS,
+    "tls.server.subject": _A_TLS,
+    "tls.client.subject": _A_MTLS,
+    "tls.client.certificate": _A_MTLS,
+    "tls.client.certificate_chain": _A_MTLS,
+    "tls.client.hash.sha256": _A_MTLS,
+}
+_TLS_SCHEMES = frozenset({"https", "grpcs", "wss"})
+
+# Resource attributes kept on the service (Kubernetes placement and the like).
+RESOURCE_KEYS = (
+    "service.namespace",
+    "service.version",
+    "service.instance.id",
+    "k8s.namespace.name",
+    "k8s.deployment.name",
+    "k8s.statefulset.name",
+    "k8s.daemonset.name",
+    "k8s.cluster.name",
+    "k8s.pod.name",
+    "k8s.node.name",
+    "container.image.name",
+    "telemetry.sdk.language",
+    "telemetry.sdk.name",
+    "telemetry.sdk.version",
+)
+
+
+@dataclass
+class ServiceInfo:
+    version: str = ""
+    attributes: dict[str, str] = field(default_factory=dict)
+    first_ns: int = 0
+    last_ns: int = 0
+
+
+@dataclass
+class EdgeStat:
+    calls: int = 0
+    errors: int = 0
+    tls: int = 0
+    mtls: int = 0
+    last_ns: int = 0
+    hist: dict[int, int] = field(default_factory=dict)
+
+    def add(self, *, dur_ns: int, error: bool, tls: bool, mtls: bool, end_ns: int) -> None:
+        self.calls += 1
+        if error:
+            self.errors += 1
+        if tls or mtls:
+            self.tls += 1
+        if mtls:
+            self.mtls += 1
+        if end_ns > self.last_ns:
+            self.last_ns = end_ns
+        idx = hist_index(dur_ns // 1000)
+        self.hist[idx] = self.hist.get(idx, 0) + 1
+
+
+@dataclass(frozen=True)
+class PendingServer:
+    """A server/consumer span whose parent span is not in this request."""
+
+    env: str
+    service: NodeKey
+    parent_span_id: int
+    bucket: int
+    dur_ns: int
+    error: bool
+    tls: bool
+    mtls: bool
+    end_ns: int
+    trace_id: str
+
+
+@dataclass(frozen=True)
+class OpenClient:
+    """A client/producer span whose callee span is not in this request (yet)."""
+
+    env: str
+    service: NodeKey
+    span_id: int
+    peer: str
+    target: NodeKey | None
+    bucket: int
+    start_ns: int
+    end_ns: int
+    trace_id: str
+    dur_ns: int
+    error: bool
+    tls: bool
+    mtls: bool
+
+
+@dataclass
+class BrokenContext:
+    count: int = 0
+    first_ns: int = 0
+    last_ns: int = 0
+    examples: list[dict[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class Aggregate:
+    """Everything one export request contributes, keyed for bulk upserts."""
+
+    bucket_seconds: int
+    spans: int = 0
+    rejected: int = 0
+    services: dict[tuple[str, NodeKey], ServiceInfo] = field(default_factory=dict)
+    edges: dict[tuple[str, NodeKey, NodeKey, int], EdgeStat] = field(default_factory=dict)
+    libraries: dict[tuple[str, NodeKey, int, str, str, str], int] = field(
+        default_factory=lambda: defaultdict(int)
+    )
+    ingress: set[tuple[str, NodeKey]] = field(default_factory=set)
+    pending: list[PendingServer] = field(default_factory=list)
+    open_clients: list[OpenClient] = field(default_factory=list)
+    aliases: dict[tuple[str, str], NodeKey] = field(default_factory=dict)
+    broken: dict[tuple[str, NodeKey, NodeKey], BrokenContext] = field(default_factory=dict)
+    samples: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
+
+
+def hist_index(us: int) -> int:
+    """Log-linear bucket of a duration in microseconds (4 sub-buckets per power of two)."""
+    if us < 4:
+        return max(us, 0)
+    bits = us.bit_length()
+    idx = (bits - 2) * 4 + ((us >> (bits - 3)) & 3)
+    return idx if idx < HIST_BUCKETS else HIST_BUCKETS - 1
+
+
+def hist_bounds_us(idx: int) -> tuple[int, int]:
+    """[lower, upper) microseconds of a histogram bucket."""
+    if idx < 4:
+        return idx, idx + 1
+    bits = idx // 4 + 2
+    sub = idx % 4
+    return (4 + sub) << (bits - 3), (5 + sub) << (bits - 3)
+
+
+def hist_to_list(hist: Mapping[int, int]) -> list[int]:
+    """Dense form, trailing zeros trimmed (what the database stores)."""
+    if not hist:
+        return []
+    out = [0] * (max(hist) + 1)
+    for idx, count in hist.items():
+        out[idx] += count
+    return out
+
+
+def hist_merge(histograms: Iterable[Iterable[int]]) -> list[int]:
+    total: list[int] = []
+    for hist in histograms:
+        for idx, count in enumerate(hist or ()):
+            if idx >= len(total):
+                total.extend([0] * (idx + 1 - len(total)))
+            total[idx] += int(count or 0)
+    return total
+
+
+def hist_percentiles(
+    hist: list[int], quantiles: Iterable[float] = (0.5, 0.95, 0.99)
+) -> dict[float, float | None]:
+    """Percentiles in milliseconds (bucket midpoints) from a dense histogram."""
+    total = sum(hist)
+    result: dict[float, float | None] = {}
+    for q in quantiles:
+        if not total:
+            result[q] = None
+            continue
+        rank = max(1, int(q * total + 0.999999))
+        seen = 0
+        for idx, count in enumerate(hist):
+            seen += count
+            if seen >= rank:
+                low, high = hist_bounds_us(idx)
+                result[q] = round((low + high) / 2 / 1000, 3)
+                break
+    return result
+
+
+_WINDOW_RE = re.compile(r"^(\d{1,6})([smhd])$")
+_WINDOW_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+MAX_WINDOW = timedelta(days=400)
+
+
+def window_parse(raw: str | None, *, default: str = "1h") -> timedelta | None:
+    """`15m`, `1h`, `7d` -> timedelta; `all` -> None (no lower bound). ValueError otherwise."""
+    value = (raw or default).strip().lower()
+    if value == "all":
+        return None
+    match = _WINDOW_RE.match(value)
+    if not match:
+        raise ValueError(
+            f"window must look like 15m, 1h, 24h or 7d (or 'all'), got {value[:20]!r}"
+        )
+    delta = timedelta(**{_WINDOW_UNITS[match.group(2)]: int(match.group(1))})
+    if delta <= timedelta(0) or delta > MAX_WINDOW:
+        raise ValueError(f"window must be between 1s and {MAX_WINDOW.days}d, got {value!r}")
+    return delta
+
+
+def peer_normalize(value: str) -> str:
+    """`CartService:7070` -> `cartservice`; a URL's host is kept as the host."""
+    value = value.strip().lower()
+    if "://" in value:
+        value = value.split("://", 1)[1]
+    value = value.split("/", 1)[0]
+    if value.startswith("["):
+        return value.split("]", 1)[0] + "]"
+    if value.count(":") == 1:
+        value = value.split(":", 1)[0]
+    return value
+
+
+def peer_lookup(
+    known: Mapping[tuple[str, str], NodeKey], env: str, peer: str
+) -> NodeKey | None:
+    """A peer name -> a traced service: exact name, then its first DNS label
+    (`cartservice.shop.svc.cluster.local` -> `cartservice`)."""
+    if not peer:
+        return None
+    hit = known.get((env, peer))
+    if hit is None and "." in peer and not peer[0].isdigit():
+        hit = known.get((env, peer.split(".", 1)[0]))
+    return hit
+
+
+def _any_value(value: Any) -> str:
+    which = value.WhichOneof("value")
+    if which == "string_value":
+        return str(value.string_value)
+    if which in ("int_value", "double_value", "bool_value"):
+        return str(getattr(value, which))
+    return ""
+
+
+def _sampled_threshold(rate: float) -> bytes | None:
+    if rate <= 0:
+        return None
+    if rate >= 1:
+        return b"\xff" * 9
+    return int(rate * (1 << 64)).to_bytes(8, "big")
+
+
+def aggregate(
+    request: Any,
+    *,
+    bucket_seconds: int = 60,
+    sample_rate: float = 0.0,
+    known_peers: Mapping[tuple[str, str], NodeKey] | None = None,
+    known_externals: frozenset[tuple[str, str]] | set[tuple[str, str]] = frozenset(),
+) -> Aggregate:
+    """Aggregate one ExportTraceServiceRequest.
+
+    `known_peers` maps (environment, lower-case peer name) to a traced service already
+    known from earlier requests (service names and learned aliases), so a client span to a
+    traced peer is held for matching instead of being counted as a call to an external node.
+    Deterministic: the same request gives the same aggregate (jobs may run twice).
+    """
+    agg = Aggregate(bucket_seconds=bucket_seconds)
+    bucket_ns = bucket_seconds * 1_000_000_000
+    threshold = _sampled_threshold(sample_rate)
+    edges = agg.edges
+    libraries = agg.libraries
+    span_keys = _SPAN_KEYS
+    # trace_id + span_id -> (env, service, kind, peer name)
+    local: dict[bytes, tuple[str, NodeKey, int, str]] = {}
+    servers: list[tuple[Any, ...]] = []
+    clients: dict[bytes, tuple[Any, ...]] = {}
+    matched: set[bytes] = set()
+    roots: dict[tuple[str, NodeKey], list[tuple[int, int, str]]] = defaultdict(list)
+    known: dict[tuple[str, str], NodeKey] = dict(known_peers or {})
+    peer_cache: dict[str, str] = {}
+    rejected = total = 0
+
+    for resource_spans in request.resource_spans:
+        rattrs: dict[str, str] = {}
+        for kv in resource_spans.resource.attributes:
+            rattrs[kv.key] = _any_value(kv.value)
+        env = (
+            rattrs.get("deployment.environment.name")
+            or rattrs.get("deployment.environment")
+            or "default"
+        )[:120]
+        name = (rattrs.get("service.name") or "unknown_service")[:200]
+        namespace = rattrs.get("service.namespace", "")[:120]
+        service: NodeKey = (SERVICE, namespace, name)
+        skey = (env, service)
+        info = agg.services.get(skey)
+        if info is None:
+            info = agg.services[skey] = ServiceInfo()
+        info.version = rattrs.get("service.version", info.version)[:120]
+        for key in RESOURCE_KEYS:
+            if key in rattrs:
+                info.attributes[key] = rattrs[key][:300]
+        known.setdefault((env, name.lower()), service)
+        first_ns, last_ns = info.first_ns, info.last_ns
+        for scope_spans in resource_spans.scope_spans:
+            scope = scope_spans.scope
+            scope_name = scope.name[:200]
+            scope_version = scope.version[:120]
+            # Counted per bucket here and added once per scope: all its spans share it.
+            scope_counts: dict[int, int] = {}
+            for span in scope_spans.spans:
+                total += 1
+                trace_id = span.trace_id
+                span_id = span.span_id
+                parent = span.parent_span_id
+                start = span.start_time_unix_nano
+                end = span.end_time_unix_nano
+                if (
+                    len(trace_id) != 16
+                    or len(span_id) != 8
+                    or (parent and len(parent) != 8)
+                    or not start
+                    or end < start
+                    or trace_id == _ZERO_TRACE
+                    or span_id == _ZERO_SPAN
+                ):
+                    rejected += 1
+                    continue
+                kind = span.kind
+                bucket = start // bucket_ns
+                error = span.status.code == STATUS_ERROR
+                if first_ns == 0 or start < first_ns:
+                    first_ns = start
+                if end > last_ns:
+                    last_ns = end
+                scope_counts[bucket] = scope_counts.get(bucket, 0) + 1
+                peer_service = address = db = ""
+                tls = mtls = False
+                for kv in span.attributes:
+                    code = span_keys.get(kv.key)
+                    if code is None:
+                        continue
+                    value = kv.value.string_value
+                    if code == _A_PEER_SERVICE:
+                        peer_service = value
+                    elif code == _A_SERVER_ADDRESS:
+                        address = value
+                    elif code == _A_DB:
+                        db = value
+                        if value:
+                            libraries[(env, service, bucket, "db", value[:200], "")] += 1
+                    elif code == _A_MESSAGING:
+                        if value:
+                            libraries[(env, service, bucket, "messaging", value[:200], "")] += 1
+                    elif code == _A_RPC:
+                        if value:
+                            libraries[(env, service, bucket, "rpc", value[:200], "")] += 1
+                    elif code == _A_CODE_NS:
+                        if value:
+                            libraries[(env, service, bucket, "code", value[:200], "")] += 1
+                    elif code == _A_CODE_FN:
+                        if value and "." in value:
+                            # Fully qualified (code.function.name): its module is the evidence.
+                            libraries[
+                                (env, service, bucket, "code", value.rsplit(".", 1)[0][:200], "")
+                            ] += 1
+                    elif code == _A_SCHEME:
+                        if value.lower() in _TLS_SCHEMES:
+                            tls = True
+                    elif code == _A_TLS:
+                        if kv.value.WhichOneof("value") == "bool_value":
+                            tls = tls or kv.value.bool_value
+                        else:
+                            tls = True
+                    elif code == _A_MTLS:
+                        mtls = True
+                # Only a client or producer span names its peer.
+                peer = ""
+                if kind in (KIND_CLIENT, KIND_PRODUCER):
+                    raw_peer = peer_service or address or db
+                    peer = peer_cache.get(raw_peer)  # type: ignore[assignment]
+                    if peer is None:
+                        peer = peer_cache[raw_peer] = peer_normalize(raw_peer)
+                local[trace_id + span_id] = (env, service, kind, peer)
+                if kind in (KIND_SERVER, KIND_CONSUMER):
+                    servers.append(
+                        (env, service, parent, bucket, end - start, error, tls, mtls, end,
+                         trace_id, start, kind)
+                    )
+                elif kind in (KIND_CLIENT, KIND_PRODUCER):
+                    clients[trace_id + span_id] = (
+                        env, service, peer, bool(db), bucket, end - start, error, tls, mtls,
+                        end, trace_id, start,
+                    )
+                if threshold is not None and trace_id[8:] < threshold:
+                    agg.samples.setdefault((env, trace_id.hex()), []).append(
+                        {
+                            "span_id": span_id.hex(),
+                            "parent_span_id": parent.hex(),
+                            "service": name,
+                            "name": span.name[:200],
+                            "kind": kind,
+                            "start_ns": start,
+                            "duration_us": (end - start) // 1000,
+                            "error": error,
+                            "peer": peer,
+                        }
+                    )
+            if scope_name:
+                for bucket, count in scope_counts.items():
+                    libraries[(env, service, bucket, "scope", scope_name, scope_version)] += count
+        info.first_ns, info.last_ns = first_ns, last_ns
+    agg.spans = total - rejected
+    agg.rejected = rejected
+
+    # Server side: the parent span's service is the caller.
+    for (env, service, parent, bucket, dur, error, tls, mtls, end, trace_id, start,
+         kind) in servers:
+        if not parent:
+            if kind == KIND_SERVER:
+                agg.ingress.add((env, service))
+                _edge(edges, env, INTERNET_NODE, service, bucket).add(
+                    dur_ns=dur, error=error, tls=tls, mtls=mtls, end_ns=end
+                )
+                roots[(env, service)].append((start, end, trace_id.hex()))
+            continue
+        parent_key = trace_id + parent
+        caller = local.get(parent_key)
+        if caller is None:
+            agg.pending.append(
+                PendingServer(
+                    env=env, service=service, parent_span_id=span_id_int(parent),
+                    bucket=bucket, dur_ns=dur, error=error, tls=tls, mtls=mtls, end_ns=end,
+                    trace_id=trace_id.hex(),
+                )
+            )
+            continue
+        if parent_key in clients:
+            matched.add(parent_key)
+            caller_peer = caller[3]
+            if caller_peer and caller_peer != service[2].lower():
+                agg.aliases[(env, caller_peer)] = service
+        if caller[1] != service:
+            _edge(edges, env, caller[1], service, bucket).add(
+                dur_ns=dur, error=error, tls=tls, mtls=mtls, end_ns=end
+            )
+
+    for root_list in roots.values():
+        root_list.sort()
+    root_starts = {key: [r[0] for r in value] for key, value in roots.items()}
+
+    # Client side: calls whose callee sent no span in this request.
+    for key, (env, service, peer, is_db, bucket, dur, error, tls, mtls, end, trace_id,
+              start) in clients.items():
+        if key in matched:
+            continue
+        target = None if is_db else peer_lookup(known, env, peer)
+        if target == service:
+            continue
+        if target is not None:
+            # A traced callee that started a new trace while this call was open: the
+            # context was lost on the way (design formula 10).
+            starts = root_starts.get((env, target))
+            if starts:
+                i = bisect.bisect_left(starts, start - CLOCK_SKEW_NS)
+                if i < len(starts) and starts[i] <= end + CLOCK_SKEW_NS:
+                    root = roots[(env, target)][i]
+                    broken = agg.broken.get((env, service, target))
+                    if broken is None:
+                        broken = agg.broken[(env, service, target)] = BrokenContext(
+                            first_ns=start
+                        )
+                    broken.count += 1
+                    broken.first_ns = min(broken.first_ns, start)
+                    broken.last_ns = max(broken.last_ns, end)
+                    if len(broken.examples) < 5:
+                        broken.examples.append(
+                            {"caller_trace_id": trace_id.hex(), "callee_trace_id": root[2]}
+                        )
+                    continue
+        if target is None and peer and (is_db or (env, peer) in known_externals):
+            # Databases and settled external peers send no server spans: count it now.
+            _edge(edges, env, service, (EXTERNAL, "", peer[:200]), bucket).add(
+                dur_ns=dur, error=error, tls=tls, mtls=mtls, end_ns=end
+            )
+            continue
+        agg.open_clients.append(
+            OpenClient(
+                env=env, service=service, span_id=span_id_int(key[16:]), peer=peer[:200],
+                target=target, bucket=bucket, start_ns=start, end_ns=end,
+                trace_id=trace_id.hex(), dur_ns=dur, error=error, tls=tls, mtls=mtls,
+            )
+        )
+    return agg
+
+
+def _edge(
+    edges: dict[tuple[str, NodeKey, NodeKey, int], EdgeStat],
+    env: str,
+    caller: NodeKey,
+    callee: NodeKey,
+    bucket: int,
+) -> EdgeStat:
+    key = (env, caller, callee, bucket)
+    stat = edges.get(key)
+    if stat is None:
+        stat = edges[key] = EdgeStat()
+    return stat
+
+
+def span_id_int(span_id: bytes) -> int:
+    """8-byte span id -> signed 64-bit integer (a PostgreSQL bigint)."""
+    return int.from_bytes(span_id, "big", signed=True)

@@ -1,0 +1,271 @@
+"""Runtime evidence from traces: environments, services, observed calls and library use.
+
+Raw spans are not kept: an export request is folded into per-minute aggregates
+(`CallEdgeBucket`, `LibraryBucket`). Two short-lived tables (`PendingServerSpan`,
+`OpenClientSpan`) hold the one half of a cross-service call whose other half has not arrived
+yet (each service exports its own spans, so caller and callee usually arrive in different
+requests); the sweep settles what is still unmatched after TRUSTRANK_TRACE_MATCH_SECONDS.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+
+
+class Environment(models.Model):
+    """A deployment environment (`deployment.environment[.name]`) of one team."""
+
+    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="environments")
+    name = models.CharField(max_length=120)
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "name"], name="runtime_env_team_name_unique")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class NodeKind(models.TextChoices):
+    SERVICE = "service", "Service (sends telemetry)"
+    EXTERNAL = "external", "External peer (no telemetry)"
+    INTERNET = "internet", "Internet"
+
+
+class Service(models.Model):
+    """A node of the call graph: a traced service, an external peer named by its callers,
+    or the environment's `internet` node."""
+
+    environment = models.ForeignKey(Environment, on_delete=models.CASCADE, related_name="services")
+    kind = models.CharField(max_length=16, choices=NodeKind.choices, default=NodeKind.SERVICE)
+    namespace = models.CharField(max_length=120, blank=True)
+    name = models.CharField(max_length=200)
+    version = models.CharField(max_length=120, blank=True)
+    attributes = models.JSONField(default=dict, blank=True)
+    # Seen receiving a server span with no parent (or an unknown remote one).
+    ingress_candidate = models.BooleanField(default=False)
+    # An operator's word beats the evidence: True = confirmed, False = not ingress.
+    ingress_override = models.BooleanField(null=True, blank=True)
+    ingress_set_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    ingress_set_at = models.DateTimeField(null=True, blank=True)
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+
+    class Meta:
+        ordering = ["kind", "namespace", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["environment", "kind", "namespace", "name"],
+                name="runtime_service_node_unique",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+    @property
+    def is_ingress(self) -> bool:
+        if self.ingress_override is not None:
+            return self.ingress_override
+        return self.ingress_candidate
+
+    @property
+    def display_name(self) -> str:
+        return str(self)
+
+
+class ServiceAlias(models.Model):
+    """A peer name callers use for a traced service (`cart:7070` for `cartservice`), learnt
+    when a client span is matched with the server span it caused."""
+
+    environment = models.ForeignKey(Environment, on_delete=models.CASCADE, related_name="aliases")
+    peer = models.CharField(max_length=200)
+    service = models.ForeignKey(Service, on_delete=models.CASCADE, related_name="aliases")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["environment", "peer"], name="runtime_alias_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.peer} -> {self.service_id}"
+
+
+class CallEdgeBucket(models.Model):
+    """Calls from one node to another in one time bucket. `hist` is the mergeable latency
+    histogram (see engine.hist_index); trailing zero buckets are trimmed."""
+
+    environment = models.ForeignKey(Environment, on_delete=models.CASCADE, related_name="+")
+    caller = models.ForeignKey(Service, on_delete=models.CASCADE, related_name="out_buckets")
+    callee = models.ForeignKey(Service, on_delete=models.CASCADE, related_name="in_buckets")
+    bucket_start = models.DateTimeField()
+    calls = models.BigIntegerField(default=0)
+    errors = models.BigIntegerField(default=0)
+    tls_calls = models.BigIntegerField(default=0)
+    mtls_calls = models.BigIntegerField(default=0)
+    hist = ArrayField(models.BigIntegerField(), default=list)
+    last_seen = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["caller", "callee", "bucket_start"], name="runtime_edge_bucket_unique"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["environment", "bucket_start"], name="runtime_edge_env_bucket"),
+            models.Index(fields=["callee", "bucket_start"], name="runtime_edge_callee_bucket"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.caller_id} -> {self.callee_id} at {self.bucket_start:%Y-%m-%d %H:%M}"
+
+
+class LibraryKind(models.TextChoices):
+    SCOPE = "scope", "Instrumentation scope"
+    CODE = "code", "Code namespace"
+    DB = "db", "Database system"
+    MESSAGING = "messaging", "Messaging system"
+    RPC = "rpc", "RPC system"
+
+
+class LibraryBucket(models.Model):
+    """How many spans of a service named a library (scope, code namespace, db/messaging/rpc
+    system) in one time bucket: the reachability evidence."""
+
+    service = models.ForeignKey(Service, on_delete=models.CASCADE, related_name="library_buckets")
+    bucket_start = models.DateTimeField()
+    kind = models.CharField(max_length=16, choices=LibraryKind.choices)
+    name = models.CharField(max_length=200)
+    version = models.CharField(max_length=120, blank=True)
+    spans = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["service", "bucket_start", "kind", "name", "version"],
+                name="runtime_library_bucket_unique",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name} {self.version}".strip()
+
+
+class FindingStatus(models.TextChoices):
+    OPEN = "open", "Open"
+    RESOLVED = "resolved", "Resolved"
+
+
+class BrokenContextFinding(models.Model):
+    """Reliability finding (design formula 10): `callee` started new traces while a call
+    from `caller` to it was open, so the trace context was lost on that hop."""
+
+    environment = models.ForeignKey(
+        Environment, on_delete=models.CASCADE, related_name="broken_context_findings"
+    )
+    caller = models.ForeignKey(Service, on_delete=models.CASCADE, related_name="+")
+    callee = models.ForeignKey(Service, on_delete=models.CASCADE, related_name="+")
+    occurrences = models.BigIntegerField(default=0)
+    examples = models.JSONField(default=list, blank=True)
+    status = models.CharField(
+        max_length=16, choices=FindingStatus.choices, default=FindingStatus.OPEN
+    )
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-last_seen"]
+        constraints = [
+            models.UniqueConstraint(fields=["caller", "callee"], name="runtime_broken_ctx_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"lost trace context {self.caller_id} -> {self.callee_id}"
+
+
+class PendingServerSpan(models.Model):
+    """A server/consumer span whose parent was not in its export request: waits for the
+    caller's client span. No foreign key constraints: a high-volume, short-lived index."""
+
+    environment = models.ForeignKey(
+        Environment, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    service = models.ForeignKey(
+        Service, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    parent_span_id = models.BigIntegerField()
+    bucket_start = models.DateTimeField()
+    duration_us = models.BigIntegerField()
+    error = models.BooleanField(default=False)
+    tls = models.BooleanField(default=False)
+    mtls = models.BooleanField(default=False)
+    end_at = models.DateTimeField()
+    trace_id = models.CharField(max_length=32)
+    received_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["environment", "parent_span_id"], name="runtime_pending_parent")
+        ]
+
+    def __str__(self) -> str:
+        return f"pending server span of {self.service_id} (parent {self.parent_span_id})"
+
+
+class OpenClientSpan(models.Model):
+    """A client/producer span whose server span was not in its export request: waits for it.
+    If none comes, the sweep counts the call to an external node named by its peer, or, when
+    the peer is a traced service that started new traces meanwhile, as lost trace context."""
+
+    environment = models.ForeignKey(
+        Environment, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    service = models.ForeignKey(
+        Service, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    span_id = models.BigIntegerField()
+    peer = models.CharField(max_length=200, blank=True)
+    target = models.ForeignKey(
+        Service, null=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    bucket_start = models.DateTimeField()
+    start_at = models.DateTimeField()
+    end_at = models.DateTimeField()
+    duration_us = models.BigIntegerField()
+    error = models.BooleanField(default=False)
+    tls = models.BooleanField(default=False)
+    mtls = models.BooleanField(default=False)
+    trace_id = models.CharField(max_length=32)
+    received_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["environment", "span_id"], name="runtime_open_span")]
+
+    def __str__(self) -> str:
+        return f"open client span {self.span_id} of {self.service_id}"
+
+
+class TraceSample(models.Model):
+    """The spans of a sampled trace from one export request, kept for drill-down until
+    TRUSTRANK_TRACE_SAMPLE_RETENTION_DAYS (sampled by trace id, so every service's part of
+    a sampled trace is kept)."""
+
+    environment = models.ForeignKey(Environment, on_delete=models.CASCADE, related_name="+")
+    trace_id = models.CharField(max_length=32)
+    spans = models.JSONField(default=list)
+    received_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["environment", "trace_id"], name="runtime_sample_trace")]
+
+    def __str__(self) -> str:
+        return f"trace {self.trace_id}"

@@ -1,0 +1,295 @@
+"""Reads for runtime evidence. Every entry point filters by the principal's teams."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Count, Max, Q, QuerySet, Sum
+from django.http import Http404
+from django.utils import timezone
+
+from trustrank.accounts.principal import Principal
+from trustrank.runtime import engine
+from trustrank.runtime.models import (
+    BrokenContextFinding,
+    CallEdgeBucket,
+    Environment,
+    LibraryBucket,
+    NodeKind,
+    Service,
+    TraceSample,
+)
+
+
+def window_since(window: timedelta | None) -> datetime | None:
+    return None if window is None else timezone.now() - window
+
+
+def environments_for_principal(*, principal: Principal) -> QuerySet[Environment]:
+    return (
+        Environment.objects.filter(team_id__in=principal.team_ids)
+        .select_related("team")
+        .annotate(service_count=Count("services", filter=Q(services__kind=NodeKind.SERVICE)))
+        .order_by("name", "team__name")
+    )
+
+
+def environments_by_name(*, principal: Principal, name: str) -> list[Environment]:
+    """The principal's environments called `name` (one per team it can see); 404 if none."""
+    envs = list(
+        Environment.objects.filter(team_id__in=principal.team_ids, name=name).select_related(
+            "team"
+        )
+    )
+    if not envs:
+        raise Http404(f"no environment named {name!r}")
+    return envs
+
+
+def environment_get_for_user(*, principal: Principal, pk: Any) -> Environment:
+    env = (
+        Environment.objects.filter(team_id__in=principal.team_ids, pk=pk)
+        .select_related("team")
+        .first()
+    )
+    if env is None:
+        raise Http404("no such environment")
+    return env
+
+
+def services_for_environments(*, environments: Iterable[Environment]) -> QuerySet[Service]:
+    return (
+        Service.objects.filter(environment__in=list(environments))
+        .exclude(kind=NodeKind.INTERNET)
+        .select_related("environment", "environment__team")
+        .order_by("kind", "namespace", "name", "id")
+    )
+
+
+def service_get_for_user(*, principal: Principal, pk: Any) -> Service:
+    service = (
+        Service.objects.filter(environment__team_id__in=principal.team_ids, pk=pk)
+        .select_related("environment", "environment__team")
+        .first()
+    )
+    if service is None:
+        raise Http404("no such service")
+    return service
+
+
+def _buckets(since: datetime | None) -> QuerySet[CallEdgeBucket]:
+    qs = CallEdgeBucket.objects.all()
+    if since is not None:
+        qs = qs.filter(bucket_start__gte=since)
+    return qs
+
+
+@dataclass
+class ServiceRates:
+    calls_in: int = 0
+    errors_in: int = 0
+    calls_out: int = 0
+    errors_out: int = 0
+
+
+def service_rates(*, service_ids: list[int], since: datetime | None) -> dict[int, ServiceRates]:
+    rates: dict[int, ServiceRates] = defaultdict(ServiceRates)
+    buckets = _buckets(since)
+    for row in (
+        buckets.filter(callee_id__in=service_ids)
+        .values("callee_id")
+        .annotate(calls=Sum("calls"), errors=Sum("errors"))
+    ):
+        rates[row["callee_id"]].calls_in = row["calls"]
+        rates[row["callee_id"]].errors_in = row["errors"]
+    for row in (
+        buckets.filter(caller_id__in=service_ids)
+        .values("caller_id")
+        .annotate(calls=Sum("calls"), errors=Sum("errors"))
+    ):
+        rates[row["caller_id"]].calls_out = row["calls"]
+        rates[row["caller_id"]].errors_out = row["errors"]
+    return rates
+
+
+def service_libraries(
+    *, service_ids: list[int], since: datetime | None
+) -> dict[int, list[dict[str, Any]]]:
+    qs = LibraryBucket.objects.filter(service_id__in=service_ids)
+    if since is not None:
+        qs = qs.filter(bucket_start__gte=since)
+    result: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in (
+        qs.values("service_id", "kind", "name", "version")
+        .annotate(spans=Sum("spans"), last_bucket=Max("bucket_start"))
+        .order_by("service_id", "kind", "-spans", "name")
+    ):
+        result[row["service_id"]].append(
+            {
+                "kind": row["kind"],
+                "name": row["name"],
+                "version": row["version"],
+                "spans": row["spans"],
+                "last_seen": row["last_bucket"],
+            }
+        )
+    return result
+
+
+@dataclass
+class EdgeSummary:
+    caller: Service
+    callee: Service
+    calls: int
+    errors: int
+    tls_calls: int
+    mtls_calls: int
+    last_seen: datetime
+    percentiles_ms: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def error_ratio(self) -> float:
+        return self.errors / self.calls if self.calls else 0.0
+
+
+def edges_aggregate(
+    *, edge_filter: Q, since: datetime | None
+) -> QuerySet[CallEdgeBucket, dict[str, Any]]:
+    """One row per (caller, callee) over the window, busiest first; paginate this."""
+    return (
+        _buckets(since)
+        .filter(edge_filter)
+        .values("caller_id", "callee_id")
+        .annotate(
+            calls=Sum("calls"),
+            errors=Sum("errors"),
+            tls_calls=Sum("tls_calls"),
+            mtls_calls=Sum("mtls_calls"),
+            last_seen=Max("last_seen"),
+        )
+        .order_by("-calls", "caller_id", "callee_id")
+    )
+
+
+def edges_summarize(
+    *, rows: Iterable[dict[str, Any]], since: datetime | None
+) -> list[EdgeSummary]:
+    """Rows from edges_aggregate -> summaries with their nodes and p50/p95/p99 (the
+    histograms of every bucket in the window, merged)."""
+    rows = list(rows)
+    if not rows:
+        return []
+    pairs = {(r["caller_id"], r["callee_id"]) for r in rows}
+    node_ids = {i for pair in pairs for i in pair}
+    nodes = Service.objects.in_bulk(list(node_ids))
+    hists: dict[tuple[int, int], list[list[int]]] = defaultdict(list)
+    pair_filter = Q()
+    for caller_id, callee_id in pairs:
+        pair_filter |= Q(caller_id=caller_id, callee_id=callee_id)
+    for caller_id, callee_id, hist in (
+        _buckets(since).filter(pair_filter).values_list("caller_id", "callee_id", "hist")
+    ):
+        hists[(caller_id, callee_id)].append(hist)
+    result = []
+    for row in rows:
+        merged = engine.hist_merge(hists[(row["caller_id"], row["callee_id"])])
+        pct = engine.hist_percentiles(merged)
+        result.append(
+            EdgeSummary(
+                caller=nodes[row["caller_id"]],
+                callee=nodes[row["callee_id"]],
+                calls=row["calls"],
+                errors=row["errors"],
+                tls_calls=row["tls_calls"],
+                mtls_calls=row["mtls_calls"],
+                last_seen=row["last_seen"],
+                percentiles_ms={"p50": pct[0.5], "p95": pct[0.95], "p99": pct[0.99]},
+            )
+        )
+    return result
+
+
+def service_edges(
+    *, service: Service, since: datetime | None
+) -> tuple[list[EdgeSummary], list[EdgeSummary]]:
+    """(callers, callees) of a service over the window."""
+    callers = edges_summarize(
+        rows=edges_aggregate(edge_filter=Q(callee_id=service.pk), since=since), since=since
+    )
+    callees = edges_summarize(
+        rows=edges_aggregate(edge_filter=Q(caller_id=service.pk), since=since), since=since
+    )
+    return callers, callees
+
+
+def broken_context_for_service(*, service: Service) -> QuerySet[BrokenContextFinding]:
+    return (
+        BrokenContextFinding.objects.filter(Q(caller=service) | Q(callee=service))
+        .select_related("caller", "callee")
+        .order_by("-last_seen")
+    )
+
+
+def broken_context_for_environment(*, environment: Environment) -> QuerySet[BrokenContextFinding]:
+    return (
+        BrokenContextFinding.objects.filter(environment=environment)
+        .select_related("caller", "callee")
+        .order_by("-last_seen")
+    )
+
+
+def trace_samples_for_service(*, service: Service, limit: int = 20) -> list[TraceSample]:
+    return list(
+        TraceSample.objects.filter(
+            environment_id=service.environment_id, spans__contains=[{"service": service.name}]
+        ).order_by("-received_at")[:limit]
+    )
+
+
+def trace_spans(*, environment: Environment, trace_id: str) -> list[dict[str, Any]]:
+    """All sampled spans of one trace, every service's part, in start order."""
+    spans: list[dict[str, Any]] = []
+    for sample in TraceSample.objects.filter(environment=environment, trace_id=trace_id.lower()):
+        spans.extend(sample.spans)
+    spans.sort(key=lambda s: (s.get("start_ns", 0), s.get("span_id", "")))
+    return spans
+
+
+def graph_for_environment(*, environment: Environment, since: datetime | None) -> dict[str, Any]:
+    """Nodes and edges (with calls per minute) for the service map."""
+    rows = list(
+        edges_aggregate(edge_filter=Q(environment=environment), since=since)[:2000]
+    )
+    node_ids = {r["caller_id"] for r in rows} | {r["callee_id"] for r in rows}
+    nodes = Service.objects.filter(
+        Q(pk__in=node_ids) | Q(environment=environment, kind=NodeKind.SERVICE)
+    )
+    minutes = None if since is None else max((timezone.now() - since).total_seconds() / 60, 1)
+    return {
+        "nodes": [
+            {
+                "id": str(node.pk),
+                "label": node.display_name,
+                "kind": node.kind,
+                "ingress": node.is_ingress,
+                "url": f"/services/{node.pk}/" if node.kind != NodeKind.INTERNET else "",
+            }
+            for node in nodes
+        ],
+        "edges": [
+            {
+                "id": f"{r['caller_id']}-{r['callee_id']}",
+                "source": str(r["caller_id"]),
+                "target": str(r["callee_id"]),
+                "calls": r["calls"],
+                "errors": r["errors"],
+                "per_minute": round(r["calls"] / minutes, 2) if minutes else None,
+                "tls": bool(r["tls_calls"]),
+            }
+            for r in rows
+        ],
+    }

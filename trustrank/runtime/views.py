@@ -1,0 +1,139 @@
+"""Pages: the service map per environment, a service's page, a sampled trace."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.shortcuts import redirect, render
+from django.templatetags.static import static
+from django.views.decorators.http import require_GET, require_POST
+
+from trustrank.accounts.principal import principal_for_request
+from trustrank.lib.pages import paginate
+from trustrank.runtime import engine, selectors, services
+from trustrank.runtime.filters import ServiceFilterSet
+
+WINDOWS = ["15m", "1h", "6h", "24h", "7d", "30d", "all"]
+_KIND_NAMES = {1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
+GRAPH_LIBRARY = "vendor/cytoscape/cytoscape.min.js"
+
+
+def _window(request: HttpRequest) -> tuple[str, object]:
+    raw = request.GET.get("window") or "1h"
+    try:
+        return raw, engine.window_parse(raw)
+    except ValueError:
+        return "1h", engine.window_parse("1h")
+
+
+def _graph_library_url() -> str | None:
+    """The graph library's URL, or None when `npm ci` has not installed it (the manifest
+    storage refuses to name a file it does not have)."""
+    try:
+        return static(GRAPH_LIBRARY)
+    except ValueError:
+        return None
+
+
+@login_required
+@require_GET
+def service_map(request: HttpRequest) -> HttpResponse:
+    principal = principal_for_request(request)
+    environments = list(selectors.environments_for_principal(principal=principal))
+    window_label, window = _window(request)
+    since = selectors.window_since(window)  # type: ignore[arg-type]
+    environment = None
+    wanted = request.GET.get("environment")
+    if wanted:
+        environment = selectors.environment_get_for_user(principal=principal, pk=wanted) \
+            if wanted.isdigit() else None
+        if environment is None:
+            return HttpResponseBadRequest("environment must be an environment id")
+    elif environments:
+        environment = environments[0]
+    context: dict[str, object] = {
+        "environments": environments,
+        "environment": environment,
+        "windows": WINDOWS,
+        "window": window_label,
+        "graph_library": _graph_library_url(),
+    }
+    if environment is not None:
+        filterset = ServiceFilterSet(
+            request.GET, queryset=selectors.services_for_environments(environments=[environment])
+        )
+        context.update(paginate(request, filterset.qs))
+        page = context["page_obj"].object_list  # type: ignore[attr-defined]
+        context["rates"] = selectors.service_rates(
+            service_ids=[s.pk for s in page], since=since
+        )
+        context["rows"] = [(s, context["rates"][s.pk]) for s in page]  # type: ignore[index]
+        context["filter"] = filterset
+        context["graph"] = selectors.graph_for_environment(environment=environment, since=since)
+        context["broken"] = list(
+            selectors.broken_context_for_environment(environment=environment)[:50]
+        )
+    if request.htmx:
+        return render(request, "runtime/_services_table.html", context)
+    return render(request, "runtime/service_map.html", context)
+
+
+@login_required
+@require_GET
+def service_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    principal = principal_for_request(request)
+    service = selectors.service_get_for_user(principal=principal, pk=pk)
+    window_label, window = _window(request)
+    since = selectors.window_since(window)  # type: ignore[arg-type]
+    callers, callees = selectors.service_edges(service=service, since=since)
+    minutes = None if window is None else max(window.total_seconds() / 60, 1)  # type: ignore[attr-defined]
+    context = {
+        "service": service,
+        "window": window_label,
+        "windows": WINDOWS,
+        "callers": [(e, None if minutes is None else e.calls / minutes) for e in callers],
+        "callees": [(e, None if minutes is None else e.calls / minutes) for e in callees],
+        "libraries": selectors.service_libraries(service_ids=[service.pk], since=since).get(
+            service.pk, []
+        ),
+        "broken": list(selectors.broken_context_for_service(service=service)[:50]),
+        "samples": selectors.trace_samples_for_service(service=service),
+        "can_triage": principal.can("triage", service.environment.team_id),
+    }
+    return render(request, "runtime/service_detail.html", context)
+
+
+@login_required
+@require_POST
+def service_ingress(request: HttpRequest, pk: int) -> HttpResponse:
+    principal = principal_for_request(request)
+    service = selectors.service_get_for_user(principal=principal, pk=pk)
+    choice = request.POST.get("ingress", "")
+    values = {"confirm": True, "deny": False, "auto": None}
+    if choice not in values:
+        return HttpResponseBadRequest("ingress must be confirm, deny or auto")
+    try:
+        services.service_ingress_set(service=service, principal=principal, value=values[choice])
+    except services.IngressChangeDenied as exc:
+        return HttpResponse(str(exc), status=403)
+    messages.success(request, f"Ingress for {service} set to {choice}.")
+    return redirect("runtime:service-detail", pk=service.pk)
+
+
+@login_required
+@require_GET
+def trace_detail(request: HttpRequest, environment_pk: int, trace_id: str) -> HttpResponse:
+    principal = principal_for_request(request)
+    environment = selectors.environment_get_for_user(principal=principal, pk=environment_pk)
+    spans = selectors.trace_spans(environment=environment, trace_id=trace_id)
+    start = spans[0]["start_ns"] if spans else 0
+    for span in spans:
+        span["offset_ms"] = round((span["start_ns"] - start) / 1e6, 3)
+        span["duration_ms"] = round(span["duration_us"] / 1000, 3)
+        span["kind_name"] = _KIND_NAMES.get(span.get("kind", 0), "unspecified")
+    return render(
+        request,
+        "runtime/trace_detail.html",
+        {"environment": environment, "trace_id": trace_id, "spans": spans},
+    )
