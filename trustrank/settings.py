@@ -264,6 +264,16 @@ TRUSTRANK_IDENTITY_SERVICE_CATALOG = envstr("TRUSTRANK_IDENTITY_SERVICE_CATALOG"
 TRUSTRANK_IDENTITY_EXPIRY_WINDOW_DAYS = envint(
     "TRUSTRANK_IDENTITY_EXPIRY_WINDOW_DAYS", 30, minimum=1
 )
+# Caller policies are checked against the calls observed over this window, this often.
+TRUSTRANK_IDENTITY_POLICY_WINDOW_SECONDS = envint(
+    "TRUSTRANK_IDENTITY_POLICY_WINDOW_SECONDS", 900, minimum=60
+)
+CELERY_BEAT_SCHEDULE["identity-policies-check"] = {
+    "task": "trustrank.identity.tasks.identity_policies_check",
+    "schedule": timedelta(
+        seconds=envint("TRUSTRANK_IDENTITY_POLICY_CHECK_SECONDS", 300, minimum=10)
+    ),
+}
 CELERY_BEAT_SCHEDULE["identity-reevaluate"] = {
     "task": "trustrank.identity.tasks.identity_reevaluate",
     "schedule": timedelta(hours=envint("TRUSTRANK_IDENTITY_REEVALUATE_HOURS", 6, minimum=1)),

@@ -834,6 +834,10 @@ def service_policy_set(
             "require_mtls": require_mtls,
         },
     )
+    # Check the calls already observed against the new policy without waiting for beat.
+    from trustrank.identity.tasks import identity_policies_check
+
+    transaction.on_commit(identity_policies_check.delay)
     return policy
 
 
@@ -880,3 +884,50 @@ def identity_policy_evaluate(
             key__in=keys,
         ).order_by("pk")
     )
+
+
+def identity_policies_check(*, window: timedelta | None = None) -> dict[str, int]:
+    """Check the calls the runtime graph observed against every caller policy.
+
+    For each environment that has a policy, the service-to-service calls of the last window
+    become ObservedEdges: the caller's SPIFFE ID is that of the identity mapped to the caller
+    service (its strongest valid one), and a call counts as mTLS only when every observed
+    call in the window carried mTLS evidence.
+    """
+    from trustrank.runtime.selectors import observed_calls
+
+    window = window or timedelta(seconds=settings.TRUSTRANK_IDENTITY_POLICY_WINDOW_SECONDS)
+    since = timezone.now() - window
+    checked = violations = 0
+    scopes = ServicePolicy.objects.values_list("team_id", "environment").distinct()
+    for team_id, environment in scopes:
+        calls = observed_calls(team_id=team_id, environment=environment, since=since)
+        if not calls:
+            continue
+        spiffe_by_service: dict[tuple[str, str], str] = {}
+        identities = Identity.objects.filter(
+            team_id=team_id,
+            environment=environment,
+            best_certificate__isnull=False,
+            strength__gt=0,
+        ).exclude(service_name="")
+        for identity in identities.order_by("strength"):  # strongest last, so it wins
+            key = (identity.service_name, identity.service_namespace)
+            spiffe_by_service[key] = identity.spiffe_id
+            spiffe_by_service.setdefault((identity.service_name, ""), identity.spiffe_id)
+        edges = [
+            engine.ObservedEdge(
+                caller_service=call.caller,
+                callee_service=call.callee,
+                caller_spiffe_id=spiffe_by_service.get((call.caller, call.caller_namespace))
+                or spiffe_by_service.get((call.caller, "")),
+                mtls=call.calls > 0 and call.mtls_calls >= call.calls,
+                caller_namespace=call.caller_namespace,
+                callee_namespace=call.callee_namespace,
+            )
+            for call in calls
+        ]
+        found = identity_policy_evaluate(team_id=team_id, environment=environment, edges=edges)
+        checked += len(edges)
+        violations += len(found)
+    return {"edges": checked, "violations": violations}

@@ -293,3 +293,43 @@ def graph_for_environment(*, environment: Environment, since: datetime | None) -
             for r in rows
         ],
     }
+
+
+@dataclass(frozen=True)
+class ObservedCall:
+    """Calls between two traced services over a window, as plain data for other domains."""
+
+    caller: str
+    caller_namespace: str
+    callee: str
+    callee_namespace: str
+    calls: int
+    mtls_calls: int
+
+
+def observed_calls(*, team_id: int, environment: str, since: datetime) -> list[ObservedCall]:
+    """Service-to-service calls seen since `since` in one team's environment (system use:
+    the caller has already established which team it acts for)."""
+    rows = (
+        CallEdgeBucket.objects.filter(
+            environment__team_id=team_id,
+            environment__name=environment,
+            bucket_start__gte=since,
+            caller__kind=NodeKind.SERVICE,
+            callee__kind=NodeKind.SERVICE,
+        )
+        .values("caller__name", "caller__namespace", "callee__name", "callee__namespace")
+        .annotate(calls=Sum("calls"), mtls_calls=Sum("mtls_calls"))
+        .order_by("caller__name", "callee__name")
+    )
+    return [
+        ObservedCall(
+            caller=row["caller__name"],
+            caller_namespace=row["caller__namespace"],
+            callee=row["callee__name"],
+            callee_namespace=row["callee__namespace"],
+            calls=row["calls"] or 0,
+            mtls_calls=row["mtls_calls"] or 0,
+        )
+        for row in rows
+    ]
