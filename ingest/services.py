@@ -90,7 +90,7 @@ def job_create(
             submitter_label=principal.label[:160],
             enqueued_at=timezone.now(),
         )
-        IngestPayload.objects.create(job=job, data=payload)
+        _payload_store(job_id=job.pk, data=payload)
         job_enqueue_on_commit(job)
     return job
 
@@ -153,6 +153,19 @@ def job_fail(*, job_id: Any, message: str) -> None:
         lease_until=None,
         phase="failed",
     )
+
+
+def _payload_store(*, job_id: Any, data: bytes) -> None:
+    """Store the raw payload as a binary parameter. Django's client-side binding would inline
+    it hex-encoded into the SQL text: 5x slower for a 660 KB OTLP export (the receivers'
+    largest cost per request)."""
+    import psycopg
+
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(
+            "INSERT INTO ingest_ingestpayload (job_id, data) VALUES (%s, %b)", [job_id, data]
+        )
 
 
 def _payload_load(*, job_id: Any) -> bytes:
