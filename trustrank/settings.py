@@ -169,16 +169,12 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Trust-based risk prioritization: ingest evidence, read ranked findings.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema and its UI are for signed-in people and keys with the read scope.
+    "SERVE_PERMISSIONS": ["trustrank.accounts.auth.HasScope"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
-    "APPEND_COMPONENTS": {
-        "securitySchemes": {
-            "ApiKey": {"type": "apiKey", "in": "header", "name": "X-Api-Key"},
-        }
-    },
-    "SECURITY": [{"ApiKey": []}],
 }
 
 # --- Celery ---------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ from typing import Any
 
 import orjson
 from django.urls import path
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -79,14 +80,48 @@ def _target(request: Request) -> SbomTarget:
     responses={202: None},
 )
 class SbomUploadApi(_SbomReceiver):
+    """Store the SBOM as an ingest job and answer 202 with its status URL."""
+
     def post(self, request: Request) -> Response:
         body, filename = body_or_file(request, "bom", "file")
         job = self._submit(request, body=body, target=_target(request), filename=filename)
         return accepted(job)
 
 
-@extend_schema(summary="Dependency-Track compatible BOM upload (PUT JSON / POST multipart)")
+_TOKEN = inline_serializer("BomToken", fields={"token": serializers.UUIDField()})
+_DT_PUT = inline_serializer(
+    "DependencyTrackBomSubmit",
+    fields={
+        "project": serializers.UUIDField(required=False),
+        "projectName": serializers.CharField(required=False),
+        "projectVersion": serializers.CharField(required=False),
+        "autoCreate": serializers.BooleanField(required=False),
+        "bom": serializers.CharField(help_text="the BOM, base64-encoded"),
+    },
+)
+_DT_POST = inline_serializer(
+    "DependencyTrackBomUpload",
+    fields={
+        "project": serializers.UUIDField(required=False),
+        "projectName": serializers.CharField(required=False),
+        "projectVersion": serializers.CharField(required=False),
+        "autoCreate": serializers.BooleanField(required=False),
+        "bom": serializers.FileField(),
+    },
+)
+
+
+@extend_schema(
+    summary="Dependency-Track compatible BOM upload (PUT JSON / POST multipart)",
+    methods=["PUT"],
+    request=_DT_PUT,
+    responses={200: _TOKEN},
+)
+@extend_schema(methods=["POST"], request={"multipart/form-data": _DT_POST}, responses={200: _TOKEN})
 class DependencyTrackBomApi(_SbomReceiver):
+    """`PUT /api/v1/bom` and `POST /api/v1/bom` as Dependency-Track 4 speaks them: existing
+    CI plugins and `cdxgen --server-url` work unchanged. Answers the job id as `token`."""
+
     def put(self, request: Request) -> Response:
         try:
             doc = orjson.loads(request.body or b"{}")
@@ -120,7 +155,10 @@ class DependencyTrackBomApi(_SbomReceiver):
 
 
 @extend_schema(
-    summary="Dependency-Track compatible: is the upload with this token still processing?"
+    summary="Dependency-Track compatible: is the upload with this token still processing?",
+    responses={
+        200: inline_serializer("BomProcessing", fields={"processing": serializers.BooleanField()})
+    },
 )
 class DependencyTrackTokenApi(APIView):
     required_scope = (Scope.READ, Scope.SBOM_WRITE)

@@ -33,6 +33,7 @@ class ProjectComponentListApi(ListAPIView[Component]):
 
     serializer_class = ComponentSerializer
     filterset_class = ComponentFilter
+    queryset = Component.objects.none()  # for the schema; get_queryset scopes the real one
 
     def get_queryset(self) -> Any:
         project = project_get(
