@@ -205,7 +205,7 @@ def _decode_json(body: bytes, *, count: bool = True) -> Decoded:
             problems.append(f"resourceSpans[{r_index}]: {str(exc)[:300]}")
             continue
         request.resource_spans.append(parsed)
-    late_rejected, late_problems = 0, []
+    late_rejected, late_problems = 0, list[str]()
     if count:
         _, late_rejected, late_problems = _count(request)
     return Decoded(

@@ -506,9 +506,9 @@ def aggregate(
     root_starts = {key: [r[0] for r in value] for key, value in roots.items()}
 
     # Client side: calls whose callee sent no span in this request.
-    for key, (env, service, peer, is_db, bucket, dur, error, tls, mtls, end, trace_id,
+    for client_key, (env, service, peer, is_db, bucket, dur, error, tls, mtls, end, trace_id,
               start) in clients.items():
-        if key in matched:
+        if client_key in matched:
             continue
         target = None if is_db else peer_lookup(known, env, peer)
         if target == service:
@@ -542,7 +542,7 @@ def aggregate(
             continue
         agg.open_clients.append(
             OpenClient(
-                env=env, service=service, span_id=span_id_int(key[16:]), peer=peer[:200],
+                env=env, service=service, span_id=span_id_int(client_key[16:]), peer=peer[:200],
                 target=target, bucket=bucket, start_ns=start, end_ns=end,
                 trace_id=trace_id.hex(), dur_ns=dur, error=error, tls=tls, mtls=mtls,
             )

@@ -106,13 +106,13 @@ def service_rates(*, service_ids: list[int], since: datetime | None) -> dict[int
     ):
         rates[row["callee_id"]].calls_in = row["calls"]
         rates[row["callee_id"]].errors_in = row["errors"]
-    for row in (
+    for out_row in (
         buckets.filter(caller_id__in=service_ids)
         .values("caller_id")
         .annotate(calls=Sum("calls"), errors=Sum("errors"))
     ):
-        rates[row["caller_id"]].calls_out = row["calls"]
-        rates[row["caller_id"]].errors_out = row["errors"]
+        rates[out_row["caller_id"]].calls_out = out_row["calls"]
+        rates[out_row["caller_id"]].errors_out = out_row["errors"]
     return rates
 
 
@@ -158,7 +158,7 @@ class EdgeSummary:
 
 def edges_aggregate(
     *, edge_filter: Q, since: datetime | None
-) -> QuerySet[CallEdgeBucket, dict[str, Any]]:
+) -> QuerySet[Any, Any]:
     """One row per (caller, callee) over the window, busiest first; paginate this."""
     return (
         _buckets(since)

@@ -246,8 +246,8 @@ def _nodes_upsert(
     for env, caller, callee in agg.broken:
         for node in (caller, callee):
             nodes.setdefault((env, node), ("", "{}", False, now, now))
-    for env, node in agg.aliases.items():
-        nodes.setdefault((env[0], node), ("", "{}", False, now, now))
+    for (alias_env, _peer), node in agg.aliases.items():
+        nodes.setdefault((alias_env, node), ("", "{}", False, now, now))
     keys = sorted(nodes)
     cursor.execute(
         """

@@ -10,7 +10,7 @@ from django.templatetags.static import static
 from django.views.decorators.http import require_GET, require_POST
 
 from trustrank.accounts.principal import principal_for_request
-from trustrank.lib.pages import paginate
+from trustrank.lib.pages import HtmxHttpRequest, paginate
 from trustrank.runtime import engine, selectors, services
 from trustrank.runtime.filters import ServiceFilterSet
 
@@ -38,7 +38,7 @@ def _graph_library_url() -> str | None:
 
 @login_required
 @require_GET
-def service_map(request: HttpRequest) -> HttpResponse:
+def service_map(request: HtmxHttpRequest) -> HttpResponse:
     principal = principal_for_request(request)
     environments = list(selectors.environments_for_principal(principal=principal))
     window_label, window = _window(request)
