@@ -8,7 +8,6 @@ from django.http import Http404
 from ingest.models import IngestJob, JobKind
 from trustrank.accounts.principal import Principal
 
-
 # Advisory feeds are shared reference data: every signed-in principal may see how and when
 # they were last imported, whichever team started the import.
 FEED_KINDS = (JobKind.OSV, JobKind.KEV, JobKind.EPSS)
