@@ -91,13 +91,32 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _isolated_queues() -> None:
+def _isolated_queues() -> Iterator[None]:
     """Give this test run queue names of its own, so a stale message from another run (or a
-    developer's demo on the same broker) never reaches our workers."""
+    developer's demo on the same broker) never reaches our workers; drop them afterwards."""
     prefix = f"t{uuid.uuid4().hex[:8]}_"
     settings.QUEUE_PREFIX_FOR_TESTS = prefix
     settings.INGEST_QUEUE = f"{prefix}ingest"
     settings.INGEST_HIGH_QUEUE = f"{prefix}ingest_high"
+    yield
+    _queues_drop(prefix)
+
+
+def _queues_drop(prefix: str) -> None:
+    """Remove this run's queues and any message left in them (tests that leave a job queued
+    on purpose), from Redis or from the filesystem broker's folder."""
+    url = settings.CELERY_BROKER_URL
+    if url.startswith(("redis://", "rediss://")):
+        import redis
+
+        client = redis.Redis.from_url(url)
+        keys = [*client.scan_iter(f"{prefix}*"), *client.scan_iter(f"_kombu.binding*.{prefix}*")]
+        if keys:
+            client.delete(*keys)
+    elif url.startswith("filesystem://"):
+        folder = Path(str(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"]))
+        for message in folder.glob(f"*.{prefix}*.msg"):
+            message.unlink(missing_ok=True)
 
 
 def _stop_process_group(proc: subprocess.Popen[bytes]) -> None:
