@@ -143,10 +143,9 @@ def _supersedes(*, new: Sbom, current: Sbom | None) -> bool:
 
 def _after_load(*, project_version_id: int) -> None:
     """Re-match the project version's findings once the new inventory is committed."""
-    try:
-        from trustrank.vulns.tasks import findings_match_project_version
-    except ImportError:  # matching not installed
-        return
+    # Imported here: vulnerability matching depends on the inventory, not the other way.
+    from trustrank.vulns.tasks import findings_match_project_version
+
     transaction.on_commit(lambda: findings_match_project_version.delay(project_version_id))
 
 
