@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -267,9 +268,24 @@ def retry_after_seconds(*, queue_depth: int) -> int:
     return max(1, math.ceil(delay))
 
 
+# Every receiver asks on every upload; the queue depth is a COUNT, so each process re-reads it
+# at most once per TRUSTRANK_INGEST_OVERLOAD_CACHE_SECONDS instead of once per request (an
+# OpenTelemetry exporter may send twenty a second).
+_overload_cache: dict[str, Any] = {"at": -math.inf, "value": None}
+
+
 def ingest_overloaded() -> int | None:
     """Retry-After seconds when the queue is past its soft limit, else None."""
+    now = time.monotonic()
+    if now - _overload_cache["at"] < settings.TRUSTRANK_INGEST_OVERLOAD_CACHE_SECONDS:
+        return _overload_cache["value"]
     depth = ingest_queue_depth()
-    if depth < settings.TRUSTRANK_INGEST_QUEUE_SOFT_LIMIT:
-        return None
-    return retry_after_seconds(queue_depth=depth)
+    value = None
+    if depth >= settings.TRUSTRANK_INGEST_QUEUE_SOFT_LIMIT:
+        value = retry_after_seconds(queue_depth=depth)
+    _overload_cache.update(at=now, value=value)
+    return value
+
+
+def ingest_overload_cache_clear() -> None:
+    _overload_cache.update(at=-math.inf, value=None)

@@ -102,6 +102,16 @@ def _isolated_queues() -> Iterator[None]:
     _queues_drop(prefix)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_overload_cache() -> Iterator[None]:
+    """Each test sees the queue depth anew (receivers cache it for a second per process)."""
+    from ingest.services import ingest_overload_cache_clear
+
+    ingest_overload_cache_clear()
+    yield
+    ingest_overload_cache_clear()
+
+
 def _queues_drop(prefix: str) -> None:
     """Remove this run's queues and any message left in them (tests that leave a job queued
     on purpose), from Redis or from the filesystem broker's folder."""

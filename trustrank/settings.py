@@ -235,8 +235,10 @@ TRUSTRANK_TRACE_SAMPLE_RETENTION_DAYS = envint(
 TRUSTRANK_TRACE_KEEP_PAYLOAD = envbool("TRUSTRANK_TRACE_KEEP_PAYLOAD", False)
 # A large export is decoded and aggregated in parts of about this size (bounded memory).
 TRUSTRANK_TRACE_PART_BYTES = envint("TRUSTRANK_TRACE_PART_BYTES", 4 * 1024 * 1024, minimum=1024)
-# The OTLP receiver re-reads the ingest queue depth at most this often per process.
-TRUSTRANK_OTLP_OVERLOAD_CACHE_SECONDS = envfloat("TRUSTRANK_OTLP_OVERLOAD_CACHE_SECONDS", 1.0)
+# Receivers re-read the ingest queue depth (a COUNT) at most this often per process.
+TRUSTRANK_INGEST_OVERLOAD_CACHE_SECONDS = envfloat(
+    "TRUSTRANK_INGEST_OVERLOAD_CACHE_SECONDS", 1.0
+)
 CELERY_BEAT_SCHEDULE["runtime-traces-sweep"] = {
     "task": "trustrank.runtime.tasks.runtime_traces_sweep",
     "schedule": timedelta(seconds=envint("TRUSTRANK_TRACE_SWEEP_SECONDS", 30, minimum=1)),

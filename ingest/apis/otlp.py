@@ -8,9 +8,6 @@ content negotiation. The order of checks follows what a client can fix: credenti
 
 from __future__ import annotations
 
-import time
-from typing import Any
-
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
@@ -40,20 +37,6 @@ from trustrank.lib.api import problem_response
 # google.rpc.Code values for the Status body of a failed request.
 _RPC_INVALID_ARGUMENT, _RPC_UNAUTHENTICATED, _RPC_PERMISSION_DENIED = 3, 16, 7
 _RPC_RESOURCE_EXHAUSTED, _RPC_UNAVAILABLE = 8, 14
-
-_overload_cache: dict[str, Any] = {"at": -1e9, "value": None}
-
-
-def _overloaded() -> int | None:
-    """Retry-After seconds (design formula 6) when the ingest queue is deep. The queue depth
-    is a COUNT over queued jobs: it is read at most once a second per process, not once per
-    export request."""
-    now = time.monotonic()
-    if now - _overload_cache["at"] >= settings.TRUSTRANK_OTLP_OVERLOAD_CACHE_SECONDS:
-        _overload_cache["value"] = ingest_services.ingest_overloaded()
-        _overload_cache["at"] = now
-    return _overload_cache["value"]
-
 
 def _error(encoding: str, status: int, rpc_code: int, message: str) -> HttpResponse:
     return HttpResponse(
@@ -109,7 +92,7 @@ def traces_export(request: HttpRequest) -> HttpResponse:
     except ingest_services.InvalidPriority as exc:
         return _error(encoding, 400, _RPC_INVALID_ARGUMENT, str(exc))
 
-    retry_after = _overloaded()
+    retry_after = ingest_services.ingest_overloaded()
     if retry_after is not None:
         response = _error(
             encoding, 429, _RPC_RESOURCE_EXHAUSTED,

@@ -278,6 +278,7 @@ def test_list_queries_are_bounded(team, api, django_assert_max_num_queries) -> N
 
 
 def test_deep_queue_answers_503_with_retry_after(team, api, settings) -> None:
+    settings.TRUSTRANK_INGEST_OVERLOAD_CACHE_SECONDS = 0  # see the queue grow at once
     client = api(team, "certs:write")
     assert post_certs(client, make_pki().leaf("/a").pem).status_code == 202  # one queued job
     settings.TRUSTRANK_INGEST_QUEUE_SOFT_LIMIT = 1

@@ -297,7 +297,7 @@ def test_jobs_of_another_team_are_invisible(team, other_team, api):
     assert intruder.get(f"/api/v1/bom/token/{job_id}").status_code == 404
 
 
-@override_settings(TRUSTRANK_INGEST_QUEUE_SOFT_LIMIT=2)
+@override_settings(TRUSTRANK_INGEST_QUEUE_SOFT_LIMIT=2, TRUSTRANK_INGEST_OVERLOAD_CACHE_SECONDS=0)
 def test_deep_queue_answers_503_with_retry_after_from_formula_6(team, api):
     client = api(team, "sbom:write")
     assert upload(client).status_code == 202

@@ -11,19 +11,12 @@ from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.trace import SpanKind
 
-from ingest.apis import otlp as receiver
 from ingest.models import IngestJob, IngestPayload, JobStatus
+from ingest.services import ingest_overload_cache_clear
 from tests.runtime.helpers import DATA, SpanFactory
 
 pytestmark = pytest.mark.django_db
 PB = "application/x-protobuf"
-
-
-@pytest.fixture(autouse=True)
-def _fresh_overload_cache():
-    receiver._overload_cache.update({"at": -1e9, "value": None})
-    yield
-    receiver._overload_cache.update({"at": -1e9, "value": None})
 
 
 @pytest.fixture
@@ -167,9 +160,9 @@ def test_deep_queue_answers_429_with_formula_6_retry_after(key, team, settings):
     settings.TRUSTRANK_INGEST_QUEUE_SOFT_LIMIT = 2
     settings.TRUSTRANK_BACKOFF_BASE_SECONDS = 10.0
     assert post(sdk_body(), key=key).status_code == 200
-    receiver._overload_cache["at"] = -1e9
+    ingest_overload_cache_clear()
     assert post(sdk_body(), key=key).status_code == 200
-    receiver._overload_cache["at"] = -1e9
+    ingest_overload_cache_clear()
     response = post(sdk_body(), key=key)
     assert response.status_code == 429
     # delay = base * (1 + 0.02 q)^2 with q = 2 queued jobs: 10 * 1.04^2 = 10.8 -> 11 s.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db.models import Count, Prefetch, QuerySet
+from django.db.models import Prefetch, QuerySet
 from django.http import Http404
 
 from trustrank.accounts.principal import Principal
@@ -45,10 +45,4 @@ def project_components(*, project: Project, version: str | None = None) -> Query
         Component.objects.filter(sbom_id__in=sbom_ids)
         .select_related("sbom__project_version")
         .order_by("name", "version", "pk")
-    )
-
-
-def project_counts(*, project: Project) -> dict[str, int]:
-    return ProjectVersion.objects.filter(project=project).aggregate(
-        versions=Count("pk"), sboms=Count("sboms")
     )
