@@ -1,0 +1,1 @@
+"""Parsers: bytes -> frozen dataclasses. No Django, no ORM; the bottom layer."""
