@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "trustrank.vulns",
     "trustrank.runtime",
     "trustrank.identity",
+    "trustrank.findings",
     "ingest",
 ]
 
@@ -102,6 +103,10 @@ if envstr("TRUSTRANK_DB_NAME"):
     # Lets a worker or server process started by the tests use the test database.
     DATABASES["default"]["NAME"] = envstr("TRUSTRANK_DB_NAME")
 DATABASES["default"].setdefault("OPTIONS", {})
+if TESTING:
+    # The test suite empties every table between transactional tests, the append-only audit
+    # table included; its trigger lets a TRUNCATE through only for sessions that say so.
+    DATABASES["default"]["OPTIONS"]["options"] = "-c trustrank.allow_audit_truncate=on"
 DATABASES["default"]["TEST"] = {"NAME": envstr("TRUSTRANK_TEST_DB_NAME", "test_trustrank")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -232,6 +237,10 @@ TRUSTRANK_TRACE_SAMPLE_RETENTION_DAYS = envint(
     "TRUSTRANK_TRACE_SAMPLE_RETENTION_DAYS", 7, minimum=0
 )
 # Keep the raw export body on the job after it was aggregated (off: aggregates only).
+# A lost-trace-context finding with no new sighting for this long resolves itself.
+TRUSTRANK_TRACE_BROKEN_CONTEXT_RESOLVE_HOURS = envint(
+    "TRUSTRANK_TRACE_BROKEN_CONTEXT_RESOLVE_HOURS", 24, minimum=1
+)
 TRUSTRANK_TRACE_KEEP_PAYLOAD = envbool("TRUSTRANK_TRACE_KEEP_PAYLOAD", False)
 # A large export is decoded and aggregated in parts of about this size (bounded memory).
 TRUSTRANK_TRACE_PART_BYTES = envint("TRUSTRANK_TRACE_PART_BYTES", 4 * 1024 * 1024, minimum=1024)

@@ -11,8 +11,9 @@ from ingest.models import IngestJob
 from tests.identity.helpers import run_queued_jobs
 from tests.identity.pki import make_pki
 from trustrank.accounts.principal import Principal
+from trustrank.findings.models import Finding
 from trustrank.identity import services
-from trustrank.identity.models import Certificate, Identity, IdentityFinding, ServicePolicy
+from trustrank.identity.models import Certificate, Identity, ServicePolicy
 
 pytestmark = pytest.mark.django_db
 
@@ -161,4 +162,4 @@ def test_other_team_sees_nothing(team, other_team, make_user, seeded) -> None:
     assert client.get(f"/identities/certificates/{cert.pk}/").status_code == 404
     assert client.get(f"/identities/{identity.pk}/").status_code == 404
     assert client.post(f"/identities/{identity.pk}/", {"service_name": "x"}).status_code == 404
-    assert IdentityFinding.objects.filter(team=other_team).count() == 0
+    assert Finding.objects.filter(team=other_team).count() == 0

@@ -7,8 +7,8 @@ from django.utils import timezone
 
 from tests.identity.pki import make_pki
 from tests.identity.test_services import bundle, upload, writer
+from trustrank.findings.models import Finding
 from trustrank.identity import services
-from trustrank.identity.models import IdentityFinding
 from trustrank.runtime.models import CallEdgeBucket, Environment, NodeKind, Service
 
 pytestmark = pytest.mark.django_db
@@ -49,14 +49,14 @@ def test_observed_calls_are_checked_against_caller_policies(team, other_team):
 
     result = services.identity_policies_check()
     assert result == {"edges": 4, "violations": 2}
-    found = IdentityFinding.objects.filter(kind="policy_violation").order_by("pk")
+    found = Finding.objects.filter(category="policy_violation").order_by("pk")
     assert [f.evidence["caller_service"] for f in found] == ["batch", "legacy"]
     assert {f.team_id for f in found} == {team.pk}
     batch = found[0]
     assert batch.evidence["caller_spiffe_id"] == "spiffe://prod.example/ns/ops/sa/batch"
     # Checking again updates the same findings.
     services.identity_policies_check()
-    assert IdentityFinding.objects.filter(kind="policy_violation").count() == 2
+    assert Finding.objects.filter(category="policy_violation").count() == 2
 
 
 def test_partial_mtls_counts_as_missing_mtls(team):

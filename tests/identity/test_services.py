@@ -11,16 +11,10 @@ from django.utils import timezone
 from tests.identity.helpers import run_queued_jobs
 from tests.identity.pki import issue, make_pki, now, rsa_key, sha1_leaf
 from trustrank.accounts.principal import Principal
+from trustrank.findings.models import OPEN_STATES, AuditEvent, Finding
 from trustrank.identity import services
 from trustrank.identity.engine import ObservedEdge
-from trustrank.identity.models import (
-    Certificate,
-    FindingStatus,
-    Identity,
-    IdentityAuditEvent,
-    IdentityFinding,
-    MappingSource,
-)
+from trustrank.identity.models import Certificate, Identity, MappingSource
 
 pytestmark = pytest.mark.django_db
 
@@ -45,8 +39,8 @@ def bundle(team, body: bytes, env: str = "prod", trust_domain: str = "") -> None
 
 def open_kinds(team) -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
-    for f in IdentityFinding.objects.filter(team=team, status=FindingStatus.OPEN):
-        found.setdefault(f.kind, set()).add(f.spiffe_id or f.key)
+    for f in Finding.objects.filter(team=team, kind="identity", state__in=OPEN_STATES):
+        found.setdefault(f.category, set()).add(f.spiffe_id or f.fingerprint)
     return found
 
 
@@ -68,16 +62,14 @@ def test_findings_for_each_problem(team) -> None:
     assert kinds["weak_key"] == {"spiffe://prod.example/ns/a/sa/weak"}
     assert kinds["chain_invalid"] == {"spiffe://prod.example/ns/a/sa/healthy"}  # the forged one
     assert kinds["unmapped"] == {"spiffe://prod.example/spire/agent/join_token/abc"}
-    finding = IdentityFinding.objects.get(kind="chain_invalid")
+    finding = Finding.objects.get(category="chain_invalid")
     assert finding.certificate is not None
     assert finding.certificate.subject.startswith("CN=forged")
     assert finding.evidence["reason"]
     healthy_identity = Identity.objects.get(spiffe_id="spiffe://prod.example/ns/a/sa/healthy")
     assert healthy_identity.strength == 100
     # Every finding was opened with an audit event.
-    assert IdentityAuditEvent.objects.filter(action="opened").count() == (
-        IdentityFinding.objects.count()
-    )
+    assert AuditEvent.objects.filter(action="created").count() == Finding.objects.count()
 
 
 def test_weak_signature_finding_for_sha1(team) -> None:
@@ -112,16 +104,16 @@ def test_strength_settings_are_honoured(team) -> None:
 def test_findings_resolve_when_fixed_and_reopen(team) -> None:
     pki = make_pki()
     upload(team, pki.leaf("/svc").pem + pki.intermediate.pem)  # no bundle yet
-    finding = IdentityFinding.objects.get(kind="chain_invalid", certificate__role="leaf")
+    finding = Finding.objects.get(category="chain_invalid", certificate__role="leaf")
     assert "no trust bundle" in finding.title
     bundle(team, pki.root.pem)
     finding.refresh_from_db()
-    assert finding.status == FindingStatus.RESOLVED and finding.resolved_at
+    assert finding.state == "resolved" and finding.auto_resolved and finding.resolved_at
     bundle(team, make_pki("other.example").root.pem)
     finding.refresh_from_db()
-    assert finding.status == FindingStatus.OPEN
-    actions = list(finding.events.values_list("action", flat=True))
-    assert actions == ["opened", "resolved", "reopened"]
+    assert finding.state == "in_triage" and not finding.auto_resolved
+    actions = list(finding.events.order_by("created_at", "pk").values_list("action", flat=True))
+    assert actions == ["created", "auto_resolved", "reopened"]
 
 
 def test_time_passing_expires_certificates(team) -> None:
@@ -136,18 +128,21 @@ def test_time_passing_expires_certificates(team) -> None:
 
 
 def test_audit_events_are_append_only(team) -> None:
+    from django.db import DatabaseError, transaction
+
     upload(team, make_pki().leaf("/svc").pem)
-    event = IdentityAuditEvent.objects.first()
+    event = AuditEvent.objects.first()
     assert event is not None
     event.action = "tampered"
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError, match="append-only"):
         event.save()
-    with pytest.raises(TypeError):
-        event.delete()
-    with pytest.raises(TypeError):
-        IdentityAuditEvent.objects.all().update(action="x")
-    with pytest.raises(TypeError):
-        IdentityAuditEvent.objects.all().delete()
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+        AuditEvent.objects.all().update(action="x")
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+        from django.db import connection
+
+        with connection.cursor() as cur:
+            cur.execute("DELETE FROM findings_auditevent")
 
 
 def test_metadata_mapping_beats_rule_and_manual_beats_both(team) -> None:
@@ -160,8 +155,9 @@ def test_metadata_mapping_beats_rule_and_manual_beats_both(team) -> None:
     upload(team, pki.leaf("/ns/shop/sa/cart-sa").pem, service="cart")  # a new certificate
     identity.refresh_from_db()
     assert (identity.service_name, identity.mapping_source) == ("basket", MappingSource.MANUAL)
-    event = IdentityAuditEvent.objects.get(action="mapping_set")
-    assert event.data["after"]["service_name"] == "basket"
+    event = AuditEvent.objects.get(action="mapping_set")
+    assert event.after["service_name"] == "basket"
+    assert event.subject_id == identity.spiffe_id and event.actor_kind == "system"
     # Clearing the manual mapping goes back to the rules.
     services.identity_map_set(identity=identity, service_name="", namespace="",
                               principal=writer(team))
@@ -173,11 +169,11 @@ def test_manual_mapping_resolves_unmapped_finding(team) -> None:
     upload(team, make_pki().leaf("/spire/agent/x509pop/node1").pem)
     identity = Identity.objects.get()
     assert identity.mapping_source == MappingSource.NONE
-    finding = IdentityFinding.objects.get(kind="unmapped")
+    finding = Finding.objects.get(category="unmapped")
     services.identity_map_set(identity=identity, service_name="node-agent", namespace="",
                               principal=writer(team))
     finding.refresh_from_db()
-    assert finding.status == FindingStatus.RESOLVED
+    assert finding.state == "resolved" and finding.auto_resolved
 
 
 def test_mapping_needs_triage(team) -> None:
@@ -234,8 +230,8 @@ def test_policy_evaluation_writes_findings(team) -> None:
     # Evaluating the same edges again updates, never duplicates.
     again = services.identity_policy_evaluate(team_id=team.pk, environment="prod", edges=edges)
     assert [f.pk for f in again] == [f.pk for f in found]
-    assert IdentityFinding.objects.filter(kind="policy_violation").count() == 2
-    assert IdentityAuditEvent.objects.filter(action="policy_created").count() == 1
+    assert Finding.objects.filter(category="policy_violation").count() == 2
+    assert AuditEvent.objects.filter(action="policy_created").count() == 1
     # Other teams' policies never apply.
     assert services.identity_policy_evaluate(team_id=team.pk + 999, environment="prod",
                                              edges=edges) == []
@@ -266,13 +262,17 @@ def test_edge_evidence_for_the_graph(team) -> None:
     assert stranger.strength == 0
 
 
-def test_deleting_a_team_removes_its_identity_evidence(team) -> None:
+def test_a_team_with_audit_history_cannot_be_deleted(team) -> None:
+    """The audit trail outlives mistakes: deleting a team that has one is refused, and
+    nothing of the team is removed."""
+    from django.db.models import ProtectedError
+
     pki = make_pki()
     upload(team, pki.leaf("/spire/agent/x").pem)  # opens findings with audit events
-    assert IdentityAuditEvent.objects.exists()
-    team.delete()
-    assert not IdentityAuditEvent.objects.exists()
-    assert not IdentityFinding.objects.exists() and not Certificate.objects.exists()
+    assert AuditEvent.objects.filter(team=team).exists()
+    with pytest.raises(ProtectedError):
+        team.delete()
+    assert Finding.objects.filter(team=team).exists() and Certificate.objects.exists()
 
 
 def test_real_corpus_certificates(team) -> None:

@@ -18,9 +18,9 @@ from tests.runtime.helpers import (
     nezha_requests,
     nezha_spans,
 )
+from trustrank.findings.models import Finding
 from trustrank.runtime import services
 from trustrank.runtime.models import (
-    BrokenContextFinding,
     CallEdgeBucket,
     Environment,
     LibraryBucket,
@@ -179,12 +179,17 @@ def test_broken_context_within_one_request(team):
         f.span(service="payments", name="POST /charge", kind=SpanKind.SERVER,
                trace_id=f.trace_id(), start_offset_ms=2, duration_ms=25)
     store(team, f.request())
-    finding = BrokenContextFinding.objects.get()
-    assert (finding.caller.name, finding.callee.name, finding.occurrences) == (
-        "gateway", "payments", 3,
-    )
-    assert len(finding.examples) == 3
-    assert all(len(e["caller_trace_id"]) == 32 for e in finding.examples)
+    finding = Finding.objects.get(kind="reliability", category="broken_context")
+    ev = finding.evidence
+    assert (ev["caller"], ev["callee"], ev["occurrences"]) == ("gateway", "payments", 3)
+    assert finding.service.name == "payments" and finding.team_id == team.pk
+    assert len(ev["examples"]) == 3
+    assert all(len(e["caller_trace_id"]) == 32 for e in ev["examples"])
+    assert finding.events.get().action == "created"
+    # The same loss seen again adds up on the one finding.
+    store(team, f.request())
+    finding.refresh_from_db()
+    assert finding.evidence["occurrences"] == 6 and len(finding.evidence["examples"]) == 5
 
 
 def test_broken_context_across_requests_is_found_by_the_sweep(team, settings):
@@ -199,12 +204,12 @@ def test_broken_context_across_requests_is_found_by_the_sweep(team, settings):
     store(team, f.request(grouped["payments"]))
     store(team, f.request(grouped["gateway"]))
     assert OpenClientSpan.objects.count() == 1
-    assert not BrokenContextFinding.objects.exists()
+    assert not Finding.objects.exists()
     services.traces_sweep(
         now=timezone.now() + timedelta(seconds=settings.TRUSTRANK_TRACE_MATCH_SECONDS + 1)
     )
-    finding = BrokenContextFinding.objects.get()
-    assert (finding.caller.name, finding.callee.name) == ("gateway", "payments")
+    finding = Finding.objects.get(kind="reliability")
+    assert (finding.evidence["caller"], finding.evidence["callee"]) == ("gateway", "payments")
     assert payments_root.trace_id  # the callee's trace exists, on its own
 
 
@@ -281,7 +286,8 @@ def test_the_sweep_runs_on_the_beat_schedule(team, settings):
     entry = settings.CELERY_BEAT_SCHEDULE["runtime-traces-sweep"]
     assert entry["task"] == runtime_traces_sweep.name
     assert runtime_traces_sweep() == {
-        "entry_spans": 0, "external_calls": 0, "broken_context": 0, "samples_deleted": 0,
+        "entry_spans": 0, "external_calls": 0, "broken_context": 0,
+        "broken_context_resolved": 0, "samples_deleted": 0,
     }
 
 

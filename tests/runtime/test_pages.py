@@ -80,7 +80,7 @@ def test_service_page_shows_callers_libraries_findings_and_samples(client, make_
     callers = {e.caller.name for e, _ in response.context["callers"]}
     assert callers == {"web", "internet"}
     assert "org.apache.logging.log4j" in html
-    assert response.context["broken"][0].caller.name == "gateway"
+    assert response.context["broken"][0].evidence["caller"] == "gateway"
     assert response.context["samples"]
     trace_id = response.context["samples"][0].trace_id
     trace_page = client.get(f"/services/traces/{payments.environment_id}/{trace_id}/")

@@ -7,7 +7,7 @@ import pytest
 from django.test import Client
 
 from ingest.models import IngestJob
-from trustrank.vulns.models import AuditEvent, Finding
+from trustrank.findings.models import AuditEvent, Finding
 
 from .helpers import CVSS_CRITICAL, CVSS_MEDIUM, bom, import_osv, load_sbom, osv, run_job
 
@@ -183,7 +183,7 @@ def test_triage_endpoint_needs_triage_scope_and_records_audit(api, team, world):
     resp = api(team, "triage").post(url, payload, format="json")
     assert resp.status_code == 200, resp.content
     assert resp.json()["state"] == "not_affected"
-    event = AuditEvent.objects.get(subject_id=f.pk, action="state_changed")
+    event = AuditEvent.objects.get(finding_id=f.pk, action="state_changed")
     assert event.actor_label.startswith("api-key:") and event.reason == "reviewed"
     comment = api(team, "triage").post(
         f"/api/v1/findings/{f.pk}/comments", {"body": "see PR 12"}, format="json"

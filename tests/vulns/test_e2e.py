@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 
 from ingest.models import IngestJob, JobStatus
 from tests.conftest import wait_for
-from trustrank.vulns.models import AuditEvent, Finding
+from trustrank.findings.models import AuditEvent, Finding
 
 from .helpers import ADVISORIES, SBOMS
 
@@ -99,7 +99,7 @@ def test_sbom_upload_and_osv_import_give_findings_in_api_and_page(
     )
     assert wait_for(lambda: _finished(resp.json()["id"]), timeout=60) == JobStatus.DONE
     wait_for(lambda: Finding.objects.get(pk=f["id"]).state == "resolved", timeout=60)
-    event = AuditEvent.objects.get(subject_id=f["id"], action="auto_resolved")
+    event = AuditEvent.objects.get(finding_id=f["id"], action="auto_resolved")
     assert "no longer in the current SBOM" in event.reason
 
 

@@ -9,16 +9,9 @@ from django.db import DatabaseError, connection, transaction
 
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import Principal
-from trustrank.vulns.models import (
-    Advisory,
-    AuditEvent,
-    EpssLatest,
-    EpssScore,
-    Finding,
-    KevEntry,
-    TriageState,
-)
-from trustrank.vulns.services.findings import TriageError, finding_triage
+from trustrank.findings.models import AuditEvent, Finding, TriageState
+from trustrank.findings.services.triage import TriageError, finding_triage
+from trustrank.vulns.models import Advisory, EpssLatest, EpssScore, KevEntry
 
 from .helpers import (
     ADVISORIES,
@@ -67,7 +60,7 @@ def test_advisories_imported_first_then_sbom_load_creates_findings(team):
     assert f.cvss_score == 9.8 and f.severity == "critical"
     assert f.state == TriageState.IN_TRIAGE
     assert f.baseline_priority == pytest.approx(9.8 * 6)
-    created = AuditEvent.objects.get(subject_id=f.pk, action="created")
+    created = AuditEvent.objects.get(finding_id=f.pk, action="created")
     assert "lodash@4.17.15" in created.reason
 
 
@@ -121,14 +114,14 @@ def test_component_gone_from_newer_sbom_resolves_finding_with_reason(team):
     load_sbom(team, bom([REQUESTS], serial="urn:uuid:22222222-2222-2222-2222-222222222222"))
     f.refresh_from_db()
     assert f.state == TriageState.RESOLVED and f.auto_resolved and f.resolved_at
-    event = AuditEvent.objects.get(subject_id=f.pk, action="auto_resolved")
+    event = AuditEvent.objects.get(finding_id=f.pk, action="auto_resolved")
     assert "no longer in the current SBOM" in event.reason and "lodash@4.17.15" in event.reason
     assert event.before["state"] == "in_triage" and event.after["state"] == "resolved"
     # It comes back: same finding (stable fingerprint), reopened with an event.
     load_sbom(team, bom([LODASH], serial="urn:uuid:33333333-3333-3333-3333-333333333333"))
     f.refresh_from_db()
     assert f.fingerprint == fingerprint and f.state == TriageState.IN_TRIAGE
-    assert AuditEvent.objects.filter(subject_id=f.pk, action="reopened").exists()
+    assert AuditEvent.objects.filter(finding_id=f.pk, action="reopened").exists()
     assert Finding.objects.filter(project_version=pv).count() == 1
 
 
@@ -146,7 +139,7 @@ def test_newer_modified_wins_older_is_ignored_and_withdrawn_stops_matching(team)
     assert job.counts["withdrawn"] == 1 and job.counts["findings_resolved"] == 1
     f = Finding.objects.get(project_version=pv)
     assert f.state == TriageState.RESOLVED
-    assert "withdrawn" in AuditEvent.objects.get(subject_id=f.pk, action="auto_resolved").reason
+    assert "withdrawn" in AuditEvent.objects.get(finding_id=f.pk, action="auto_resolved").reason
 
 
 def test_range_change_resolves_finding_that_no_longer_matches(team):
@@ -166,7 +159,7 @@ def test_range_change_resolves_finding_that_no_longer_matches(team):
     assert f.state == TriageState.RESOLVED
     assert (
         "outside the affected ranges"
-        in AuditEvent.objects.get(subject_id=f.pk, action="auto_resolved").reason
+        in AuditEvent.objects.get(finding_id=f.pk, action="auto_resolved").reason
     )
 
 
@@ -188,7 +181,7 @@ def test_embedded_vulnerabilities_and_vex_analysis_set_initial_state(team):
     assert f.vex_evidence["analysis"]["state"] == "exploitable"
     assert f.vex_evidence["vulnerability"]["id"] == "CVE-2018-7489"
     assert f.cvss_score == 9.8
-    assert "VEX" in AuditEvent.objects.get(subject_id=f.pk, action="created").reason
+    assert "VEX" in AuditEvent.objects.get(finding_id=f.pk, action="created").reason
 
 
 def test_embedded_vex_in_xml_collapses_with_the_osv_match(team):
@@ -347,7 +340,7 @@ def test_triage_writes_an_audit_event_with_before_after_and_why(team):
     )
     f.refresh_from_db()
     assert f.state == "not_affected" and f.justification == "code_not_reachable"
-    event = AuditEvent.objects.get(subject_id=f.pk, action="state_changed")
+    event = AuditEvent.objects.get(finding_id=f.pk, action="state_changed")
     assert event.before["state"] == "in_triage" and event.after["state"] == "not_affected"
     assert event.after["response"] == ["will_not_fix"] and event.reason == "checked call sites"
     assert event.created_at is not None and event.actor_label
@@ -362,7 +355,7 @@ def test_audit_events_are_append_only(team):
     with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
         AuditEvent.objects.filter(pk=event.pk).update(reason="rewritten")
     with connection.cursor() as cur:
-        cur.execute("SELECT reason FROM vulns_auditevent WHERE id = %s", [event.pk])
+        cur.execute("SELECT reason FROM findings_auditevent WHERE id = %s", [event.pk])
         assert cur.fetchone()[0] != "rewritten"
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from trustrank.vulns.models import Advisory, Finding
+from trustrank.findings.models import Finding
+from trustrank.vulns.models import Advisory
 from trustrank.vulns.services.feeds import feed_payload_read
 
 from .helpers import ADVISORIES, SBOMS, load_sbom, run_job

@@ -7,9 +7,10 @@ from typing import Any
 from rest_framework.generics import ListAPIView, RetrieveAPIView
 
 from trustrank.accounts.principal import principal_for_request
+from trustrank.findings.models import Finding
 from trustrank.identity import selectors
 from trustrank.identity.filters import IdentityFilter, IdentityFindingFilter
-from trustrank.identity.models import Certificate, Identity, IdentityFinding
+from trustrank.identity.models import Certificate, Identity
 from trustrank.identity.serializers import (
     CertificateSerializer,
     IdentityFindingSerializer,
@@ -43,7 +44,7 @@ class IdentityDetailApi(RetrieveAPIView[Identity]):
         )
 
 
-class IdentityFindingListApi(ListAPIView[IdentityFinding]):
+class IdentityFindingListApi(ListAPIView[Finding]):
     serializer_class = IdentityFindingSerializer
     filterset_class = IdentityFindingFilter
 

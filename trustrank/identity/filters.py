@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import django_filters
+from django.db.models import QuerySet
 
+from trustrank.findings.models import OPEN_STATES, Finding
 from trustrank.identity.engine import ChainStatus
 from trustrank.identity.models import (
     Certificate,
-    FindingKind,
-    FindingStatus,
     Identity,
-    IdentityFinding,
+    IdentityCategory,
     MappingSource,
     Role,
 )
@@ -51,10 +51,19 @@ class IdentityFilter(django_filters.FilterSet):
 
 class IdentityFindingFilter(django_filters.FilterSet):
     environment = django_filters.CharFilter()
-    kind = django_filters.ChoiceFilter(choices=FindingKind.choices)
-    status = django_filters.ChoiceFilter(choices=FindingStatus.choices)
+    kind = django_filters.ChoiceFilter(field_name="category", choices=IdentityCategory.choices)
+    status = django_filters.ChoiceFilter(
+        method="filter_status", choices=[("open", "Open"), ("resolved", "Resolved")]
+    )
     spiffe_id = django_filters.CharFilter()
 
     class Meta:
-        model = IdentityFinding
+        model = Finding
         fields = ["environment", "kind", "status", "spiffe_id"]
+
+    def filter_status(self, qs: QuerySet[Finding], name: str, value: str) -> QuerySet[Finding]:
+        if value == "open":
+            return qs.filter(state__in=OPEN_STATES)
+        if value == "resolved":
+            return qs.exclude(state__in=OPEN_STATES)
+        return qs

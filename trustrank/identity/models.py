@@ -1,5 +1,5 @@
-"""Identity evidence: trust bundles, certificates, SPIFFE identities, caller policies and the
-findings and audit events they produce.
+"""Identity evidence: trust bundles, certificates, SPIFFE identities and caller policies. The
+findings they produce live in trustrank.findings (kind "identity").
 
 Everything is keyed by (team, environment name). Environments are plain strings here so this
 app stays independent of the runtime app that also knows environments; services likewise are
@@ -7,8 +7,6 @@ referenced by name (and Kubernetes namespace), joined later by the graph engine.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from django.db import models
 
@@ -199,7 +197,9 @@ class ServicePolicy(models.Model):
         return f"policy for {self.service_name}"
 
 
-class FindingKind(models.TextChoices):
+class IdentityCategory(models.TextChoices):
+    """What an identity finding (`Finding.category`) is about."""
+
     EXPIRED = "expired", "Expired certificate"
     EXPIRING = "expiring", "Certificate expiring soon"
     WEAK_KEY = "weak_key", "Weak key"
@@ -207,82 +207,3 @@ class FindingKind(models.TextChoices):
     CHAIN_INVALID = "chain_invalid", "Chain does not verify"
     UNMAPPED = "unmapped", "Identity not mapped to a service"
     POLICY_VIOLATION = "policy_violation", "Caller policy violation"
-
-
-class FindingStatus(models.TextChoices):
-    OPEN = "open", "Open"
-    RESOLVED = "resolved", "Resolved"
-
-
-class IdentityFinding(models.Model):
-    """A problem with identity evidence. Found again → stays open; gone → resolved."""
-
-    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="+")
-    environment = models.CharField(max_length=64)
-    kind = models.CharField(max_length=20, choices=FindingKind.choices)
-    # The natural key (fingerprint, SPIFFE ID, call edge); hashed when longer than 255.
-    key = models.CharField(max_length=255)
-    severity = models.CharField(max_length=10)
-    title = models.TextField()
-    status = models.CharField(
-        max_length=10, choices=FindingStatus.choices, default=FindingStatus.OPEN, db_index=True
-    )
-    evidence = models.JSONField(default=dict)
-    certificate = models.ForeignKey(
-        Certificate, null=True, blank=True, on_delete=models.SET_NULL, related_name="findings"
-    )
-    spiffe_id = models.CharField(max_length=2048, blank=True)
-    first_seen_at = models.DateTimeField(auto_now_add=True)
-    last_seen_at = models.DateTimeField()
-    resolved_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-last_seen_at", "id"]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["team", "environment", "kind", "key"], name="identityfinding_unique"
-            )
-        ]
-
-    def __str__(self) -> str:
-        return self.title
-
-
-class AuditEventQuerySet(models.QuerySet["IdentityAuditEvent"]):
-    def update(self, **kwargs: Any) -> int:
-        raise TypeError("identity audit events are append-only")
-
-    def delete(self) -> tuple[int, dict[str, int]]:
-        raise TypeError("identity audit events are append-only")
-
-
-class IdentityAuditEvent(models.Model):
-    """Append-only record of every change to identity findings, mappings and policies."""
-
-    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="+")
-    environment = models.CharField(max_length=64)
-    # Findings are never deleted by the application; only deleting their team removes
-    # them, and their history with them.
-    finding = models.ForeignKey(
-        IdentityFinding, null=True, blank=True, on_delete=models.CASCADE, related_name="events"
-    )
-    action = models.CharField(max_length=40)
-    actor = models.CharField(max_length=160)
-    data = models.JSONField(default=dict)
-    at = models.DateTimeField(auto_now_add=True, db_index=True)
-
-    objects = AuditEventQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["at", "id"]
-
-    def __str__(self) -> str:
-        return f"{self.action} by {self.actor}"
-
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        if self.pk is not None:
-            raise TypeError("identity audit events are append-only")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
-        raise TypeError("identity audit events are append-only")

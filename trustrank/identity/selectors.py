@@ -5,18 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
 from trustrank.accounts.principal import Principal
+from trustrank.findings.models import OPEN_STATES, AuditEvent, Finding, FindingKind
 from trustrank.identity.engine import EndpointEvidence
 from trustrank.identity.models import (
     Certificate,
-    FindingStatus,
     Identity,
-    IdentityAuditEvent,
-    IdentityFinding,
     Role,
     ServicePolicy,
     TrustBundle,
@@ -65,24 +63,35 @@ def identity_certificates(*, identity: Identity) -> QuerySet[Certificate]:
     ).defer("der").order_by("-not_after")
 
 
-def finding_list(*, principal: Principal) -> QuerySet[IdentityFinding]:
+def finding_list(*, principal: Principal) -> QuerySet[Finding]:
+    """Identity findings from the one findings table, open first, newest evidence first."""
     return (
-        IdentityFinding.objects.filter(team_id__in=principal.team_ids)
+        Finding.objects.filter(team_id__in=principal.team_ids, kind=FindingKind.IDENTITY)
         .select_related("team", "certificate")
         .defer("certificate__der")
-        .order_by("status", "-last_seen_at", "pk")
+        .annotate(is_resolved=~Q(state__in=OPEN_STATES))
+        .order_by("is_resolved", "-last_seen", "pk")
     )
 
 
-def certificate_findings(*, certificate: Certificate) -> QuerySet[IdentityFinding]:
-    return IdentityFinding.objects.filter(certificate=certificate).order_by("status", "kind")
-
-
-def audit_events(*, principal: Principal, environment: str) -> QuerySet[IdentityAuditEvent]:
+def certificate_findings(*, certificate: Certificate) -> QuerySet[Finding]:
     return (
-        IdentityAuditEvent.objects.filter(team_id__in=principal.team_ids, environment=environment)
+        Finding.objects.filter(certificate=certificate, team_id=certificate.team_id)
+        .annotate(is_resolved=~Q(state__in=OPEN_STATES))
+        .order_by("is_resolved", "category")
+    )
+
+
+def audit_events(*, principal: Principal, environment: str) -> QuerySet[AuditEvent]:
+    """Identity events of one environment: findings of kind identity, mappings, policies."""
+    return (
+        AuditEvent.objects.filter(team_id__in=principal.team_ids, environment=environment)
+        .filter(
+            Q(finding__kind=FindingKind.IDENTITY)
+            | Q(subject_type__in=["identity.mapping", "identity.policy"])
+        )
         .select_related("finding")
-        .order_by("-at", "-pk")
+        .order_by("-created_at", "-pk")
     )
 
 
@@ -170,9 +179,9 @@ def identity_edge_evidence(
     return EndpointEvidence(mtls=mtls, spiffe_id=spiffe_id, strength=strength)
 
 
-def open_findings(*, principal: Principal, environment: str) -> QuerySet[IdentityFinding]:
+def open_findings(*, principal: Principal, environment: str) -> QuerySet[Finding]:
     return finding_list(principal=principal).filter(
-        environment=environment, status=FindingStatus.OPEN
+        environment=environment, state__in=OPEN_STATES
     )
 
 

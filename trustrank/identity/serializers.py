@@ -6,10 +6,11 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from trustrank.findings.models import Finding
 from trustrank.identity.models import (
     Certificate,
     Identity,
-    IdentityFinding,
+    IdentityCategory,
     ServicePolicy,
     TrustAnchor,
     TrustBundle,
@@ -83,14 +84,31 @@ class IdentitySerializer(serializers.ModelSerializer):
 
 
 class IdentityFindingSerializer(serializers.ModelSerializer):
+    """The identity findings API as it was before the one findings table: `kind` is the
+    identity category, `status` open or resolved. The full lifecycle is on /findings."""
+
     team = serializers.CharField(source="team.name")
+    kind = serializers.ChoiceField(source="category", choices=IdentityCategory.choices)
+    status = serializers.ChoiceField(
+        source="open_status", choices=[("open", "Open"), ("resolved", "Resolved")]
+    )
+    first_seen_at = serializers.DateTimeField(source="first_seen", read_only=True)
+    last_seen_at = serializers.DateTimeField(source="last_seen")
 
     class Meta:
-        model = IdentityFinding
+        model = Finding
         fields = [
-            "id", "team", "environment", "kind", "severity", "status", "title", "evidence",
-            "certificate", "spiffe_id", "first_seen_at", "last_seen_at", "resolved_at",
+            "id", "team", "environment", "kind", "severity", "status", "state", "title",
+            "evidence", "certificate", "spiffe_id", "first_seen_at", "last_seen_at",
+            "resolved_at",
         ]
+        # As documented before the move: always present (blank only for other kinds).
+        extra_kwargs = {
+            "environment": {"required": True, "allow_blank": False},
+            "title": {"required": True, "allow_blank": False},
+            "severity": {"required": True},
+        }
+
 
 
 class TrustAnchorSerializer(serializers.ModelSerializer):

@@ -13,6 +13,7 @@ from typing import Any
 from cryptography import x509
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -30,15 +31,16 @@ from ingest.receivers import UploadRefused
 from ingest.services import job_create
 from trustrank.accounts.models import Scope, Team
 from trustrank.accounts.principal import Principal
+from trustrank.findings.models import Finding, FindingKind, FindingSource
+from trustrank.findings.services.audit import Actor, audit_event_record
+from trustrank.findings.services.reconcile import FindingSpec as UnifiedSpec
+from trustrank.findings.services.reconcile import finding_fingerprint, findings_reconcile
 from trustrank.identity import engine
 from trustrank.identity.engine import ChainStatus, FindingSpec
 from trustrank.identity.models import (
     Certificate,
-    FindingKind,
-    FindingStatus,
     Identity,
-    IdentityAuditEvent,
-    IdentityFinding,
+    IdentityCategory,
     MappingSource,
     Role,
     ServicePolicy,
@@ -47,13 +49,12 @@ from trustrank.identity.models import (
 )
 
 ENVIRONMENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-SYSTEM_ACTOR = "system"
 _CERT_FINDING_KINDS = (
-    FindingKind.EXPIRED,
-    FindingKind.EXPIRING,
-    FindingKind.WEAK_KEY,
-    FindingKind.WEAK_SIGNATURE,
-    FindingKind.CHAIN_INVALID,
+    IdentityCategory.EXPIRED,
+    IdentityCategory.EXPIRING,
+    IdentityCategory.WEAK_KEY,
+    IdentityCategory.WEAK_SIGNATURE,
+    IdentityCategory.CHAIN_INVALID,
 )
 
 
@@ -257,7 +258,7 @@ def certificates_ingest_job(
         now=now,
         certificate_ids=scope,
         spiffe_ids=spiffe_ids,
-        actor=f"job:{job.pk}",
+        actor=Actor.system(f"job {job.pk}"),
     )
     by_status: dict[str, int] = {}
     for cert in verified:
@@ -326,7 +327,7 @@ def trust_bundle_ingest_job(
     verified = certificates_verify(team_id=job.team_id, environment=environment, now=now)
     identities_refresh(team_id=job.team_id, environment=environment, now=now)
     findings = findings_sync(
-        team_id=job.team_id, environment=environment, now=now, actor=f"job:{job.pk}"
+        team_id=job.team_id, environment=environment, now=now, actor=Actor.system(f"job {job.pk}")
     )
     return {
         "anchors": len(parsed.anchors),
@@ -589,19 +590,19 @@ def identity_map_set(
             spiffe_ids=[identity.spiffe_id],
         )
         identity.refresh_from_db()
-    IdentityAuditEvent.objects.create(
-        team_id=identity.team_id,
-        environment=identity.environment,
+    actor = Actor.of(principal)
+    audit_event_record(
+        actor=actor,
         action="mapping_set",
-        actor=principal.label,
-        data={
-            "spiffe_id": identity.spiffe_id,
-            "before": before,
-            "after": {
-                "service_name": identity.service_name,
-                "service_namespace": identity.service_namespace,
-                "mapping_source": identity.mapping_source,
-            },
+        team_id=identity.team_id,
+        subject_type="identity.mapping",
+        subject_id=identity.spiffe_id,
+        environment=identity.environment,
+        before=before,
+        after={
+            "service_name": identity.service_name,
+            "service_namespace": identity.service_namespace,
+            "mapping_source": identity.mapping_source,
         },
     )
     findings_sync(
@@ -610,7 +611,7 @@ def identity_map_set(
         now=timezone.now(),
         certificate_ids=[],
         spiffe_ids={identity.spiffe_id},
-        actor=principal.label,
+        actor=actor,
     )
     return identity
 
@@ -618,10 +619,7 @@ def identity_map_set(
 # --- Findings -------------------------------------------------------------------------------
 
 
-def _finding_key(natural: str) -> str:
-    if len(natural) <= 255:
-        return natural
-    return "sha256:" + hashlib.sha256(natural.encode()).hexdigest()
+SEVERITY_LABELS = {"low", "medium", "high", "critical"}
 
 
 @dataclass
@@ -631,87 +629,90 @@ class _Desired:
     spiffe_id: str
 
 
-def _upsert_findings(
+def identity_finding_fingerprint(*, environment: str, category: str, key: str) -> str:
+    # Keys longer than 255 characters are hashed first, as the former identity findings
+    # table stored them, so findings moved from it keep their fingerprints.
+    if len(key) > 255:
+        key = "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+    return finding_fingerprint(FindingKind.IDENTITY, environment, category, key)
+
+
+def _specs(environment: str, desired: list[_Desired]) -> list[UnifiedSpec]:
+    out = []
+    for item in desired:
+        spec = item.spec
+        values: dict[str, Any] = {
+            "environment": environment,
+            "evidence": spec.evidence,
+            "spiffe_id": item.spiffe_id,
+        }
+        if item.certificate_id is not None:
+            values["certificate_id"] = item.certificate_id
+        out.append(
+            UnifiedSpec(
+                fingerprint=identity_finding_fingerprint(
+                    environment=environment, category=spec.kind, key=spec.key
+                ),
+                title=spec.title,
+                severity=spec.severity if spec.severity in SEVERITY_LABELS else "unknown",
+                category=spec.kind,
+                source=(
+                    FindingSource.POLICY
+                    if spec.kind == IdentityCategory.POLICY_VIOLATION
+                    else FindingSource.CERTIFICATE
+                ),
+                values=values,
+                created_reason=spec.title,
+            )
+        )
+    return out
+
+
+def _identity_ids(*, team_id: int, environment: str, specs: list[UnifiedSpec]) -> None:
+    """Point each finding at its Identity row when its SPIFFE ID has one."""
+    wanted = {s.values["spiffe_id"] for s in specs if s.values.get("spiffe_id")}
+    if not wanted:
+        return
+    ids = dict(
+        Identity.objects.filter(
+            team_id=team_id, environment=environment, spiffe_id__in=wanted
+        ).values_list("spiffe_id", "pk")
+    )
+    for s in specs:
+        if s.values.get("spiffe_id") in ids:
+            s.values["identity_id"] = ids[s.values["spiffe_id"]]
+
+
+def _reconcile(
     *,
     team_id: int,
     environment: str,
     desired: list[_Desired],
-    existing: Iterable[IdentityFinding],
+    existing: Iterable[Finding],
     resolve_missing: bool,
     now: datetime,
-    actor: str,
+    actor: Actor,
 ) -> dict[str, int]:
-    by_key = {(f.kind, f.key): f for f in existing}
-    wanted: set[tuple[str, str]] = set()
-    to_create: list[IdentityFinding] = []
-    to_update: list[IdentityFinding] = []
-    events: list[IdentityAuditEvent] = []
-    opened = 0
-    for item in desired:
-        spec = item.spec
-        key = (spec.kind, _finding_key(spec.key))
-        wanted.add(key)
-        finding = by_key.get(key)
-        if finding is None:
-            to_create.append(
-                IdentityFinding(
-                    team_id=team_id,
-                    environment=environment,
-                    kind=spec.kind,
-                    key=key[1],
-                    severity=spec.severity,
-                    title=spec.title,
-                    evidence=spec.evidence,
-                    certificate_id=item.certificate_id,
-                    spiffe_id=item.spiffe_id,
-                    last_seen_at=now,
-                )
-            )
-            continue
-        reopened = finding.status == FindingStatus.RESOLVED
-        finding.severity, finding.title, finding.evidence = spec.severity, spec.title, spec.evidence
-        finding.certificate_id = item.certificate_id or finding.certificate_id
-        finding.last_seen_at = now
-        if reopened:
-            finding.status, finding.resolved_at = FindingStatus.OPEN, None
-            opened += 1
-            events.append(
-                IdentityAuditEvent(
-                    team_id=team_id, environment=environment, finding=finding,
-                    action="reopened", actor=actor, data={"title": spec.title},
-                )
-            )
-        to_update.append(finding)
-    resolved = 0
-    if resolve_missing:
-        for key, finding in by_key.items():
-            if key not in wanted and finding.status == FindingStatus.OPEN:
-                finding.status, finding.resolved_at = FindingStatus.RESOLVED, now
-                resolved += 1
-                to_update.append(finding)
-                events.append(
-                    IdentityAuditEvent(
-                        team_id=team_id, environment=environment, finding=finding,
-                        action="resolved", actor=actor,
-                        data={"title": finding.title, "reason": "no longer observed"},
-                    )
-                )
-    created = IdentityFinding.objects.bulk_create(to_create)
-    for finding in created:
-        events.append(
-            IdentityAuditEvent(
-                team_id=team_id, environment=environment, finding=finding,
-                action="opened", actor=actor,
-                data={"title": finding.title, "severity": finding.severity},
-            )
-        )
-    IdentityFinding.objects.bulk_update(
-        to_update,
-        ["severity", "title", "evidence", "certificate", "last_seen_at", "status", "resolved_at"],
-        batch_size=500,
+    specs = _specs(environment, desired)
+    _identity_ids(team_id=team_id, environment=environment, specs=specs)
+    counts = findings_reconcile(
+        team_id=team_id,
+        kind=FindingKind.IDENTITY,
+        specs=specs,
+        existing=existing,
+        actor=actor,
+        now=now,
+        resolve_missing=resolve_missing,
+        resolve_reason=lambda f: f"{f.title}: no longer observed",
+        value_fields=["environment", "evidence", "spiffe_id", "certificate", "identity"],
     )
-    IdentityAuditEvent.objects.bulk_create(events)
-    return {"opened": opened + len(created), "resolved": resolved}
+    return {"opened": counts.created + counts.reopened, "resolved": counts.resolved}
+
+
+def _identity_findings(*, team_id: int, environment: str) -> QuerySet[Finding]:
+    return Finding.objects.filter(
+        team_id=team_id, kind=FindingKind.IDENTITY, environment=environment
+    )
 
 
 def findings_sync(
@@ -721,10 +722,11 @@ def findings_sync(
     now: datetime,
     certificate_ids: Sequence[int] | None = None,
     spiffe_ids: Iterable[str] | None = None,
-    actor: str = SYSTEM_ACTOR,
+    actor: Actor | None = None,
 ) -> dict[str, int]:
     """Make the open certificate and mapping findings match the evidence (all of the
     environment, or the certificates and identities named). Idempotent."""
+    actor = actor or Actor.system("identity evidence")
     window = expiry_window()
     certs = Certificate.objects.filter(team_id=team_id, environment=environment)
     if certificate_ids is not None:
@@ -743,19 +745,18 @@ def findings_sync(
         )
         for spec in engine.certificate_findings(facts, now=now, expiry_window=window):
             desired.append(_Desired(spec, cert.pk, cert.spiffe_id))
-    existing = IdentityFinding.objects.filter(
-        team_id=team_id, environment=environment, kind__in=_CERT_FINDING_KINDS
+    existing = _identity_findings(team_id=team_id, environment=environment).filter(
+        category__in=_CERT_FINDING_KINDS
     )
     if certificate_ids is not None:
-        prints = list(certs.values_list("fingerprint_sha256", flat=True))
-        existing = existing.filter(key__in=prints)
-    counts = _upsert_findings(
+        existing = existing.filter(certificate_id__in=list(certs.values_list("pk", flat=True)))
+    counts = _reconcile(
         team_id=team_id, environment=environment, desired=desired, existing=existing,
         resolve_missing=True, now=now, actor=actor,
     )
     identities = Identity.objects.filter(team_id=team_id, environment=environment)
-    unmapped_existing = IdentityFinding.objects.filter(
-        team_id=team_id, environment=environment, kind=FindingKind.UNMAPPED
+    unmapped_existing = _identity_findings(team_id=team_id, environment=environment).filter(
+        category=IdentityCategory.UNMAPPED
     )
     if spiffe_ids is not None:
         spiffe_ids = list(spiffe_ids)
@@ -766,7 +767,7 @@ def findings_sync(
         for i in identities
         if i.mapping_source == MappingSource.NONE
     ]
-    more = _upsert_findings(
+    more = _reconcile(
         team_id=team_id, environment=environment, desired=unmapped, existing=unmapped_existing,
         resolve_missing=True, now=now, actor=actor,
     )
@@ -822,12 +823,14 @@ def service_policy_set(
         namespace=namespace.strip()[:200],
         defaults={"allowed_callers": patterns, "require_mtls": require_mtls},
     )
-    IdentityAuditEvent.objects.create(
-        team=team,
-        environment=environment,
+    audit_event_record(
+        actor=Actor.of(principal),
         action="policy_created" if created else "policy_updated",
-        actor=principal.label,
-        data={
+        team_id=team.pk,
+        subject_type="identity.policy",
+        subject_id=f"{policy.service_name}/{policy.namespace}",
+        environment=environment,
+        after={
             "service_name": policy.service_name,
             "namespace": policy.namespace,
             "allowed_callers": patterns,
@@ -843,8 +846,12 @@ def service_policy_set(
 
 @transaction.atomic
 def identity_policy_evaluate(
-    *, team_id: int, environment: str, edges: list[engine.ObservedEdge], actor: str = SYSTEM_ACTOR
-) -> list[IdentityFinding]:
+    *,
+    team_id: int,
+    environment: str,
+    edges: list[engine.ObservedEdge],
+    actor: Actor | None = None,
+) -> list[Finding]:
     """Check observed call edges (plain data) against the callees' caller policies and
     record a finding for each violating edge. Violations are evidence of something that
     happened, so a later call list without the edge does not resolve them."""
@@ -870,19 +877,22 @@ def identity_policy_evaluate(
             desired.append(
                 _Desired(engine.policy_finding(edge, reasons), None, edge.caller_spiffe_id or "")
             )
-    keys = [_finding_key(d.spec.key) for d in desired]
-    existing = IdentityFinding.objects.filter(
-        team_id=team_id, environment=environment, kind=FindingKind.POLICY_VIOLATION, key__in=keys
+    fingerprints = [
+        identity_finding_fingerprint(
+            environment=environment, category=d.spec.kind, key=d.spec.key
+        )
+        for d in desired
+    ]
+    existing = _identity_findings(team_id=team_id, environment=environment).filter(
+        fingerprint__in=fingerprints
     )
-    _upsert_findings(
+    _reconcile(
         team_id=team_id, environment=environment, desired=desired, existing=existing,
-        resolve_missing=False, now=timezone.now(), actor=actor,
+        resolve_missing=False, now=timezone.now(),
+        actor=actor or Actor.system("caller policy check"),
     )
     return list(
-        IdentityFinding.objects.filter(
-            team_id=team_id, environment=environment, kind=FindingKind.POLICY_VIOLATION,
-            key__in=keys,
-        ).order_by("pk")
+        Finding.objects.filter(team_id=team_id, fingerprint__in=fingerprints).order_by("pk")
     )
 
 

@@ -160,38 +160,6 @@ class LibraryBucket(models.Model):
         return f"{self.kind} {self.name} {self.version}".strip()
 
 
-class FindingStatus(models.TextChoices):
-    OPEN = "open", "Open"
-    RESOLVED = "resolved", "Resolved"
-
-
-class BrokenContextFinding(models.Model):
-    """Reliability finding (design formula 10): `callee` started new traces while a call
-    from `caller` to it was open, so the trace context was lost on that hop."""
-
-    environment = models.ForeignKey(
-        Environment, on_delete=models.CASCADE, related_name="broken_context_findings"
-    )
-    caller = models.ForeignKey(Service, on_delete=models.CASCADE, related_name="+")
-    callee = models.ForeignKey(Service, on_delete=models.CASCADE, related_name="+")
-    occurrences = models.BigIntegerField(default=0)
-    examples = models.JSONField(default=list, blank=True)
-    status = models.CharField(
-        max_length=16, choices=FindingStatus.choices, default=FindingStatus.OPEN
-    )
-    first_seen = models.DateTimeField()
-    last_seen = models.DateTimeField()
-
-    class Meta:
-        ordering = ["-last_seen"]
-        constraints = [
-            models.UniqueConstraint(fields=["caller", "callee"], name="runtime_broken_ctx_unique")
-        ]
-
-    def __str__(self) -> str:
-        return f"lost trace context {self.caller_id} -> {self.callee_id}"
-
-
 class PendingServerSpan(models.Model):
     """A server/consumer span whose parent was not in its export request: waits for the
     caller's client span. No foreign key constraints: a high-volume, short-lived index."""

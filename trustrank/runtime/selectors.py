@@ -13,9 +13,10 @@ from django.http import Http404
 from django.utils import timezone
 
 from trustrank.accounts.principal import Principal
+from trustrank.findings.evidence import BROKEN_CONTEXT
+from trustrank.findings.models import OPEN_STATES, Finding, FindingKind
 from trustrank.runtime import engine
 from trustrank.runtime.models import (
-    BrokenContextFinding,
     CallEdgeBucket,
     Environment,
     LibraryBucket,
@@ -226,19 +227,34 @@ def service_edges(
     return callers, callees
 
 
-def broken_context_for_service(*, service: Service) -> QuerySet[BrokenContextFinding]:
-    return (
-        BrokenContextFinding.objects.filter(Q(caller=service) | Q(callee=service))
-        .select_related("caller", "callee")
-        .order_by("-last_seen")
+def _broken_context(*, team_id: int, environment: str) -> QuerySet[Finding]:
+    return Finding.objects.filter(
+        team_id=team_id,
+        kind=FindingKind.RELIABILITY,
+        category=BROKEN_CONTEXT,
+        environment=environment,
+    ).order_by("-last_seen", "-pk")
+
+
+def broken_context_for_service(*, service: Service) -> QuerySet[Finding]:
+    """Lost-context findings on hops into or out of this service."""
+    env = service.environment
+    return _broken_context(team_id=env.team_id, environment=env.name).filter(
+        Q(service=service)
+        | Q(evidence__caller=service.name, evidence__caller_namespace=service.namespace)
     )
 
 
-def broken_context_for_environment(*, environment: Environment) -> QuerySet[BrokenContextFinding]:
-    return (
-        BrokenContextFinding.objects.filter(environment=environment)
-        .select_related("caller", "callee")
-        .order_by("-last_seen")
+def broken_context_for_environment(*, environment: Environment) -> QuerySet[Finding]:
+    return _broken_context(team_id=environment.team_id, environment=environment.name)
+
+
+def findings_for_service(*, service: Service, limit: int = 50) -> list[Finding]:
+    """Every kind of finding about this service, open ones first."""
+    return list(
+        Finding.objects.filter(team_id=service.environment.team_id, service=service)
+        .annotate(is_resolved=~Q(state__in=OPEN_STATES))
+        .order_by("is_resolved", "-baseline_priority", "-pk")[:limit]
     )
 
 

@@ -23,7 +23,13 @@ from ingest.errors import IngestRejected
 from ingest.models import IngestJob, IngestPayload
 from ingest.parsers.otlp import JSON, PROTOBUF, OtlpDecodeError, otlp_chunks
 from trustrank.accounts.principal import Principal
+from trustrank.findings.services.audit import Actor
 from trustrank.runtime import engine
+from trustrank.runtime.broken_context import (
+    BrokenSighting,
+    broken_context_record,
+    broken_context_resolve_stale,
+)
 from trustrank.runtime.engine import EXTERNAL, INTERNET_NODE, SERVICE, Aggregate, NodeKey
 from trustrank.runtime.models import Service
 
@@ -195,7 +201,9 @@ def _store(*, team_id: int, agg: Aggregate, received_at: datetime) -> dict[str, 
         _edges_upsert(cursor, edges=edges, bucket_seconds=bs)
         _libraries_upsert(cursor, agg=agg, env_ids=env_ids, node_ids=node_ids)
         _aliases_upsert(cursor, aliases=aliases)
-        _broken_upsert(cursor, agg=agg, env_ids=env_ids, node_ids=node_ids)
+        _broken_upsert(
+            agg=agg, env_ids=env_ids, node_ids=node_ids, actor=Actor.system("trace aggregation")
+        )
         _samples_insert(cursor, agg=agg, env_ids=env_ids, received_at=received_at)
     return {
         "spans": agg.spans,
@@ -492,43 +500,22 @@ def _aliases_upsert(cursor: Any, *, aliases: dict[tuple[int, str], int]) -> None
 
 
 def _broken_upsert(
-    cursor: Any, *, agg: Aggregate, env_ids: dict[str, int],
-    node_ids: dict[tuple[str, NodeKey], int],
+    *, agg: Aggregate, env_ids: dict[str, int], node_ids: dict[tuple[str, NodeKey], int],
+    actor: Actor,
 ) -> None:
-    for (env, caller, callee), broken in sorted(agg.broken.items()):
-        _broken_record(
-            cursor,
-            env_id=env_ids[env],
-            caller_id=node_ids[(env, caller)],
-            callee_id=node_ids[(env, callee)],
-            count=broken.count,
-            examples=broken.examples,
-            first=_ns_to_dt(broken.first_ns),
-            last=_ns_to_dt(broken.last_ns),
-        )
-
-
-def _broken_record(
-    cursor: Any, *, env_id: int, caller_id: int, callee_id: int, count: int,
-    examples: list[dict[str, str]], first: datetime, last: datetime,
-) -> None:
-    cursor.execute(
-        """
-        INSERT INTO runtime_brokencontextfinding (environment_id, caller_id, callee_id,
-                                                  occurrences, examples, status, first_seen,
-                                                  last_seen)
-        VALUES (%s, %s, %s, %s, %s::jsonb, 'open', %s, %s)
-        ON CONFLICT (caller_id, callee_id) DO UPDATE SET
-            occurrences = runtime_brokencontextfinding.occurrences + EXCLUDED.occurrences,
-            examples = (SELECT COALESCE(jsonb_agg(e), '[]'::jsonb) FROM (
-                          SELECT e FROM jsonb_array_elements(
-                              runtime_brokencontextfinding.examples || EXCLUDED.examples) AS e
-                          LIMIT 5) AS s),
-            status = 'open',
-            first_seen = LEAST(runtime_brokencontextfinding.first_seen, EXCLUDED.first_seen),
-            last_seen = GREATEST(runtime_brokencontextfinding.last_seen, EXCLUDED.last_seen)
-        """,
-        [env_id, caller_id, callee_id, count, _json_any(examples), first, last],
+    broken_context_record(
+        sightings=[
+            BrokenSighting(
+                caller_id=node_ids[(env, caller)],
+                callee_id=node_ids[(env, callee)],
+                count=broken.count,
+                examples=list(broken.examples),
+                first=_ns_to_dt(broken.first_ns),
+                last=_ns_to_dt(broken.last_ns),
+            )
+            for (env, caller, callee), broken in sorted(agg.broken.items())
+        ],
+        actor=actor,
     )
 
 
@@ -609,6 +596,7 @@ def traces_sweep(*, now: datetime | None = None) -> dict[str, int]:
         broken = _expired_clients_as_broken(
             cursor, rows=[r for r in expired if r[2] is not None and r[2] != r[1]], now=now
         )
+        stale_resolved = broken_context_resolve_stale(now=now)
         retention = now - timedelta(days=settings.TRUSTRANK_TRACE_SAMPLE_RETENTION_DAYS)
         cursor.execute("DELETE FROM runtime_tracesample WHERE received_at < %s", [retention])
         samples_deleted = cursor.rowcount
@@ -616,6 +604,7 @@ def traces_sweep(*, now: datetime | None = None) -> dict[str, int]:
         "entry_spans": entry,
         "external_calls": external,
         "broken_context": broken,
+        "broken_context_resolved": stale_resolved,
         "samples_deleted": samples_deleted,
     }
 
@@ -665,18 +654,25 @@ def _expired_clients_as_broken(cursor: Any, *, rows: list[tuple[Any, ...]], now:
         [sorted({r[2] for r in rows}), sorted({r[4] for r in rows})],
     )
     entries = set(cursor.fetchall())
-    found: dict[tuple[int, int, int], list[tuple[Any, ...]]] = defaultdict(list)
-    for env_id, service_id, target_id, _peer, bucket_start, start_at, end_at, *_rest, trace_id \
+    found: dict[tuple[int, int], list[tuple[Any, ...]]] = defaultdict(list)
+    for _env_id, service_id, target_id, _peer, bucket_start, start_at, end_at, *_rest, trace_id \
             in rows:
         if (target_id, bucket_start) in entries:
-            found[(env_id, service_id, target_id)].append((start_at, end_at, trace_id))
-    for (env_id, caller_id, callee_id), hits in sorted(found.items()):
-        _broken_record(
-            cursor, env_id=env_id, caller_id=caller_id, callee_id=callee_id, count=len(hits),
-            examples=[{"caller_trace_id": h[2]} for h in hits[:5]],
-            first=min(h[0] for h in hits), last=max(h[1] for h in hits),
-        )
-    return sum(len(h) for h in found.values())
+            found[(service_id, target_id)].append((start_at, end_at, trace_id))
+    return broken_context_record(
+        sightings=[
+            BrokenSighting(
+                caller_id=caller_id,
+                callee_id=callee_id,
+                count=len(hits),
+                examples=[{"caller_trace_id": h[2]} for h in hits[:5]],
+                first=min(h[0] for h in hits),
+                last=max(h[1] for h in hits),
+            )
+            for (caller_id, callee_id), hits in sorted(found.items())
+        ],
+        actor=Actor.system("trace sweep"),
+    )
 
 
 def _internet_nodes(cursor: Any, *, env_ids: Iterable[int], now: datetime) -> dict[int, int]:

@@ -98,6 +98,7 @@ def service_detail(request: HttpRequest, pk: int) -> HttpResponse:
             service.pk, []
         ),
         "broken": list(selectors.broken_context_for_service(service=service)[:50]),
+        "findings": selectors.findings_for_service(service=service),
         "samples": selectors.trace_samples_for_service(service=service),
         "can_triage": principal.can("triage", service.environment.team_id),
     }

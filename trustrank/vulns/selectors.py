@@ -1,59 +1,14 @@
-"""Reads for findings and feeds. Every finding query is scoped to the principal's teams."""
+"""Reads of the vulnerability feeds behind a finding: its advisories, KEV entry, EPSS history.
+Findings themselves are read through trustrank.findings.selectors."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Q, QuerySet
-from django.http import Http404
+from django.db.models import Q
 
-from trustrank.accounts.principal import Principal
-from trustrank.vulns.models import (
-    Advisory,
-    AuditEvent,
-    EpssScore,
-    Finding,
-    FindingComment,
-    KevEntry,
-)
-from trustrank.vulns.services.findings import SUBJECT
-
-# Counting stops here on the list page: "10,000+" is as useful as the exact figure and
-# costs a bounded index scan instead of a full count over a million rows.
-COUNT_CAP = 10_000
-
-
-def finding_list(*, principal: Principal) -> QuerySet[Finding]:
-    return (
-        Finding.objects.filter(team_id__in=principal.team_ids)
-        .select_related("project", "project_version")
-        .order_by("-baseline_priority", "-id")
-    )
-
-
-def finding_get(*, principal: Principal, finding_id: Any) -> Finding:
-    try:
-        pk = int(finding_id)
-    except (TypeError, ValueError) as exc:
-        raise Http404("no such finding") from exc
-    finding = (
-        Finding.objects.filter(pk=pk, team_id__in=principal.team_ids)
-        .select_related("project", "project_version", "advisory", "component")
-        .first()
-    )
-    if finding is None:
-        raise Http404("no such finding")
-    return finding
-
-
-def finding_audit_trail(*, finding: Finding) -> QuerySet[AuditEvent]:
-    return AuditEvent.objects.filter(
-        subject_type=SUBJECT, subject_id=finding.pk, team_id=finding.team_id
-    ).order_by("created_at", "id")
-
-
-def finding_comments(*, finding: Finding) -> QuerySet[FindingComment]:
-    return FindingComment.objects.filter(finding=finding).order_by("created_at", "id")
+from trustrank.findings.models import Finding
+from trustrank.vulns.models import Advisory, EpssScore, KevEntry
 
 
 def kev_entry_for(*, cve_id: str) -> KevEntry | None:
@@ -89,9 +44,3 @@ def affected_for_package(
         if key.ecosystem == ecosystem and key.name == package_name:
             out.append(entry)
     return out
-
-
-def capped_count(qs: QuerySet[Any], *, cap: int = COUNT_CAP) -> tuple[int, bool]:
-    """(count, capped): counts at most cap + 1 rows."""
-    n = qs.order_by()[: cap + 1].count()
-    return min(n, cap), n > cap

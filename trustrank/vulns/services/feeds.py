@@ -21,11 +21,11 @@ from ingest.parsers.epss import EpssError, parse_epss
 from ingest.parsers.kev import KevError, parse_kev
 from ingest.parsers.osv import OsvError, OsvRecord, parse_osv
 from trustrank.accounts.principal import Principal
+from trustrank.findings.services.audit import Actor
 from trustrank.vulns.engine.ecosystems import PackageKey, advisory_package_key
 from trustrank.vulns.engine.matching import canonical_id
 from trustrank.vulns.engine.severity import best_score, severity_label
 from trustrank.vulns.models import Advisory, AdvisoryPackage, KevEntry
-from trustrank.vulns.services.audit import Actor
 from trustrank.vulns.services.findings import (
     findings_match_packages,
     findings_refresh_exploit_data,

@@ -1,4 +1,4 @@
-"""Matching components to advisories, keeping findings in step, and triage.
+"""Matching components to advisories, and keeping vulnerability findings in step.
 
 Matching runs per project version: after each SBOM load for all of its components, and after
 a feed import only for the packages whose advisories changed. The project version row is
@@ -8,10 +8,8 @@ locked for the duration, so an SBOM load and a feed import never match one versi
 from __future__ import annotations
 
 import gzip
-import hashlib
 import logging
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -21,7 +19,22 @@ from django.utils import timezone
 from packageurl import PackageURL
 
 from ingest.models import IngestPayload
-from trustrank.accounts.principal import Principal
+from trustrank.findings.models import (
+    LABEL_SCORES,
+    OPEN_STATES,
+    UNKNOWN_SCORE,
+    Finding,
+    FindingKind,
+    FindingSource,
+    MatchStatus,
+)
+from trustrank.findings.services.audit import Actor
+from trustrank.findings.services.reconcile import (
+    FindingSpec,
+    InitialTriage,
+    findings_reconcile,
+)
+from trustrank.findings.services.reconcile import finding_fingerprint as _fingerprint
 from trustrank.inventory.models import Component, ProjectVersion, Sbom
 from trustrank.vulns.engine.cyclonedx_vulns import (
     CycloneDxVulnsError,
@@ -39,28 +52,15 @@ from trustrank.vulns.engine.matching import (
 )
 from trustrank.vulns.engine.severity import severity_label
 from trustrank.vulns.models import (
-    OPEN_STATES,
     Advisory,
     AdvisoryPackage,
-    AuditEvent,
     ComponentPackage,
     EpssLatest,
-    Finding,
-    FindingComment,
-    FindingSource,
-    Justification,
     KevEntry,
-    MatchStatus,
-    TriageState,
 )
-from trustrank.vulns.services.audit import Actor, audit_event_record
 
 log = logging.getLogger(__name__)
 
-SUBJECT = "vulns.finding"
-# Stand-in CVSS when an advisory gives only a label (or nothing): keeps the order sensible.
-LABEL_SCORES = {"critical": 9.5, "high": 8.0, "medium": 5.5, "low": 2.5, "none": 0.0}
-UNKNOWN_SCORE = 5.0
 _FINDING_UPDATE_FIELDS = [
     "component",
     "component_purl",
@@ -72,21 +72,15 @@ _FINDING_UPDATE_FIELDS = [
     "vuln_id",
     "aliases",
     "cve_id",
-    "title",
     "match_status",
     "match_reason",
     "fixed_versions",
     "cvss_score",
-    "severity",
-    "severity_score",
     "in_kev",
     "kev_date_added",
     "epss",
     "epss_percentile",
     "vex_evidence",
-    "last_seen",
-    "source",
-    "updated_at",
 ]
 
 
@@ -108,9 +102,7 @@ def component_key(*, purl: str, group: str, name: str, version: str) -> str:
 
 
 def finding_fingerprint(*, project_version_id: int, component_key: str, vuln_key: str) -> str:
-    return hashlib.sha256(
-        f"{project_version_id}\x1f{component_key}\x1f{vuln_key}".encode()
-    ).hexdigest()
+    return _fingerprint(project_version_id, component_key, vuln_key)
 
 
 # --- what the matcher wants to exist ---------------------------------------------------------
@@ -355,108 +347,63 @@ def findings_match_project_version(
             if only_packages is None or PackageKey(f.ecosystem, f.package_name) in only_packages
         }
 
-        to_create: list[Finding] = []
-        to_update: list[Finding] = []
-        events: list[AuditEvent] = []
+        specs = []
         for fp, d in desired.items():
             values = _finding_values(d, adv_by_id=adv_by_id, kev=kev, epss=epss)
-            f = existing.get(fp)
-            if f is None:
-                f = Finding(
-                    team_id=pv.project.team_id,
+            title = values.pop("title")
+            source = values.pop("source")
+            analysis = _vex_analysis(d)
+            specs.append(
+                FindingSpec(
                     fingerprint=fp,
-                    project_id=pv.project_id,
-                    project_version_id=pv.pk,
-                    component_key=d.row.key,
-                    first_seen=now,
-                    **values,
-                    last_seen=now,
-                )
-                analysis = _vex_analysis(d)
-                if analysis is not None:
-                    f.state = analysis.state
-                    f.justification = (
-                        analysis.justification
-                        if analysis.justification in Justification.values
-                        else ""
-                    )
-                    f.response = list(analysis.response)
-                    f.detail = analysis.detail
-                to_create.append(f)
-                continue
-            for name, value in values.items():
-                setattr(f, name, value)
-            f.last_seen = now
-            f.updated_at = now
-            to_update.append(f)
-            if f.auto_resolved and f.state == TriageState.RESOLVED:
-                before = _state_of(f)
-                f.state = TriageState.IN_TRIAGE
-                f.resolved_at = None
-                f.auto_resolved = False
-                counts.reopened += 1
-                events.append(
-                    _event(
-                        f,
-                        "reopened",
-                        actor,
-                        before,
-                        _state_of(f),
-                        now,
-                        f"{f.component_name}@{f.component_version} is affected again "
-                        f"({f.match_reason or 'reported by the SBOM'})",
-                    )
-                )
-
-        Finding.objects.bulk_create(to_create, batch_size=500)
-        counts.created = len(to_create)
-        for f in to_create:
-            events.append(
-                _event(
-                    f,
-                    "created",
-                    actor,
-                    {},
-                    {**_state_of(f), "match_status": f.match_status},
-                    now,
-                    _created_reason(f),
-                )
-            )
-        # Resolve what is no longer there: the component left the SBOM, or the advisory no
-        # longer covers its version (withdrawn, ranges changed).
-        for fp, f in existing.items():
-            if fp in desired or f.state not in OPEN_STATES:
-                continue
-            if only_packages is not None and f.vex_evidence.get("vulnerability"):
-                continue  # still reported by the SBOM itself; a feed update cannot clear that
-            before = _state_of(f)
-            f.state = TriageState.RESOLVED
-            f.resolved_at = now
-            f.auto_resolved = True
-            f.updated_at = now
-            to_update.append(f)
-            counts.resolved += 1
-            events.append(
-                _event(
-                    f,
-                    "auto_resolved",
-                    actor,
-                    before,
-                    _state_of(f),
-                    now,
-                    _resolution_reason(
-                        f, present_keys=present_keys, sbom=sbom, pv=pv, adv_by_id=adv_by_id
+                    title=title,
+                    severity=values["severity"],
+                    source=source,
+                    values={
+                        "project_id": pv.project_id,
+                        "project_version_id": pv.pk,
+                        "component_key": d.row.key,
+                        **values,
+                    },
+                    initial=None
+                    if analysis is None
+                    else InitialTriage(
+                        state=analysis.state,
+                        justification=analysis.justification,
+                        response=tuple(analysis.response),
+                        detail=analysis.detail,
+                    ),
+                    created_reason=_created_reason(values, initial=analysis is not None),
+                    reopened_reason=(
+                        f"{values['component_name']}@{values['component_version']} is affected "
+                        f"again ({values['match_reason'] or 'reported by the SBOM'})"
                     ),
                 )
             )
-        if to_update:
-            Finding.objects.bulk_update(
-                to_update,
-                [*_FINDING_UPDATE_FIELDS, "state", "resolved_at", "auto_resolved"],
-                batch_size=500,
-            )
-        counts.updated = len(to_update) - counts.resolved
-        AuditEvent.objects.bulk_create(events, batch_size=1000)
+
+        def resolvable(f: Finding) -> bool:
+            # Still reported by the SBOM itself: a feed update cannot clear that.
+            return only_packages is None or not f.vex_evidence.get("vulnerability")
+
+        result = findings_reconcile(
+            team_id=pv.project.team_id,
+            kind=FindingKind.VULNERABILITY,
+            specs=specs,
+            existing=existing.values(),
+            actor=actor,
+            now=now,
+            resolve_missing=resolvable,
+            # Resolve what is no longer there: the component left the SBOM, or the advisory
+            # no longer covers its version (withdrawn, ranges changed).
+            resolve_reason=lambda f: _resolution_reason(
+                f, present_keys=present_keys, sbom=sbom, pv=pv, adv_by_id=adv_by_id
+            ),
+            value_fields=_FINDING_UPDATE_FIELDS,
+        )
+        counts.created = result.created
+        counts.updated = result.updated
+        counts.reopened = result.reopened
+        counts.resolved = result.resolved
     return counts.as_dict()
 
 
@@ -551,42 +498,13 @@ def _evidence(embedded: list[EmbeddedVulnerability]) -> dict[str, Any]:
     }
 
 
-def _state_of(f: Finding) -> dict[str, Any]:
-    return {
-        "state": f.state,
-        "justification": f.justification,
-        "response": list(f.response or []),
-        "detail": f.detail,
-    }
-
-
-def _event(
-    f: Finding,
-    action: str,
-    actor: Actor,
-    before: dict[str, Any],
-    after: dict[str, Any],
-    at: datetime,
-    reason: str,
-) -> AuditEvent:
-    return AuditEvent(
-        team_id=f.team_id,
-        subject_type=SUBJECT,
-        subject_id=f.pk,
-        action=action,
-        actor=actor.user if actor.user is not None and actor.user.is_authenticated else None,
-        actor_label=actor.label[:160],
-        before=before,
-        after=after,
-        reason=reason,
-        created_at=at,
+def _created_reason(values: dict[str, Any], *, initial: bool) -> str:
+    base = (
+        f"{values['vuln_id']} matched {values['component_name']}@{values['component_version']}: "
+        f"{values['match_reason']}"
     )
-
-
-def _created_reason(f: Finding) -> str:
-    base = f"{f.vuln_id} matched {f.component_name}@{f.component_version}: {f.match_reason}"
-    if f.vex_evidence.get("analysis"):
-        base += f"; initial state {f.state} from the SBOM's VEX analysis"
+    if initial:
+        base += "; initial state from the SBOM's VEX analysis"
     return base
 
 
@@ -668,7 +586,7 @@ def findings_refresh_exploit_data() -> dict[str, int]:
     with connection.cursor() as cur:
         cur.execute(
             """
-            UPDATE vulns_finding f SET in_kev = TRUE, kev_date_added = k.date_added
+            UPDATE findings_finding f SET in_kev = TRUE, kev_date_added = k.date_added
             FROM vulns_keventry k
             WHERE k.cve_id = f.cve_id AND f.cve_id <> ''
               AND (NOT f.in_kev OR f.kev_date_added IS DISTINCT FROM k.date_added)
@@ -677,14 +595,14 @@ def findings_refresh_exploit_data() -> dict[str, int]:
         kev_on = cur.rowcount
         cur.execute(
             """
-            UPDATE vulns_finding f SET in_kev = FALSE, kev_date_added = NULL
+            UPDATE findings_finding f SET in_kev = FALSE, kev_date_added = NULL
             WHERE f.in_kev AND NOT EXISTS (SELECT 1 FROM vulns_keventry k WHERE k.cve_id = f.cve_id)
             """
         )
         kev_off = cur.rowcount
         cur.execute(
             """
-            UPDATE vulns_finding f SET epss = e.epss, epss_percentile = e.percentile
+            UPDATE findings_finding f SET epss = e.epss, epss_percentile = e.percentile
             FROM vulns_epsslatest e
             WHERE e.cve_id = f.cve_id AND f.cve_id <> ''
               AND (f.epss IS DISTINCT FROM e.epss
@@ -697,110 +615,3 @@ def findings_refresh_exploit_data() -> dict[str, int]:
         "findings_kev_removed": kev_off,
         "findings_epss_changed": epss_changed,
     }
-
-
-# --- triage ------------------------------------------------------------------------------------
-
-
-class TriageError(ValueError):
-    pass
-
-
-class TriageForbidden(PermissionError):
-    pass
-
-
-def _actor_for(principal: Principal) -> Actor:
-    user = (
-        principal.user if principal.user is not None and principal.user.is_authenticated else None
-    )
-    return Actor(label=principal.label, user=user)
-
-
-def finding_triage(
-    *,
-    finding: Finding,
-    principal: Principal,
-    state: str,
-    justification: str = "",
-    response: Iterable[str] = (),
-    detail: str = "",
-    reason: str = "",
-) -> Finding:
-    """Change a finding's VEX state; writes one audit event with before, after and why."""
-    if not principal.can("triage", finding.team_id):
-        raise TriageForbidden("changing triage state needs the 'triage' scope in this team")
-    if state not in TriageState.values:
-        raise TriageError(f"state must be one of {', '.join(TriageState.values)}")
-    if state == TriageState.NOT_AFFECTED and justification not in Justification.values:
-        raise TriageError(
-            "not_affected needs a justification: one of " + ", ".join(Justification.values)
-        )
-    if justification and justification not in Justification.values:
-        raise TriageError(f"justification must be one of {', '.join(Justification.values)}")
-    from trustrank.vulns.engine.cyclonedx_vulns import VEX_RESPONSES
-
-    responses = list(dict.fromkeys(response))
-    bad = [r for r in responses if r not in VEX_RESPONSES]
-    if bad:
-        raise TriageError(f"response {bad[0]!r} is not one of {', '.join(VEX_RESPONSES)}")
-    if not reason.strip():
-        raise TriageError("say why: a reason is required for every triage change")
-    now = timezone.now()
-    with transaction.atomic():
-        f = Finding.objects.select_for_update().get(pk=finding.pk)
-        before = _state_of(f)
-        f.state = state
-        f.justification = (
-            justification if state == TriageState.NOT_AFFECTED or justification else ""
-        )
-        f.response = responses
-        f.detail = detail
-        f.auto_resolved = False
-        f.resolved_at = now if state not in OPEN_STATES else None
-        f.save(
-            update_fields=[
-                "state",
-                "justification",
-                "response",
-                "detail",
-                "auto_resolved",
-                "resolved_at",
-                "updated_at",
-            ]
-        )
-        after = _state_of(f)
-        audit_event_record(
-            team_id=f.team_id,
-            subject_type=SUBJECT,
-            subject_id=f.pk,
-            action="state_changed",
-            actor=_actor_for(principal),
-            before=before,
-            after=after,
-            reason=reason.strip(),
-            at=now,
-        )
-    return f
-
-
-def finding_comment_add(*, finding: Finding, principal: Principal, body: str) -> FindingComment:
-    if not principal.can("triage", finding.team_id):
-        raise TriageForbidden("commenting needs the 'triage' scope in this team")
-    body = body.strip()
-    if not body:
-        raise TriageError("a comment needs text")
-    actor = _actor_for(principal)
-    with transaction.atomic():
-        comment = FindingComment.objects.create(
-            finding=finding, author=actor.user, author_label=actor.label[:160], body=body
-        )
-        audit_event_record(
-            team_id=finding.team_id,
-            subject_type=SUBJECT,
-            subject_id=finding.pk,
-            action="commented",
-            actor=actor,
-            after={"comment_id": comment.pk, "body": body},
-        )
-    return comment

@@ -1,8 +1,8 @@
 from django.urls import path
 
-from trustrank.vulns import views
+from trustrank.findings import views
 
-app_name = "vulns"
+app_name = "findings"
 urlpatterns = [
     path("findings/", views.finding_list_page, name="finding-list"),
     path("findings/<int:finding_id>/", views.finding_page, name="finding"),

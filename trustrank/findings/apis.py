@@ -1,4 +1,5 @@
-"""REST API for findings: list (filters as on the page), detail, triage and comments."""
+"""REST API for findings of every kind: list (filters as on the page), detail, triage and
+comments."""
 
 from __future__ import annotations
 
@@ -12,24 +13,30 @@ from rest_framework.views import APIView
 
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_request
-from trustrank.lib.api import problem
-from trustrank.vulns import selectors
-from trustrank.vulns.filters import FindingFilter
-from trustrank.vulns.models import Finding
-from trustrank.vulns.serializers import CommentSerializer, FindingSerializer, TriageSerializer
-from trustrank.vulns.services.findings import (
+from trustrank.findings import selectors
+from trustrank.findings.filters import FindingFilterSet
+from trustrank.findings.models import Finding, FindingKind
+from trustrank.findings.serializers import (
+    CommentSerializer,
+    FindingSerializer,
+    TriageSerializer,
+)
+from trustrank.findings.services.triage import (
     TriageError,
     TriageForbidden,
     finding_comment_add,
     finding_triage,
 )
+from trustrank.lib.api import problem
+from trustrank.vulns import selectors as vuln_selectors
 
 
 class FindingListApi(ListAPIView[Finding]):
-    """Findings of the caller's teams, highest baseline priority first."""
+    """Findings of every kind (filter `kind`) of the caller's teams, highest baseline
+    priority first."""
 
     serializer_class = FindingSerializer
-    filterset_class = FindingFilter
+    filterset_class = FindingFilterSet
     required_scope = Scope.READ
 
     def get_queryset(self) -> Any:
@@ -38,7 +45,25 @@ class FindingListApi(ListAPIView[Finding]):
 
 def finding_detail_data(*, finding: Finding) -> dict[str, Any]:
     data = dict(FindingSerializer(finding).data)
-    advisories = selectors.advisories_for_finding(finding=finding)
+    data["comments"] = [
+        {"id": c.pk, "author": c.author_label, "body": c.body, "created_at": c.created_at}
+        for c in selectors.finding_comments(finding=finding)
+    ]
+    data["audit"] = [
+        {
+            "action": e.action,
+            "actor": e.actor_label,
+            "actor_kind": e.actor_kind,
+            "at": e.created_at,
+            "before": e.before,
+            "after": e.after,
+            "reason": e.reason,
+        }
+        for e in selectors.finding_audit_trail(finding=finding)
+    ]
+    if finding.kind != FindingKind.VULNERABILITY:
+        return data
+    advisories = vuln_selectors.advisories_for_finding(finding=finding)
     data["advisories"] = [
         {
             "id": a.id,
@@ -51,13 +76,13 @@ def finding_detail_data(*, finding: Finding) -> dict[str, Any]:
             "modified": a.modified,
             "withdrawn": a.withdrawn,
             "references": a.references,
-            "affected": selectors.affected_for_package(
+            "affected": vuln_selectors.affected_for_package(
                 advisory=a, ecosystem=finding.ecosystem, package_name=finding.package_name
             ),
         }
         for a in advisories
     ]
-    kev = selectors.kev_entry_for(cve_id=finding.cve_id)
+    kev = vuln_selectors.kev_entry_for(cve_id=finding.cve_id)
     data["kev"]["entry"] = (
         None
         if kev is None
@@ -79,24 +104,9 @@ def finding_detail_data(*, finding: Finding) -> dict[str, Any]:
             "percentile": s.percentile,
             "model_version": s.model_version,
         }
-        for s in selectors.epss_history_for(cve_id=finding.cve_id)
+        for s in vuln_selectors.epss_history_for(cve_id=finding.cve_id)
     ]
     data["vex_evidence"] = finding.vex_evidence
-    data["comments"] = [
-        {"id": c.pk, "author": c.author_label, "body": c.body, "created_at": c.created_at}
-        for c in selectors.finding_comments(finding=finding)
-    ]
-    data["audit"] = [
-        {
-            "action": e.action,
-            "actor": e.actor_label,
-            "at": e.created_at,
-            "before": e.before,
-            "after": e.after,
-            "reason": e.reason,
-        }
-        for e in selectors.finding_audit_trail(finding=finding)
-    ]
     return data
 
 
@@ -105,7 +115,7 @@ class FindingDetailApi(APIView):
 
     @extend_schema(responses=FindingSerializer)
     def get(self, request: Request, finding_id: int) -> Response:
-        finding = selectors.finding_get(
+        finding = selectors.finding_get_for_principal(
             principal=principal_for_request(request), finding_id=finding_id
         )
         return Response(finding_detail_data(finding=finding))
@@ -119,7 +129,7 @@ class FindingTriageApi(APIView):
     @extend_schema(request=TriageSerializer, responses=FindingSerializer)
     def post(self, request: Request, finding_id: int) -> Response:
         principal = principal_for_request(request)
-        finding = selectors.finding_get(principal=principal, finding_id=finding_id)
+        finding = selectors.finding_get_for_principal(principal=principal, finding_id=finding_id)
         form = TriageSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         try:
@@ -128,7 +138,7 @@ class FindingTriageApi(APIView):
             return problem(403, "Forbidden", str(exc))
         except TriageError as exc:
             return problem(400, "Invalid triage change", str(exc))
-        finding = selectors.finding_get(principal=principal, finding_id=finding.pk)
+        finding = selectors.finding_get_for_principal(principal=principal, finding_id=finding.pk)
         return Response(FindingSerializer(finding).data)
 
 
@@ -138,7 +148,7 @@ class FindingCommentApi(APIView):
     @extend_schema(request=CommentSerializer, responses={201: None})
     def post(self, request: Request, finding_id: int) -> Response:
         principal = principal_for_request(request)
-        finding = selectors.finding_get(principal=principal, finding_id=finding_id)
+        finding = selectors.finding_get_for_principal(principal=principal, finding_id=finding_id)
         form = CommentSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         try:

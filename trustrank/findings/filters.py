@@ -8,8 +8,15 @@ from typing import Any
 import django_filters
 from django.db.models import Q, QuerySet
 
+from trustrank.findings.models import (
+    OPEN_STATES,
+    Finding,
+    FindingKind,
+    MatchStatus,
+    Severity,
+    TriageState,
+)
 from trustrank.vulns.engine.ecosystems import normalize_name
-from trustrank.vulns.models import Finding, MatchStatus, Severity, TriageState
 
 _ID = re.compile(r"^[A-Za-z]+(-[A-Za-z0-9._:]+)+$")
 
@@ -23,7 +30,13 @@ def _id_spellings(value: str) -> list[str]:
     )
 
 
-class FindingFilter(django_filters.FilterSet):
+class FindingFilterSet(django_filters.FilterSet):
+    """The findings list's filters, for the page and the API alike."""
+
+    kind = django_filters.MultipleChoiceFilter(choices=FindingKind.choices)
+    category = django_filters.CharFilter()
+    environment = django_filters.CharFilter()
+    service = django_filters.NumberFilter(field_name="service_id")
     project = django_filters.NumberFilter(field_name="project_id")
     project_version = django_filters.NumberFilter(field_name="project_version_id")
     severity = django_filters.MultipleChoiceFilter(choices=Severity.choices)
@@ -40,8 +53,6 @@ class FindingFilter(django_filters.FilterSet):
         fields: list[str] = []
 
     def filter_open(self, qs: QuerySet[Finding], name: str, value: Any) -> QuerySet[Finding]:
-        from trustrank.vulns.models import OPEN_STATES
-
         if value is None:
             return qs
         return qs.filter(state__in=OPEN_STATES) if value else qs.exclude(state__in=OPEN_STATES)

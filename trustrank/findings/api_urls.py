@@ -1,6 +1,6 @@
 from django.urls import path
 
-from trustrank.vulns import apis
+from trustrank.findings import apis
 
 urlpatterns = [
     path("findings", apis.FindingListApi.as_view(), name="api-findings"),

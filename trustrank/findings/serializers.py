@@ -6,8 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from trustrank.vulns.engine.cyclonedx_vulns import VEX_RESPONSES
-from trustrank.vulns.models import Finding, Justification, TriageState
+from trustrank.findings.models import VEX_RESPONSES, Finding, Justification, TriageState
 
 
 class FindingSerializer(serializers.ModelSerializer[Finding]):
@@ -23,8 +22,16 @@ class FindingSerializer(serializers.ModelSerializer[Finding]):
         fields = [
             "id",
             "kind",
+            "category",
             "source",
             "fingerprint",
+            "title",
+            "environment",
+            "service",
+            "certificate",
+            "identity",
+            "spiffe_id",
+            "evidence",
             "vuln_id",
             "advisory",
             "aliases",
@@ -48,8 +55,12 @@ class FindingSerializer(serializers.ModelSerializer[Finding]):
             "resolved_at",
             "auto_resolved",
         ]
+        # Present on every finding (blank for kinds other than vulnerability).
+        extra_kwargs = {"vuln_id": {"required": True}, "match_status": {"required": True}}
 
-    def get_advisory(self, obj: Finding) -> dict[str, Any]:
+    def get_advisory(self, obj: Finding) -> dict[str, Any] | None:
+        if not obj.vuln_id:
+            return None
         advisory_id = obj.advisory_id or obj.vuln_id
         return {
             "id": advisory_id,
@@ -57,7 +68,9 @@ class FindingSerializer(serializers.ModelSerializer[Finding]):
             "summary": obj.title,
         }
 
-    def get_component(self, obj: Finding) -> dict[str, Any]:
+    def get_component(self, obj: Finding) -> dict[str, Any] | None:
+        if not obj.component_key and obj.component_id is None:
+            return None
         return {
             "id": obj.component_id,
             "purl": obj.component_purl,
@@ -67,10 +80,14 @@ class FindingSerializer(serializers.ModelSerializer[Finding]):
             "package": obj.package_name,
         }
 
-    def get_project(self, obj: Finding) -> dict[str, Any]:
+    def get_project(self, obj: Finding) -> dict[str, Any] | None:
+        if obj.project is None:
+            return None
         return {"id": obj.project_id, "name": obj.project.name}
 
-    def get_project_version(self, obj: Finding) -> dict[str, Any]:
+    def get_project_version(self, obj: Finding) -> dict[str, Any] | None:
+        if obj.project_version is None:
+            return None
         return {
             "id": obj.project_version_id,
             "version": obj.project_version.version,

@@ -15,17 +15,23 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from trustrank.accounts.principal import principal_for_request
-from trustrank.inventory.models import Project
-from trustrank.vulns import selectors
-from trustrank.vulns.engine.cyclonedx_vulns import VEX_RESPONSES
-from trustrank.vulns.filters import FindingFilter
-from trustrank.vulns.models import Justification, Severity, TriageState
-from trustrank.vulns.services.findings import (
+from trustrank.findings import selectors
+from trustrank.findings.filters import FindingFilterSet
+from trustrank.findings.models import (
+    VEX_RESPONSES,
+    FindingKind,
+    Justification,
+    Severity,
+    TriageState,
+)
+from trustrank.findings.services.triage import (
     TriageError,
     TriageForbidden,
     finding_comment_add,
     finding_triage,
 )
+from trustrank.inventory.models import Project
+from trustrank.vulns import selectors as vuln_selectors
 
 PAGE_SIZE = 50
 
@@ -43,7 +49,7 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
     """Keyset pagination on (baseline_priority, id) — the index's order — so page 1,000 costs
     what page 1 costs; the total is counted up to a cap, never over the whole table."""
     principal = principal_for_request(request)
-    filterset = FindingFilter(request.GET, queryset=selectors.finding_list(principal=principal))
+    filterset = FindingFilterSet(request.GET, queryset=selectors.finding_list(principal=principal))
     qs = filterset.qs
     count, capped = selectors.capped_count(qs)
     after = _cursor(request.GET.get("after", ""))
@@ -54,7 +60,7 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
         # index range on (team, baseline_priority, id), so a deep page starts where it should.
         page_qs = qs.filter(
             RawSQL(
-                '("vulns_finding"."baseline_priority", "vulns_finding"."id") < (%s, %s)',
+                '("findings_finding"."baseline_priority", "findings_finding"."id") < (%s, %s)',
                 (prio, pk),
                 output_field=BooleanField(),
             )
@@ -80,33 +86,40 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
         "is_first_page": after is None,
         "projects": Project.objects.filter(team_id__in=principal.team_ids).order_by("name"),
         "severities": Severity.choices,
+        "kinds": FindingKind.choices,
+        "selected_kind": request.GET.getlist("kind"),
         "states": TriageState.choices,
         "selected_severity": request.GET.getlist("severity"),
         "selected_state": request.GET.getlist("state"),
     }
     if getattr(request, "htmx", False):
-        return render(request, "vulns/_findings_table.html", context)
-    return render(request, "vulns/finding_list.html", context)
+        return render(request, "findings/_findings_table.html", context)
+    return render(request, "findings/finding_list.html", context)
 
 
 @login_required
 def finding_page(request: HttpRequest, finding_id: int) -> HttpResponse:
     principal = principal_for_request(request)
-    finding = selectors.finding_get(principal=principal, finding_id=finding_id)
-    advisories = selectors.advisories_for_finding(finding=finding)
+    finding = selectors.finding_get_for_principal(principal=principal, finding_id=finding_id)
+    is_vulnerability = finding.kind == FindingKind.VULNERABILITY
+    advisories = (
+        vuln_selectors.advisories_for_finding(finding=finding) if is_vulnerability else []
+    )
     context = {
         "finding": finding,
         "advisories": [
             {
                 "advisory": a,
-                "affected": selectors.affected_for_package(
+                "affected": vuln_selectors.affected_for_package(
                     advisory=a, ecosystem=finding.ecosystem, package_name=finding.package_name
                 ),
             }
             for a in advisories
         ],
-        "kev": selectors.kev_entry_for(cve_id=finding.cve_id),
-        "epss_history": selectors.epss_history_for(cve_id=finding.cve_id),
+        "kev": vuln_selectors.kev_entry_for(cve_id=finding.cve_id) if is_vulnerability else None,
+        "epss_history": (
+            vuln_selectors.epss_history_for(cve_id=finding.cve_id) if is_vulnerability else []
+        ),
         "audit": selectors.finding_audit_trail(finding=finding),
         "comments": selectors.finding_comments(finding=finding),
         "can_triage": principal.can("triage", finding.team_id),
@@ -114,14 +127,14 @@ def finding_page(request: HttpRequest, finding_id: int) -> HttpResponse:
         "justifications": Justification.choices,
         "responses": VEX_RESPONSES,
     }
-    return render(request, "vulns/finding.html", context)
+    return render(request, "findings/finding.html", context)
 
 
 @login_required
 @require_POST
 def finding_triage_submit(request: HttpRequest, finding_id: int) -> HttpResponse:
     principal = principal_for_request(request)
-    finding = selectors.finding_get(principal=principal, finding_id=finding_id)
+    finding = selectors.finding_get_for_principal(principal=principal, finding_id=finding_id)
     try:
         finding_triage(
             finding=finding,
@@ -137,18 +150,18 @@ def finding_triage_submit(request: HttpRequest, finding_id: int) -> HttpResponse
         return HttpResponse(str(exc), status=403)
     except TriageError as exc:
         messages.error(request, str(exc))
-    return HttpResponseRedirect(reverse("vulns:finding", args=[finding.pk]))
+    return HttpResponseRedirect(reverse("findings:finding", args=[finding.pk]))
 
 
 @login_required
 @require_POST
 def finding_comment_submit(request: HttpRequest, finding_id: int) -> HttpResponse:
     principal = principal_for_request(request)
-    finding = selectors.finding_get(principal=principal, finding_id=finding_id)
+    finding = selectors.finding_get_for_principal(principal=principal, finding_id=finding_id)
     try:
         finding_comment_add(finding=finding, principal=principal, body=request.POST.get("body", ""))
     except TriageForbidden as exc:
         return HttpResponse(str(exc), status=403)
     except TriageError as exc:
         messages.error(request, str(exc))
-    return HttpResponseRedirect(reverse("vulns:finding", args=[finding.pk]))
+    return HttpResponseRedirect(reverse("findings:finding", args=[finding.pk]))

@@ -1,0 +1,383 @@
+"""The one Finding model for every kind of problem TrustRank reports, its comments, and the one
+append-only AuditEvent table.
+
+Shape: one wide table, not a base table with 1:1 detail tables. The findings list, the
+priorities queue and the exports filter and order every kind in one index walk (team, state,
+priority); a 1:1 detail table would put a join on every page of a list that must stay fast at
+a million rows. Columns that lists filter, sort or join on are real columns — the
+vulnerability ones are blank for other kinds, which costs PostgreSQL next to nothing. Evidence
+that is only shown, never queried, lives in `evidence`, a JSON object whose shape per kind and
+category is documented (and typed) in `trustrank/findings/evidence.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
+from django.db import models
+from django.db.models import Case, F, Q, Value, When
+from django.db.models.functions import Coalesce, Least
+from django.utils import timezone
+
+
+class FindingKind(models.TextChoices):
+    VULNERABILITY = "vulnerability", "Vulnerability"
+    IDENTITY = "identity", "Identity"
+    RELIABILITY = "reliability", "Reliability"
+
+
+class TriageState(models.TextChoices):
+    """CycloneDX VEX analysis states: one lifecycle for every kind."""
+
+    IN_TRIAGE = "in_triage", "In triage"
+    EXPLOITABLE = "exploitable", "Exploitable"
+    RESOLVED = "resolved", "Resolved"
+    RESOLVED_WITH_PEDIGREE = "resolved_with_pedigree", "Resolved with pedigree"
+    FALSE_POSITIVE = "false_positive", "False positive"
+    NOT_AFFECTED = "not_affected", "Not affected"
+
+
+OPEN_STATES = (TriageState.IN_TRIAGE, TriageState.EXPLOITABLE)
+
+
+class Justification(models.TextChoices):
+    CODE_NOT_PRESENT = "code_not_present", "Code not present"
+    CODE_NOT_REACHABLE = "code_not_reachable", "Code not reachable"
+    REQUIRES_CONFIGURATION = "requires_configuration", "Requires configuration"
+    REQUIRES_DEPENDENCY = "requires_dependency", "Requires dependency"
+    REQUIRES_ENVIRONMENT = "requires_environment", "Requires environment"
+    PROTECTED_BY_COMPILER = "protected_by_compiler", "Protected by compiler"
+    PROTECTED_AT_RUNTIME = "protected_at_runtime", "Protected at runtime"
+    PROTECTED_AT_PERIMETER = "protected_at_perimeter", "Protected at perimeter"
+    PROTECTED_BY_MITIGATING_CONTROL = (
+        "protected_by_mitigating_control",
+        "Protected by mitigating control",
+    )
+
+
+# CycloneDX VEX analysis responses.
+VEX_RESPONSES = ("can_not_fix", "will_not_fix", "update", "rollback", "workaround_available")
+
+
+class Severity(models.TextChoices):
+    CRITICAL = "critical", "Critical"
+    HIGH = "high", "High"
+    MEDIUM = "medium", "Medium"
+    LOW = "low", "Low"
+    NONE = "none", "None"
+    UNKNOWN = "unknown", "Unknown"
+
+
+class FindingSource(models.TextChoices):
+    OSV = "osv", "OSV advisory match"
+    SBOM = "sbom", "Reported in the SBOM (VDR/VEX)"
+    CERTIFICATE = "certificate", "Certificate and identity evidence"
+    POLICY = "policy", "Caller policy check"
+    TRACES = "traces", "Trace evidence"
+
+
+# Labels of the categories each kind reports (identity problems, reliability diagnoses).
+CATEGORY_LABELS = {
+    "expired": "Expired certificate",
+    "expiring": "Certificate expiring soon",
+    "weak_key": "Weak key",
+    "weak_signature": "Weak signature",
+    "chain_invalid": "Chain does not verify",
+    "unmapped": "Identity not mapped to a service",
+    "policy_violation": "Caller policy violation",
+    "broken_context": "Lost trace context",
+}
+
+
+class MatchStatus(models.TextChoices):
+    AFFECTED = "affected", "Affected"
+    UNKNOWN = "unknown", "Unknown (version not comparable)"
+    REPORTED = "reported", "Reported by the SBOM"
+
+
+# Stand-in scores (CVSS scale) when a finding has a severity label but no CVSS score: keeps
+# the order of every kind sensible on one scale (unknown = 5.0).
+LABEL_SCORES = {"critical": 9.5, "high": 8.0, "medium": 5.5, "low": 2.5, "none": 0.0}
+UNKNOWN_SCORE = 5.0
+
+# Baseline priority, 0-100: what static tools show, before contextual ranking.
+# CVSS contributes up to 60, EPSS probability up to 25, KEV membership adds 15.
+PRIORITY_CVSS_WEIGHT = 6.0
+PRIORITY_EPSS_WEIGHT = 25.0
+PRIORITY_KEV_BONUS = 15.0
+
+
+def severity_score_for(label: str, cvss: float | None = None) -> float:
+    if cvss is not None:
+        return float(cvss)
+    return LABEL_SCORES.get(label, UNKNOWN_SCORE)
+
+
+def baseline_priority_expression() -> Any:
+    # Rounded to two decimals in the database: 9.8 · 6 is 58.800000000000004 in floating point,
+    # and the API and exports must show what the page shows.
+    from django.db.models.functions import Round
+
+    return Round(
+        Least(
+            Value(100.0),
+            F("severity_score") * Value(PRIORITY_CVSS_WEIGHT)
+            + Coalesce(F("epss"), Value(0.0)) * Value(PRIORITY_EPSS_WEIGHT)
+            + Case(When(in_kev=True, then=Value(PRIORITY_KEV_BONUS)), default=Value(0.0)),
+        ),
+        precision=2,
+    )
+
+
+class Finding(models.Model):
+    """One problem a team should look at, of any kind, identified by `fingerprint` (unique per
+    team): for a vulnerability the (project version, component, advisory group) triple, for an
+    identity problem (environment, category, certificate or SPIFFE ID or call edge), for a
+    reliability problem (environment, category, the services involved).
+
+    Lifecycle (every kind): created `in_triage`; people move it through the VEX states with a
+    reason; the evidence disappearing resolves it (`auto_resolved`), the evidence returning
+    reopens an auto-resolved one. Every step is an AuditEvent.
+    """
+
+    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=24, choices=FindingKind.choices)
+    # What sort of problem within the kind: an identity finding's "expired", "weak_key"…, a
+    # reliability finding's "broken_context"; blank for vulnerabilities.
+    category = models.CharField(max_length=40, blank=True)
+    source = models.CharField(max_length=16, choices=FindingSource.choices)
+    fingerprint = models.CharField(max_length=64)
+    title = models.TextField(blank=True)
+    severity = models.CharField(max_length=16, choices=Severity.choices, default=Severity.UNKNOWN)
+    # CVSS, or a stand-in from the severity label when no vector is known (unknown = 5.0).
+    severity_score = models.FloatField(default=UNKNOWN_SCORE)
+    state = models.CharField(
+        max_length=24, choices=TriageState.choices, default=TriageState.IN_TRIAGE
+    )
+    justification = models.CharField(max_length=40, choices=Justification.choices, blank=True)
+    response = models.JSONField(default=list, blank=True)
+    detail = models.TextField(blank=True)
+    # Kind-specific evidence that is shown, never filtered on: see findings/evidence.py.
+    evidence = models.JSONField(default=dict, blank=True)
+    first_seen = models.DateTimeField(default=timezone.now)
+    last_seen = models.DateTimeField(default=timezone.now)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    auto_resolved = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    # --- what the finding is about (every reference optional) ---
+    # Environments are names: identity evidence names environments that traces never saw.
+    environment = models.CharField(max_length=120, blank=True)
+    service = models.ForeignKey(
+        "runtime.Service", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    project = models.ForeignKey(
+        "inventory.Project", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    project_version = models.ForeignKey(
+        "inventory.ProjectVersion",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="+",
+    )
+    component = models.ForeignKey(
+        "inventory.Component", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    certificate = models.ForeignKey(
+        "identity.Certificate",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="findings",
+    )
+    identity = models.ForeignKey(
+        "identity.Identity", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    spiffe_id = models.CharField(max_length=2048, blank=True)
+
+    # --- vulnerability columns (blank for other kinds): what lists filter and join on ---
+    component_key = models.CharField(max_length=2048, blank=True)
+    component_purl = models.CharField(max_length=2048, blank=True)
+    component_name = models.CharField(max_length=512, blank=True)
+    component_version = models.CharField(max_length=255, blank=True)
+    ecosystem = models.CharField(max_length=64, blank=True)
+    package_name = models.CharField(max_length=512, blank=True)
+    advisory = models.ForeignKey(
+        "vulns.Advisory", null=True, blank=True, on_delete=models.SET_NULL, related_name="findings"
+    )
+    vuln_id = models.CharField(max_length=128, blank=True)
+    aliases = ArrayField(models.CharField(max_length=128), default=list, blank=True)
+    cve_id = models.CharField(max_length=32, blank=True)
+    match_status = models.CharField(max_length=16, choices=MatchStatus.choices, blank=True)
+    match_reason = models.TextField(blank=True)
+    fixed_versions = models.JSONField(default=list, blank=True)
+    cvss_score = models.FloatField(null=True, blank=True)
+    in_kev = models.BooleanField(default=False)
+    kev_date_added = models.DateField(null=True, blank=True)
+    epss = models.FloatField(null=True, blank=True)
+    epss_percentile = models.FloatField(null=True, blank=True)
+    # What the SBOM said: its vulnerability entry and VEX analysis, kept as evidence.
+    vex_evidence = models.JSONField(default=dict, blank=True)
+
+    baseline_priority = models.GeneratedField(
+        expression=baseline_priority_expression(),
+        output_field=models.FloatField(),
+        db_persist=True,
+    )
+
+    class Meta:
+        ordering = ["-baseline_priority", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "fingerprint"], name="finding_team_fp"),
+        ]
+        indexes = [
+            # The list's default order, per team: keyset pages walk this index.
+            models.Index(
+                F("team"), F("baseline_priority").desc(), F("id").desc(), name="findings_team_prio"
+            ),
+            models.Index(
+                F("team"),
+                F("state"),
+                F("baseline_priority").desc(),
+                F("id").desc(),
+                name="findings_team_state_prio",
+            ),
+            models.Index(
+                F("team"),
+                F("kind"),
+                F("baseline_priority").desc(),
+                F("id").desc(),
+                name="findings_team_kind_prio",
+            ),
+            models.Index(
+                F("team"),
+                F("severity"),
+                F("baseline_priority").desc(),
+                F("id").desc(),
+                name="findings_team_sev_prio",
+            ),
+            # KEV findings are few: a partial index keeps "KEV only" lists and counts small.
+            models.Index(
+                F("team"),
+                F("baseline_priority").desc(),
+                F("id").desc(),
+                condition=Q(in_kev=True),
+                name="findings_team_kev_prio",
+            ),
+            models.Index(fields=["project_version", "state"], name="findings_pv_state"),
+            models.Index(fields=["project", "state"], name="findings_project_state"),
+            models.Index(fields=["team", "environment", "kind"], name="findings_team_env_kind"),
+            models.Index(fields=["service"], name="findings_service"),
+            models.Index(fields=["cve_id"], name="findings_cve"),
+            models.Index(fields=["ecosystem", "package_name"], name="findings_package"),
+            GinIndex(fields=["aliases"], name="findings_aliases_gin"),
+            # Package search is a prefix match on the normalised and the component name.
+            models.Index(
+                fields=["package_name"],
+                opclasses=["varchar_pattern_ops"],
+                name="findings_package_prefix",
+            ),
+            models.Index(
+                fields=["component_name"],
+                opclasses=["varchar_pattern_ops"],
+                name="findings_component_prefix",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        if self.kind == FindingKind.VULNERABILITY:
+            return f"{self.vuln_id} in {self.component_name}@{self.component_version}"
+        return self.title or f"{self.kind} finding {self.pk}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.state in OPEN_STATES
+
+    @property
+    def open_status(self) -> str:
+        return "open" if self.state in OPEN_STATES else "resolved"
+
+    @property
+    def category_display(self) -> str:
+        return CATEGORY_LABELS.get(self.category, self.category or self.get_kind_display())
+
+
+class Comment(models.Model):
+    finding = models.ForeignKey(Finding, on_delete=models.CASCADE, related_name="comments")
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    author_label = models.CharField(max_length=160)
+    body = models.TextField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"comment by {self.author_label}"
+
+
+class ActorKind(models.TextChoices):
+    USER = "user", "User"
+    API_KEY = "api_key", "API key"
+    SYSTEM = "system", "System job"
+
+
+class AuditEvent(models.Model):
+    """Append-only record of every change anything in TrustRank makes to what a team
+    triages or trusts: finding creation, triage, comments, auto-resolution and reopening,
+    identity mappings, caller policies, feed changes. Who (a user, an API key or a system job),
+    when, before, after and why.
+
+    The database refuses UPDATE, DELETE and TRUNCATE on this table (triggers, migration 0002);
+    `save()` refuses a second save too, so the mistake shows up before it reaches PostgreSQL.
+    Events about a finding point at it; others name their subject (`subject_type`,
+    `subject_id`). Site-wide events (feed imports) have no team.
+    """
+
+    team = models.ForeignKey(
+        "accounts.Team", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    finding = models.ForeignKey(
+        Finding, null=True, blank=True, on_delete=models.PROTECT, related_name="events"
+    )
+    subject_type = models.CharField(max_length=64, blank=True)
+    subject_id = models.CharField(max_length=255, blank=True)
+    environment = models.CharField(max_length=120, blank=True)
+    action = models.CharField(max_length=40)
+    actor_kind = models.CharField(max_length=8, choices=ActorKind.choices)
+    actor_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_key = models.ForeignKey(
+        "accounts.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_label = models.CharField(max_length=160)
+    before = models.JSONField(default=dict, blank=True)
+    after = models.JSONField(default=dict, blank=True)
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [
+            models.Index(fields=["finding", "created_at"], name="auditevent_finding_at"),
+            models.Index(fields=["team", "-created_at"], name="auditevent_team_at"),
+            models.Index(
+                fields=["team", "environment", "-created_at"], name="auditevent_team_env_at"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} by {self.actor_label}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None and not kwargs.get("force_insert"):
+            raise ValueError("audit events are append-only")
+        super().save(*args, **kwargs)

@@ -1,0 +1,57 @@
+"""Reads for findings of every kind. Every query is scoped to the principal's teams."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from django.http import Http404
+
+from trustrank.accounts.principal import Principal
+from trustrank.findings.models import AuditEvent, Comment, Finding
+
+# Counting stops here on the list page: "10,000+" is as useful as the exact figure and
+# costs a bounded index scan instead of a full count over a million rows.
+COUNT_CAP = 10_000
+
+
+def finding_list(*, principal: Principal) -> QuerySet[Finding]:
+    return (
+        Finding.objects.filter(team_id__in=principal.team_ids)
+        .select_related("project", "project_version", "service")
+        .order_by("-baseline_priority", "-id")
+    )
+
+
+def finding_get_for_principal(*, principal: Principal, finding_id: Any) -> Finding:
+    try:
+        pk = int(finding_id)
+    except (TypeError, ValueError) as exc:
+        raise Http404("no such finding") from exc
+    finding = (
+        Finding.objects.filter(pk=pk, team_id__in=principal.team_ids)
+        .select_related(
+            "project", "project_version", "advisory", "component", "service", "certificate"
+        )
+        .defer("certificate__der")
+        .first()
+    )
+    if finding is None:
+        raise Http404("no such finding")
+    return finding
+
+
+def finding_audit_trail(*, finding: Finding) -> QuerySet[AuditEvent]:
+    return AuditEvent.objects.filter(finding=finding, team_id=finding.team_id).order_by(
+        "created_at", "id"
+    )
+
+
+def finding_comments(*, finding: Finding) -> QuerySet[Comment]:
+    return Comment.objects.filter(finding=finding).order_by("created_at", "id")
+
+
+def capped_count(qs: QuerySet[Any], *, cap: int = COUNT_CAP) -> tuple[int, bool]:
+    """(count, capped): counts at most cap + 1 rows."""
+    n = qs.order_by()[: cap + 1].count()
+    return min(n, cap), n > cap

@@ -1,0 +1,1 @@
+"""Write services of the findings app: audit events, reconciliation from evidence, triage."""
