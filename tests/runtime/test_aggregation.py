@@ -304,3 +304,33 @@ def test_rejected_spans_are_counted_on_the_job(team):
         job=job, payload=request.SerializeToString(), progress=lambda **_: None
     )
     assert (counts["spans"], counts["rejected_spans"]) == (1, 1)
+
+
+def test_broken_context_resolves_when_unseen_and_reopens_when_back(team, settings):
+    f = SpanFactory()
+
+    def lose_context() -> None:
+        t = f.trace_id()
+        root = f.span(service="gateway", name="GET /pay", kind=SpanKind.SERVER, trace_id=t)
+        f.span(service="gateway", name="POST payments", kind=SpanKind.CLIENT, trace_id=t,
+               parent=root, start_offset_ms=1, duration_ms=30,
+               attributes={"peer.service": "payments"})
+        f.span(service="payments", name="POST /charge", kind=SpanKind.SERVER,
+               trace_id=f.trace_id(), start_offset_ms=2, duration_ms=25)
+
+    lose_context()
+    store(team, f.request())
+    finding = Finding.objects.get(kind="reliability")
+    later = timezone.now() + timedelta(hours=settings.TRUSTRANK_TRACE_BROKEN_CONTEXT_RESOLVE_HOURS)
+    assert services.traces_sweep(now=later + timedelta(minutes=1))["broken_context_resolved"] == 1
+    finding.refresh_from_db()
+    assert finding.state == "resolved" and finding.auto_resolved
+    f = SpanFactory()
+    lose_context()
+    store(team, f.request())
+    finding.refresh_from_db()
+    assert finding.state == "in_triage" and not finding.auto_resolved
+    # (by insertion: the sweep above ran with a clock a day ahead)
+    assert [e.action for e in finding.events.order_by("pk")] == [
+        "created", "auto_resolved", "reopened",
+    ]
