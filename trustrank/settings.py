@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "trustrank.runtime",
     "trustrank.identity",
     "trustrank.findings",
+    "trustrank.ranking",
     "ingest",
 ]
 

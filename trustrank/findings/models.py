@@ -224,6 +224,19 @@ class Finding(models.Model):
     # What the SBOM said: its vulnerability entry and VEX analysis, kept as evidence.
     vex_evidence = models.JSONField(default=dict, blank=True)
 
+    # --- the latest contextual rank (trustrank.ranking writes these; null until ranked) ---
+    # Position in the team's queue: its most urgent context (deployment, environment) counts.
+    rank = models.IntegerField(null=True, blank=True)
+    # The environment of that context ('' when deployed nowhere) and the position there.
+    rank_environment = models.CharField(max_length=120, blank=True)
+    env_rank = models.IntegerField(null=True, blank=True)
+    score = models.FloatField(null=True, blank=True)
+    decision = models.CharField(max_length=16, blank=True)
+    ranking = models.JSONField(default=dict, blank=True)
+    ranking_run = models.ForeignKey(
+        "ranking.RankingRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
     baseline_priority = models.GeneratedField(
         expression=baseline_priority_expression(),
         output_field=models.FloatField(),
@@ -268,6 +281,17 @@ class Finding(models.Model):
                 F("id").desc(),
                 condition=Q(in_kev=True),
                 name="findings_team_kev_prio",
+            ),
+            # The ranked queue: open findings in rank order, per team.
+            models.Index(
+                F("team"), F("rank"), name="findings_team_rank", condition=Q(rank__isnull=False)
+            ),
+            models.Index(
+                F("team"),
+                F("rank_environment"),
+                F("env_rank"),
+                name="findings_team_env_rank",
+                condition=Q(rank__isnull=False),
             ),
             models.Index(fields=["project_version", "state"], name="findings_pv_state"),
             models.Index(fields=["project", "state"], name="findings_project_state"),

@@ -10,6 +10,11 @@ urlpatterns = [
         name="runtime-environment-services",
     ),
     path(
+        "environments/<str:name>/services/<str:service>/deployment",
+        apis.DeploymentApi.as_view(),
+        name="runtime-service-deployment",
+    ),
+    path(
         "environments/<str:name>/edges",
         apis.EdgeListApi.as_view(),
         name="runtime-environment-edges",

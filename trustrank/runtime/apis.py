@@ -9,15 +9,25 @@ from django.db.models import Q
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from trustrank.accounts.principal import principal_for_request
-from trustrank.lib.api import Pagination
+from trustrank.accounts.models import Scope, Team
+from trustrank.accounts.principal import Principal, principal_for_request
+from trustrank.lib.api import Pagination, problem
 from trustrank.runtime import engine, selectors
+from trustrank.runtime.deployment import (
+    DeploymentError,
+    DeploymentForbidden,
+    DeploymentNotFound,
+    DeploymentRequest,
+    deployment_get_for_principal,
+    deployment_set,
+)
 from trustrank.runtime.filters import CallEdgeFilterSet, ServiceFilterSet
+from trustrank.runtime.models import DeploymentSource, HumanImpact
 
 WINDOW_PARAM = OpenApiParameter(
     "window", OpenApiTypes.STR, description="15m, 1h (default), 24h, 7d … or 'all'"
@@ -193,3 +203,101 @@ class EdgeListApi(APIView):
                 }
             )
         return paginator.get_paginated_response(EdgeOutSerializer(rows, many=True).data)
+
+
+class DeploymentInSerializer(serializers.Serializer):
+    project = serializers.CharField(
+        max_length=255, help_text="Project name (with `version`) or project version UUID."
+    )
+    version = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
+    human_impact = serializers.ChoiceField(
+        choices=HumanImpact.choices, required=False, default=HumanImpact.MEDIUM
+    )
+
+
+class DeploymentOutSerializer(serializers.Serializer):
+    environment = serializers.CharField(source="environment.name")
+    service = serializers.CharField(source="service_name")
+    namespace = serializers.CharField()
+    project = serializers.CharField(source="project_version.project.name")
+    version = serializers.CharField(source="project_version.version")
+    project_version_uuid = serializers.UUIDField(source="project_version.uuid")
+    human_impact = serializers.ChoiceField(choices=HumanImpact.choices)
+    source = serializers.ChoiceField(choices=DeploymentSource.choices)
+    set_by = serializers.CharField()
+    updated_at = serializers.DateTimeField()
+
+
+NAMESPACE_PARAM = OpenApiParameter("namespace", str, description="Kubernetes namespace, if any")
+TEAM_PARAM = OpenApiParameter(
+    "team", str, description="Team name, for a person who belongs to several teams"
+)
+
+
+def _deployment_team(request: Request, principal: Principal) -> Team:
+    if principal.api_key is not None:
+        return principal.api_key.team
+    allowed = Team.objects.filter(pk__in=principal.teams_with(Scope.SBOM_WRITE))
+    hint = request.query_params.get("team", "")
+    if hint:
+        team = allowed.filter(name=hint).first()
+        if team is None:
+            raise PermissionDenied(f"you may not record deployments for team {hint!r}")
+        return team
+    teams = list(allowed[:2])
+    if not teams:
+        raise PermissionDenied("recording a deployment needs the 'sbom:write' scope")
+    if len(teams) > 1:
+        raise ValidationError({"team": "you belong to several teams: name one"})
+    return teams[0]
+
+
+class DeploymentApi(APIView):
+    """Which project version a service runs (`GET`), or record it (`PUT`, scope sbom:write)."""
+
+    required_scopes = {"GET": Scope.READ, "PUT": Scope.SBOM_WRITE}
+
+    @extend_schema(parameters=[NAMESPACE_PARAM], responses=DeploymentOutSerializer)
+    def get(self, request: Request, name: str, service: str) -> Response:
+        try:
+            deployment = deployment_get_for_principal(
+                principal=principal_for_request(request),
+                environment=name,
+                service=service,
+                namespace=request.query_params.get("namespace", ""),
+            )
+        except DeploymentNotFound as exc:
+            return problem(404, "Not found", str(exc))
+        return Response(DeploymentOutSerializer(deployment).data)
+
+    @extend_schema(
+        parameters=[NAMESPACE_PARAM, TEAM_PARAM],
+        request=DeploymentInSerializer,
+        responses=DeploymentOutSerializer,
+    )
+    def put(self, request: Request, name: str, service: str) -> Response:
+        principal = principal_for_request(request)
+        form = DeploymentInSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        team = _deployment_team(request, principal)
+        try:
+            deployment = deployment_set(
+                team=team,
+                environment=name,
+                service=service,
+                namespace=request.query_params.get("namespace", ""),
+                request=DeploymentRequest(**form.validated_data),
+                source=DeploymentSource.API,
+                principal=principal,
+            )
+        except DeploymentForbidden as exc:
+            return problem(403, "Forbidden", str(exc))
+        except DeploymentError as exc:
+            return problem(400, "Invalid deployment", str(exc))
+        deployment = deployment_get_for_principal(
+            principal=principal,
+            environment=deployment.environment.name,
+            service=deployment.service_name,
+            namespace=deployment.namespace,
+        )
+        return Response(DeploymentOutSerializer(deployment).data)

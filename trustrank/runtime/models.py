@@ -237,3 +237,52 @@ class TraceSample(models.Model):
 
     def __str__(self) -> str:
         return f"trace {self.trace_id}"
+
+
+class HumanImpact(models.TextChoices):
+    """SSVC Human Impact of a service (the deployer's Mission and Well-being combined)."""
+
+    LOW = "low", "Low"
+    MEDIUM = "medium", "Medium"
+    HIGH = "high", "High"
+    VERY_HIGH = "very high", "Very high"
+
+
+class DeploymentSource(models.TextChoices):
+    SBOM = "sbom", "SBOM upload named the service"
+    API = "api", "Set through the API"
+    TELEMETRY = "telemetry", "service.name and service.version matched one project version"
+    MANUAL = "manual", "Set by a person on the service page"
+
+
+class Deployment(models.Model):
+    """Which project version a service runs in an environment, and how much harm its
+    compromise would do (SSVC Human Impact). Keyed by names, not by a Service row: a pipeline
+    may declare a deployment before the service sends its first trace."""
+
+    environment = models.ForeignKey(
+        Environment, on_delete=models.CASCADE, related_name="deployments"
+    )
+    namespace = models.CharField(max_length=120, blank=True)
+    service_name = models.CharField(max_length=200)
+    project_version = models.ForeignKey(
+        "inventory.ProjectVersion", on_delete=models.CASCADE, related_name="deployments"
+    )
+    human_impact = models.CharField(
+        max_length=12, choices=HumanImpact.choices, default=HumanImpact.MEDIUM
+    )
+    source = models.CharField(max_length=12, choices=DeploymentSource.choices)
+    set_by = models.CharField(max_length=160, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["environment", "namespace", "service_name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["environment", "namespace", "service_name"],
+                name="runtime_deployment_service_unique",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.service_name} runs {self.project_version_id}"

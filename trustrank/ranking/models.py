@@ -1,0 +1,90 @@
+"""Ranking runs and what they decided.
+
+A run gathers the team's evidence (trustrank.ranking.inputs), hands it to the pure engine
+(trustrank.risk) and stores on each finding its rank, the SSVC decision, the score and the
+explanation (the columns `rank`, `env_rank`, `rank_environment`, `score`, `decision` and
+`ranking` of trustrank.findings.Finding), and a RankChange row for each finding that moved. The weights and their version, and a
+digest of the inputs, are kept with the run, so a past rank can be reproduced.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
+class RankingRun(models.Model):
+    """One ranking of one team's open findings (a row per run, like an ingest job)."""
+
+    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="+")
+    status = models.CharField(max_length=8, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    trigger = models.CharField(max_length=64, blank=True)
+    requested_by = models.CharField(max_length=160, blank=True)
+    # A debounced run does not start before this time (loads that follow closely share it).
+    not_before = models.DateTimeField(default=timezone.now)
+    incremental = models.BooleanField(default=False)
+    phase = models.CharField(max_length=40, blank=True)
+    weights = models.JSONField(default=dict, blank=True)
+    weights_version = models.CharField(max_length=40, blank=True)
+    inputs_digest = models.CharField(max_length=64, blank=True)
+    results_digest = models.CharField(max_length=64, blank=True)
+    counts = models.JSONField(default=dict, blank=True)
+    timings = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    previous = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["team", "-created_at"], name="rankingrun_team_created"),
+            models.Index(
+                fields=["team", "status"],
+                name="rankingrun_team_pending",
+                condition=Q(status__in=["queued", "running"]),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"ranking run {self.pk} ({self.status})"
+
+
+class RankChange(models.Model):
+    """A finding's rank history: one row per run in which its rank, score or decision
+    changed (an unchanged finding writes nothing)."""
+
+    run = models.ForeignKey(RankingRun, on_delete=models.CASCADE, related_name="changes")
+    finding = models.ForeignKey(
+        "findings.Finding", on_delete=models.CASCADE, related_name="rank_changes"
+    )
+    rank = models.IntegerField(null=True)
+    score = models.FloatField(null=True)
+    decision = models.CharField(max_length=16, blank=True)
+    previous_rank = models.IntegerField(null=True)
+    previous_score = models.FloatField(null=True)
+    previous_decision = models.CharField(max_length=16, blank=True)
+    # Which factors moved, and by how much: [{"factor", "before", "after"}].
+    why = models.JSONField(default=list, blank=True)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [
+            models.Index(fields=["finding", "at"], name="rankchange_finding_at"),
+            models.Index(fields=["run"], name="rankchange_run"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.finding_id}: {self.previous_rank} -> {self.rank}"

@@ -1,0 +1,191 @@
+"""Which code runs where: deployments of project versions to services.
+
+A deployment is recorded from three places — an SBOM upload that names its environment and
+service, the deployment API (or a person on the service page), and telemetry: a service whose
+OpenTelemetry `service.name` and `service.version` name exactly one project version of the
+team. What a person or a pipeline said is never overwritten by telemetry.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from trustrank.accounts.models import Scope, Team
+from trustrank.accounts.principal import Principal
+from trustrank.inventory.models import ProjectVersion
+from trustrank.runtime.models import (
+    Deployment,
+    DeploymentSource,
+    Environment,
+    HumanImpact,
+    NodeKind,
+    Service,
+)
+
+_NAME = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
+
+
+class DeploymentError(ValueError):
+    """A deployment that cannot be recorded; the message names what is wrong."""
+
+
+class DeploymentForbidden(PermissionError):
+    pass
+
+
+class DeploymentNotFound(LookupError):
+    pass
+
+
+@dataclass(frozen=True)
+class DeploymentRequest:
+    project: str
+    version: str = ""
+    human_impact: str = HumanImpact.MEDIUM
+
+
+def _check_name(value: str, what: str, *, max_length: int) -> str:
+    value = value.strip()
+    if not value or len(value) > max_length or not _NAME.match(value):
+        raise DeploymentError(
+            f"{what} must be 1–{max_length} printable characters, got {value[:40]!r}"
+        )
+    return value
+
+
+def _project_version(*, team: Team, project: str, version: str) -> ProjectVersion:
+    qs = ProjectVersion.objects.select_related("project").filter(project__team=team)
+    try:
+        as_uuid = uuid.UUID(project)
+    except ValueError:
+        as_uuid = None
+    if as_uuid is not None:
+        pv = qs.filter(uuid=as_uuid).first()
+        if pv is not None:
+            return pv
+    pv = qs.filter(project__name=project, version=version).first()
+    if pv is None:
+        raise DeploymentError(
+            f"project {project!r} version {version!r} is not known in team {team.name}: "
+            "upload its SBOM first"
+        )
+    return pv
+
+
+def _environment(*, team: Team, name: str) -> Environment:
+    now = timezone.now()
+    env, _ = Environment.objects.get_or_create(
+        team=team, name=name, defaults={"first_seen": now, "last_seen": now}
+    )
+    return env
+
+
+@transaction.atomic
+def deployment_set(
+    *,
+    team: Team,
+    environment: str,
+    service: str,
+    namespace: str = "",
+    request: DeploymentRequest,
+    source: str,
+    principal: Principal,
+) -> Deployment:
+    """Record that `service` in `environment` runs a project version of the team."""
+    if not principal.can(Scope.SBOM_WRITE, team.pk) and not principal.can(Scope.TRIAGE, team.pk):
+        raise DeploymentForbidden("recording a deployment needs the 'sbom:write' scope")
+    environment = _check_name(environment, "environment", max_length=120)
+    service = _check_name(service, "service", max_length=200)
+    namespace = namespace.strip()
+    if namespace:
+        namespace = _check_name(namespace, "namespace", max_length=120)
+    if request.human_impact not in HumanImpact.values:
+        raise DeploymentError(
+            f"human_impact must be one of {', '.join(HumanImpact.values)}, "
+            f"got {request.human_impact!r}"
+        )
+    project = _check_name(request.project, "project", max_length=255)
+    pv = _project_version(team=team, project=project, version=request.version.strip())
+    env = _environment(team=team, name=environment)
+    deployment, _ = Deployment.objects.update_or_create(
+        environment=env,
+        namespace=namespace,
+        service_name=service,
+        defaults={
+            "project_version": pv,
+            "human_impact": request.human_impact,
+            "source": source,
+            "set_by": principal.label[:160],
+        },
+    )
+    return deployment
+
+
+def deployment_get_for_principal(
+    *, principal: Principal, environment: str, service: str, namespace: str = ""
+) -> Deployment:
+    deployment = (
+        Deployment.objects.filter(
+            environment__team_id__in=principal.team_ids,
+            environment__name=environment,
+            service_name=service,
+            namespace=namespace,
+        )
+        .select_related("environment__team", "project_version__project")
+        .first()
+    )
+    if deployment is None:
+        raise DeploymentNotFound(f"no deployment recorded for {service} in {environment}")
+    return deployment
+
+
+def deployment_list(*, team_id: int) -> QuerySet[Deployment]:
+    return Deployment.objects.filter(environment__team_id=team_id).select_related(
+        "environment", "project_version__project"
+    )
+
+
+def deployments_from_telemetry(*, team_id: int) -> int:
+    """Services whose `service.name`/`service.version` name exactly one project version of
+    the team get that deployment (source telemetry), unless one is recorded already."""
+    pvs = ProjectVersion.objects.filter(project__team_id=team_id).values_list(
+        "pk", "project__name", "version"
+    )
+    by_name: dict[tuple[str, str], list[int]] = {}
+    for pk, name, version in pvs:
+        by_name.setdefault((name, version), []).append(pk)
+    if not by_name:
+        return 0
+    declared = set(
+        Deployment.objects.filter(environment__team_id=team_id).values_list(
+            "environment_id", "namespace", "service_name"
+        )
+    )
+    created = 0
+    services = Service.objects.filter(
+        environment__team_id=team_id, kind=NodeKind.SERVICE
+    ).exclude(version="")
+    for s in services.only("pk", "environment_id", "namespace", "name", "version"):
+        if (s.environment_id, s.namespace, s.name) in declared:
+            continue
+        matches = by_name.get((s.name, s.version), [])
+        if len(matches) != 1:
+            continue
+        Deployment.objects.get_or_create(
+            environment_id=s.environment_id,
+            namespace=s.namespace,
+            service_name=s.name,
+            defaults={
+                "project_version_id": matches[0],
+                "source": DeploymentSource.TELEMETRY,
+                "set_by": "system: service.name and service.version",
+            },
+        )
+        created += 1
+    return created
