@@ -102,7 +102,9 @@ def _pypi(name: str) -> str:
     return "pkg:pypi/" + re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _java_package(fqn: str, rules: LibraryMap, evidence: str) -> list[LibraryMatch]:
+def _java_package(fqn: str, rules: LibraryMap, evidence: str) -> list[LibraryMatch] | None:
+    """Matches of the longest listed package prefix; None when no prefix is listed (an
+    empty list means a listed prefix that maps to nothing, such as the JDK's)."""
     parts = fqn.split(".")
     # Cut at the first class segment: packages are lower case by convention.
     for i, part in enumerate(parts):
@@ -114,7 +116,7 @@ def _java_package(fqn: str, rules: LibraryMap, evidence: str) -> list[LibraryMat
         keys = table.get(".".join(parts[:n]))
         if keys is not None:
             return [LibraryMatch(k, evidence, "high") for k in keys]
-    return []
+    return None
 
 
 def _python_module(dotted: str, rules: LibraryMap, evidence: str) -> list[LibraryMatch]:
@@ -172,8 +174,10 @@ def map_code_namespace(*, name: str, rules: LibraryMap | None = None) -> tuple[L
     evidence = f"code.namespace {name}"
     if _looks_java(name):
         found = _java_package(name, rules, evidence)
-        if found or name.split(".")[0] in _REVERSE_DOMAIN:
+        if found is not None:
             return tuple(found)
+        if name.split(".")[0] in _REVERSE_DOMAIN:
+            return ()
     return tuple(_python_module(name, rules, evidence))
 
 
@@ -183,7 +187,7 @@ def map_stacktrace(*, text: str, rules: LibraryMap | None = None) -> tuple[Libra
     rules = rules or library_map()
     found: dict[str, LibraryMatch] = {}
     for m in _JAVA_FRAME.finditer(text):
-        for hit in _java_package(m.group(1), rules, f"stack frame at {m.group(1)}"):
+        for hit in _java_package(m.group(1), rules, f"stack frame at {m.group(1)}") or ():
             found.setdefault(hit.component_key, hit)
     for m in _PY_FRAME.finditer(text):
         module = m.group(1)
