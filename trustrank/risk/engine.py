@@ -117,12 +117,11 @@ class _Scorer:
             score = round(min(100.0, max(0.0, f.baseline)), 4)
             zeroed = self.zeroed.get(factors)
             if zeroed is None:
-                zeroed = self.zeroed[factors] = (
-                    *(Factor(x.name, x.value, 0.0, x.source, x.confidence) for x in factors),
-                    Factor("baseline", f.baseline, 0.0, "static score (deployed nowhere)",
-                           "high"),
+                zeroed = self.zeroed[factors] = tuple(
+                    Factor(x.name, x.value, 0.0, x.source, x.confidence) for x in factors
                 )
-            factors = zeroed
+            factors = (*zeroed, Factor("baseline", f.baseline, 0.0,
+                                       "static score (deployed nowhere)", "high"))
         ranked = RankedFinding(
             f.id, 0, score, DECISIONS[best_d], f.kind, best.deployed, best.environment,
             best.service, best.project_version or f.project_version, f.component_key,
@@ -222,6 +221,9 @@ def rank_incremental(
             r is not None
             and (r.finding is f or r.finding == f)
             and f.project_version not in dirty_versions
+            # An identity finding names a service, not a version; its trust still reads the
+            # provenance of the version that service ran.
+            and r.project_version not in dirty_versions
             and f.environment not in dirty_envs
             and (f.environment, f.service) not in services
         ):
