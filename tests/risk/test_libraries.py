@@ -1,0 +1,121 @@
+from __future__ import annotations
+
+import pytest
+
+from trustrank.risk.libraries import (
+    component_key_from_purl,
+    component_matches,
+    library_map,
+    map_code_namespace,
+    map_evidence,
+    map_scope,
+    map_stacktrace,
+    observed_components,
+)
+
+LOG4J = "pkg:maven/org.apache.logging.log4j/log4j-core"
+
+
+def _keys(matches):
+    return [m.component_key for m in matches]
+
+
+@pytest.mark.parametrize(
+    ("scope", "keys"),
+    [
+        ("io.opentelemetry.log4j-context-data-2.17", [LOG4J]),
+        ("io.opentelemetry.log4j-appender-2.17", [LOG4J]),
+        ("io.opentelemetry.spring-webmvc-6.0", ["pkg:maven/org.springframework/spring-webmvc"]),
+        ("io.opentelemetry.okhttp-3.0", ["pkg:maven/com.squareup.okhttp3/okhttp"]),
+        ("io.opentelemetry.jdbc", []),
+        ("io.opentelemetry.unknown-lib-1.0", []),
+        ("opentelemetry.instrumentation.requests", ["pkg:pypi/requests"]),
+        ("opentelemetry.instrumentation.psycopg2",
+         ["pkg:pypi/psycopg2", "pkg:pypi/psycopg2-binary"]),
+        ("opentelemetry.instrumentation.aiohttp_client", ["pkg:pypi/aiohttp"]),
+        ("opentelemetry.instrumentation.flask", ["pkg:pypi/flask"]),
+        ("opentelemetry.instrumentation.logging", []),
+        ("@opentelemetry/instrumentation-express", ["pkg:npm/express"]),
+        ("@opentelemetry/instrumentation-http", []),
+        ("@opentelemetry/instrumentation-nestjs-core", ["pkg:npm/%40nestjs/core"]),
+        ("my.company.tracer", []),
+    ],
+)
+def test_instrumentation_scopes(scope, keys):
+    assert _keys(map_scope(name=scope)) == keys
+
+
+@pytest.mark.parametrize(
+    ("namespace", "keys"),
+    [
+        ("org.apache.logging.log4j.core.Logger", [LOG4J]),
+        ("org.apache.logging.log4j.spi.AbstractLogger", ["pkg:maven/org.apache.logging.log4j"]),
+        ("com.fasterxml.jackson.databind.ObjectMapper",
+         ["pkg:maven/com.fasterxml.jackson.core/jackson-databind"]),
+        ("com.shop.payments.Handler", []),
+        ("java.util.concurrent.ThreadPoolExecutor", []),
+        ("requests.sessions", ["pkg:pypi/requests"]),
+        ("yaml.loader", ["pkg:pypi/pyyaml"]),
+        ("google.protobuf.message", ["pkg:pypi/protobuf"]),
+        ("json.decoder", []),
+        ("Django_Filters.rest", ["pkg:pypi/django-filters"]),
+    ],
+)
+def test_code_namespaces(namespace, keys):
+    assert _keys(map_code_namespace(name=namespace)) == keys
+
+
+def test_stack_frames_of_exception_events():
+    java = (
+        "java.lang.RuntimeException: boom\n"
+        "\tat org.apache.logging.log4j.core.Logger.log(Logger.java:123)\n"
+        "\tat org.apache.logging.log4j.core.Logger.logMessage(Logger.java:99)\n"
+        "\tat com.shop.Payment.charge(Payment.java:10)\n"
+    )
+    assert _keys(map_stacktrace(text=java)) == [LOG4J]
+    python = (
+        'Traceback (most recent call last):\n'
+        '  File "/app/.venv/lib/python3.11/site-packages/requests/sessions.py", line 589, in request\n'
+        '  File "/usr/lib/python3/dist-packages/yaml/__init__.py", line 1, in load\n'
+        '  File "/app/shop/views.py", line 3, in pay\n'
+    )
+    assert _keys(map_stacktrace(text=python)) == ["pkg:pypi/requests", "pkg:pypi/pyyaml"]
+    node = "    at Layer.handle (/app/node_modules/express/lib/router/layer.js:95:5)"
+    assert _keys(map_stacktrace(text=node)) == ["pkg:npm/express"]
+    hit = map_evidence(kind="exception", name=java)[0]
+    assert hit.evidence == "stack frame at org.apache.logging.log4j.core.Logger"
+
+
+def test_system_names_map_to_nothing():
+    assert map_evidence(kind="db", name="postgresql") == ()
+
+
+def test_settings_override_and_extend_the_default_table():
+    rules = library_map((("java_package", "com.shop.payments", "pkg:maven/com.shop/payments"),
+                         ("python_scope", "requests", "")))
+    assert _keys(map_code_namespace(name="com.shop.payments.Handler", rules=rules)) == [
+        "pkg:maven/com.shop/payments"]
+    assert map_scope(name="opentelemetry.instrumentation.requests", rules=rules) == ()
+    with pytest.raises(ValueError, match="unknown library map table"):
+        library_map((("nope", "x", "y"),))
+
+
+def test_observed_components_sum_rates_and_name_the_busiest_evidence():
+    out = observed_components(evidence=[
+        ("scope", "io.opentelemetry.log4j-context-data-2.17", 600.0),
+        ("code", "org.apache.logging.log4j.core.Logger", 20.0),
+        ("db", "postgresql", 50.0),
+    ])
+    assert len(out) == 1
+    assert out[0].component_key == LOG4J
+    assert out[0].calls_per_minute == 620.0
+    assert out[0].evidence == "scope io.opentelemetry.log4j-context-data-2.17"
+
+
+def test_component_keys_and_group_matching():
+    assert component_key_from_purl("pkg:maven/org.apache.logging.log4j/log4j-core@2.14.1?type=jar"
+                                   ) == LOG4J
+    assert component_key_from_purl("pkg:npm/@nestjs/core@10.0.0") == "pkg:npm/%40nestjs/core"
+    assert component_key_from_purl("pkg:npm/%40nestjs/core@10.0.0") == "pkg:npm/%40nestjs/core"
+    assert component_matches(LOG4J, "pkg:maven/org.apache.logging.log4j")
+    assert not component_matches(LOG4J, "pkg:maven/org.apache.logging")

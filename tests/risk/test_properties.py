@@ -1,0 +1,200 @@
+"""Properties on generated graphs: more urgency never lowers a rank, lower trust never
+lowers a rank, equal inputs give byte-identical results, incremental equals full."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from tests.risk.generate import generate, shuffled
+from trustrank.risk import (
+    ObservedComponent,
+    RankInputs,
+    canonical_json,
+    diff_results,
+    rank,
+    rank_incremental,
+    result_digest,
+)
+from trustrank.risk.inputs import DECISIONS, HUMAN_IMPACTS
+from trustrank.risk.scoring import is_automatable
+
+SEEDS = range(8)
+
+
+def _key(r):
+    return (DECISIONS.index(r.decision), r.deployed, r.score)
+
+
+def _by_id(result):
+    return {r.finding_id: r for r in result.findings}
+
+
+def _assert_not_lower(before, after, fid):
+    """F's own sort key does not drop, and no finding whose row did not change passes it."""
+    b, a = _by_id(before), _by_id(after)
+    assert _key(a[fid]) >= _key(b[fid]), (fid, b[fid], a[fid])
+    unchanged = {k for k in b if k != fid and _key(a[k]) == _key(b[k])}
+    above_before = sum(1 for k in unchanged if b[k].rank < b[fid].rank)
+    above_after = sum(1 for k in unchanged if a[k].rank < a[fid].rank)
+    assert above_after <= above_before
+
+
+def _with_finding(inputs: RankInputs, fid, **changes) -> RankInputs:
+    return replace(inputs, findings=tuple(
+        replace(f, **changes) if f.id == fid else f for f in inputs.findings))
+
+
+def _vulns(inputs):
+    return [f for f in inputs.findings if f.kind == "vulnerability"]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_raising_a_finding_own_factor_never_lowers_its_rank(seed):
+    inputs = generate(seed)
+    before = rank(inputs=inputs, with_digest=False)
+    rng = random.Random(seed)
+    for f in rng.sample(_vulns(inputs), 12):
+        changes: list[dict[str, object]] = [{"in_kev": True}]
+        if f.epss is not None:
+            changes.append({"epss": min(1.0, f.epss + rng.uniform(0.001, 0.5))})
+        if f.cvss_score is not None:
+            changes.append({"cvss_score": min(10.0, f.cvss_score + rng.uniform(0.1, 3))})
+        if not is_automatable(f.cvss_vector):
+            changes.append({"cvss_vector": "CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H"})
+        for change in changes:
+            after = rank(inputs=_with_finding(inputs, f.id, **change), with_digest=False)
+            _assert_not_lower(before, after, f.id)
+            assert _by_id(after)[f.id].rank <= _by_id(before)[f.id].rank, change
+
+
+def _deployments_of(inputs, f):
+    if f.service:
+        return [d for d in inputs.deployments
+                if (d.environment, d.service) == (f.environment, f.service)]
+    return [d for d in inputs.deployments if d.project_version == f.project_version]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_raising_exposure_reachability_or_impact_never_lowers_a_rank(seed):
+    inputs = generate(seed)
+    before = rank(inputs=inputs, with_digest=False)
+    rng = random.Random(seed)
+    checked = 0
+    for f in rng.sample(_vulns(inputs), 20):
+        deps = _deployments_of(inputs, f)
+        if not deps:
+            continue
+        d = rng.choice(deps)
+        checked += 1
+        exposed = replace(inputs, services=tuple(
+            replace(s, ingress_override=True) if (s.environment, s.name) == (d.environment,
+                                                                              d.service) else s
+            for s in inputs.services))
+        reached = replace(inputs, libraries=tuple(
+            replace(lib, traced=True, observed=(*lib.observed, ObservedComponent(
+                component_key=f.component_key, calls_per_minute=10, evidence="test")))
+            if (lib.environment, lib.service) == (d.environment, d.service) else lib
+            for lib in inputs.libraries))
+        step = min(3, HUMAN_IMPACTS.index(d.human_impact) + 1)
+        impacted = replace(inputs, deployments=tuple(
+            replace(x, human_impact=HUMAN_IMPACTS[step]) if x == d else x
+            for x in inputs.deployments))
+        for changed in (exposed, reached, impacted):
+            _assert_not_lower(before, rank(inputs=changed, with_digest=False), f.id)
+    assert checked
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_lower_trust_never_lowers_a_rank(seed):
+    inputs = generate(seed)
+    before = rank(inputs=inputs, with_digest=False)
+    rng = random.Random(seed)
+    anchors = [s for s in inputs.services if s.identity_strength is not None]
+    variants = [
+        replace(inputs, services=tuple(
+            replace(s, identity_strength=None) if s == victim else s for s in inputs.services))
+        for victim in rng.sample(anchors, min(3, len(anchors)))
+    ]
+    variants.append(replace(inputs, edges=tuple(replace(e, sig=e.sig / 2)
+                                                for e in inputs.edges)))
+    variants.append(replace(inputs, project_versions=tuple(
+        replace(v, sbom_signed=False) for v in inputs.project_versions)))
+    variants.append(replace(inputs, components=tuple(
+        replace(c, hashes_present=False, supplier_known=False) for c in inputs.components)))
+    for changed in variants:
+        after = rank(inputs=changed, with_digest=False)
+        services_after = {(s.environment, s.name): s.trust for s in after.services}
+        for s in before.services:
+            assert services_after[(s.environment, s.name)] <= s.trust + 1e-9
+        # A finding's own trust may even rise: with one deployment less trusted, another
+        # deployment can become its most urgent one. Its place never drops.
+        for r in before.findings:
+            _assert_not_lower(before, after, r.finding_id)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_same_inputs_give_byte_identical_results_in_any_order(seed):
+    inputs = generate(seed)
+    first = rank(inputs=inputs)
+    again = rank(inputs=inputs)
+    mixed = rank(inputs=shuffled(inputs, seed + 100))
+    assert canonical_json(first) == canonical_json(again) == canonical_json(mixed)
+    assert first.inputs_digest == mixed.inputs_digest
+    assert result_digest(first) == result_digest(mixed)
+    other = rank(inputs=_with_finding(inputs, inputs.findings[0].id, baseline=-1.0))
+    assert other.inputs_digest != first.inputs_digest
+
+
+def test_every_finding_is_ranked_once_and_decisions_come_first():
+    result = rank(inputs=generate(3, findings=300))
+    assert [r.rank for r in result.findings] == list(range(1, 301))
+    decisions = [DECISIONS.index(r.decision) for r in result.findings]
+    assert decisions == sorted(decisions, reverse=True)
+    for r in result.findings:
+        assert 0 <= r.score <= 100
+        assert r.explanation
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_incremental_run_equals_a_full_run(seed):
+    inputs = generate(seed)
+    previous = rank(inputs=inputs)
+    rng = random.Random(seed)
+    version = rng.choice([v.key for v in inputs.project_versions])
+    lib = rng.choice(inputs.libraries)
+    edge = rng.choice([e for e in inputs.edges if e.environment == "env1"])
+    target = rng.choice(_vulns(inputs))
+    changed = replace(
+        inputs,
+        components=tuple(replace(c, hashes_present=not c.hashes_present)
+                         if c.project_version == version else c for c in inputs.components),
+        libraries=tuple(replace(x, traced=not x.traced) if x == lib else x
+                        for x in inputs.libraries),
+        edges=tuple(replace(e, sig=100 - e.sig) if e == edge else e for e in inputs.edges),
+        findings=tuple(replace(f, in_kev=not f.in_kev) if f == target else f
+                       for f in inputs.findings),
+    )
+    incremental = rank_incremental(
+        previous=previous, inputs=changed, changed_project_versions={version},
+        changed_services={(lib.environment, lib.service)},
+    )
+    assert incremental.analyses["env0"] is previous.analyses["env0"]
+    assert canonical_json(incremental) == canonical_json(rank(inputs=changed))
+
+
+def test_diff_names_what_moved_and_why():
+    inputs = generate(5)
+    before = rank(inputs=inputs)
+    target = next(f for f in _vulns(inputs) if not f.in_kev and before.findings[-1].finding_id
+                  != f.id and _by_id(before)[f.id].rank > 10 and _by_id(before)[f.id].deployed)
+    after = rank(inputs=_with_finding(inputs, target.id, in_kev=True, epss=0.97))
+    moves = diff_results(before=before, after=after, limit=5)
+    top = moves[0]
+    assert top.finding_id == target.id
+    assert top.moved > 0 and top.rank_after < top.rank_before
+    names = [c.name for c in top.changes]
+    assert "exploitation" in names and "epss" in names
+    assert diff_results(before=before, after=before) == ()

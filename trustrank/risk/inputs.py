@@ -1,0 +1,248 @@
+"""What the ranking engine consumes: plain, frozen, hashable records.
+
+The wiring layer (the ranking app) reads the database and builds one `RankInputs`; the
+engine never sees a model instance. Every record names its neighbours by natural keys
+(environment + service name, project version key, component key), not by database ids, so
+the same inputs always produce the same output whatever order they arrive in.
+
+Keys:
+- a service is `(environment, name)`;
+- a project version is an opaque string chosen by the wiring (e.g. `"shop@1.4.2"` or a
+  primary key as text), the same in `Deployment`, `ProjectVersion`, `Component`, `Finding`;
+- a component key is a package URL without version, qualifiers or subpath
+  (`pkg:maven/org.apache.logging.log4j/log4j-core`), or a bare name when the SBOM had no
+  purl. Library evidence may name a whole group (`pkg:maven/org.apache.logging.log4j`),
+  which matches every component below it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Literal
+
+AddressClass = Literal["local", "internal", "internet"]
+Exposure = Literal["small", "controlled", "open"]
+Exploitation = Literal["none", "public poc", "active"]
+HumanImpact = Literal["low", "medium", "high", "very high"]
+Decision = Literal["defer", "scheduled", "out-of-cycle", "immediate"]
+Reachability = Literal["not observed", "unknown", "observed", "not applicable"]
+FindingKind = Literal["vulnerability", "identity", "reliability"]
+Confidence = Literal["high", "medium", "low"]
+
+# Ordered from least to most urgent: the index is the order used everywhere.
+EXPOSURES: tuple[Exposure, ...] = ("small", "controlled", "open")
+EXPLOITATIONS: tuple[Exploitation, ...] = ("none", "public poc", "active")
+HUMAN_IMPACTS: tuple[HumanImpact, ...] = ("low", "medium", "high", "very high")
+DECISIONS: tuple[Decision, ...] = ("defer", "scheduled", "out-of-cycle", "immediate")
+
+
+@dataclass(frozen=True, slots=True)
+class Service:
+    """A service seen in traces or declared by an operator.
+
+    `ingress_candidate`: something outside traces says the internet can reach it (a
+    Kubernetes Service of type LoadBalancer, an Ingress backend). `ingress_override`: the
+    operator's word, which wins over every observation: True makes it an entry point, False
+    makes it not one even when root spans came from public addresses.
+    `identity_strength`: 0-100 for an attested identity (a valid mTLS certificate with a
+    SPIFFE ID from a configured trust bundle), None when it has none; it makes the service a
+    trust anchor. `identity` names that identity for explanations (the SPIFFE ID or the
+    certificate fingerprint)."""
+
+    environment: str
+    name: str
+    namespace: str = ""
+    ingress_candidate: bool = False
+    ingress_override: bool | None = None
+    identity_strength: float | None = None
+    identity: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CallEdge:
+    """Observed calls from `caller` to `callee` in one environment over the ranking window.
+
+    The caller is a service name or an `ExternalPeer` name (a webhook sender). `sig` is the
+    identity strength of the hop, 0-100 (how well the callee knows who called: 100 for
+    verified mTLS with an attested SPIFFE ID, lower for plain TLS or no identity)."""
+
+    environment: str
+    caller: str
+    callee: str
+    calls_per_minute: float = 0.0
+    error_rate: float = 0.0
+    mtls_share: float = 0.0
+    sig: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ExternalPeer:
+    """A peer outside the traced services: a SaaS API, an untraced database, a webhook
+    sender. Its address class decides whether calls *from* it count as internet ingress."""
+
+    environment: str
+    name: str
+    address_class: AddressClass = "internet"
+
+
+@dataclass(frozen=True, slots=True)
+class RootSpanOrigin:
+    """Root server spans of a service grouped by the class of their caller's address
+    (`client.address`, else `network.peer.address`; absent counts as internet). Build it with
+    `trustrank.risk.addresses.classify_address`. `example_address` is kept for the
+    explanation only."""
+
+    environment: str
+    service: str
+    address_class: AddressClass
+    spans: int = 1
+    example_address: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """A service runs a project version. `source` says how TrustRank knows (an SBOM upload
+    with `service=`, an operator, the service's `service.name`/`service.version`)."""
+
+    environment: str
+    service: str
+    project_version: str
+    human_impact: HumanImpact = "medium"
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectVersion:
+    """SBOM-level provenance of a project version."""
+
+    key: str
+    sbom_signed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Component:
+    """A component of a project version with its code-provenance facts."""
+
+    project_version: str
+    key: str
+    hashes_present: bool = False
+    supplier_known: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedComponent:
+    """Library evidence that names a component (see `trustrank.risk.libraries`): the
+    component key (or group key), how often per minute, and the evidence that named it
+    (`scope io.opentelemetry.log4j-context-data-2.17`, `code.namespace org.apache...`)."""
+
+    component_key: str
+    calls_per_minute: float
+    evidence: str
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceLibraries:
+    """What a service's telemetry says about the code it runs. `traced` is False when the
+    service sent no spans in the window: reachability is then unknown, not "not observed"."""
+
+    environment: str
+    service: str
+    traced: bool
+    observed: tuple[ObservedComponent, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One open finding to rank.
+
+    Vulnerabilities name `project_version` and `component_key` (and may pin one deployment
+    with `environment` + `service`); identity and reliability findings name `environment` +
+    `service` and a `sub_kind` (`expired`, `broken_context`, …; see `scoring.KIND_TABLE`).
+    `severity` is the label (critical/high/medium/low/none/unknown); `cvss_score` and
+    `cvss_vector` (CVSS v3.x or v4.0 string) come from the advisory. `baseline` is the static
+    0-100 score the findings list shows without context. `subject` names the evidence of a
+    non-vulnerability finding (a certificate fingerprint, a call edge)."""
+
+    id: str
+    kind: FindingKind = "vulnerability"
+    sub_kind: str = ""
+    vuln_id: str = ""
+    severity: str = "unknown"
+    cvss_score: float | None = None
+    cvss_vector: str = ""
+    in_kev: bool = False
+    kev_date: date | None = None
+    epss: float | None = None
+    epss_percentile: float | None = None
+    epss_date: date | None = None
+    project_version: str = ""
+    component_key: str = ""
+    environment: str = ""
+    service: str = ""
+    baseline: float = 0.0
+    subject: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RankInputs:
+    """Everything one ranking run reads. Order inside the tuples does not matter."""
+
+    services: tuple[Service, ...] = ()
+    edges: tuple[CallEdge, ...] = ()
+    peers: tuple[ExternalPeer, ...] = ()
+    origins: tuple[RootSpanOrigin, ...] = ()
+    deployments: tuple[Deployment, ...] = ()
+    project_versions: tuple[ProjectVersion, ...] = ()
+    components: tuple[Component, ...] = ()
+    libraries: tuple[ServiceLibraries, ...] = ()
+    findings: tuple[Finding, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreWeights:
+    """Points each factor can move a score away from the neutral 50 (half up, half down).
+
+    A factor's value v in [0, 1] contributes `weight * (v - 0.5)`; unknown or not
+    applicable sits at 0.5 and contributes nothing. The weights sum to 100 so the score
+    stays in 0-100."""
+
+    severity: float = 25.0
+    reachability: float = 25.0
+    epss: float = 15.0
+    exposure: float = 15.0
+    exploitation: float = 5.0
+    automatable: float = 5.0
+    human_impact: float = 5.0
+    low_trust: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class RankSettings:
+    """The engine's knobs. `version` is stored with every run: change it whenever a default
+    changes so an old rank can be reproduced with the weights it was made with.
+
+    - `decay`: the 0.95 of formula 1.
+    - `trust_floor`: trust below it is treated as none (stops the best-path search early).
+    - `identity_trust_weight` / `code_trust_weight`: the fusion of runtime identity trust
+      and code-provenance trust (they sum to 1).
+    - `provenance_weights`: (SBOM signed, hashes present, supplier known), summing to 1.
+    - `epss_poc_threshold`: EPSS probability from which exploitation counts as "public
+      poc". FIRST publishes no cut-off; 0.1 sits around the 88th percentile of scored CVEs
+      and is where CISA's and vendors' SSVC write-ups commonly start to treat exploitation
+      as likely.
+    - `undeployed_exposure` / `default_human_impact`: for versions no service runs.
+    - `library_map`: extra or replacing rules for `libraries.map_evidence` (see there).
+    """
+
+    version: str = "risk-1"
+    decay: float = 0.95
+    trust_floor: float = 1e-6
+    identity_trust_weight: float = 0.6
+    code_trust_weight: float = 0.4
+    provenance_weights: tuple[float, float, float] = (0.4, 0.3, 0.3)
+    epss_poc_threshold: float = 0.1
+    undeployed_exposure: Exposure = "small"
+    default_human_impact: HumanImpact = "medium"
+    weights: ScoreWeights = field(default_factory=ScoreWeights)
+    library_map: tuple[tuple[str, str, str], ...] = ()

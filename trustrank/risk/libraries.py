@@ -1,0 +1,240 @@
+"""Library evidence → component keys: which code a span names, as SBOM component keys.
+
+Telemetry names code, SBOMs name packages. The rules, in the order they are tried:
+
+- instrumentation scope names
+  - Java agent `io.opentelemetry.<lib>-<ver>` (`io.opentelemetry.log4j-context-data-2.17`):
+    the version suffix is dropped and `<lib>` is looked up in `java_scope`, then its
+    shorter dash-prefixes (`log4j-context-data`, `log4j-context`, `log4j`);
+  - Python `opentelemetry.instrumentation.<lib>`: `python_scope`, else `pkg:pypi/<lib>`
+    with the name normalised as PyPI does (PEP 503);
+  - JS `@opentelemetry/instrumentation-<lib>`: `js_scope`, else `pkg:npm/<lib>`;
+- `code.namespace`: a Java class (a dotted name with a capitalised segment or a
+  reverse-domain first segment) is matched by the longest package prefix in
+  `java_package`; otherwise the top module of a Python dotted name is looked up in
+  `python_module` (longest dotted prefix first), else `pkg:pypi/<module>`; standard-library
+  modules map to nothing;
+- stack frames in span `exception` events: Java `at pkg.Class.method(File.java:1)` frames
+  go through the Java package rules; Python `File ".../site-packages/<module>/..."` frames
+  through the Python module rules; Node `node_modules/<name>/` frames give `pkg:npm/<name>`.
+
+A key may name a whole Maven group (`pkg:maven/org.apache.logging.log4j`), which matches
+every component in it (see `component_matches`). Table hits are high confidence; names
+derived by the fallbacks are medium. `RankSettings.library_map` holds extra rules as
+`(table, name, key)`; several rules for one `(table, name)` accumulate, and an empty key
+maps that name to nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from trustrank.risk.inputs import Confidence, ObservedComponent
+
+TABLES = ("java_scope", "java_package", "python_scope", "python_module", "js_scope")
+LibraryMap = Mapping[str, Mapping[str, tuple[str, ...]]]
+
+_JAVA_SCOPE = re.compile(r"^io\.opentelemetry\.([a-z0-9][a-z0-9.-]*?)(?:-\d+(?:\.\d+)*)?$")
+_PY_SCOPE = "opentelemetry.instrumentation."
+_JS_SCOPE = "@opentelemetry/instrumentation-"
+_JAVA_FRAME = re.compile(r"^\s*at\s+(?:[\w.$]+/)?([\w$]+(?:\.[\w$]+)+)\.[\w$<>]+\(", re.M)
+_PY_FRAME = re.compile(r'File "[^"]*?[/\\](?:site|dist)-packages[/\\]([A-Za-z_][\w]*)')
+_NODE_FRAME = re.compile(r"node_modules/((?:@[\w.-]+/)?[\w.-]+)/")
+_REVERSE_DOMAIN = frozenset({"org", "com", "io", "net", "edu", "gov", "javax", "jakarta"})
+_STDLIB = frozenset(sys.stdlib_module_names)
+
+
+@dataclass(frozen=True, slots=True)
+class LibraryMatch:
+    component_key: str
+    evidence: str
+    confidence: Confidence
+
+
+@cache
+def _default_map() -> dict[str, dict[str, tuple[str, ...]]]:
+    text = resources.files("trustrank.risk").joinpath("data", "library_map.json").read_text()
+    raw = json.loads(text)
+    return {t: {k: tuple(v) for k, v in raw.get(t, {}).items()} for t in TABLES}
+
+
+@cache
+def library_map(overrides: tuple[tuple[str, str, str], ...] = ()) -> LibraryMap:
+    """The default rules with `overrides` applied: rules named in the overrides replace
+    the default rules for that name."""
+    base = _default_map()
+    replaced: dict[tuple[str, str], list[str]] = {}
+    for table, name, key in overrides:
+        if table not in TABLES:
+            raise ValueError(f"unknown library map table {table!r}; expected one of {TABLES}")
+        keys = replaced.setdefault((table, name), [])
+        if key:
+            keys.append(key)
+    merged = {t: dict(rules) for t, rules in base.items()}
+    for (table, name), keys in replaced.items():
+        merged[table][name] = tuple(keys)
+    return merged
+
+
+def component_key_from_purl(purl: str) -> str:
+    """`pkg:maven/g/a@1.0?type=jar#x` → `pkg:maven/g/a`; npm `@scope` spelled `%40scope`
+    so keys from SBOMs and from evidence compare equal."""
+    key = purl.split("#", 1)[0].split("?", 1)[0]
+    head, _, last = key.rpartition("/")
+    if "@" in last:
+        last = last.split("@", 1)[0]
+    key = f"{head}/{last}" if head else last
+    return key.replace("/@", "/%40")
+
+
+def component_matches(component_key: str, observed_key: str) -> bool:
+    """An observed key matches the component itself or a group that contains it."""
+    return component_key == observed_key or component_key.startswith(observed_key + "/")
+
+
+def _pypi(name: str) -> str:
+    return "pkg:pypi/" + re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _java_package(fqn: str, rules: LibraryMap, evidence: str) -> list[LibraryMatch] | None:
+    """Matches of the longest listed package prefix; None when no prefix is listed (an
+    empty list means a listed prefix that maps to nothing, such as the JDK's)."""
+    parts = fqn.split(".")
+    # Cut at the first class segment: packages are lower case by convention.
+    for i, part in enumerate(parts):
+        if part[:1].isupper():
+            parts = parts[:i]
+            break
+    table = rules["java_package"]
+    for n in range(len(parts), 0, -1):
+        keys = table.get(".".join(parts[:n]))
+        if keys is not None:
+            return [LibraryMatch(k, evidence, "high") for k in keys]
+    return None
+
+
+def _python_module(dotted: str, rules: LibraryMap, evidence: str) -> list[LibraryMatch]:
+    parts = dotted.split(".")
+    table = rules["python_module"]
+    for n in range(len(parts), 0, -1):
+        keys = table.get(".".join(parts[:n]))
+        if keys is not None:
+            return [LibraryMatch(k, evidence, "high") for k in keys]
+    top = parts[0]
+    if not top or top in _STDLIB or top.startswith("_"):
+        return []
+    return [LibraryMatch(_pypi(top), evidence, "medium")]
+
+
+def _looks_java(dotted: str) -> bool:
+    parts = dotted.split(".")
+    return len(parts) > 2 and (
+        parts[0] in _REVERSE_DOMAIN or any(p[:1].isupper() for p in parts[1:])
+    )
+
+
+def map_scope(*, name: str, rules: LibraryMap | None = None) -> tuple[LibraryMatch, ...]:
+    """Component keys named by an instrumentation scope name."""
+    rules = rules or library_map()
+    evidence = f"scope {name}"
+    m = _JAVA_SCOPE.match(name)
+    if m:
+        lib = m.group(1)
+        table = rules["java_scope"]
+        pieces = lib.split("-")
+        for n in range(len(pieces), 0, -1):
+            keys = table.get("-".join(pieces[:n]))
+            if keys is not None:
+                return tuple(LibraryMatch(k, evidence, "high") for k in keys)
+        return ()
+    if name.startswith(_PY_SCOPE):
+        lib = name[len(_PY_SCOPE) :].split(".", 1)[0]
+        keys = rules["python_scope"].get(lib)
+        if keys is not None:
+            return tuple(LibraryMatch(k, evidence, "high") for k in keys)
+        return tuple(_python_module(lib, rules, evidence))
+    if name.startswith(_JS_SCOPE):
+        lib = re.sub(r"-\d+$", "", name[len(_JS_SCOPE) :])
+        keys = rules["js_scope"].get(lib)
+        if keys is not None:
+            return tuple(LibraryMatch(k, evidence, "high") for k in keys)
+        return (LibraryMatch("pkg:npm/" + lib, evidence, "medium"),)
+    return ()
+
+
+def map_code_namespace(*, name: str, rules: LibraryMap | None = None) -> tuple[LibraryMatch, ...]:
+    """Component keys named by a `code.namespace` value (Java class or Python module)."""
+    rules = rules or library_map()
+    evidence = f"code.namespace {name}"
+    if _looks_java(name):
+        found = _java_package(name, rules, evidence)
+        if found is not None:
+            return tuple(found)
+        if name.split(".")[0] in _REVERSE_DOMAIN:
+            return ()
+    return tuple(_python_module(name, rules, evidence))
+
+
+def map_stacktrace(*, text: str, rules: LibraryMap | None = None) -> tuple[LibraryMatch, ...]:
+    """Component keys named by the frames of an `exception.stacktrace`; one match per key,
+    from its first frame."""
+    rules = rules or library_map()
+    found: dict[str, LibraryMatch] = {}
+    for m in _JAVA_FRAME.finditer(text):
+        for hit in _java_package(m.group(1), rules, f"stack frame at {m.group(1)}") or ():
+            found.setdefault(hit.component_key, hit)
+    for m in _PY_FRAME.finditer(text):
+        module = m.group(1)
+        for hit in _python_module(module, rules, f"stack frame in {module}"):
+            found.setdefault(hit.component_key, hit)
+    for m in _NODE_FRAME.finditer(text):
+        name = m.group(1).replace("@", "%40", 1)
+        found.setdefault(
+            "pkg:npm/" + name, LibraryMatch("pkg:npm/" + name, f"stack frame in {name}", "medium")
+        )
+    return tuple(found.values())
+
+
+def map_evidence(
+    *, kind: str, name: str, rules: LibraryMap | None = None
+) -> tuple[LibraryMatch, ...]:
+    """One piece of library evidence as stored by the runtime app (`kind` is `scope`,
+    `code` or `exception`). Database, messaging and RPC *system* names (`postgresql`,
+    `kafka`) name the server, not a client library, and map to nothing."""
+    if kind == "scope":
+        return map_scope(name=name, rules=rules)
+    if kind == "code":
+        return map_code_namespace(name=name, rules=rules)
+    if kind == "exception":
+        return map_stacktrace(text=name, rules=rules)
+    return ()
+
+
+def observed_components(
+    *,
+    evidence: Iterable[tuple[str, str, float]],
+    rules: LibraryMap | None = None,
+) -> tuple[ObservedComponent, ...]:
+    """Fold `(kind, name, calls_per_minute)` evidence rows of one service into observed
+    components: rates add up per key; the evidence named is the one with the highest rate
+    (ties: the smallest name), so the explanation shows what mattered most."""
+    rules = rules or library_map()
+    rate: dict[str, float] = {}
+    best: dict[str, tuple[float, str]] = {}
+    for kind, name, per_minute in evidence:
+        for hit in map_evidence(kind=kind, name=name, rules=rules):
+            key = hit.component_key
+            rate[key] = rate.get(key, 0.0) + per_minute
+            current = best.get(key)
+            if current is None or (-per_minute, hit.evidence) < (-current[0], current[1]):
+                best[key] = (per_minute, hit.evidence)
+    return tuple(
+        ObservedComponent(component_key=k, calls_per_minute=round(rate[k], 4), evidence=best[k][1])
+        for k in sorted(rate)
+    )

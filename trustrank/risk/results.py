@@ -1,0 +1,199 @@
+"""What the engine returns, its canonical JSON, the digests that make a rank reproducible,
+and the difference between two results ("what moved most, and why")."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import orjson
+
+from trustrank.risk.graph import EnvironmentAnalysis, Hop
+from trustrank.risk.inputs import (
+    Decision,
+    Exploitation,
+    Exposure,
+    Finding,
+    HumanImpact,
+    RankInputs,
+    RankSettings,
+    Reachability,
+)
+from trustrank.risk.scoring import Factor
+
+
+class RankedFinding(NamedTuple):
+    """One finding in the queue. A NamedTuple, not a dataclass: a run makes a million of
+    them and tuple construction is several times cheaper. `finding` is the input record
+    (kept for incremental runs; not part of the canonical JSON)."""
+
+    finding_id: str
+    rank: int
+    score: float
+    decision: Decision
+    kind: str
+    deployed: bool
+    environment: str
+    service: str
+    project_version: str
+    component_key: str
+    exposure: Exposure
+    reachability: Reachability
+    exploitation: Exploitation
+    automatable: bool
+    human_impact: HumanImpact
+    trust: float
+    baseline: float
+    path: tuple[str, ...]
+    explanation: tuple[Factor, ...]
+    finding: Finding
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceResult:
+    environment: str
+    name: str
+    trust: float
+    identity_trust: float
+    exposure: Exposure
+    exposure_reason: str
+    path: tuple[str, ...]
+    hops: tuple[Hop, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RankResult:
+    """`findings` in rank order (rank 1 first). `analyses` are the per-environment graph
+    results, kept so an incremental run can reuse the environments that did not change."""
+
+    settings_version: str
+    inputs_digest: str
+    findings: tuple[RankedFinding, ...]
+    services: tuple[ServiceResult, ...]
+    analyses: Mapping[str, EnvironmentAnalysis] = field(default_factory=dict)
+
+
+# --- canonical JSON and digests ---------------------------------------------------------
+
+_OPTS = orjson.OPT_SORT_KEYS
+
+
+def factor_json(f: Factor) -> dict[str, Any]:
+    return {"name": f.name, "value": f.value, "effect": f.effect, "source": f.source,
+            "confidence": f.confidence}
+
+
+def finding_json(r: RankedFinding) -> dict[str, Any]:
+    """The JSON shape of one ranked finding, as the wiring stores and the API shows it."""
+    out = r._asdict()
+    del out["finding"]
+    out["explanation"] = [factor_json(f) for f in r.explanation]
+    out["path"] = list(r.path)
+    return out
+
+
+def result_lines(result: RankResult) -> Iterator[bytes]:
+    """The canonical serialisation, one JSON document per line: a header, each service,
+    each finding. Byte-identical for equal results."""
+    yield orjson.dumps(
+        {"settings_version": result.settings_version, "inputs_digest": result.inputs_digest,
+         "findings": len(result.findings), "services": len(result.services)},
+        option=_OPTS,
+    )
+    for s in result.services:
+        yield orjson.dumps(s, option=_OPTS)
+    for r in result.findings:
+        yield orjson.dumps(finding_json(r), option=_OPTS)
+
+
+def canonical_json(result: RankResult) -> bytes:
+    return b"\n".join(result_lines(result)) + b"\n"
+
+
+def result_digest(result: RankResult) -> str:
+    h = hashlib.sha256()
+    for line in result_lines(result):
+        h.update(line)
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def inputs_digest(*, inputs: RankInputs, settings: RankSettings) -> str:
+    """SHA-256 over the settings and every input record, each collection sorted by its
+    serialisation, so input order does not matter. Stored with a run, it proves which
+    inputs a rank was made from."""
+    h = hashlib.sha256(orjson.dumps(settings, option=_OPTS))
+    for name in ("services", "edges", "peers", "origins", "deployments", "project_versions",
+                 "components", "libraries", "findings"):
+        h.update(b"\x00" + name.encode() + b"\x00")
+        for item in sorted(orjson.dumps(x, option=_OPTS) for x in getattr(inputs, name)):
+            h.update(item)
+            h.update(b"\n")
+    return h.hexdigest()
+
+
+# --- what moved ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FactorChange:
+    name: str
+    before: str | float | bool | None
+    after: str | float | bool | None
+    effect_change: float
+
+
+@dataclass(frozen=True, slots=True)
+class Movement:
+    """A finding whose place changed. `moved` is positive when it rose (rank got smaller);
+    a finding new in `after` has `rank_before` None, one gone has `rank_after` None."""
+
+    finding_id: str
+    rank_before: int | None
+    rank_after: int | None
+    moved: int
+    decision_before: Decision | None
+    decision_after: Decision | None
+    score_before: float | None
+    score_after: float | None
+    changes: tuple[FactorChange, ...]
+
+
+def diff_results(*, before: RankResult, after: RankResult, limit: int = 50) -> tuple[
+        Movement, ...]:
+    """The `limit` findings that moved most between two results, each with the factors
+    whose value or effect changed (largest effect change first). New and gone findings
+    count as moving the whole queue length."""
+    old = {r.finding_id: r for r in before.findings}
+    new = {r.finding_id: r for r in after.findings}
+    span = max(len(old), len(new)) + 1
+    moves: list[Movement] = []
+    for fid in old.keys() | new.keys():
+        a, b = old.get(fid), new.get(fid)
+        ra = a.rank if a else None
+        rb = b.rank if b else None
+        if ra == rb and a and b and a.score == b.score and a.decision == b.decision:
+            continue
+        moved = (ra if ra is not None else span) - (rb if rb is not None else span)
+        changes: list[FactorChange] = []
+        fa = {f.name: f for f in (a.explanation if a else ())}
+        fb = {f.name: f for f in (b.explanation if b else ())}
+        for name in sorted(fa.keys() | fb.keys()):
+            x, y = fa.get(name), fb.get(name)
+            if x and y and x.value == y.value and x.effect == y.effect:
+                continue
+            changes.append(FactorChange(
+                name=name, before=x.value if x else None, after=y.value if y else None,
+                effect_change=round((y.effect if y else 0.0) - (x.effect if x else 0.0), 4),
+            ))
+        changes.sort(key=lambda c: (-abs(c.effect_change), c.name))
+        moves.append(Movement(
+            finding_id=fid, rank_before=ra, rank_after=rb, moved=moved,
+            decision_before=a.decision if a else None, decision_after=b.decision if b else None,
+            score_before=a.score if a else None, score_after=b.score if b else None,
+            changes=tuple(changes),
+        ))
+    moves.sort(key=lambda m: (-abs(m.moved), m.finding_id))
+    return tuple(moves[:limit])
