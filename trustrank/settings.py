@@ -305,6 +305,22 @@ for _feed, _source in TRUSTRANK_FEED_SOURCES.items():
             "args": [_feed],
         }
 
+# --- Contextual ranking (docs/ranking.md) ----------------------------------------------------
+# Points each factor can move a score away from 50 (trustrank.risk.inputs.ScoreWeights;
+# they should sum to 100). Change TRUSTRANK_RANKING_WEIGHTS_VERSION with them: it is stored
+# with every run, so an old rank can be reproduced.
+TRUSTRANK_RANKING_WEIGHTS: dict[str, float] = {}
+TRUSTRANK_RANKING_WEIGHTS_VERSION = envstr("TRUSTRANK_RANKING_WEIGHTS_VERSION", "risk-1")
+# EPSS probability from which exploitation counts as "public PoC".
+TRUSTRANK_RANKING_EPSS_POC_THRESHOLD = envfloat("TRUSTRANK_RANKING_EPSS_POC_THRESHOLD", 0.1)
+# Telemetry (calls, library use) older than this does not count.
+TRUSTRANK_RANKING_WINDOW_MINUTES = envint("TRUSTRANK_RANKING_WINDOW_MINUTES", 1440, minimum=1)
+# A load (SBOM, traces, certificates, feeds) starts a ranking run this long after it; loads
+# that follow within the delay share the run.
+TRUSTRANK_RANKING_DEBOUNCE_SECONDS = envint("TRUSTRANK_RANKING_DEBOUNCE_SECONDS", 60, minimum=0)
+# Extra library-evidence rules (table, name, component key): see trustrank/risk/libraries.py.
+TRUSTRANK_LIBRARY_MAP: list[tuple[str, str, str]] = []
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

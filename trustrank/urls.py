@@ -15,6 +15,7 @@ urlpatterns = [
     path("api/v1/", include("trustrank.findings.api_urls")),
     path("api/v1/", include("trustrank.runtime.api_urls")),
     path("api/v1/", include("trustrank.identity.api_urls")),
+    path("api/v1/", include("trustrank.ranking.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("admin/", admin.site.urls),

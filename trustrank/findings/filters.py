@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 import django_filters
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet
 
 from trustrank.findings.models import (
     OPEN_STATES,
@@ -47,10 +47,34 @@ class FindingFilterSet(django_filters.FilterSet):
     epss_max = django_filters.NumberFilter(field_name="epss", lookup_expr="lte")
     open = django_filters.BooleanFilter(method="filter_open")
     q = django_filters.CharFilter(method="filter_q", label="CVE, GHSA or package")
+    decision = django_filters.MultipleChoiceFilter(
+        choices=[
+            ("immediate", "Immediate"),
+            ("out-of-cycle", "Out-of-cycle"),
+            ("scheduled", "Scheduled"),
+            ("defer", "Defer"),
+        ]
+    )
+    ordering = django_filters.ChoiceFilter(
+        method="filter_ordering",
+        choices=[
+            ("rank", "Contextual rank"),
+            ("-rank", "Contextual rank, last first"),
+            ("baseline", "Baseline priority"),
+        ],
+        label="Order",
+    )
 
     class Meta:
         model = Finding
         fields: list[str] = []
+
+    def filter_ordering(self, qs: QuerySet[Finding], name: str, value: str) -> QuerySet[Finding]:
+        if value == "rank":
+            return qs.order_by(F("rank").asc(nulls_last=True), "-baseline_priority", "-id")
+        if value == "-rank":
+            return qs.order_by(F("rank").desc(nulls_first=True), "id")
+        return qs
 
     def filter_open(self, qs: QuerySet[Finding], name: str, value: Any) -> QuerySet[Finding]:
         if value is None:

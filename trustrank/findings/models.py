@@ -232,7 +232,11 @@ class Finding(models.Model):
     env_rank = models.IntegerField(null=True, blank=True)
     score = models.FloatField(null=True, blank=True)
     decision = models.CharField(max_length=16, blank=True)
-    ranking = models.JSONField(default=dict, blank=True)
+    # Exposure, reachability, exploitation, trust, path and the explanation's factors: shared
+    # by every finding ranked in the same context, so stored once per distinct context.
+    rank_context = models.ForeignKey(
+        "ranking.RankContext", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     ranking_run = models.ForeignKey(
         "ranking.RankingRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

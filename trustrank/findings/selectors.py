@@ -18,7 +18,7 @@ COUNT_CAP = 10_000
 def finding_list(*, principal: Principal) -> QuerySet[Finding]:
     return (
         Finding.objects.filter(team_id__in=principal.team_ids)
-        .select_related("project", "project_version", "service")
+        .select_related("project", "project_version", "service", "rank_context")
         .order_by("-baseline_priority", "-id")
     )
 
@@ -31,7 +31,8 @@ def finding_get_for_principal(*, principal: Principal, finding_id: Any) -> Findi
     finding = (
         Finding.objects.filter(pk=pk, team_id__in=principal.team_ids)
         .select_related(
-            "project", "project_version", "advisory", "component", "service", "certificate"
+            "project", "project_version", "advisory", "component", "service", "certificate",
+            "rank_context",
         )
         .defer("certificate__der")
         .first()

@@ -58,6 +58,18 @@ class FindingSerializer(serializers.ModelSerializer[Finding]):
         # Present on every finding (blank for kinds other than vulnerability).
         extra_kwargs = {"vuln_id": {"required": True}, "match_status": {"required": True}}
 
+    def to_representation(self, instance: Finding) -> dict[str, Any]:
+        data = dict(super().to_representation(instance))
+        from trustrank.ranking.serializers import rank_fields
+
+        ranking = rank_fields(instance)
+        # The finding's own environment and service stay as they are; where it was ranked
+        # (its most urgent deployment) comes as rank_environment / rank_service.
+        data["rank_environment"] = ranking.pop("environment")
+        data["rank_service"] = ranking.pop("service")
+        data.update(ranking)
+        return data
+
     def get_advisory(self, obj: Finding) -> dict[str, Any] | None:
         if not obj.vuln_id:
             return None

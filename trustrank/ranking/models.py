@@ -3,8 +3,9 @@
 A run gathers the team's evidence (trustrank.ranking.inputs), hands it to the pure engine
 (trustrank.risk) and stores on each finding its rank, the SSVC decision, the score and the
 explanation (the columns `rank`, `env_rank`, `rank_environment`, `score`, `decision` and
-`ranking` of trustrank.findings.Finding), and a RankChange row for each finding that moved. The weights and their version, and a
-digest of the inputs, are kept with the run, so a past rank can be reproduced.
+`rank_context` of trustrank.findings.Finding), and a RankChange row for each finding that
+moved. The weights and their version, and a digest of the inputs, are kept with the run, so
+a past rank can be reproduced.
 """
 
 from __future__ import annotations
@@ -59,6 +60,21 @@ class RankingRun(models.Model):
 
     def __str__(self) -> str:
         return f"ranking run {self.pk} ({self.status})"
+
+
+class RankContext(models.Model):
+    """What the engine said about a finding apart from its rank and score: exposure,
+    reachability, exploitation, automatable, human impact, trust, the service and its path
+    from the internet, and the explanation's factors (name, value, effect, source,
+    confidence). Findings ranked in the same context share one row (keyed by the digest of
+    its content), which keeps a million ranked findings to a few thousand explanations."""
+
+    digest = models.CharField(max_length=64, primary_key=True)
+    data = models.JSONField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.digest[:12]
 
 
 class RankChange(models.Model):

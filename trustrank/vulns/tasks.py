@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from celery import Task, shared_task
-from django.conf import settings
+from celery import shared_task
 from django.db import OperationalError
 
-
-class IngestQueueTask(Task):  # type: ignore[misc]
-    """Route to the ingest queue as configured when the message is sent, not at import time
-    (queue names carry a per-deployment prefix)."""
-
-    def apply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
-        options.setdefault("queue", settings.INGEST_QUEUE)
-        return super().apply_async(args, kwargs, **options)
+from trustrank.lib.queues import IngestQueueTask
 
 
 @shared_task(

@@ -24,14 +24,4 @@ class Migration(migrations.Migration):
             name='rank',
             field=models.IntegerField(blank=True, null=True),
         ),
-        migrations.AddField(
-            model_name='finding',
-            name='rank_environment',
-            field=models.CharField(blank=True, max_length=120),
-        ),
-        migrations.AddField(
-            model_name='finding',
-            name='ranking',
-            field=models.JSONField(blank=True, default=dict),
-        ),
     ]

@@ -18,6 +18,16 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddField(
             model_name='finding',
+            name='rank_context',
+            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='ranking.rankcontext'),
+        ),
+        migrations.AddField(
+            model_name='finding',
+            name='rank_environment',
+            field=models.CharField(blank=True, max_length=120),
+        ),
+        migrations.AddField(
+            model_name='finding',
             name='ranking_run',
             field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='ranking.rankingrun'),
         ),

@@ -1,0 +1,188 @@
+"""REST API: the ranked queue (priorities) and ranking runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from trustrank.accounts.models import Scope, Team
+from trustrank.accounts.principal import principal_for_request
+from trustrank.lib.api import Pagination, problem
+from trustrank.ranking import selectors
+from trustrank.ranking.filters import PriorityFilterSet
+from trustrank.ranking.serializers import (
+    PrioritySerializer,
+    RankChangeSerializer,
+    RankingRunRequestSerializer,
+    RankingRunSerializer,
+)
+from trustrank.ranking.services import ranking_changes, ranking_run_request
+
+
+class KnownCountPagination(Pagination):
+    """Page-number pagination whose total may come from the ranking run's counts instead of
+    a COUNT over the whole queue."""
+
+    known_count: int | None = None
+
+    def paginate_queryset(self, queryset: Any, request: Any, view: Any = None) -> Any:
+        if self.known_count is None:
+            return super().paginate_queryset(queryset, request, view)
+        page_size = self.get_page_size(request)
+        if not page_size:
+            return None
+        try:
+            number = max(1, int(request.query_params.get(self.page_query_param, 1)))
+        except ValueError as exc:
+            raise ValidationError({"page": "must be a positive integer"}) from exc
+        self.request = request
+        start = (number - 1) * page_size
+        rows = list(queryset[start : start + page_size])
+        self._count = self.known_count
+        self._number = number
+        self._size = page_size
+        return rows
+
+    def get_paginated_response(self, data: Any) -> Response:
+        if self.known_count is None:
+            return super().get_paginated_response(data)
+        last = max(1, -(-self._count // self._size))
+        url = self.request.build_absolute_uri()
+        from rest_framework.utils.urls import remove_query_param, replace_query_param
+
+        nxt = replace_query_param(url, "page", self._number + 1) if self._number < last else None
+        prev = None
+        if self._number > 1:
+            prev = (
+                remove_query_param(url, "page") if self._number == 2
+                else replace_query_param(url, "page", self._number - 1)
+            )
+        return Response(
+            {"count": self._count, "next": nxt, "previous": prev, "results": data}
+        )
+
+
+ENVIRONMENT_PARAM = OpenApiParameter(
+    "environment", str, description="One environment's queue (default: the team's whole queue)"
+)
+
+
+class PriorityListApi(APIView):
+    """The ranked queue: open findings of every kind in rank order, with their explanation."""
+
+    required_scope = Scope.READ
+
+    @extend_schema(
+        parameters=[ENVIRONMENT_PARAM, *PriorityFilterSet.openapi_parameters()],
+        responses=PrioritySerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        principal = principal_for_request(request)
+        environment = request.query_params.get("environment")
+        filterset = PriorityFilterSet(
+            request.query_params,
+            queryset=selectors.priority_list(principal=principal, environment=environment),
+        )
+        if not filterset.is_valid():
+            raise ValidationError(filterset.errors)
+        paginator = KnownCountPagination()
+        if not filterset.is_filtered():
+            paginator.known_count = selectors.priority_count(
+                principal=principal, environment=environment
+            )
+        page = paginator.paginate_queryset(filterset.qs, request, view=self) or []
+        return paginator.get_paginated_response(PrioritySerializer(page, many=True).data)
+
+
+def _team_for_request(request: Request, hint: str) -> Team:
+    principal = principal_for_request(request)
+    if principal.api_key is not None:
+        return principal.api_key.team
+    allowed = Team.objects.filter(pk__in=principal.teams_with(Scope.TRIAGE))
+    if hint:
+        team = allowed.filter(name=hint).first()
+        if team is None:
+            raise ValidationError({"team": f"you may not rank team {hint!r}"})
+        return team
+    teams = list(allowed[:2])
+    if len(teams) != 1:
+        raise ValidationError({"team": "name the team to rank"})
+    return teams[0]
+
+
+class RankingRunListApi(APIView):
+    """`POST`: rank the team's findings now (scope triage): 202 with the run's id and
+    status URL. `GET`: the team's recent runs."""
+
+    required_scopes = {"GET": Scope.READ, "POST": Scope.TRIAGE}
+
+    @extend_schema(responses=RankingRunSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        paginator = Pagination()
+        page = paginator.paginate_queryset(
+            selectors.ranking_run_list(principal=principal_for_request(request)),
+            request,
+            view=self,
+        ) or []
+        return paginator.get_paginated_response(RankingRunSerializer(page, many=True).data)
+
+    @extend_schema(request=RankingRunRequestSerializer, responses={202: RankingRunSerializer})
+    def post(self, request: Request) -> Response:
+        form = RankingRunRequestSerializer(data=request.data or {})
+        form.is_valid(raise_exception=True)
+        team = _team_for_request(request, form.validated_data["team"] or
+                                 request.query_params.get("team", ""))
+        principal = principal_for_request(request)
+        if not principal.can(Scope.TRIAGE, team.pk):
+            return problem(403, "Forbidden", "starting a ranking run needs the 'triage' scope")
+        run = ranking_run_request(
+            team_id=team.pk, trigger="api", requested_by=principal.label, delay_seconds=0
+        )
+        data = RankingRunSerializer(run).data
+        response = Response(data, status=202)
+        response["Location"] = data["status_url"]
+        return response
+
+
+class RankingRunDetailApi(APIView):
+    required_scope = Scope.READ
+
+    @extend_schema(responses=RankingRunSerializer)
+    def get(self, request: Request, run_id: int) -> Response:
+        run = selectors.ranking_run_get_for_principal(
+            principal=principal_for_request(request), run_id=run_id
+        )
+        return Response(RankingRunSerializer(run).data)
+
+
+class RankingRunChangesApi(APIView):
+    """What moved most in this run since the previous one, and why (the factors whose value
+    or effect changed)."""
+
+    required_scope = Scope.READ
+
+    @extend_schema(
+        parameters=[OpenApiParameter("limit", int, description="At most this many (50)")],
+        responses=RankChangeSerializer(many=True),
+    )
+    def get(self, request: Request, run_id: int) -> Response:
+        run = selectors.ranking_run_get_for_principal(
+            principal=principal_for_request(request), run_id=run_id
+        )
+        try:
+            limit = min(500, max(1, int(request.query_params.get("limit", 50))))
+        except ValueError as exc:
+            raise ValidationError({"limit": "must be an integer"}) from exc
+        changes = ranking_changes(run=run, limit=limit)
+        return Response(
+            {
+                "run": run.pk,
+                "previous": run.previous_id,
+                "results": RankChangeSerializer(changes, many=True).data,
+            }
+        )

@@ -1,0 +1,353 @@
+"""Gather one team's evidence from PostgreSQL into the engine's plain inputs (RankInputs).
+
+Everything the engine reads comes through here, as frozen records keyed by names (no model
+instances cross into trustrank.risk). Volumes: findings are read with values_list in
+chunks (a million open findings is the design point); graph evidence (services, edges,
+library use) is aggregated over the ranking window in SQL.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from django.conf import settings
+from django.db.models import Sum
+from django.utils import timezone
+
+from trustrank.findings.models import OPEN_STATES, Finding
+from trustrank.identity.models import Identity
+from trustrank.inventory.models import Component
+from trustrank.risk import inputs as ri
+from trustrank.risk.libraries import component_key_from_purl, library_map, observed_components
+from trustrank.runtime.deployment import deployments_from_telemetry
+from trustrank.runtime.models import (
+    CallEdgeBucket,
+    Deployment,
+    LibraryBucket,
+    NodeKind,
+    Service,
+)
+from trustrank.vulns.models import Advisory, EpssLatest
+
+CHUNK = 20_000
+
+
+@dataclass(frozen=True)
+class Gathered:
+    inputs: ri.RankInputs
+    # finding id (text) -> database id, and the settings the inputs were made for.
+    finding_ids: dict[str, int]
+    window_minutes: float
+
+
+def rank_settings() -> ri.RankSettings:
+    """The engine's settings from Django settings (weights are documented in
+    docs/ranking.md and versioned with every run)."""
+    w = settings.TRUSTRANK_RANKING_WEIGHTS
+    base = ri.ScoreWeights()
+    weights = ri.ScoreWeights(**{k: float(w.get(k, getattr(base, k))) for k in base.__slots__})
+    return ri.RankSettings(
+        version=settings.TRUSTRANK_RANKING_WEIGHTS_VERSION,
+        epss_poc_threshold=settings.TRUSTRANK_RANKING_EPSS_POC_THRESHOLD,
+        weights=weights,
+        library_map=tuple(
+            (table, name, key) for table, name, key in settings.TRUSTRANK_LIBRARY_MAP
+        ),
+    )
+
+
+def _window() -> tuple[datetime, float]:
+    minutes = settings.TRUSTRANK_RANKING_WINDOW_MINUTES
+    return timezone.now() - timedelta(minutes=minutes), float(minutes)
+
+
+def _identities(team_id: int) -> dict[tuple[str, str], tuple[float, str]]:
+    """(environment, service) -> (strength, SPIFFE ID) of its strongest attested identity:
+    a valid certificate whose SPIFFE ID belongs to a configured trust bundle."""
+    out: dict[tuple[str, str], tuple[float, str]] = {}
+    rows = (
+        Identity.objects.filter(
+            team_id=team_id, best_certificate__isnull=False, strength__gt=0,
+            trust_domain_known=True,
+        )
+        .exclude(service_name="")
+        .values_list("environment", "service_name", "strength", "spiffe_id")
+    )
+    for env, service, strength, spiffe_id in rows:
+        key = (env, service)
+        if key not in out or (strength, spiffe_id) > out[key]:
+            out[key] = (float(strength), spiffe_id)
+    return out
+
+
+def _graph(team_id: int, since: datetime, minutes: float) -> tuple[
+    list[ri.Service], list[ri.CallEdge], list[ri.ExternalPeer], list[ri.RootSpanOrigin],
+    dict[int, tuple[str, str]],
+]:
+    identities = _identities(team_id)
+    services: list[ri.Service] = []
+    peers: list[ri.ExternalPeer] = []
+    names: dict[int, tuple[str, str]] = {}
+    kinds: dict[int, str] = {}
+    rows = Service.objects.filter(environment__team_id=team_id).values_list(
+        "pk", "environment__name", "kind", "namespace", "name", "ingress_override",
+        "attributes",
+    )
+    for pk, env, kind, namespace, name, override, attributes in rows:
+        names[pk] = (env, name)
+        kinds[pk] = kind
+        if kind == NodeKind.SERVICE:
+            strength, spiffe = identities.get((env, name), (None, ""))
+            services.append(
+                ri.Service(
+                    environment=env,
+                    name=name,
+                    namespace=namespace,
+                    # A Kubernetes Service of type LoadBalancer or an Ingress backend.
+                    ingress_candidate=bool((attributes or {}).get("trustrank.ingress")),
+                    ingress_override=override,
+                    identity_strength=strength,
+                    identity=spiffe,
+                )
+            )
+        elif kind == NodeKind.EXTERNAL:
+            peers.append(ri.ExternalPeer(environment=env, name=name, address_class="internet"))
+    edges: list[ri.CallEdge] = []
+    origins: list[ri.RootSpanOrigin] = []
+    agg = (
+        CallEdgeBucket.objects.filter(environment__team_id=team_id, bucket_start__gte=since)
+        .values("caller_id", "callee_id")
+        .annotate(calls=Sum("calls"), errors=Sum("errors"), mtls=Sum("mtls_calls"))
+    )
+    for row in agg:
+        caller, callee = row["caller_id"], row["callee_id"]
+        if callee not in names or caller not in names:
+            continue
+        env, callee_name = names[callee]
+        calls = int(row["calls"] or 0)
+        if kinds[caller] == NodeKind.INTERNET:
+            # Root server spans whose caller is outside: the aggregation only records an
+            # internet edge for public or absent client addresses.
+            origins.append(
+                ri.RootSpanOrigin(
+                    environment=env, service=callee_name, address_class="internet", spans=calls
+                )
+            )
+            continue
+        if kinds[callee] == NodeKind.INTERNET:
+            continue
+        mtls_share = (row["mtls"] or 0) / calls if calls else 0.0
+        caller_name = names[caller][1]
+        callee_identity = identities.get((env, callee_name))
+        caller_identity = identities.get((env, caller_name))
+        # The hop's identity strength: how well the callee knows who called. Full only
+        # when every call carried mTLS and the caller holds an attested identity.
+        sig = (caller_identity[0] if caller_identity else 0.0) * mtls_share
+        if callee_identity is None and caller_identity is None:
+            sig = 0.0
+        edges.append(
+            ri.CallEdge(
+                environment=env,
+                caller=caller_name,
+                callee=callee_name,
+                calls_per_minute=round(calls / minutes, 4),
+                error_rate=round((row["errors"] or 0) / calls, 4) if calls else 0.0,
+                mtls_share=round(mtls_share, 4),
+                sig=round(sig, 2),
+            )
+        )
+    for env, name, count, example in _local_origins(team_id, since):
+        origins.append(
+            ri.RootSpanOrigin(
+                environment=env, service=name, address_class=count[0], spans=count[1],
+                example_address=example,
+            )
+        )
+    return services, edges, peers, origins, names
+
+
+def _local_origins(team_id: int, since: datetime) -> Iterator[tuple[str, str, Any, str]]:
+    """Root spans from loopback or private addresses, which the aggregation records on the
+    service (`attributes["trustrank.origins"]`) instead of as internet edges."""
+    rows = Service.objects.filter(
+        environment__team_id=team_id, kind=NodeKind.SERVICE, last_seen__gte=since
+    ).values_list("environment__name", "name", "attributes")
+    for env, name, attributes in rows:
+        origins = (attributes or {}).get("trustrank.origins") or {}
+        for cls in ("local", "internal"):
+            spans = int(origins.get(cls, 0) or 0)
+            if spans:
+                yield env, name, (cls, spans), str(origins.get(f"{cls}_example", ""))[:64]
+
+
+def _libraries(
+    team_id: int, since: datetime, minutes: float, names: dict[int, tuple[str, str]],
+    rank_settings_: ri.RankSettings,
+) -> list[ri.ServiceLibraries]:
+    rules = library_map(rank_settings_.library_map)
+    evidence: dict[int, list[tuple[str, str, float]]] = defaultdict(list)
+    rows = (
+        LibraryBucket.objects.filter(service__environment__team_id=team_id, bucket_start__gte=since)
+        .values("service_id", "kind", "name")
+        .annotate(spans=Sum("spans"))
+    )
+    for row in rows:
+        evidence[row["service_id"]].append((row["kind"], row["name"], row["spans"] / minutes))
+    traced = set(
+        Service.objects.filter(
+            environment__team_id=team_id, kind=NodeKind.SERVICE, last_seen__gte=since
+        ).values_list("pk", flat=True)
+    )
+    out = []
+    for pk in sorted(traced | set(evidence)):
+        if pk not in names:
+            continue
+        env, name = names[pk]
+        out.append(
+            ri.ServiceLibraries(
+                environment=env,
+                service=name,
+                traced=pk in traced,
+                observed=observed_components(evidence=evidence.get(pk, []), rules=rules),
+            )
+        )
+    return out
+
+
+def _deployments(team_id: int) -> tuple[list[ri.Deployment], set[int]]:
+    deployments_from_telemetry(team_id=team_id)
+    out = []
+    versions: set[int] = set()
+    for env, service, pv_id, impact, source in Deployment.objects.filter(
+        environment__team_id=team_id
+    ).values_list("environment__name", "service_name", "project_version_id", "human_impact",
+                  "source"):
+        out.append(
+            ri.Deployment(
+                environment=env, service=service, project_version=str(pv_id),
+                human_impact=cast(ri.HumanImpact, impact), source=source,
+            )
+        )
+        versions.add(pv_id)
+    return out, versions
+
+
+def _components(version_ids: set[int]) -> tuple[list[ri.ProjectVersion], list[ri.Component]]:
+    """Code provenance of the deployed versions' current SBOMs."""
+    from trustrank.inventory.models import ProjectVersion
+
+    pvs = ProjectVersion.objects.filter(pk__in=version_ids).values_list("pk", "current_sbom_id")
+    sbom_to_pv = {sbom: pv for pv, sbom in pvs if sbom is not None}
+    out: dict[tuple[str, str], ri.Component] = {}
+    rows = Component.objects.filter(sbom_id__in=list(sbom_to_pv)).values_list(
+        "sbom_id", "purl", "name", "hashes", "supplier"
+    )
+    for sbom_id, purl, name, hashes, supplier in rows.iterator(chunk_size=CHUNK):
+        pv = str(sbom_to_pv[sbom_id])
+        key = component_key_from_purl(purl) if purl else name
+        out[(pv, key)] = ri.Component(
+            project_version=pv, key=key, hashes_present=bool(hashes),
+            supplier_known=bool(supplier),
+        )
+    versions = [ri.ProjectVersion(key=str(pv)) for pv in sorted(version_ids)]
+    return versions, list(out.values())
+
+
+def _vectors(advisory_ids: set[str]) -> dict[str, str]:
+    """Advisory id -> its CVSS vector (v4 preferred, then v3)."""
+    out: dict[str, str] = {}
+    ids = sorted(advisory_ids)
+    for i in range(0, len(ids), 5000):
+        for aid, severity in Advisory.objects.filter(id__in=ids[i : i + 5000]).values_list(
+            "id", "severity"
+        ):
+            best = ""
+            for s in severity or []:
+                vector = str(s.get("vector") or s.get("score") or "")
+                if vector.startswith("CVSS:4") or (vector.startswith("CVSS:3") and not best):
+                    best = vector
+            if best:
+                out[aid] = best
+    return out
+
+
+def _findings(team_id: int) -> tuple[list[ri.Finding], dict[str, int]]:
+    rows = (
+        Finding.objects.filter(team_id=team_id, state__in=OPEN_STATES)
+        .order_by("pk")
+        .values_list(
+            "pk", "kind", "category", "vuln_id", "severity", "cvss_score", "in_kev",
+            "kev_date_added", "epss", "epss_percentile", "cve_id", "advisory_id",
+            "project_version_id", "component_purl", "component_key", "component_name",
+            "environment", "service__name", "baseline_priority", "fingerprint",
+        )
+    )
+    raw = list(rows.iterator(chunk_size=CHUNK))
+    vectors = _vectors({r[11] for r in raw if r[11]})
+    cves = sorted({r[10] for r in raw if r[10]})
+    epss_dates: dict[str, Any] = {}
+    for i in range(0, len(cves), 5000):
+        epss_dates.update(
+            EpssLatest.objects.filter(cve_id__in=cves[i : i + 5000]).values_list(
+                "cve_id", "score_date"
+            )
+        )
+    findings: list[ri.Finding] = []
+    ids: dict[str, int] = {}
+    for (pk, kind, category, vuln_id, severity, cvss, in_kev, kev_date, epss, pct, cve,
+         advisory_id, pv_id, purl, ckey, cname, env, service, baseline, fp) in raw:
+        fid = str(pk)
+        ids[fid] = pk
+        if kind == "vulnerability":
+            key = component_key_from_purl(purl) if purl else (cname or ckey)
+            findings.append(
+                ri.Finding(
+                    id=fid, kind="vulnerability", vuln_id=vuln_id, severity=severity,
+                    cvss_score=cvss, cvss_vector=vectors.get(advisory_id or "", ""),
+                    in_kev=in_kev, kev_date=kev_date, epss=epss, epss_percentile=pct,
+                    epss_date=epss_dates.get(cve), project_version=str(pv_id or ""),
+                    component_key=key, baseline=float(baseline or 0.0),
+                )
+            )
+        else:
+            findings.append(
+                ri.Finding(
+                    id=fid, kind=cast(ri.FindingKind, kind), sub_kind=category,
+                    severity=severity,
+                    environment=env, service=service or "", baseline=float(baseline or 0.0),
+                    subject=fp[:16],
+                )
+            )
+    return findings, ids
+
+
+def ranking_inputs_gather(*, team_id: int) -> Gathered:
+    since, minutes = _window()
+    rs = rank_settings()
+    services, edges, peers, origins, names = _graph(team_id, since, minutes)
+    libraries = _libraries(team_id, since, minutes, names, rs)
+    deployments, version_ids = _deployments(team_id)
+    versions, components = _components(version_ids)
+    findings, ids = _findings(team_id)
+    inputs = ri.RankInputs(
+        services=tuple(services), edges=tuple(edges), peers=tuple(peers),
+        origins=tuple(origins), deployments=tuple(deployments),
+        project_versions=tuple(versions), components=tuple(components),
+        libraries=tuple(libraries), findings=tuple(findings),
+    )
+    return Gathered(inputs=inputs, finding_ids=ids, window_minutes=minutes)
+
+
+def environments_with_findings(*, team_id: int) -> list[str]:
+    return list(
+        Finding.objects.filter(team_id=team_id, rank__isnull=False)
+        .exclude(rank_environment="")
+        .values_list("rank_environment", flat=True)
+        .distinct()
+        .order_by("rank_environment")
+    )
+

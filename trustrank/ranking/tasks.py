@@ -1,0 +1,31 @@
+"""Thin Celery tasks for ranking runs: ids in, the service does the work."""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.db import OperationalError
+
+from trustrank.lib.queues import IngestQueueTask
+
+
+@shared_task(
+    base=IngestQueueTask,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=(OperationalError,),
+    retry_backoff=True,
+    max_retries=5,
+)
+def ranking_run(run_id: int) -> str:
+    """Execute one queued RankingRun (a second delivery finds it claimed and does nothing)."""
+    from trustrank.ranking.services import ranking_run_execute
+
+    return ranking_run_execute(run_id=int(run_id))
+
+
+@shared_task(base=IngestQueueTask, acks_late=True)
+def ranking_runs_sweep() -> int:
+    """Beat: start runs whose debounce delay passed but whose message was lost."""
+    from trustrank.ranking.services import ranking_runs_sweep as sweep
+
+    return sweep()
