@@ -18,7 +18,7 @@ from django.utils.module_loading import import_string
 
 from ingest.errors import IngestRejected, IngestTransient
 from ingest.handlers import HANDLERS
-from ingest.models import IngestJob, IngestPayload, JobStatus
+from ingest.models import IngestJob, IngestPayload, JobKind, JobStatus
 from trustrank.accounts.models import Team
 from trustrank.accounts.principal import Principal
 
@@ -185,6 +185,21 @@ def _payload_load(*, job_id: Any) -> bytes:
     return bytes(row[0])
 
 
+# SBOM loads rank again after their matching task (trustrank.vulns.tasks), not here.
+_RERANK_AFTER_TEAM_LOAD = {JobKind.TRACES, JobKind.CERTIFICATES, JobKind.TRUST_BUNDLE}
+_RERANK_AFTER_FEED = {JobKind.OSV, JobKind.KEV, JobKind.EPSS}
+
+
+def _rerank_after(job: IngestJob) -> None:
+    """New evidence: a debounced ranking run for the teams it concerns."""
+    from trustrank.ranking.services import ranking_after_feed, ranking_after_load
+
+    if job.kind in _RERANK_AFTER_TEAM_LOAD:
+        ranking_after_load(team_id=job.team_id, what=f"{job.kind} job {job.pk}")
+    elif job.kind in _RERANK_AFTER_FEED:
+        ranking_after_feed(what=f"{job.kind} feed job {job.pk}")
+
+
 def job_run(*, job_id: str) -> None:
     """Claim and run one job. Transient errors put it back in the queue and propagate (the
     task retries with back-off); bad input fails the job with the handler's message."""
@@ -207,6 +222,7 @@ def job_run(*, job_id: str) -> None:
         else:
             counts = func(job=job, payload=payload, progress=progress)
             _job_finish(job_id=job.pk, counts=dict(counts))
+        _rerank_after(job)
     except IngestRejected as exc:
         job_fail(job_id=job.pk, message=str(exc))
     except (IngestTransient, OperationalError):

@@ -320,6 +320,12 @@ TRUSTRANK_RANKING_WINDOW_MINUTES = envint("TRUSTRANK_RANKING_WINDOW_MINUTES", 14
 TRUSTRANK_RANKING_DEBOUNCE_SECONDS = envint("TRUSTRANK_RANKING_DEBOUNCE_SECONDS", 60, minimum=0)
 # Extra library-evidence rules (table, name, component key): see trustrank/risk/libraries.py.
 TRUSTRANK_LIBRARY_MAP: list[tuple[str, str, str]] = []
+# Evidence ages while nothing is uploaded (certificates expire, telemetry leaves the window):
+# every team with findings is ranked again this often. Also re-sends lost run messages.
+CELERY_BEAT_SCHEDULE["ranking-runs-sweep"] = {
+    "task": "trustrank.ranking.tasks.ranking_runs_sweep",
+    "schedule": timedelta(seconds=envint("TRUSTRANK_RANKING_SWEEP_SECONDS", 300, minimum=1)),
+}
 
 LOGGING = {
     "version": 1,

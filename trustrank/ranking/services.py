@@ -86,6 +86,19 @@ def ranking_after_load(*, team_id: int, what: str) -> None:
         log.exception("could not schedule a ranking run for team %s", team_id)
 
 
+def ranking_after_feed(*, what: str) -> None:
+    """Feeds are shared: every team with open vulnerability findings ranks again."""
+    from trustrank.findings.models import OPEN_STATES, Finding
+
+    team_ids = (
+        Finding.objects.filter(kind="vulnerability", state__in=OPEN_STATES)
+        .values_list("team_id", flat=True)
+        .distinct()
+    )
+    for team_id in sorted(set(team_ids)):
+        ranking_after_load(team_id=team_id, what=what)
+
+
 def ranking_runs_sweep() -> int:
     """Queued runs whose start time passed a while ago (a lost message): enqueue again."""
     from trustrank.ranking.tasks import ranking_run

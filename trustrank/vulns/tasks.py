@@ -18,9 +18,19 @@ from trustrank.lib.queues import IngestQueueTask
 )
 def findings_match_project_version(project_version_id: int) -> dict[str, int]:
     """Match one project version's current SBOM against the advisories (after an SBOM load)."""
+    from trustrank.inventory.models import ProjectVersion
+    from trustrank.ranking.services import ranking_after_load
     from trustrank.vulns.services.findings import findings_match_project_version as match
 
-    return match(project_version_id=int(project_version_id))
+    counts = match(project_version_id=int(project_version_id))
+    team_id = (
+        ProjectVersion.objects.filter(pk=project_version_id)
+        .values_list("project__team_id", flat=True)
+        .first()
+    )
+    if team_id is not None:
+        ranking_after_load(team_id=team_id, what=f"SBOM of project version {project_version_id}")
+    return counts
 
 
 @shared_task(base=IngestQueueTask, acks_late=True)
