@@ -35,7 +35,8 @@ def test_log4shell_first_and_localhost_etcd_low(team):
     assert {"exploitation", "exposure", "reachability"} <= names
     assert etcd.rank_context.data["exposure"] == "small"
     assert run.counts["findings"] == 2 and run.inputs_digest and run.weights_version
-    assert RankChange.objects.filter(run=run).count() == 2
+    # The first run moves nothing: there was no queue before it.
+    assert not RankChange.objects.filter(run=run).exists()
 
 
 def test_same_inputs_same_result_and_nothing_moves(team):
@@ -91,8 +92,21 @@ def test_ranking_run_api(api, team, other_team):
     ranking_run_execute(run_id=run_id)
     detail = client.get(f"/api/v1/ranking-runs/{run_id}").json()
     assert detail["status"] == "done" and detail["counts"]["findings"] == 2
-    changes = client.get(f"/api/v1/ranking-runs/{run_id}/changes").json()["results"]
-    assert {c["vuln_id"] for c in changes} == {"CVE-2021-44228", "CVE-2020-15115"}
+    # Log4Shell is fixed: it leaves the queue and etcd rises to the top.
+    from trustrank.accounts.principal import Principal
+    from trustrank.findings.services.triage import finding_triage
+
+    finding_triage(finding=Finding.objects.get(cve_id="CVE-2021-44228"),
+                   principal=Principal(scopes_by_team={team.pk: frozenset({"triage"})}),
+                   state="resolved", reason="upgraded")
+    second = rerank(team)
+    body = client.get(f"/api/v1/ranking-runs/{second.pk}/changes").json()
+    assert body["previous"] == run_id
+    changes = {c["vuln_id"]: c for c in body["results"]}
+    assert changes["CVE-2021-44228"]["rank"] is None
+    assert changes["CVE-2021-44228"]["previous_rank"] == 1
+    assert (changes["CVE-2020-15115"]["previous_rank"], changes["CVE-2020-15115"]["rank"]) == (2, 1)
+    assert changes["CVE-2020-15115"]["moved"] == 1
     assert api(team, "read").post("/api/v1/ranking-runs", {}, format="json").status_code == 403
     assert api(other_team, "read").get(f"/api/v1/ranking-runs/{run_id}").status_code == 404
 

@@ -48,6 +48,7 @@ class FindingFilterSet(django_filters.FilterSet):
     open = django_filters.BooleanFilter(method="filter_open")
     q = django_filters.CharFilter(method="filter_q", label="CVE, GHSA or package")
     decision = django_filters.MultipleChoiceFilter(
+        field_name="ranked__decision",
         choices=[
             ("immediate", "Immediate"),
             ("out-of-cycle", "Out-of-cycle"),
@@ -71,9 +72,11 @@ class FindingFilterSet(django_filters.FilterSet):
 
     def filter_ordering(self, qs: QuerySet[Finding], name: str, value: str) -> QuerySet[Finding]:
         if value == "rank":
-            return qs.order_by(F("rank").asc(nulls_last=True), "-baseline_priority", "-id")
+            return qs.order_by(
+                F("ranked__rank").asc(nulls_last=True), "-baseline_priority", "-id"
+            )
         if value == "-rank":
-            return qs.order_by(F("rank").desc(nulls_first=True), "id")
+            return qs.order_by(F("ranked__rank").desc(nulls_first=True), "id")
         return qs
 
     def filter_open(self, qs: QuerySet[Finding], name: str, value: Any) -> QuerySet[Finding]:

@@ -17,6 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
+from django.core.exceptions import ObjectDoesNotExist
 from django.db import models
 from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Coalesce, Least
@@ -224,23 +225,6 @@ class Finding(models.Model):
     # What the SBOM said: its vulnerability entry and VEX analysis, kept as evidence.
     vex_evidence = models.JSONField(default=dict, blank=True)
 
-    # --- the latest contextual rank (trustrank.ranking writes these; null until ranked) ---
-    # Position in the team's queue: its most urgent context (deployment, environment) counts.
-    rank = models.IntegerField(null=True, blank=True)
-    # The environment of that context ('' when deployed nowhere) and the position there.
-    rank_environment = models.CharField(max_length=120, blank=True)
-    env_rank = models.IntegerField(null=True, blank=True)
-    score = models.FloatField(null=True, blank=True)
-    decision = models.CharField(max_length=16, blank=True)
-    # Exposure, reachability, exploitation, trust, path and the explanation's factors: shared
-    # by every finding ranked in the same context, so stored once per distinct context.
-    rank_context = models.ForeignKey(
-        "ranking.RankContext", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    ranking_run = models.ForeignKey(
-        "ranking.RankingRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-
     baseline_priority = models.GeneratedField(
         expression=baseline_priority_expression(),
         output_field=models.FloatField(),
@@ -286,17 +270,6 @@ class Finding(models.Model):
                 condition=Q(in_kev=True),
                 name="findings_team_kev_prio",
             ),
-            # The ranked queue: open findings in rank order, per team.
-            models.Index(
-                F("team"), F("rank"), name="findings_team_rank", condition=Q(rank__isnull=False)
-            ),
-            models.Index(
-                F("team"),
-                F("rank_environment"),
-                F("env_rank"),
-                name="findings_team_env_rank",
-                condition=Q(rank__isnull=False),
-            ),
             models.Index(fields=["project_version", "state"], name="findings_pv_state"),
             models.Index(fields=["project", "state"], name="findings_project_state"),
             models.Index(fields=["team", "environment", "kind"], name="findings_team_env_kind"),
@@ -325,6 +298,45 @@ class Finding(models.Model):
     @property
     def is_open(self) -> bool:
         return self.state in OPEN_STATES
+
+    # --- the latest contextual rank (trustrank.ranking.RankedFinding), None until ranked ---
+
+    @property
+    def ranked_or_none(self) -> Any:
+        try:
+            return self.ranked  # type: ignore[attr-defined]
+        except ObjectDoesNotExist:
+            return None
+
+    @property
+    def rank(self) -> int | None:
+        r = self.ranked_or_none
+        return None if r is None else r.rank
+
+    @property
+    def env_rank(self) -> int | None:
+        r = self.ranked_or_none
+        return None if r is None else r.env_rank
+
+    @property
+    def rank_environment(self) -> str:
+        r = self.ranked_or_none
+        return "" if r is None else r.environment
+
+    @property
+    def score(self) -> float | None:
+        r = self.ranked_or_none
+        return None if r is None else r.score
+
+    @property
+    def decision(self) -> str:
+        r = self.ranked_or_none
+        return "" if r is None else r.decision
+
+    @property
+    def rank_context(self) -> Any:
+        r = self.ranked_or_none
+        return None if r is None else r.context
 
     @property
     def open_status(self) -> str:

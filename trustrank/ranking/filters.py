@@ -25,13 +25,15 @@ REACHABILITY = [
 
 
 class PriorityFilterSet(django_filters.FilterSet):
-    decision = django_filters.MultipleChoiceFilter(choices=DECISIONS)
+    decision = django_filters.MultipleChoiceFilter(
+        field_name="ranked__decision", choices=DECISIONS
+    )
     kind = django_filters.MultipleChoiceFilter(choices=FindingKind.choices)
     exposure = django_filters.MultipleChoiceFilter(
-        field_name="rank_context__data__exposure", choices=EXPOSURES
+        field_name="ranked__context__data__exposure", choices=EXPOSURES
     )
     reachability = django_filters.MultipleChoiceFilter(
-        field_name="rank_context__data__reachability", choices=REACHABILITY
+        field_name="ranked__context__data__reachability", choices=REACHABILITY
     )
     kev = django_filters.BooleanFilter(field_name="in_kev")
 

@@ -340,14 +340,3 @@ def ranking_inputs_gather(*, team_id: int) -> Gathered:
         libraries=tuple(libraries), findings=tuple(findings),
     )
     return Gathered(inputs=inputs, finding_ids=ids, window_minutes=minutes)
-
-
-def environments_with_findings(*, team_id: int) -> list[str]:
-    return list(
-        Finding.objects.filter(team_id=team_id, rank__isnull=False)
-        .exclude(rank_environment="")
-        .values_list("rank_environment", flat=True)
-        .distinct()
-        .order_by("rank_environment")
-    )
-

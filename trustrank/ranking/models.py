@@ -1,11 +1,12 @@
 """Ranking runs and what they decided.
 
 A run gathers the team's evidence (trustrank.ranking.inputs), hands it to the pure engine
-(trustrank.risk) and stores on each finding its rank, the SSVC decision, the score and the
-explanation (the columns `rank`, `env_rank`, `rank_environment`, `score`, `decision` and
-`rank_context` of trustrank.findings.Finding), and a RankChange row for each finding that
-moved. The weights and their version, and a digest of the inputs, are kept with the run, so
-a past rank can be reproduced.
+(trustrank.risk) and stores, per open finding, its rank, SSVC decision, score and explanation
+(RankedFinding, pointing at a shared RankContext), and a RankChange row for each finding that
+moved. The ranks live in their own narrow table, not on the findings: a run rewrites up to a
+million of them, and a row of the wide, heavily indexed findings table costs many times
+more to rewrite. The weights and their version, and a digest of the inputs, are kept with
+the run, so a past rank can be reproduced.
 """
 
 from __future__ import annotations
@@ -75,6 +76,41 @@ class RankContext(models.Model):
 
     def __str__(self) -> str:
         return self.digest[:12]
+
+
+class RankedFinding(models.Model):
+    """The latest rank of one open finding: in its team's queue (`rank`) and in the queue of
+    the environment of its most urgent context (`env_rank`; environment '' when the finding
+    runs nowhere)."""
+
+    finding = models.OneToOneField(
+        "findings.Finding", on_delete=models.CASCADE, primary_key=True, related_name="ranked"
+    )
+    team = models.ForeignKey(
+        "accounts.Team", on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    run = models.ForeignKey(
+        RankingRun, null=True, on_delete=models.SET_NULL, related_name="+", db_constraint=False
+    )
+    rank = models.IntegerField()
+    env_rank = models.IntegerField()
+    environment = models.CharField(max_length=120, blank=True)
+    score = models.FloatField()
+    decision = models.CharField(max_length=16)
+    context = models.ForeignKey(
+        RankContext, on_delete=models.PROTECT, related_name="+", db_constraint=False
+    )
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["team", "rank"], name="rankedfinding_team_rank"),
+            models.Index(
+                fields=["team", "environment", "env_rank"], name="rankedfinding_team_env"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.rank} finding {self.finding_id}"
 
 
 class RankChange(models.Model):

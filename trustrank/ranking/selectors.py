@@ -13,16 +13,16 @@ from trustrank.ranking.models import RankChange, RankingRun, RunStatus
 
 
 def priority_list(*, principal: Principal, environment: str | None = None) -> QuerySet[Finding]:
-    """Open findings in rank order: the team's queue, or one environment's."""
-    qs = (
-        Finding.objects.filter(
-            team_id__in=principal.team_ids, rank__isnull=False, state__in=OPEN_STATES
-        )
-        .select_related("project", "project_version", "rank_context", "team")
-    )
+    """Open findings in rank order: the team's queue, or one environment's. The order walks
+    the ranked table's (team, rank) or (team, environment, env_rank) index."""
+    qs = Finding.objects.filter(
+        ranked__team_id__in=principal.team_ids, state__in=OPEN_STATES
+    ).select_related("project", "project_version", "ranked__context", "team")
     if environment is not None:
-        return qs.filter(rank_environment=environment).order_by("env_rank", "team_id", "pk")
-    return qs.order_by("rank", "team_id", "pk")
+        return qs.filter(ranked__environment=environment).order_by(
+            "ranked__env_rank", "ranked__team_id", "pk"
+        )
+    return qs.order_by("ranked__rank", "ranked__team_id", "pk")
 
 
 def priority_count(*, principal: Principal, environment: str | None = None) -> int | None:

@@ -20,7 +20,8 @@ class FactorSerializer(serializers.Serializer[Any]):
 
 def rank_fields(f: Finding) -> dict[str, Any]:
     """The ranking fields a finding carries in every API shape (nulls until ranked)."""
-    ctx: dict[str, Any] = (f.rank_context.data if f.rank_context_id and f.rank_context else {})
+    ranked = f.ranked_or_none
+    ctx: dict[str, Any] = ranked.context.data if ranked is not None else {}
     return {
         "rank": f.rank,
         "environment_rank": f.env_rank,

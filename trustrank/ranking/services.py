@@ -264,9 +264,14 @@ def context_of(r: RankedFinding) -> dict[str, Any]:
     }
 
 
+# Above this many changed ranks a run rewrites the team's queue whole (delete + COPY) rather
+# than row by row.
+_REWRITE_ABOVE = 20_000
+
+
 def _store(*, run: RankingRun, result: RankResult, gathered: Gathered) -> dict[str, Any]:
     contexts: dict[tuple[Any, ...], tuple[str, bytes]] = {}
-    rows: list[tuple[int, int, int, str, float, str, str]] = []
+    rows: dict[int, tuple[int, int, str, float, str, str]] = {}
     env_counter: dict[str, int] = {}
     for r in result.findings:
         key = (r.deployed, r.environment, r.service, r.project_version, r.exposure,
@@ -278,22 +283,11 @@ def _store(*, run: RankingRun, result: RankResult, gathered: Gathered) -> dict[s
             ctx = contexts[key] = (hashlib.sha256(body).hexdigest(), body)
         env = r.environment if r.deployed else ""
         env_counter[env] = env_counter.get(env, 0) + 1
-        rows.append(
-            (gathered.finding_ids[r.finding_id], r.rank, env_counter[env], env, r.score,
-             r.decision, ctx[0])
+        rows[gathered.finding_ids[r.finding_id]] = (
+            r.rank, env_counter[env], env, r.score, r.decision, ctx[0]
         )
-    by_id = {row[0]: row for row in rows}
     new_context = {ctx[0]: ctx[1] for ctx in contexts.values()}
     with connection.cursor() as cur:
-        # Dropped at commit; dropped first too, for a run inside a caller's transaction.
-        cur.execute("DROP TABLE IF EXISTS tmp_rank")
-        cur.execute(
-            "CREATE TEMP TABLE tmp_rank (id bigint PRIMARY KEY, rank int, env_rank int, "
-            "env text, score double precision, decision text, ctx text) ON COMMIT DROP"
-        )
-        with cur.copy("COPY tmp_rank FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(row)
         cur.execute(
             "INSERT INTO ranking_rankcontext (digest, data, created_at) "
             "SELECT d, c::jsonb, now() FROM unnest(%s::text[], %s::text[]) AS u(d, c) "
@@ -301,65 +295,89 @@ def _store(*, run: RankingRun, result: RankResult, gathered: Gathered) -> dict[s
             [list(new_context), [b.decode() for b in new_context.values()]],
         )
         cur.execute(
-            """
-            SELECT f.id, f.rank, f.score, f.decision, f.rank_context_id
-              FROM tmp_rank t JOIN findings_finding f ON f.id = t.id
-             WHERE f.rank IS DISTINCT FROM t.rank OR f.score IS DISTINCT FROM t.score
-                OR f.decision IS DISTINCT FROM t.decision
-            """
+            "SELECT finding_id, rank, env_rank, environment, score, decision, context_id "
+            "FROM ranking_rankedfinding WHERE team_id = %s",
+            [run.team_id],
         )
-        moved = cur.fetchall()
-        old_contexts = _contexts({m[4] for m in moved if m[4] and m[4] not in new_context})
-        now = timezone.now()
-        with cur.copy(
-            "COPY ranking_rankchange (run_id, finding_id, rank, score, decision, previous_rank, "
-            "previous_score, previous_decision, why, at) FROM STDIN"
-        ) as copy:
-            for fid, old_rank, old_score, old_decision, old_ctx in moved:
-                new = by_id[fid]
-                before = (
-                    orjson.loads(new_context[old_ctx]) if old_ctx in new_context
-                    else old_contexts.get(old_ctx)
-                ) if old_ctx else None
-                why = _why(before, orjson.loads(new_context[new[6]]))
-                copy.write_row(
-                    (run.pk, fid, new[1], new[4], new[5], old_rank, old_score,
-                     old_decision or "", orjson.dumps(why).decode(), now)
+        before = {row[0]: row[1:] for row in cur.fetchall()}
+        changed = [fid for fid, row in rows.items() if before.get(fid) != row]
+        gone = [fid for fid in before if fid not in rows]
+        moved = [
+            fid for fid in changed
+            if fid not in before or before[fid][0] != rows[fid][0]
+            or before[fid][3] != rows[fid][3] or before[fid][4] != rows[fid][4]
+        ]
+        _history(cur, run=run, moved=moved, gone=gone, before=before, rows=rows,
+                 new_context=new_context, first=not before)
+        if len(changed) + len(gone) > _REWRITE_ABOVE:
+            cur.execute("DELETE FROM ranking_rankedfinding WHERE team_id = %s", [run.team_id])
+            targets = list(rows)
+        else:
+            if gone:
+                cur.execute(
+                    "DELETE FROM ranking_rankedfinding WHERE finding_id = ANY(%s)", [gone]
                 )
-        cur.execute(
-            """
-            UPDATE findings_finding f
-               SET rank = t.rank, env_rank = t.env_rank, rank_environment = t.env,
-                   score = t.score, decision = t.decision, rank_context_id = t.ctx,
-                   ranking_run_id = %s
-              FROM tmp_rank t
-             WHERE f.id = t.id
-               AND (f.rank IS DISTINCT FROM t.rank OR f.env_rank IS DISTINCT FROM t.env_rank
-                    OR f.rank_environment <> t.env OR f.score IS DISTINCT FROM t.score
-                    OR f.decision <> t.decision OR f.rank_context_id IS DISTINCT FROM t.ctx)
-            """,
-            [run.pk],
-        )
-        updated = cur.rowcount
-        # Findings no longer open (or gone) leave the queue.
-        cur.execute(
-            """
-            UPDATE findings_finding f
-               SET rank = NULL, env_rank = NULL, rank_environment = '', score = NULL,
-                   decision = '', ranking_run_id = %s
-             WHERE f.team_id = %s AND f.rank IS NOT NULL
-               AND NOT EXISTS (SELECT 1 FROM tmp_rank t WHERE t.id = f.id)
-            """,
-            [run.pk, run.team_id],
-        )
-        left = cur.rowcount
+            if changed:
+                cur.execute(
+                    "DELETE FROM ranking_rankedfinding WHERE finding_id = ANY(%s)", [changed]
+                )
+            targets = changed
+        with cur.copy(
+            "COPY ranking_rankedfinding (finding_id, team_id, run_id, rank, env_rank, "
+            "environment, score, decision, context_id) FROM STDIN"
+        ) as copy:
+            for fid in targets:
+                rank_, env_rank, env, score, decision, ctx_id = rows[fid]
+                copy.write_row(
+                    (fid, run.team_id, run.pk, rank_, env_rank, env, score, decision, ctx_id)
+                )
     return {
         "by_environment": {env: n for env, n in sorted(env_counter.items())},
         "contexts": len(new_context),
         "moved": len(moved),
-        "updated": updated,
-        "left_queue": left,
+        "updated": len(changed),
+        "left_queue": len(gone),
     }
+
+
+def _history(
+    cur: Any,
+    *,
+    run: RankingRun,
+    moved: list[int],
+    gone: list[int],
+    before: dict[int, tuple[Any, ...]],
+    rows: dict[int, tuple[int, int, str, float, str, str]],
+    new_context: dict[str, bytes],
+    first: bool,
+) -> None:
+    """RankChange rows: findings whose rank, score or decision moved, entered the queue
+    (after the team's first run: on the first, everything is new and nothing moved) or
+    left it."""
+    if first:
+        return
+    old_ctx = _contexts({before[f][5] for f in moved if f in before} - new_context.keys())
+    now = timezone.now()
+
+    def ctx(digest: str) -> Any:
+        return orjson.loads(new_context[digest]) if digest in new_context else old_ctx.get(digest)
+
+    with cur.copy(
+        "COPY ranking_rankchange (run_id, finding_id, rank, score, decision, previous_rank, "
+        "previous_score, previous_decision, why, at) FROM STDIN"
+    ) as copy:
+        for fid in moved:
+            new = rows[fid]
+            old = before.get(fid)
+            why = _why(ctx(old[5]), ctx(new[5])) if old else []
+            copy.write_row(
+                (run.pk, fid, new[0], new[3], new[4], old[0] if old else None,
+                 old[3] if old else None, old[4] if old else "", orjson.dumps(why).decode(),
+                 now)
+            )
+        for fid in gone:
+            old = before[fid]
+            copy.write_row((run.pk, fid, None, None, "", old[0], old[3], old[4], "[]", now))
 
 
 def _contexts(digests: set[str]) -> dict[str, Any]:

@@ -1,0 +1,198 @@
+"""The ranking engine end to end on PostgreSQL at the issue's scale: 10,000 services, 50,000
+call edges, 2,000 deployed project versions and 1,000,000 open findings of one team.
+
+Measures a full ranking run (gather from PostgreSQL, rank, store), an incremental run after
+one service's SBOM changed, and the first page of GET /api/v1/priorities. Needs a database
+it may fill: DATABASE_URL (a fresh, migrated one is best; the bench team is replaced).
+
+    DATABASE_URL=postgres://…/bench_rerank python bench/rerank.py [--findings 1000000]
+
+Last line: {"full_seconds": …, "incremental_seconds": …, "first_page_ms": …,
+            "findings": …, "peak_mb": …}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "trustrank.settings")
+os.environ.setdefault("TRUSTRANK_TESTING", "1")
+
+
+def _copy(cur, table: str, columns: list[str], rows) -> None:
+    with cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
+
+
+def build(*, findings: int, services: int, edges: int, versions: int, seed: int) -> int:
+    from django.db import connection, transaction
+
+    from trustrank.accounts.models import Team
+
+    rnd = random.Random(seed)
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    Team.objects.filter(name="bench-rerank").delete()
+    team = Team.objects.create(name="bench-rerank")
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute(
+            "INSERT INTO runtime_environment (team_id, name, first_seen, last_seen) "
+            "VALUES (%s, 'prod', %s, %s) RETURNING id", [team.pk, now, now])
+        env_id = cur.fetchone()[0]
+        _copy(cur, "runtime_service", ["environment_id", "kind", "namespace", "name", "version",
+                                       "attributes", "ingress_candidate", "first_seen",
+                                       "last_seen"],
+              [(env_id, "internet", "", "internet", "", "{}", False, now, now)]
+              + [(env_id, "service", "", f"svc-{i}", "1.0", "{}", False, now, now)
+                 for i in range(services)])
+        cur.execute("SELECT name, id FROM runtime_service WHERE environment_id = %s", [env_id])
+        sid = dict(cur.fetchall())
+        # 1 % of services take internet traffic; the rest call each other.
+        rows = [(env_id, sid["internet"], sid[f"svc-{i}"], now, 100, 0, 0, 0, now, [])
+                for i in range(0, services, 100)]
+        seen = set()
+        while len(rows) < edges:
+            a, b = rnd.randrange(services), rnd.randrange(services)
+            if a == b or (a, b) in seen:
+                continue
+            seen.add((a, b))
+            rows.append((env_id, sid[f"svc-{a}"], sid[f"svc-{b}"], now, rnd.randint(1, 500),
+                         rnd.randint(0, 5), 0, rnd.choice((0, 1)), now, []))
+        _copy(cur, "runtime_calledgebucket", ["environment_id", "caller_id", "callee_id",
+                                             "bucket_start", "calls", "errors", "tls_calls",
+                                             "mtls_calls", "last_seen", "hist"], rows)
+        _copy(cur, "inventory_project", ["team_id", "name", "created_at"],
+              [(team.pk, f"proj-{i}", now) for i in range(versions)])
+        cur.execute("SELECT name, id FROM inventory_project WHERE team_id = %s", [team.pk])
+        pid = dict(cur.fetchall())
+        _copy(cur, "inventory_projectversion", ["uuid", "project_id", "version", "created_at",
+                                               "updated_at"],
+              [(str(__import__("uuid").uuid4()), pid[f"proj-{i}"], "1.0", now, now)
+               for i in range(versions)])
+        cur.execute("SELECT p.name, v.id, v.project_id FROM inventory_projectversion v "
+                    "JOIN inventory_project p ON p.id = v.project_id WHERE p.team_id = %s",
+                    [team.pk])
+        pvs = {name: (vid, proj) for name, vid, proj in cur.fetchall()}
+        _copy(cur, "runtime_deployment", ["environment_id", "namespace", "service_name",
+                                         "project_version_id", "human_impact", "source",
+                                         "set_by", "updated_at"],
+              [(env_id, "", f"svc-{i}", pvs[f"proj-{i}"][0], "medium", "api", "bench", now)
+               for i in range(versions)])
+        # Library evidence on half the deployed services.
+        _copy(cur, "runtime_librarybucket", ["service_id", "bucket_start", "kind", "name",
+                                            "version", "spans"],
+              [(sid[f"svc-{i}"], now, "scope", "io.opentelemetry.log4j-context-data-2.17", "",
+                50) for i in range(0, versions, 2)])
+        labels = ["critical", "high", "medium", "low"]
+        scores = {"critical": 9.8, "high": 7.5, "medium": 5.3, "low": 3.1}
+        names = [f"pkg{j}" for j in range(500)]
+        frows = []
+        for n in range(findings):
+            i = n % versions
+            label = labels[n % 4]
+            pkg = names[n % 500]
+            in_kev = n % 997 == 0
+            frows.append((
+                team.pk, "vulnerability", "", "osv", f"{n:064x}", f"advisory {n % 5000}", label,
+                scores[label], "in_triage", "", "[]", "", "{}", now, now, False, now, now, "",
+                pvs[f"proj-{i}"][1], pvs[f"proj-{i}"][0],
+                f"pkg:maven/org.bench/{pkg}@1.0", f"pkg:maven/org.bench/{pkg}@1.0", pkg, "1.0",
+                "Maven", f"org.bench:{pkg}", f"CVE-2024-{n % 5000:05d}",
+                "{" + f"CVE-2024-{n % 5000:05d}" + "}", f"CVE-2024-{n % 5000:05d}",
+                "affected", "bench", "[]", scores[label], in_kev,
+                (now.date() if in_kev else None), (n % 100) / 100.0, (n % 100) / 100.0, "{}",
+                "",
+            ))
+        _copy(cur, "findings_finding", [
+            "team_id", "kind", "category", "source", "fingerprint", "title", "severity",
+            "severity_score", "state", "justification", "response", "detail", "evidence",
+            "first_seen", "last_seen", "auto_resolved", "created_at", "updated_at",
+            "environment", "project_id", "project_version_id", "component_key",
+            "component_purl", "component_name", "component_version", "ecosystem",
+            "package_name", "vuln_id", "aliases", "cve_id", "match_status", "match_reason",
+            "fixed_versions", "cvss_score", "in_kev", "kev_date_added", "epss",
+            "epss_percentile", "vex_evidence", "spiffe_id"],
+              frows)
+        del frows
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE")
+    return team.pk
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--findings", type=int, default=1_000_000)
+    parser.add_argument("--services", type=int, default=10_000)
+    parser.add_argument("--edges", type=int, default=50_000)
+    parser.add_argument("--versions", type=int, default=2_000)
+    args = parser.parse_args()
+
+    import django
+
+    django.setup()
+    from django.test import Client
+
+    from trustrank.accounts.models import Team
+    from trustrank.accounts.services import api_key_issue
+    from trustrank.ranking.models import RankingRun
+    from trustrank.ranking.services import ranking_run_execute, ranking_run_request
+
+    t = time.perf_counter()
+    team_id = build(findings=args.findings, services=args.services, edges=args.edges,
+                    versions=args.versions, seed=7)
+    print(f"built {args.findings} findings in {time.perf_counter() - t:.1f} s")
+
+    def run(label: str) -> float:
+        r = ranking_run_request(team_id=team_id, trigger="bench", delay_seconds=0)
+        start = time.perf_counter()
+        status = ranking_run_execute(run_id=r.pk)
+        took = time.perf_counter() - start
+        r = RankingRun.objects.get(pk=r.pk)
+        assert status == "done", r.error
+        print(f"{label}: {took:.2f} s ({'incremental' if r.incremental else 'full'}) "
+              f"timings {r.timings} counts { {k: v for k, v in r.counts.items() if k != 'by_environment'} }")
+        return took
+
+    full = run("full run")
+    # One service's SBOM changed: its project version gets a different component.
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute(
+            "UPDATE runtime_deployment SET human_impact = 'very high' "
+            "WHERE service_name = 'svc-3' AND environment_id IN "
+            "(SELECT id FROM runtime_environment WHERE team_id = %s)", [team_id])
+    incremental = run("incremental run")
+
+    key = api_key_issue(team=Team.objects.get(pk=team_id), name="bench", scopes=["read"]).secret
+    client = Client(HTTP_X_API_KEY=key)
+    client.get("/api/v1/priorities?environment=prod")  # warm: connection, caches
+    times = []
+    for _ in range(10):
+        start = time.perf_counter()
+        response = client.get("/api/v1/priorities?environment=prod")
+        times.append((time.perf_counter() - start) * 1000)
+        assert response.status_code == 200, response.content[:500]
+    body = response.json()
+    print(f"priorities first page: count {body['count']}, median {sorted(times)[5]:.1f} ms")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({
+        "full_seconds": round(full, 2),
+        "incremental_seconds": round(incremental, 2),
+        "first_page_ms": round(sorted(times)[5], 1),
+        "findings": args.findings,
+        "peak_mb": round(peak),
+    }))
+
+
+if __name__ == "__main__":
+    main()
