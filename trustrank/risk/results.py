@@ -4,7 +4,7 @@ and the difference between two results ("what moved most, and why")."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -47,8 +47,16 @@ class RankedFinding(NamedTuple):
     trust: float
     baseline: float
     path: tuple[str, ...]
-    explanation: tuple[Factor, ...]
+    # The explanation in two halves: the advisory's factors and the deployment's, both
+    # shared with other findings, so a million findings do not hold a million tuples.
+    finding_factors: tuple[Factor, ...]
+    context_factors: tuple[Factor, ...]
     finding: Finding
+
+    @property
+    def explanation(self) -> tuple[Factor, ...]:
+        """Every factor: name, value, effect on the score, source, confidence."""
+        return self.finding_factors + self.context_factors
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +96,7 @@ def factor_json(f: Factor) -> dict[str, Any]:
 def finding_json(r: RankedFinding) -> dict[str, Any]:
     """The JSON shape of one ranked finding, as the wiring stores and the API shows it."""
     out = r._asdict()
-    del out["finding"]
+    del out["finding"], out["finding_factors"], out["context_factors"]
     out["explanation"] = [factor_json(f) for f in r.explanation]
     out["path"] = list(r.path)
     return out
@@ -128,10 +136,27 @@ def inputs_digest(*, inputs: RankInputs, settings: RankSettings) -> str:
     for name in ("services", "edges", "peers", "origins", "deployments", "project_versions",
                  "components", "libraries", "findings"):
         h.update(b"\x00" + name.encode() + b"\x00")
-        for item in sorted(orjson.dumps(x, option=_OPTS) for x in getattr(inputs, name)):
-            h.update(item)
-            h.update(b"\n")
+        for chunk in sorted_chunks(_fields(x) for x in getattr(inputs, name)):
+            h.update(chunk)
     return h.hexdigest()
+
+
+def sorted_chunks(rows: Iterable[tuple[Any, ...]]) -> Iterator[bytes]:
+    """Order-independent bytes for a collection of field tuples: each row's SHA-256, in
+    sorted order. Hashing rows one by one keeps memory flat (no copy of the inputs) and
+    avoids ordering rows themselves (a tuple sort fails on None next to a number)."""
+    sha256 = hashlib.sha256
+    dumps = orjson.dumps
+    yield from sorted(sha256(dumps(row)).digest() for row in rows)
+
+
+def _fields(record: Any) -> tuple[Any, ...]:
+    """A record as a tuple of its fields (nested records too), in declaration order."""
+    return tuple(
+        tuple(_fields(v) for v in value) if isinstance(value, tuple) and value
+        and hasattr(value[0], "__slots__") else value
+        for value in (getattr(record, n) for n in record.__slots__)
+    )
 
 
 # --- what moved ---------------------------------------------------------------------------
