@@ -169,6 +169,32 @@ def _assemble(keyed: list[tuple[_Key, _Row]]) -> tuple[RankedFinding, ...]:
                  for i, (key, row) in enumerate(keyed, start=1))
 
 
+def _queue_key(r: RankedFinding) -> _Key:
+    return (-DECISIONS.index(r.decision), not r.deployed, -r.score, r.finding_id)
+
+
+def _merge(
+    kept: list[RankedFinding], fresh: list[tuple[_Key, _Row]]
+) -> tuple[RankedFinding, ...]:
+    """Merge two ordered runs and renumber; a kept finding whose rank did not change is
+    reused as it is."""
+    out: list[RankedFinding] = []
+    append = out.append
+    j, n_fresh = 0, len(fresh)
+    for r in kept:
+        if j < n_fresh:
+            key = _queue_key(r)
+            while j < n_fresh and fresh[j][0] < key:
+                fkey, row = fresh[j]
+                append(RankedFinding(fkey[3], len(out) + 1, *row))
+                j += 1
+        rank = len(out) + 1
+        append(r if r.rank == rank else RankedFinding(r[0], rank, *r[2:]))
+    for fkey, row in fresh[j:]:
+        append(RankedFinding(fkey[3], len(out) + 1, *row))
+    return tuple(out)
+
+
 @contextmanager
 def _collector_paused() -> Iterator[None]:
     """A run allocates millions of small tuples and creates no reference cycles; the
@@ -243,14 +269,14 @@ def rank_incremental(
         for d in inputs.deployments:
             if d.environment in dirty_envs or (d.environment, d.service) in services:
                 dirty_versions.add(d.project_version)
-        old = {r.finding_id: r for r in previous.findings}
-        score = _Scorer(index, settings).score
-        keyed: list[tuple[_Key, _Row]] = []
-        for f in inputs.findings:
-            r = old.get(f.id)
+        current = {f.id: f for f in inputs.findings}
+        kept: list[RankedFinding] = []  # still in previous queue order
+        for r in previous.findings:
+            f = current.pop(r.finding_id, None)
+            if f is None:
+                continue  # closed since
             if (
-                r is not None
-                and (r.finding is f or r.finding == f)
+                (r.finding is f or r.finding == f)
                 and f.project_version not in dirty_versions
                 # An identity finding names a service, not a version; its trust still
                 # reads the provenance of the version that service ran.
@@ -258,11 +284,14 @@ def rank_incremental(
                 and f.environment not in dirty_envs
                 and (f.environment, f.service) not in services
             ):
-                key = (-DECISIONS.index(r.decision), not r.deployed, -r.score, f.id)
-                keyed.append((key, r[2:]))
+                kept.append(r)
             else:
-                keyed.append(score(f))
-        findings = _assemble(keyed)
+                current[f.id] = f
+        score = _Scorer(index, settings).score
+        # What is left in `current` is new or changed: score it, sort it, and merge it
+        # into the unchanged findings, which are already in order.
+        fresh = sorted((score(f) for f in current.values()), key=itemgetter(0))
+        findings = _merge(kept, fresh)
         digest = inputs_digest(inputs=inputs, settings=settings) if with_digest else ""
     return RankResult(
         settings_version=settings.version,

@@ -4,8 +4,9 @@ and the difference between two results ("what moved most, and why")."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 import orjson
@@ -133,27 +134,28 @@ def inputs_digest(*, inputs: RankInputs, settings: RankSettings) -> str:
     serialisation, so input order does not matter. Stored with a run, it proves which
     inputs a rank was made from."""
     h = hashlib.sha256(orjson.dumps(settings, option=_OPTS))
+    sha256, dumps = hashlib.sha256, orjson.dumps
     for name in ("services", "edges", "peers", "origins", "deployments", "project_versions",
                  "components", "libraries", "findings"):
         h.update(b"\x00" + name.encode() + b"\x00")
-        for chunk in sorted_chunks(_fields(x) for x in getattr(inputs, name)):
-            h.update(chunk)
+        records = getattr(inputs, name)
+        if not records:
+            continue
+        fields = attrgetter(*type(records[0]).__slots__)
+        nested = name == "libraries"
+        # Each row hashed on its own and the row digests sorted: order-independent, and
+        # memory stays flat (no kilobyte orjson buffer kept per row, no copy of inputs).
+        digests = sorted(
+            sha256(dumps(_nested_fields(x) if nested else fields(x))).digest() for x in records
+        )
+        h.update(b"".join(digests))
     return h.hexdigest()
 
 
-def sorted_chunks(rows: Iterable[tuple[Any, ...]]) -> Iterator[bytes]:
-    """Order-independent bytes for a collection of field tuples: each row's SHA-256, in
-    sorted order. Hashing rows one by one keeps memory flat (no copy of the inputs) and
-    avoids ordering rows themselves (a tuple sort fails on None next to a number)."""
-    sha256 = hashlib.sha256
-    dumps = orjson.dumps
-    yield from sorted(sha256(dumps(row)).digest() for row in rows)
-
-
-def _fields(record: Any) -> tuple[Any, ...]:
-    """A record as a tuple of its fields (nested records too), in declaration order."""
+def _nested_fields(record: Any) -> tuple[Any, ...]:
+    """A record as a tuple of its fields, records inside tuples too."""
     return tuple(
-        tuple(_fields(v) for v in value) if isinstance(value, tuple) and value
+        tuple(_nested_fields(v) for v in value) if isinstance(value, tuple) and value
         and hasattr(value[0], "__slots__") else value
         for value in (getattr(record, n) for n in record.__slots__)
     )
