@@ -198,3 +198,15 @@ def test_diff_names_what_moved_and_why():
     names = [c.name for c in top.changes]
     assert "exploitation" in names and "epss" in names
     assert diff_results(before=before, after=before) == ()
+
+
+def test_incremental_run_handles_new_and_closed_findings():
+    inputs = generate(11)
+    previous = rank(inputs=inputs)
+    closed = inputs.findings[3]
+    new = replace(inputs.findings[5], id="brand-new", in_kev=True)
+    changed = replace(inputs, findings=(*[f for f in inputs.findings if f is not closed], new))
+    incremental = rank_incremental(previous=previous, inputs=changed)
+    assert canonical_json(incremental) == canonical_json(rank(inputs=changed))
+    ids = {r.finding_id for r in incremental.findings}
+    assert "brand-new" in ids and closed.id not in ids

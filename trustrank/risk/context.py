@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from trustrank.risk.graph import EnvironmentAnalysis, ServiceContext
 from trustrank.risk.inputs import (
@@ -38,10 +38,10 @@ from trustrank.risk.scoring import (
 from trustrank.risk.ssvc import load_deployer_table
 
 
-@dataclass(frozen=True, slots=True)
-class DeploymentContext:
+class DeploymentContext(NamedTuple):
     """One place a finding may run. `decisions[2·e + a]` is the Deployer decision rank for
-    exploitation index e (none, public poc, active) and automatable a (0/1)."""
+    exploitation index e (none, public poc, active) and automatable a (0/1). A NamedTuple:
+    a large run builds about one per (version, component, deployment)."""
 
     environment: str
     service: str
@@ -107,7 +107,12 @@ class ContextIndex:
             traced, observed = self.libraries.get(key, (False, {}))
             merged = dict(observed)
             for o in lib.observed:
-                merged[o.component_key] = o
+                known = merged.get(o.component_key)
+                # Two records naming one key: keep the busier (then the smaller evidence
+                # name), whatever order they came in.
+                if known is None or (o.calls_per_minute, known.evidence) > (
+                        known.calls_per_minute, o.evidence):
+                    merged[o.component_key] = o
             self.libraries[key] = (traced or lib.traced or bool(lib.observed), merged)
         table = load_deployer_table()
         self._decisions: dict[tuple[Exposure, HumanImpact], tuple[int, ...]] = {
@@ -121,71 +126,111 @@ class ContextIndex:
             for x in EXPOSURES
             for h in HUMAN_IMPACTS
         }
-        self._cache: dict[tuple[str, str, str, str], tuple[DeploymentContext, ...]] = {}
+        self.cache: dict[tuple[str, str | None, str, str], tuple[DeploymentContext, ...]] = {}
+        self._parts: dict[str, list[_Part]] = {}
+        self._shared: dict[tuple[object, ...], tuple[DeploymentContext, ...]] = {}
+        self._trust_cache: dict[tuple[object, ...], tuple[float, Factor]] = {}
+        self._reach_cache: dict[tuple[str, str, bool], tuple[Reachability, Factor]] = {}
+        self._exposure_cache: dict[tuple[str, str], Factor] = {}
+        self._impact_cache: dict[Deployment | None, Factor] = {}
+        self._not_applicable = Factor("reachability", "not applicable", 0.0,
+                                      "not a component finding", "high")
+        self._undeployed: tuple[Factor, Reachability, Factor] = (
+            Factor("exposure", settings.undeployed_exposure, 0.0,
+                   "the project version runs on no known service; baseline order kept",
+                   "medium"),
+            "unknown",
+            Factor("reachability", "unknown", 0.0, "no deployment", "low"),
+        )
 
     # --- trust -----------------------------------------------------------------------
 
-    def code_trust(self, project_version: str, component_key: str | None) -> tuple[float, str]:
-        signed_w, hashes_w, supplier_w = self.settings.provenance_weights
+    def _code_facts(self, project_version: str, component_key: str | None) -> tuple[
+            bool, float, float]:
         signed = project_version in self.signed
         if component_key is None:
             hashes, supplier = self.version_shares.get(project_version, (0.0, 0.0))
-            source = f"SBOM signed: {'yes' if signed else 'no'}; components with hashes " \
-                     f"{hashes:.0%}, with known supplier {supplier:.0%}"
-        else:
-            c = self.components.get((project_version, component_key))
-            hashes = float(bool(c and c.hashes_present))
-            supplier = float(bool(c and c.supplier_known))
-            source = f"SBOM signed: {'yes' if signed else 'no'}; hashes: " \
-                     f"{'yes' if hashes else 'no'}; supplier known: {'yes' if supplier else 'no'}"
-        return signed_w * signed + hashes_w * hashes + supplier_w * supplier, source
+            return signed, hashes, supplier
+        c = self.components.get((project_version, component_key))
+        return signed, float(bool(c and c.hashes_present)), float(bool(c and c.supplier_known))
 
     def fused_trust(
         self, svc: ServiceContext | None, project_version: str, component_key: str | None
     ) -> tuple[float, Factor]:
+        """Identity trust (formula 1) and code-provenance trust fused by the settings'
+        weights. One factor object per (service, provenance facts): few distinct ones."""
+        facts = self._code_facts(project_version, component_key)
+        key = (svc.environment if svc else "", svc.name if svc else "", facts,
+               component_key is None)
+        cached = self._trust_cache.get(key)
+        if cached is not None:
+            return cached
         s = self.settings
-        code, code_source = self.code_trust(project_version, component_key)
+        signed, hashes, supplier = facts
+        signed_w, hashes_w, supplier_w = s.provenance_weights
+        code = signed_w * signed + hashes_w * hashes + supplier_w * supplier
+        if component_key is None:
+            code_source = (f"SBOM signed: {'yes' if signed else 'no'}; components with hashes "
+                           f"{hashes:.0%}, with known supplier {supplier:.0%}")
+        else:
+            code_source = (f"SBOM signed: {'yes' if signed else 'no'}; hashes: "
+                           f"{'yes' if hashes else 'no'}; supplier known: "
+                           f"{'yes' if supplier else 'no'}")
         identity = svc.identity_trust if svc else 0.0
         trust = round(s.identity_trust_weight * identity + s.code_trust_weight * code, 6)
+        conf: Confidence = "medium"
         if svc and svc.trust_anchor:
-            anchor = (
-                f"attested identity {svc.identity or svc.name}"
-                if svc.trust_depth == 0
-                else f"{svc.trust_depth} hop(s) from anchor {svc.trust_anchor}"
-            )
-            conf: Confidence = "high" if svc.trust_depth == 0 else "medium"
+            if svc.trust_depth == 0:
+                anchor, conf = f"attested identity {svc.identity or svc.name}", "high"
+            else:
+                anchor = f"{svc.trust_depth} hop(s) from anchor {svc.trust_anchor}"
         else:
-            anchor, conf = "no attested identity reaches it", "medium"
+            anchor = "no attested identity reaches it"
         source = f"identity trust {identity:.3f} ({anchor}); code trust {code:.2f} ({code_source})"
-        return trust, Factor("trust", trust, _pts(s.weights.low_trust, 1.0 - trust), source, conf)
+        out = trust, Factor("trust", trust, _pts(s.weights.low_trust, 1.0 - trust), source, conf)
+        self._trust_cache[key] = out
+        return out
 
     # --- reachability ----------------------------------------------------------------
 
     def reachability(
         self, environment: str, service: str, component_key: str
     ) -> tuple[Reachability, Factor]:
-        w = self.settings.weights.reachability
         traced, observed = self.libraries.get((environment, service), (False, {}))
-        if not component_key:
+        if component_key:
+            hit = observed.get(component_key)
+            conf: Confidence = "high"
+            if hit is None:
+                for group in _group_keys(component_key):
+                    hit = observed.get(group)
+                    if hit is not None and component_matches(component_key, group):
+                        conf = "medium"
+                        break
+            if hit is not None:
+                w = self.settings.weights.reachability
+                source = (f"{hit.evidence} at {hit.calls_per_minute:g} calls/min on "
+                          f"{environment}/{service}")
+                return "observed", Factor("reachability", "observed",
+                                          _pts(w, REACHABILITY_VALUES["observed"]), source, conf)
+        # Not observed and unknown say the same for every component of the service: one
+        # factor object each per service.
+        key = (environment, service, bool(component_key))
+        cached = self._reach_cache.get(key)
+        if cached is None:
+            cached = self._reach_cache[key] = self._unobserved(environment, service, traced,
+                                                               bool(component_key))
+        return cached
+
+    def _unobserved(self, environment: str, service: str, traced: bool,
+                    named: bool) -> tuple[Reachability, Factor]:
+        if not named:
             return "unknown", Factor("reachability", "unknown", 0.0,
                                      "finding names no component", "low")
-        hit = observed.get(component_key)
-        conf: Confidence = "high"
-        if hit is None:
-            for group in _group_keys(component_key):
-                hit = observed.get(group)
-                if hit is not None and component_matches(component_key, group):
-                    conf = "medium"
-                    break
-        if hit is not None:
-            source = (f"{hit.evidence} at {hit.calls_per_minute:g} calls/min on "
-                      f"{environment}/{service}")
-            return "observed", Factor("reachability", "observed",
-                                      _pts(w, REACHABILITY_VALUES["observed"]), source, conf)
         if traced:
+            w = self.settings.weights.reachability
             return "not observed", Factor(
                 "reachability", "not observed", _pts(w, REACHABILITY_VALUES["not observed"]),
-                f"{environment}/{service} sends traces; none names {component_key}", "medium")
+                f"{environment}/{service} sends traces; none names this component", "medium")
         return "unknown", Factor("reachability", "unknown", 0.0,
                                  f"{environment}/{service} sends no traces", "low")
 
@@ -195,65 +240,175 @@ class ContextIndex:
         analysis = self.analyses.get(environment)
         return analysis.services.get(service) if analysis else None
 
+    def _exposure_factor(self, svc: ServiceContext) -> Factor:
+        cached = self._exposure_cache.get((svc.environment, svc.name))
+        if cached is not None:
+            return cached
+        conf: Confidence = "medium"
+        if svc.exposure == "open":
+            hops = "; ".join(
+                f"{h.source} → {h.target} ({h.via}"
+                + (f", {h.calls_per_minute:g}/min, mTLS {h.mtls_share:.0%}"
+                   if h.mtls_share is not None else f", {h.detail}" if h.detail else "")
+                + ")"
+                for h in svc.hops
+            )
+            source = f"ingress path: {hops}"
+            conf = "medium" if svc.hops[0].via == "ingress candidate" else "high"
+        else:
+            source = svc.exposure_reason
+        factor = Factor("exposure", svc.exposure,
+                        _pts(self.settings.weights.exposure, EXPOSURE_VALUES[svc.exposure]),
+                        source, conf)
+        self._exposure_cache[(svc.environment, svc.name)] = factor
+        return factor
+
+    def _impact_factor(self, d: Deployment | None) -> Factor:
+        cached = self._impact_cache.get(d)
+        if cached is not None:
+            return cached
+        impact = d.human_impact if d else self.settings.default_human_impact
+        factor = Factor(
+            "human_impact", impact,
+            _pts(self.settings.weights.human_impact, IMPACT_VALUES[impact]),
+            f"deployment of {d.project_version} on {d.environment}/{d.service}"
+            + (f" ({d.source})" if d.source else "") if d else "default (no deployment)",
+            "high" if d else "low",
+        )
+        self._impact_cache[d] = factor
+        return factor
+
     def _context(
         self, d: Deployment | None, environment: str, service: str, project_version: str,
         component_key: str | None,
     ) -> DeploymentContext:
         s = self.settings
-        w = s.weights
         svc = self._service(environment, service) if service else None
+        reach: Reachability
         if svc is None:
             exposure: Exposure = s.undeployed_exposure
-            reach: Reachability = "unknown"
-            exposure_factor = Factor("exposure", exposure, 0.0,
-                                     f"project version {project_version} runs on no known "
-                                     "service; baseline order kept", "medium")
-            reach_factor = Factor("reachability", reach, 0.0, "no deployment", "low")
+            exposure_factor, reach, reach_factor = self._undeployed
+            path: tuple[str, ...] = ()
         else:
             exposure = svc.exposure
-            if exposure == "open":
-                hops = "; ".join(
-                    f"{h.source} → {h.target} ({h.via}"
-                    + (f", {h.calls_per_minute:g}/min, mTLS {h.mtls_share:.0%}"
-                       if h.mtls_share is not None else f", {h.detail}" if h.detail else "")
-                    + ")"
-                    for h in svc.hops
-                )
-                source, conf = f"ingress path: {hops}", "high"
-                conf = "medium" if svc.hops[0].via == "ingress candidate" else "high"
-            else:
-                source, conf = svc.exposure_reason, "medium"
-            exposure_factor = Factor("exposure", exposure,
-                                     _pts(w.exposure, EXPOSURE_VALUES[exposure]), source,
-                                     conf)  # type: ignore[arg-type]
+            exposure_factor = self._exposure_factor(svc)
+            path = svc.path
             if component_key is None:
-                reach, reach_factor = "not applicable", Factor(
-                    "reachability", "not applicable", 0.0, "not a component finding", "high")
+                reach, reach_factor = "not applicable", self._not_applicable
             else:
                 reach, reach_factor = self.reachability(environment, service, component_key)
         impact: HumanImpact = d.human_impact if d else s.default_human_impact
-        impact_factor = Factor(
-            "human_impact", impact, _pts(w.human_impact, IMPACT_VALUES[impact]),
-            f"deployment of {project_version} on {environment}/{service}"
-            + (f" ({d.source})" if d.source else "") if d else "default (no deployment)",
-            "high" if d else "low",
-        )
+        impact_factor = self._impact_factor(d)
         trust, trust_factor = self.fused_trust(svc, project_version, component_key)
-        factors = (exposure_factor, reach_factor, impact_factor, trust_factor)
         return DeploymentContext(
-            environment=environment,
-            service=service,
-            project_version=project_version,
-            deployed=svc is not None,
-            exposure=exposure,
-            reachability=reach,
-            human_impact=impact,
-            trust=trust,
-            points=round(sum(f.effect for f in factors), 4),
-            decisions=self._decisions[(exposure, impact)],
-            factors=factors,
-            path=svc.path if svc else (),
+            environment,
+            service,
+            project_version,
+            svc is not None,
+            exposure,
+            reach,
+            impact,
+            trust,
+            round(exposure_factor.effect + reach_factor.effect + impact_factor.effect
+                  + trust_factor.effect, 4),
+            self._decisions[(exposure, impact)],
+            (exposure_factor, reach_factor, impact_factor, trust_factor),
+            path,
         )
+
+    def _version_parts(self, project_version: str) -> list[_Part]:
+        """What every component of a version shares on each deployment."""
+        parts = self._parts.get(project_version)
+        if parts is not None:
+            return parts
+        parts = []
+        for d in self.by_version.get(project_version, ()):
+            svc = self._service(d.environment, d.service)
+            if svc is None:
+                continue
+            traced, observed = self.libraries.get((d.environment, d.service), (False, {}))
+            exposure_factor = self._exposure_factor(svc)
+            impact_factor = self._impact_factor(d)
+            parts.append(_Part(
+                d, svc, traced, observed, exposure_factor, impact_factor,
+                exposure_factor.effect + impact_factor.effect,
+                self._decisions[(svc.exposure, d.human_impact)], {},
+            ))
+        self._parts[project_version] = parts
+        return parts
+
+    def _version_contexts(
+        self, project_version: str, component_key: str | None
+    ) -> tuple[DeploymentContext, ...]:
+        """The contexts of one (version, component). Two passes: numbers first for every
+        deployment, factor objects only for the few that survive pruning."""
+        parts = self._version_parts(project_version)
+        if not parts:
+            return (self._context(None, "", "", project_version, component_key),)
+        facts = self._code_facts(project_version, component_key)
+        hits: set[int] = set()
+        if component_key:
+            groups = None
+            for i, part in enumerate(parts):
+                observed = part.observed
+                if observed:
+                    if component_key in observed:
+                        hits.add(i)
+                        continue
+                    if groups is None:
+                        groups = _group_keys(component_key)
+                    for g in groups:
+                        if g in observed:
+                            hits.add(i)
+                            break
+        # Most components of a version are observed on none of its deployments; their
+        # contexts then differ only by code provenance, so they share one computed tuple.
+        shared_key = None
+        if not hits:
+            shared_key = (project_version, facts, component_key is None)
+            shared = self._shared.get(shared_key)
+            if shared is not None:
+                return shared
+        w = self.settings.weights.reachability
+        observed_pts = _pts(w, REACHABILITY_VALUES["observed"])
+        unobserved_pts = _pts(w, REACHABILITY_VALUES["not observed"])
+        best: dict[tuple[int, ...], tuple[float, int, float, Factor]] = {}
+        for i, part in enumerate(parts):
+            trust_pair = part.trust.get(facts)
+            if trust_pair is None:
+                trust_pair = part.trust[facts] = self.fused_trust(
+                    part.svc, project_version, component_key)
+            trust, trust_factor = trust_pair
+            points = part.points + trust_factor.effect
+            if component_key is not None:
+                if i in hits:
+                    points += observed_pts
+                elif part.traced:
+                    points += unobserved_pts
+            known = best.get(part.decisions)
+            if known is None or points > known[0]:
+                best[part.decisions] = (points, i, trust, trust_factor)
+        kept = _non_dominated(best)
+        out = []
+        for points, i, trust, trust_factor in kept:
+            part = parts[i]
+            svc = part.svc
+            reach: Reachability
+            if component_key is None:
+                reach, reach_factor = "not applicable", self._not_applicable
+            else:
+                reach, reach_factor = self.reachability(svc.environment, svc.name,
+                                                        component_key)
+            out.append(DeploymentContext(
+                svc.environment, svc.name, project_version, True, svc.exposure,
+                reach, part.d.human_impact, trust, points, part.decisions,
+                (part.exposure_factor, reach_factor, part.impact_factor, trust_factor),
+                svc.path,
+            ))
+        result = tuple(out)
+        if shared_key is not None:
+            self._shared[shared_key] = result
+        return result
 
     def contexts(
         self, *, project_version: str, component_key: str | None, environment: str = "",
@@ -261,8 +416,8 @@ class ContextIndex:
     ) -> tuple[DeploymentContext, ...]:
         """The non-dominated contexts of a finding. With `service`, only that deployment;
         otherwise every deployment of the version (none: one undeployed context)."""
-        key = (project_version, component_key or "\x00", environment, service)
-        cached = self._cache.get(key)
+        key = (project_version, component_key, environment, service)
+        cached = self.cache.get(key)
         if cached is not None:
             return cached
         if service:
@@ -275,34 +430,42 @@ class ContextIndex:
                               or (d.project_version if d else ""), component_key),
             )
         else:
-            deps = self.by_version.get(project_version, [])
-            candidates = [
-                self._context(d, d.environment, d.service, project_version, component_key)
-                for d in deps
-            ] or [self._context(None, "", "", project_version, component_key)]
-            out = tuple(_non_dominated(candidates))
-        self._cache[key] = out
+            out = self._version_contexts(project_version, component_key)
+        self.cache[key] = out
         return out
 
 
-def _non_dominated(contexts: list[DeploymentContext]) -> list[DeploymentContext]:
-    """Drop contexts that another context matches or beats on every factor; the Deployer
-    table and the score are monotone in each, so a dropped one can never rank higher."""
+class _Part(NamedTuple):
+    d: Deployment
+    svc: ServiceContext
+    traced: bool
+    observed: dict[str, ObservedComponent]
+    exposure_factor: Factor
+    impact_factor: Factor
+    points: float
+    decisions: tuple[int, ...]
+    # Fused trust by provenance facts: at most eight per deployment.
+    trust: dict[tuple[bool, float, float], tuple[float, Factor]]
 
-    def at_least(a: DeploymentContext, b: DeploymentContext) -> bool:
-        return (
-            a.deployed >= b.deployed
-            and EXPOSURES.index(a.exposure) >= EXPOSURES.index(b.exposure)
-            and HUMAN_IMPACTS.index(a.human_impact) >= HUMAN_IMPACTS.index(b.human_impact)
-            and REACHABILITY_VALUES[a.reachability] >= REACHABILITY_VALUES[b.reachability]
-            and a.trust <= b.trust
-            and a.points >= b.points
+
+def _non_dominated(
+    best: dict[tuple[int, ...], tuple[float, int, float, Factor]],
+) -> list[tuple[float, int, float, Factor]]:
+    """Drop deployments that can never be a finding's most urgent one: another has a
+    decision at least as urgent for every exploitation/automatable combination and at
+    least as many points. `best` already holds the first highest-scoring deployment per
+    decision vector (deployments come sorted by environment and service), so the choice
+    is the one a full evaluation would make. Kept in deployment order."""
+    if len(best) == 1:
+        return list(best.values())
+    items = list(best.items())
+    kept = [
+        c for vector, c in items
+        if not any(
+            other is not c and other[0] >= c[0]
+            and all(x >= y for x, y in zip(ov, vector, strict=True))
+            for ov, other in items
         )
-
-    kept: list[DeploymentContext] = []
-    for c in contexts:  # sorted by (environment, service): the first of equals is kept
-        if any(at_least(k, c) for k in kept):
-            continue
-        kept = [k for k in kept if not at_least(c, k)]
-        kept.append(c)
+    ]
+    kept.sort(key=lambda c: c[1])
     return kept

@@ -88,19 +88,16 @@ def environment_digest(
 ) -> str:
     """SHA-256 over the sorted graph inputs of one environment (and the settings version,
     since decay and floor change the result)."""
-    parts = [
-        sorted(orjson.dumps(s) for s in services if s.environment == environment),
-        sorted(orjson.dumps(e) for e in edges if e.environment == environment),
-        sorted(orjson.dumps(p) for p in peers if p.environment == environment),
-        sorted(orjson.dumps(o) for o in origins if o.environment == environment),
-    ]
     h = hashlib.sha256(settings_version.encode())
-    for part in parts:
+    for items in (services, edges, peers, origins):
         h.update(b"\x00")
-        for item in part:
-            h.update(item)
-            h.update(b"\n")
+        rows = sorted((_fields(x) for x in items if x.environment == environment), key=repr)
+        h.update(orjson.dumps(rows))
     return h.hexdigest()
+
+
+def _fields(record: Service | CallEdge | ExternalPeer | RootSpanOrigin) -> tuple[object, ...]:
+    return tuple(getattr(record, name) for name in record.__slots__)
 
 
 def environment_graph(
@@ -133,25 +130,30 @@ def environment_graph(
     for e in edges:
         if e.caller != e.callee:
             by_pair[(e.caller, e.callee)].append(e)
+    call_edges = []
     for (caller, callee), group in sorted(by_pair.items()):
-        rate = sum(e.calls_per_minute for e in group)
-        # Several records for one pair (time buckets, protocols): rate-weighted means, and
-        # the weakest identity, since any unauthenticated traffic weakens the hop.
-        weights = [e.calls_per_minute or 1.0 for e in group]
-        total = sum(weights)
-        error_rate = sum(e.error_rate * w for e, w in zip(group, weights, strict=True)) / total
-        mtls_share = sum(e.mtls_share * w for e, w in zip(group, weights, strict=True)) / total
+        if len(group) == 1:
+            e = group[0]
+            rate, error_rate, mtls_share, sig = (e.calls_per_minute, e.error_rate, e.mtls_share,
+                                                 e.sig)
+        else:
+            # Several records for one pair (time buckets, protocols): rate-weighted means,
+            # and the weakest identity, since any unauthenticated traffic weakens the hop.
+            # Sorted first so float sums do not depend on input order.
+            group.sort(key=lambda e: (e.calls_per_minute, e.error_rate, e.mtls_share, e.sig))
+            rate = sum(e.calls_per_minute for e in group)
+            weights = [e.calls_per_minute or 1.0 for e in group]
+            total = sum(weights)
+            pairs = list(zip(group, weights, strict=True))
+            error_rate = sum(e.error_rate * w for e, w in pairs) / total
+            mtls_share = sum(e.mtls_share * w for e, w in pairs) / total
+            sig = min(e.sig for e in group)
         src = ("peer", caller) if caller in peer_names else ("service", caller)
         dst = ("peer", callee) if callee in peer_names else ("service", callee)
-        g.add_edge(
-            src,
-            dst,
-            kind="calls",
-            calls_per_minute=rate,
-            error_rate=error_rate,
-            mtls_share=mtls_share,
-            sig=min(e.sig for e in group),
-        )
+        call_edges.append((src, dst, {"kind": "calls", "calls_per_minute": rate,
+                                      "error_rate": error_rate, "mtls_share": mtls_share,
+                                      "sig": sig}))
+    g.add_edges_from(call_edges)
     origin_spans: dict[tuple[str, str], int] = defaultdict(int)
     examples: dict[tuple[str, str], str] = {}
     for o in origins:

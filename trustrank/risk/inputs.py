@@ -228,9 +228,9 @@ class RankSettings:
       and code-provenance trust (they sum to 1).
     - `provenance_weights`: (SBOM signed, hashes present, supplier known), summing to 1.
     - `epss_poc_threshold`: EPSS probability from which exploitation counts as "public
-      poc". FIRST publishes no cut-off; 0.1 sits around the 88th percentile of scored CVEs
-      and is where CISA's and vendors' SSVC write-ups commonly start to treat exploitation
-      as likely.
+      poc". EPSS is the modelled probability of exploitation activity in the next 30 days
+      and FIRST publishes no cut-off; 0.1 (one in ten) keeps "public poc" for the small
+      share of CVEs with a real signal. KEV membership is "active" whatever the EPSS.
     - `undeployed_exposure` / `default_human_impact`: for versions no service runs.
     - `library_map`: extra or replacing rules for `libraries.map_evidence` (see there).
     """

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 import orjson
@@ -47,8 +48,16 @@ class RankedFinding(NamedTuple):
     trust: float
     baseline: float
     path: tuple[str, ...]
-    explanation: tuple[Factor, ...]
+    # The explanation in two halves: the advisory's factors and the deployment's, both
+    # shared with other findings, so a million findings do not hold a million tuples.
+    finding_factors: tuple[Factor, ...]
+    context_factors: tuple[Factor, ...]
     finding: Finding
+
+    @property
+    def explanation(self) -> tuple[Factor, ...]:
+        """Every factor: name, value, effect on the score, source, confidence."""
+        return self.finding_factors + self.context_factors
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +97,7 @@ def factor_json(f: Factor) -> dict[str, Any]:
 def finding_json(r: RankedFinding) -> dict[str, Any]:
     """The JSON shape of one ranked finding, as the wiring stores and the API shows it."""
     out = r._asdict()
-    del out["finding"]
+    del out["finding"], out["finding_factors"], out["context_factors"]
     out["explanation"] = [factor_json(f) for f in r.explanation]
     out["path"] = list(r.path)
     return out
@@ -125,13 +134,31 @@ def inputs_digest(*, inputs: RankInputs, settings: RankSettings) -> str:
     serialisation, so input order does not matter. Stored with a run, it proves which
     inputs a rank was made from."""
     h = hashlib.sha256(orjson.dumps(settings, option=_OPTS))
+    sha256, dumps = hashlib.sha256, orjson.dumps
     for name in ("services", "edges", "peers", "origins", "deployments", "project_versions",
                  "components", "libraries", "findings"):
         h.update(b"\x00" + name.encode() + b"\x00")
-        for item in sorted(orjson.dumps(x, option=_OPTS) for x in getattr(inputs, name)):
-            h.update(item)
-            h.update(b"\n")
+        records = getattr(inputs, name)
+        if not records:
+            continue
+        fields = attrgetter(*type(records[0]).__slots__)
+        nested = name == "libraries"
+        # Each row hashed on its own and the row digests sorted: order-independent, and
+        # memory stays flat (no kilobyte orjson buffer kept per row, no copy of inputs).
+        digests = sorted(
+            sha256(dumps(_nested_fields(x) if nested else fields(x))).digest() for x in records
+        )
+        h.update(b"".join(digests))
     return h.hexdigest()
+
+
+def _nested_fields(record: Any) -> tuple[Any, ...]:
+    """A record as a tuple of its fields, records inside tuples too."""
+    return tuple(
+        tuple(_nested_fields(v) for v in value) if isinstance(value, tuple) and value
+        and hasattr(value[0], "__slots__") else value
+        for value in (getattr(record, n) for n in record.__slots__)
+    )
 
 
 # --- what moved ---------------------------------------------------------------------------

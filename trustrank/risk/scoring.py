@@ -53,6 +53,7 @@ IMPACT_VALUES: dict[HumanImpact, float] = {
     "low": 0.0, "medium": 1 / 3, "high": 2 / 3, "very high": 1.0,
 }
 EXPLOITATION_VALUES: dict[Exploitation, float] = {"none": 0.0, "public poc": 0.5, "active": 1.0}
+EXPLOITATION_INDEX: dict[Exploitation, int] = {"none": 0, "public poc": 1, "active": 2}
 
 # One queue: identity and reliability findings get an SSVC-like decision from their kind
 # and the service's exposure (small, controlled, open). "*" is the fallback of a kind.
@@ -140,6 +141,8 @@ class VulnFacts:
     automatable: bool
     points: float
     factors: tuple[Factor, ...]
+    # Index into `DeploymentContext.decisions`: 2 · exploitation index + automatable.
+    slot: int
 
 
 def _pts(weight: float, value: float) -> float:
@@ -199,6 +202,7 @@ def vuln_facts(f: Finding, settings: RankSettings) -> VulnFacts:
         automatable=bool(auto),
         points=round(sum(x.effect for x in factors), 4),
         factors=factors,
+        slot=2 * EXPLOITATION_INDEX[exploitation] + bool(auto),
     )
 
 
@@ -215,4 +219,4 @@ def kind_facts(f: Finding, settings: RankSettings) -> VulnFacts:
                f"severity label {f.severity}", "medium"),
     )
     return VulnFacts(exploitation="none", automatable=False,
-                     points=round(sum(x.effect for x in factors), 4), factors=factors)
+                     points=round(sum(x.effect for x in factors), 4), factors=factors, slot=0)
