@@ -15,10 +15,11 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Sum
 from django.utils import timezone
 
-from trustrank.findings.models import OPEN_STATES, Finding
+from trustrank.findings.models import OPEN_STATES
 from trustrank.identity.models import Identity
 from trustrank.inventory.models import Component
 from trustrank.risk import inputs as ri
@@ -275,18 +276,24 @@ def _vectors(advisory_ids: set[str]) -> dict[str, str]:
     return out
 
 
+_FINDINGS_SQL = """
+SELECT f.id, f.kind, f.category, f.vuln_id, f.severity, f.cvss_score, f.in_kev,
+       f.kev_date_added, f.epss, f.epss_percentile, f.cve_id, f.advisory_id,
+       f.project_version_id, f.component_purl, f.component_key, f.component_name,
+       f.environment, s.name, f.baseline_priority, f.fingerprint
+  FROM findings_finding f LEFT JOIN runtime_service s ON s.id = f.service_id
+ WHERE f.team_id = %s AND f.state IN ('in_triage', 'exploitable')
+ ORDER BY f.id
+"""
+
+
 def _findings(team_id: int) -> tuple[list[ri.Finding], dict[str, int]]:
-    rows = (
-        Finding.objects.filter(team_id=team_id, state__in=OPEN_STATES)
-        .order_by("pk")
-        .values_list(
-            "pk", "kind", "category", "vuln_id", "severity", "cvss_score", "in_kev",
-            "kev_date_added", "epss", "epss_percentile", "cve_id", "advisory_id",
-            "project_version_id", "component_purl", "component_key", "component_name",
-            "environment", "service__name", "baseline_priority", "fingerprint",
-        )
-    )
-    raw = list(rows.iterator(chunk_size=CHUNK))
+    # Raw rows, not the ORM: a million findings is the design point, and building model
+    # rows (or even values_list tuples) costs several times the fetch itself.
+    assert set(OPEN_STATES) == {"in_triage", "exploitable"}
+    with connection.cursor() as cur:
+        cur.execute(_FINDINGS_SQL, [team_id])
+        raw = cur.fetchall()
     vectors = _vectors({r[11] for r in raw if r[11]})
     cves = sorted({r[10] for r in raw if r[10]})
     epss_dates: dict[str, Any] = {}
@@ -298,28 +305,32 @@ def _findings(team_id: int) -> tuple[list[ri.Finding], dict[str, int]]:
         )
     findings: list[ri.Finding] = []
     ids: dict[str, int] = {}
+    keys: dict[str, str] = {}
+    vuln = ri.Finding
     for (pk, kind, category, vuln_id, severity, cvss, in_kev, kev_date, epss, pct, cve,
          advisory_id, pv_id, purl, ckey, cname, env, service, baseline, fp) in raw:
         fid = str(pk)
         ids[fid] = pk
         if kind == "vulnerability":
-            key = component_key_from_purl(purl) if purl else (cname or ckey)
+            key = keys.get(purl) if purl else None
+            if key is None:
+                key = component_key_from_purl(purl) if purl else (cname or ckey)
+                if purl:
+                    keys[purl] = key
             findings.append(
-                ri.Finding(
-                    id=fid, kind="vulnerability", vuln_id=vuln_id, severity=severity,
-                    cvss_score=cvss, cvss_vector=vectors.get(advisory_id or "", ""),
-                    in_kev=in_kev, kev_date=kev_date, epss=epss, epss_percentile=pct,
-                    epss_date=epss_dates.get(cve), project_version=str(pv_id or ""),
-                    component_key=key, baseline=float(baseline or 0.0),
+                vuln(
+                    fid, "vulnerability", "", vuln_id, severity, cvss,
+                    vectors.get(advisory_id or "", ""), in_kev, kev_date, epss, pct,
+                    epss_dates.get(cve), str(pv_id or ""), key, "", "",
+                    float(baseline or 0.0), "",
                 )
             )
         else:
             findings.append(
                 ri.Finding(
                     id=fid, kind=cast(ri.FindingKind, kind), sub_kind=category,
-                    severity=severity,
-                    environment=env, service=service or "", baseline=float(baseline or 0.0),
-                    subject=fp[:16],
+                    severity=severity, environment=env, service=service or "",
+                    baseline=float(baseline or 0.0), subject=fp[:16],
                 )
             )
     return findings, ids

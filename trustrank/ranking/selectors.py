@@ -18,11 +18,14 @@ def priority_list(*, principal: Principal, environment: str | None = None) -> Qu
     qs = Finding.objects.filter(
         ranked__team_id__in=principal.team_ids, state__in=OPEN_STATES
     ).select_related("project", "project_version", "ranked__context", "team")
+    # Ranks are unique within a team's queue: with one team the rank alone orders, which
+    # lets PostgreSQL read the index in order and stop after a page.
+    tiebreak = [] if len(principal.team_ids) == 1 else ["ranked__team_id"]
     if environment is not None:
         return qs.filter(ranked__environment=environment).order_by(
-            "ranked__env_rank", "ranked__team_id", "pk"
+            "ranked__env_rank", *tiebreak
         )
-    return qs.order_by("ranked__rank", "ranked__team_id", "pk")
+    return qs.order_by("ranked__rank", *tiebreak)
 
 
 def priority_count(*, principal: Principal, environment: str | None = None) -> int | None:

@@ -309,7 +309,8 @@ def _store(*, run: RankingRun, result: RankResult, gathered: Gathered) -> dict[s
         ]
         _history(cur, run=run, moved=moved, gone=gone, before=before, rows=rows,
                  new_context=new_context, first=not before)
-        if len(changed) + len(gone) > _REWRITE_ABOVE:
+        rewrite = len(changed) + len(gone) > _REWRITE_ABOVE
+        if rewrite:
             cur.execute("DELETE FROM ranking_rankedfinding WHERE team_id = %s", [run.team_id])
             targets = list(rows)
         else:
@@ -331,6 +332,9 @@ def _store(*, run: RankingRun, result: RankResult, gathered: Gathered) -> dict[s
                 copy.write_row(
                     (fid, run.team_id, run.pk, rank_, env_rank, env, score, decision, ctx_id)
                 )
+        if rewrite:
+            # The planner must know the new queue's size to walk its index for a page.
+            cur.execute("ANALYZE ranking_rankedfinding")
     return {
         "by_environment": {env: n for env, n in sorted(env_counter.items())},
         "contexts": len(new_context),
