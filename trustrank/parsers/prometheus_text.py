@@ -56,6 +56,15 @@ def _timestamp_ms(timestamp: Any, default: int) -> int:
     return round(float(timestamp) * 1000)
 
 
+def _exposed_names(text: str) -> set[str]:
+    names = set()
+    for line in text.splitlines():
+        line = line.lstrip()
+        if line and not line.startswith("#"):
+            names.add(line.split("{", 1)[0].split(None, 1)[0])
+    return names
+
+
 def prometheus_text_parse(*, body: bytes, scraped_at_ms: int, media_type: str = TEXT) -> Scrape:
     """Parse one scrape; raises `PrometheusTextError` for anything prometheus-client
     refuses."""
@@ -71,6 +80,7 @@ def prometheus_text_parse(*, body: bytes, scraped_at_ms: int, media_type: str = 
             openmetrics_parser.text_string_to_metric_families(text)
             if openmetrics else text_string_to_metric_families(text)
         )
+        exposed: set[str] | None = None
         for family in parsed:
             families += 1
             kind = _KINDS.get(family.type, MetricKind.UNKNOWN)
@@ -79,8 +89,17 @@ def prometheus_text_parse(*, body: bytes, scraped_at_ms: int, media_type: str = 
                 if math.isnan(value):
                     nan += 1
                     continue
+                name = sample.name
+                if not openmetrics and kind is MetricKind.COUNTER and name.endswith("_total"):
+                    # prometheus-client appends _total to a 0.0.4 counter that lacks it
+                    # (dcgm-exporter's DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION); keep the
+                    # name as exposed, as Prometheus and remote write do.
+                    if exposed is None:
+                        exposed = _exposed_names(text)
+                    if name not in exposed:
+                        name = name.removesuffix("_total")
                 series.append(Series(
-                    name=sample.name, labels=tuple(sorted(sample.labels.items())), kind=kind,
+                    name=name, labels=tuple(sorted(sample.labels.items())), kind=kind,
                     timestamps_ms=(_timestamp_ms(sample.timestamp, scraped_at_ms),),
                     values=(value,), unit=getattr(family, "unit", "") or "",
                     help=family.documentation or "",
