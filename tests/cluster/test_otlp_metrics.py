@@ -5,6 +5,7 @@ import math
 import random
 import time
 
+import orjson
 import pytest
 from google.protobuf import json_format
 from opentelemetry.proto.metrics.v1 import metrics_pb2
@@ -234,7 +235,10 @@ def test_undecodable_protobuf_is_refused(body):
         otlp_metrics_parse(body=body, now_ns=NOW)
 
 
-@pytest.mark.parametrize("body", [b"not json", b"[1, 2]", b'{"resourceMetrics": 5}', b'{"resourceMetrics": [{"scopeMetrics": [{"metrics": [{"gauge": {"dataPoints": [{"asDouble": "x"}]}}]}]}]}'])
+@pytest.mark.parametrize("body", [
+    b"not json", b"[1, 2]", b'{"resourceMetrics": 5}', b'{"resourceMetrics": [5]}',
+    b'{"resourceMetrics": [{"scopeMetrics": [{"metrics": [{"histogram": {"dataPoints": 3}}]}]}]}',
+])
 def test_bad_json_is_refused(body):
     with pytest.raises(OtlpMetricsError):
         otlp_metrics_parse(body=body, encoding=JSON, now_ns=NOW)
@@ -267,3 +271,29 @@ def test_parse_rate_is_reasonable_for_a_dcgm_scrape():
     assert parsed.accepted_points == 16_000
     # A loose floor, far below the bench figure, so a busy CI machine does not flake.
     assert parsed.total_points / elapsed > 50_000
+
+
+def test_json_points_that_cannot_be_read_are_counted_not_fatal():
+    point = {"timeUnixNano": str(NOW), "asDouble": 1.0, "attributes": [{"key": "gpu", "value": {"stringValue": "0"}}]}
+    body = orjson.dumps({"resourceMetrics": [{"scopeMetrics": [{"metrics": [
+        {"name": "g", "gauge": {"dataPoints": [point, {"timeUnixNano": str(NOW), "asDouble": "x"},
+                                               {"timeUnixNano": "soon", "asInt": "1"}, {"asInt": "2"},
+                                               {"timeUnixNano": str(NOW), "asInt": "3", "attributes": [{"key": 1}]}]}},
+        {"name": "s", "sum": {"aggregationTemporality": "AGGREGATION_TEMPORALITY_DELTA", "isMonotonic": True,
+                              "data_points": [{"time_unix_nano": NOW, "as_int": "7"}]}},
+    ]}]}]})
+    parsed = otlp_metrics_parse(body=body, encoding=JSON, now_ns=NOW)
+    assert (parsed.total_points, parsed.rejected_points) == (6, 4)
+    gauge, delta = parsed.resources[0].metrics
+    assert gauge.numbers is not None and list(gauge.numbers.values) == [1.0]
+    assert gauge.numbers.labels[0] == (("gpu", "0"),)
+    assert (delta.kind, delta.monotonic) == (MetricKind.DELTA, True)
+    assert delta.numbers is not None and list(delta.numbers.values) == [7.0]
+
+
+def test_json_and_protobuf_give_the_same_result():
+    message = dcgm_request(nodes=2, gpus=2, series=5, time_ns=NOW)
+    message.resource_metrics[0].scope_metrics[0].metrics.extend(_histograms())
+    from_proto = otlp_metrics_parse(body=message.SerializeToString(), now_ns=NOW)
+    from_json = otlp_metrics_parse(body=json_format.MessageToJson(message).encode(), encoding=JSON, now_ns=NOW)
+    assert from_json == from_proto
