@@ -297,3 +297,16 @@ def test_json_and_protobuf_give_the_same_result():
     from_proto = otlp_metrics_parse(body=message.SerializeToString(), now_ns=NOW)
     from_json = otlp_metrics_parse(body=json_format.MessageToJson(message).encode(), encoding=JSON, now_ns=NOW)
     assert from_json == from_proto
+
+
+def _len_field(number: int, payload: bytes) -> bytes:
+    assert len(payload) < 128
+    return bytes([number << 3 | 2, len(payload)]) + payload
+
+
+def test_a_truncated_point_in_the_fast_layout_is_rejected_not_raised():
+    truncated = b"\x11" + bytes(8) + b"\x19" + bytes(8) + b"\x21" + b"\x00\x00\x00"
+    metric = _len_field(1, b"g") + _len_field(5, _len_field(1, truncated))
+    body = _len_field(1, _len_field(2, _len_field(2, metric)))
+    parsed = otlp_metrics_parse(body=body, now_ns=NOW)
+    assert (parsed.total_points, parsed.rejected_points) == (1, 1)
