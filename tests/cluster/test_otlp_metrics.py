@@ -47,6 +47,12 @@ def test_dcgm_shaped_request_is_read_columnar_with_labels_and_resource():
     assert (counter.type, counter.temporality, counter.monotonic) == ("sum", "cumulative", True)
     assert counter.kind is MetricKind.COUNTER
     assert counter.numbers is not None and counter.numbers.start_ns[0] == NOW - 3_600_000_000_000
+    # Later metrics of a resource take the whole-metric path; same columns either way.
+    for index, metric in enumerate(resource.metrics):
+        assert metric.numbers is not None
+        assert list(metric.numbers.values) == [float((7 + 3 * gpu + index) % 100) for gpu in range(2)]
+        assert metric.numbers.labels == util.numbers.labels
+        assert list(metric.numbers.start_ns) == [NOW - 3_600_000_000_000 if index == 4 else 0] * 2
 
 
 def test_label_sets_are_interned_across_metrics():

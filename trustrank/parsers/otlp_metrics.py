@@ -376,6 +376,26 @@ def _any_str(value: AnyValue) -> str:
     return orjson.dumps(json_format.MessageToDict(value)).decode()
 
 
+def _plain_string_pair(item: bytes) -> tuple[str, str] | None:
+    """The usual KeyValue, {key: short string, value: {string_value: short string}},
+    read without building messages; None for anything else (the caller decodes it)."""
+    if item[:1] != b"\x0a" or len(item) < 6:
+        return None
+    key_length = item[1]
+    at = 2 + key_length
+    if key_length > 127 or item[at:at + 1] != b"\x12" or item[at + 2:at + 3] != b"\x0a":
+        return None
+    any_length, text_length = item[at + 1], item[at + 3]
+    if any_length > 127 or text_length > 127 or any_length != text_length + 2:
+        return None
+    if at + 4 + text_length != len(item):
+        return None
+    try:
+        return item[2:at].decode(), item[at + 4:].decode()
+    except UnicodeDecodeError:
+        return None
+
+
 class _Labeler:
     """Decodes attribute bytes to `Labels` with its verdict. Two caches: whole attribute
     sets (one decode per distinct label set in the request) and single KeyValues (a GPU
@@ -409,6 +429,11 @@ class _Labeler:
     def _pair(self, item: bytes) -> tuple[tuple[str, str], str | None]:
         got = self.pairs.get(item)
         if got is None:
+            pair = _plain_string_pair(item)
+            if pair is not None:
+                got = (pair, self._pair_problem(*pair))
+                self.pairs[item] = got
+                return got
             try:
                 kv = KeyValue.FromString(item)
                 pair = (kv.key, _any_str(kv.value))
@@ -818,6 +843,7 @@ def _protobuf_resources(
             f"body is not a protobuf ExportMetricsServiceRequest: {exc}"
         ) from exc
     resources = []
+    max_name = limits.max_name_length
     for r_index, resource_metrics in enumerate(request.resource_metrics):
         attributes = {
             kv.key: _any_str(kv.value) for kv in resource_metrics.resource.attributes
@@ -826,6 +852,30 @@ def _protobuf_resources(
         for s_index, scope_metrics in enumerate(resource_metrics.scope_metrics):
             scope_name = scope_metrics.scope.name
             for m_index, metric in enumerate(scope_metrics.metrics):
+                kind = metric.WhichOneof("data")
+                name = metric.name
+                if (kind == "gauge" or kind == "sum") and 0 < len(name) <= max_name and (
+                    "\x00" not in name
+                ):
+                    # The volume case inline (40,000 metrics in a dcgm scrape).
+                    data = metric.gauge if kind == "gauge" else metric.sum
+                    raw_points = data.data_points
+                    tally.total += len(raw_points)
+                    numbers = _number_points(
+                        raw_points, labeler, tally, (r_index, s_index, m_index, name), window
+                    )
+                    if kind == "gauge":
+                        metrics.append(Metric(
+                            name, metric.unit, metric.description, "gauge", "", False,
+                            scope_name, numbers,
+                        ))
+                    else:
+                        metrics.append(Metric(
+                            name, metric.unit, metric.description, "sum",
+                            _TEMPORALITY.get(data.aggregation_temporality, ""),
+                            data.is_monotonic, scope_name, numbers,
+                        ))
+                    continue
                 parsed = _metric(
                     metric, scope_name=scope_name, labeler=labeler, tally=tally,
                     where=(r_index, s_index, m_index, ""), window=window, limits=limits,
