@@ -79,7 +79,10 @@ def latency_series_from(*, series: Iterable[Series], metric: str) -> list[Latenc
             entry = by_time.setdefault(ms / 1000, {"buckets": {}, "sum": 0.0, "count": 0.0})
             if suffix == "_bucket":
                 le = item.label("le")
-                bound = math.inf if le in ("+Inf", "Inf", "inf") else float(le)
+                try:
+                    bound = math.inf if le in ("+Inf", "Inf", "inf") else float(le)
+                except ValueError:
+                    continue  # not a bucket bound: ignore the sample, keep the rest
                 entry["buckets"][bound] = value  # type: ignore[index]
             else:
                 entry[suffix[1:]] = value
