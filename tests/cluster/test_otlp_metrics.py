@@ -316,3 +316,15 @@ def test_a_truncated_point_in_the_fast_layout_is_rejected_not_raised():
     body = _len_field(1, _len_field(2, _len_field(2, metric)))
     parsed = otlp_metrics_parse(body=body, now_ns=NOW)
     assert (parsed.total_points, parsed.rejected_points) == (1, 1)
+
+
+@pytest.mark.parametrize(("time_ns", "value"), [(0, 1.0), (NOW, math.nan), (NOW + 3600 * 10**9, 2.0)])
+def test_bad_points_are_caught_on_the_whole_metric_path_too(time_ns, value):
+    labels = [{"gpu": "0"}, {"gpu": "1"}]
+    first = _gauge("a", [(NOW, 1.0, labels[0]), (NOW, 1.0, labels[1])])
+    # Same label sets as the first metric: this one is decoded as a whole.
+    second = _gauge("b", [(NOW, 1.0, labels[0]), (time_ns, value, labels[1])])
+    parsed = otlp_metrics_parse(body=request([({}, [first, second])]).SerializeToString(), now_ns=NOW)
+    assert (parsed.total_points, parsed.rejected_points) == (4, 1)
+    numbers = parsed.resources[0].metrics[1].numbers
+    assert numbers is not None and numbers.labels == [(("gpu", "0"),)]

@@ -39,6 +39,7 @@ from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
+from math import isfinite
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -483,7 +484,10 @@ def _number_points(
     raws = list(raw_points)
     bulk = _bulk_number_points(raws, labeler.rest_cache)
     if bulk is not None:
-        return _checked(bulk, tally=tally, where=where, window=window)
+        times = bulk.time_ns
+        if min(times) >= window[0] and max(times) <= window[1] and isfinite(sum(bulk.values)):
+            return bulk
+        return _filter_points(bulk, tally=tally, where=where, window=window)
     labels_col: list[Labels] = []
     start_col: array[int] = array("Q")
     time_col: array[int] = array("Q")
@@ -563,8 +567,11 @@ def _bulk_number_points(raws: list[bytes], cache: dict[bytes, Labels]) -> Number
     count = len(raws)
     if not count or count > 4096:
         return None
-    prefixes = b"".join(map(_PREFIX_27, raws))
-    if len(prefixes) == 27 * count and prefixes[:1] == b"\x11":
+    lead = raws[0][:1]
+    if lead == b"\x11":
+        prefixes = b"".join(map(_PREFIX_27, raws))
+        if len(prefixes) != 27 * count:
+            return None
         unpack, first, second, third = _bulk_layout(27, count)
         if (
             prefixes[0::27] != first or prefixes[9::27] != second
@@ -578,8 +585,10 @@ def _bulk_number_points(raws: list[bytes], cache: dict[bytes, Labels]) -> Number
         return NumberPoints(
             labels, array("Q", flat[0::3]), array("Q", flat[1::3]), array("d", flat[2::3])  # type: ignore[arg-type]
         )
-    prefixes = b"".join(map(_PREFIX_18, raws))
-    if len(prefixes) == 18 * count and prefixes[:1] == b"\x19":
+    if lead == b"\x19":
+        prefixes = b"".join(map(_PREFIX_18, raws))
+        if len(prefixes) != 18 * count:
+            return None
         unpack, first, second, _ = _bulk_layout(18, count)
         if prefixes[0::18] != first or prefixes[9::18] != second:
             return None
