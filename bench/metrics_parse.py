@@ -88,7 +88,7 @@ def main() -> None:
         proto_path.write_bytes(message.SerializeToString())
         small = dcgm_request(nodes=max(1, args.nodes // 10), gpus=args.gpus, series=args.series, time_ns=now)
         json_path = Path(tmp) / "request.json"
-        json_path.write_text(json_format.MessageToJson(small))
+        json_path.write_text(json_format.MessageToJson(small, indent=None))
         del message, small
         print(f"built requests in {time.perf_counter() - started:.1f} s", file=sys.stderr)
         proto = _child(proto_path, runs=args.runs, encoding="application/x-protobuf")
