@@ -410,6 +410,7 @@ class _Labeler:
         # and flag fields).
         self.rest_cache: dict[bytes, Labels] = {}
         self.unusual: dict[bytes, _Unusual] = {}
+        self.runs: dict[bytes, Any] = {}
 
     def check(self, pairs: Iterable[tuple[str, str]]) -> tuple[Labels, str | None]:
         labels = tuple(sorted(pairs))
@@ -482,7 +483,7 @@ def _number_points(
 ) -> NumberPoints:
     """Positional arguments and the loop kept flat on purpose: this runs once per point."""
     raws = list(raw_points)
-    bulk = _bulk_number_points(raws, labeler.rest_cache)
+    bulk = _bulk_number_points(raws, labeler.rest_cache, labeler.runs)
     if bulk is not None:
         times = bulk.time_ns
         if min(times) >= window[0] and max(times) <= window[1] and isfinite(sum(bulk.values)):
@@ -563,7 +564,25 @@ def _bulk_layout(width: int, count: int) -> tuple[struct.Struct, bytes, bytes, b
     return layout
 
 
-def _bulk_number_points(raws: list[bytes], cache: dict[bytes, Labels]) -> NumberPoints | None:
+def _bulk_labels(
+    rests: tuple[bytes, ...], cache: dict[bytes, Labels], runs: dict[bytes, Any]
+) -> list[Labels] | None:
+    """Label sets for a metric's attribute bytes. A resource repeats the same sequence
+    of label sets metric after metric, so the sequence is remembered by its first entry
+    and checked by comparing the bytes (memcmp), not hashing each again."""
+    run = runs.get(rests[0])
+    if run is not None and run[0] == rests:
+        return list(run[1])
+    labels = list(map(cache.get, rests))
+    if None in labels:
+        return None
+    runs[rests[0]] = (rests, labels)
+    return labels  # type: ignore[return-value]
+
+
+def _bulk_number_points(
+    raws: list[bytes], cache: dict[bytes, Labels], runs: dict[bytes, Any]
+) -> NumberPoints | None:
     count = len(raws)
     if not count or count > 4096:
         return None
@@ -578,8 +597,8 @@ def _bulk_number_points(raws: list[bytes], cache: dict[bytes, Labels]) -> Number
             or prefixes[18::27] != third
         ):
             return None
-        labels = list(map(cache.get, map(_REST_27, raws)))
-        if None in labels:
+        labels = _bulk_labels(tuple(map(_REST_27, raws)), cache, runs)
+        if labels is None:
             return None
         flat = unpack.unpack(prefixes)
         return NumberPoints(
@@ -592,8 +611,8 @@ def _bulk_number_points(raws: list[bytes], cache: dict[bytes, Labels]) -> Number
         unpack, first, second, _ = _bulk_layout(18, count)
         if prefixes[0::18] != first or prefixes[9::18] != second:
             return None
-        labels = list(map(cache.get, map(_REST_18, raws)))
-        if None in labels:
+        labels = _bulk_labels(tuple(map(_REST_18, raws)), cache, runs)
+        if labels is None:
             return None
         flat = unpack.unpack(prefixes)
         return NumberPoints(
