@@ -12,7 +12,7 @@ MODULES = [
     "trustrank.parsers.prometheus_text", "trustrank.parsers.kubernetes",
     "trustrank.risk.cluster.gpu", "trustrank.risk.cluster.vllm",
     "trustrank.risk.cluster.scheduling", "trustrank.risk.cluster.io",
-    "trustrank.risk.cluster.rdma", "trustrank.risk.cluster.priorities",
+    "trustrank.risk.cluster.rdma", "trustrank.risk.cluster.priorities", "trustrank.risk.cluster.inputs",
 ]
 
 
