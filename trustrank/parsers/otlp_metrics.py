@@ -15,8 +15,13 @@ decoded with a *shadow* copy of the metrics schema in which number data points a
 point attributes are plain `bytes`. A number point as every mainstream encoder writes it
 (fields in number order: start, time, value, then attributes and flags) is read with one
 `struct` unpack, and its attribute bytes are the key of a cache of decoded label sets, so
-each distinct label set is decoded once per request. A point in any other layout goes the
-slow, general way (the real message class); the result is the same.
+each distinct label set is decoded once per request; when a whole metric's points share
+the layout and known label sets, they are decoded together with a few C-level calls. A
+point in any other layout (integer values, exemplars, other field orders) goes the
+general way through the message API; the result is the same.
+
+OTLP/JSON gauges and sums are read from the decoded JSON into the same columns (protobuf's
+json_format would manage about 6,000 points/s); other metric types go through json_format.
 
 Unusable points are counted, never fatal for the request (OTLP partial success): a time
 that is zero, older than `max_past_s` or later than `max_future_s` from now; a NaN or
@@ -347,8 +352,6 @@ def _shadow_classes() -> tuple[type[Message], type[Message], type[Message]]:
 
 
 _ShadowRequest, _ShadowNumberPoint, _ShadowMetric = _shadow_classes()
-# A `_rest_entry` flags value that sends the point down the general path.
-_SLOW = -1
 
 # Number point prefixes as encoders write them: [start 0x11][time 0x19][double 0x21].
 _START_TIME_VALUE = struct.Struct("<xQxQxd")
