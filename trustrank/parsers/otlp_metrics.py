@@ -1030,25 +1030,27 @@ def _json_any_str(value: Any) -> str:
 
 
 def _json_labels(
-    attributes: Any, labeler: _Labeler, cache: dict[tuple[tuple[str, str], ...], Any]
+    attributes: Any, labeler: _Labeler, cache: dict[bytes, Any]
 ) -> tuple[Labels, str | None]:
     if not attributes:
-        pairs: tuple[tuple[str, str], ...] = ()
-    elif isinstance(attributes, list):
-        pairs = tuple((kv["key"], _json_any_str(kv.get("value"))) for kv in attributes)
-    else:
+        attributes = []
+    elif not isinstance(attributes, list):
         raise _Bad("attributes is not an array")
-    got = cache.get(pairs)
+    # Keyed on the attributes' JSON text: one C call, where building the pairs to look
+    # them up would cost about four times as much per point.
+    key = orjson.dumps(attributes)
+    got = cache.get(key)
     if got is None:
-        if any(not isinstance(key, str) for key, _ in pairs):
+        pairs = tuple((kv["key"], _json_any_str(kv.get("value"))) for kv in attributes)
+        if any(not isinstance(name, str) for name, _ in pairs):
             raise _Bad("an attribute key is not a string")
-        got = cache[pairs] = labeler.check(pairs)
+        got = cache[key] = labeler.check(pairs)
     return got  # type: ignore[no-any-return]
 
 
 def _json_number_points(
     points: Any, *, labeler: _Labeler, tally: _Tally, where: _Where, window: tuple[int, int],
-    cache: dict[tuple[tuple[str, str], ...], Any],
+    cache: dict[bytes, Any],
 ) -> NumberPoints:
     columns = NumberPoints([], array("Q"), array("Q"), array("d"))
     if not isinstance(points, list):
@@ -1093,7 +1095,7 @@ def _json_number_points(
 
 def _json_metric(
     metric: Any, *, scope_name: str, labeler: _Labeler, tally: _Tally, where: _Where,
-    window: tuple[int, int], limits: OtlpLimits, cache: dict[tuple[tuple[str, str], ...], Any],
+    window: tuple[int, int], limits: OtlpLimits, cache: dict[bytes, Any],
 ) -> Metric | None:
     if not isinstance(metric, dict):
         raise OtlpMetricsError("a metric must be a JSON object")
@@ -1176,7 +1178,7 @@ def _json_resources(
         raise OtlpMetricsError(f"body is not JSON: {exc}") from exc
     if not isinstance(document, dict):
         raise OtlpMetricsError("body must be a JSON object (an ExportMetricsServiceRequest)")
-    cache: dict[tuple[tuple[str, str], ...], Any] = {}
+    cache: dict[bytes, Any] = {}
     resources = []
     for r_index, resource_metrics in enumerate(
         _json_list(document, "resourceMetrics", "resource_metrics", "body")
