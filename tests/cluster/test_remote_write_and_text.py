@@ -192,3 +192,13 @@ def test_text_arbitrary_bytes_raise_only_the_parser_error():
         for media in ("text/plain", OPENMETRICS):
             with contextlib.suppress(ParserError):
                 prometheus_text_parse(body=bytes(body), scraped_at_ms=1, media_type=media)
+
+
+def test_remote_write_rejects_a_series_with_a_nul_in_a_label():
+    body = _write_request(
+        _timeseries({"__name__": "up", "job": "a\x00b"}, [(1.0, 1), (2.0, 2)]),
+        _timeseries({"__name__": "up", "job": "ok"}, [(1.0, 1)]),
+    )
+    parsed = remote_write_parse(body=body)
+    assert [s.label("job") for s in parsed.series] == ["ok"]
+    assert parsed.rejected_samples == 2 and "NUL" in parsed.message()

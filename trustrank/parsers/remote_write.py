@@ -180,7 +180,7 @@ def remote_write_parse(*, body: bytes, compressed: bool = True) -> RemoteWrite:
         problem = None
         if not name or len(name) > 255 or "\x00" in name:
             problem = "no usable __name__ label"
-        elif any("\x00" in k or "\x00" in v for k, v in labels.items()):
+        elif "\x00" in "".join(labels) or "\x00" in "".join(labels.values()):
             problem = "a label holds a NUL byte"
         if problem is not None:
             rejected += len(samples)
