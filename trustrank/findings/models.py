@@ -168,6 +168,7 @@ class Finding(models.Model):
     resolved_at = models.DateTimeField(null=True, blank=True)
     auto_resolved = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Every write sets it (raw SQL updates too): incremental ranking runs read what changed.
     updated_at = models.DateTimeField(auto_now=True)
 
     # --- what the finding is about (every reference optional) ---
@@ -270,6 +271,8 @@ class Finding(models.Model):
                 condition=Q(in_kev=True),
                 name="findings_team_kev_prio",
             ),
+            # What changed since a time: incremental ranking runs read only these.
+            models.Index(fields=["team", "updated_at"], name="findings_team_updated"),
             models.Index(fields=["project_version", "state"], name="findings_pv_state"),
             models.Index(fields=["project", "state"], name="findings_project_state"),
             models.Index(fields=["team", "environment", "kind"], name="findings_team_env_kind"),

@@ -280,20 +280,31 @@ _FINDINGS_SQL = """
 SELECT f.id, f.kind, f.category, f.vuln_id, f.severity, f.cvss_score, f.in_kev,
        f.kev_date_added, f.epss, f.epss_percentile, f.cve_id, f.advisory_id,
        f.project_version_id, f.component_purl, f.component_key, f.component_name,
-       f.environment, s.name, f.baseline_priority, f.fingerprint
+       f.environment, s.name, f.baseline_priority, f.fingerprint, f.state
   FROM findings_finding f LEFT JOIN runtime_service s ON s.id = f.service_id
- WHERE f.team_id = %s AND f.state IN ('in_triage', 'exploitable')
+ WHERE f.team_id = %s AND {where}
  ORDER BY f.id
 """
 
 
-def _findings(team_id: int) -> tuple[list[ri.Finding], dict[str, int]]:
+def _findings(
+    team_id: int, *, changed_since: datetime | None = None
+) -> tuple[list[ri.Finding], dict[str, int], set[str]]:
+    """(open findings, their database ids, ids that left the open states). With
+    `changed_since`, only findings written since then (an incremental run's delta)."""
     # Raw rows, not the ORM: a million findings is the design point, and building model
     # rows (or even values_list tuples) costs several times the fetch itself.
     assert set(OPEN_STATES) == {"in_triage", "exploitable"}
     with connection.cursor() as cur:
-        cur.execute(_FINDINGS_SQL, [team_id])
+        if changed_since is None:
+            cur.execute(
+                _FINDINGS_SQL.format(where="f.state IN ('in_triage', 'exploitable')"), [team_id]
+            )
+        else:
+            cur.execute(_FINDINGS_SQL.format(where="f.updated_at >= %s"), [team_id, changed_since])
         raw = cur.fetchall()
+    closed = {str(r[0]) for r in raw if r[20] not in OPEN_STATES}
+    raw = [r for r in raw if r[20] in OPEN_STATES]
     vectors = _vectors({r[11] for r in raw if r[11]})
     cves = sorted({r[10] for r in raw if r[10]})
     epss_dates: dict[str, Any] = {}
@@ -308,7 +319,7 @@ def _findings(team_id: int) -> tuple[list[ri.Finding], dict[str, int]]:
     keys: dict[str, str] = {}
     vuln = ri.Finding
     for (pk, kind, category, vuln_id, severity, cvss, in_kev, kev_date, epss, pct, cve,
-         advisory_id, pv_id, purl, ckey, cname, env, service, baseline, fp) in raw:
+         advisory_id, pv_id, purl, ckey, cname, env, service, baseline, fp, _state) in raw:
         fid = str(pk)
         ids[fid] = pk
         if kind == "vulnerability":
@@ -317,6 +328,8 @@ def _findings(team_id: int) -> tuple[list[ri.Finding], dict[str, int]]:
                 key = component_key_from_purl(purl) if purl else (cname or ckey)
                 if purl:
                     keys[purl] = key
+            # Positional, in the field order of trustrank.risk.inputs.Finding: a million
+            # keyword calls cost a second.
             findings.append(
                 vuln(
                     fid, "vulnerability", "", vuln_id, severity, cvss,
@@ -333,17 +346,33 @@ def _findings(team_id: int) -> tuple[list[ri.Finding], dict[str, int]]:
                     baseline=float(baseline or 0.0), subject=fp[:16],
                 )
             )
-    return findings, ids
+    return findings, ids, closed
 
 
-def ranking_inputs_gather(*, team_id: int) -> Gathered:
+def ranking_inputs_gather(
+    *, team_id: int, previous: Gathered | None = None, changed_since: datetime | None = None
+) -> Gathered:
+    """The team's inputs. With `previous` and `changed_since`, findings are the previous
+    ones updated by what was written since (the graph evidence is always read anew)."""
     since, minutes = _window()
     rs = rank_settings()
     services, edges, peers, origins, names = _graph(team_id, since, minutes)
     libraries = _libraries(team_id, since, minutes, names, rs)
     deployments, version_ids = _deployments(team_id)
     versions, components = _components(version_ids)
-    findings, ids = _findings(team_id)
+    if previous is not None and changed_since is not None:
+        delta, delta_ids, closed = _findings(team_id, changed_since=changed_since)
+        by_id = {f.id: f for f in previous.inputs.findings}
+        ids = dict(previous.finding_ids)
+        for fid in closed:
+            by_id.pop(fid, None)
+            ids.pop(fid, None)
+        for f in delta:
+            by_id[f.id] = f
+        ids.update(delta_ids)
+        findings = list(by_id.values())
+    else:
+        findings, ids, _closed = _findings(team_id)
     inputs = ri.RankInputs(
         services=tuple(services), edges=tuple(edges), peers=tuple(peers),
         origins=tuple(origins), deployments=tuple(deployments),

@@ -14,7 +14,8 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
@@ -30,10 +31,26 @@ from trustrank.risk.results import RankedFinding, RankResult, factor_json
 
 log = logging.getLogger(__name__)
 
-# The previous result per team, kept by the worker process that made it, so the next run
-# of that team can be incremental. Bounded: a worker serving many teams keeps the latest.
-_PREVIOUS: OrderedDict[int, tuple[int, ri.RankInputs, RankResult]] = OrderedDict()
+@dataclass
+class _Cached:
+    """What a worker keeps of a team's last run so the next one can be incremental: the
+    inputs, the engine's result and the stored rows (finding id -> rank row)."""
+
+    run_id: int
+    gathered: Gathered
+    result: RankResult
+    rows: dict[int, tuple[int, int, str, float, str, str]]
+    gathered_at: datetime
+
+
+# The previous run per team, kept by the worker process that made it. Bounded: a worker
+# serving many teams keeps the latest few. A cache older than _CACHE_MAX_AGE is not used:
+# a full run now and then also catches what no timestamp records (a deleted project).
+_PREVIOUS: OrderedDict[int, _Cached] = OrderedDict()
 _PREVIOUS_MAX = 4
+_CACHE_MAX_AGE = timedelta(hours=1)
+# Writes committed just before a gather began may carry an earlier updated_at.
+_CLOCK_SKEW = timedelta(seconds=30)
 
 
 class RankingError(RuntimeError):
@@ -184,22 +201,30 @@ def _changed_since(old: ri.RankInputs, new: ri.RankInputs) -> tuple[set[str], se
 
 def _execute(run: RankingRun) -> None:
     t0 = time.perf_counter()
-    gathered = ranking_inputs_gather(team_id=run.team_id)
-    t1 = time.perf_counter()
-    _phase(run, "ranking")
     rs = rank_settings()
     previous = RankingRun.objects.filter(
         team_id=run.team_id, status=RunStatus.DONE
     ).order_by("-finished_at", "-pk").first()
     cached = _PREVIOUS.get(run.team_id)
+    gathered_at = timezone.now()
     incremental = (
-        cached is not None and previous is not None and cached[0] == previous.pk
-        and cached[2].settings_version == rs.version
+        cached is not None and previous is not None and cached.run_id == previous.pk
+        and cached.result.settings_version == rs.version
+        and gathered_at - cached.gathered_at < _CACHE_MAX_AGE
     )
     if incremental and cached is not None:
-        versions, services = _changed_since(cached[1], gathered.inputs)
+        gathered = ranking_inputs_gather(
+            team_id=run.team_id, previous=cached.gathered,
+            changed_since=cached.gathered_at - _CLOCK_SKEW,
+        )
+    else:
+        gathered = ranking_inputs_gather(team_id=run.team_id)
+    t1 = time.perf_counter()
+    _phase(run, "ranking")
+    if incremental and cached is not None:
+        versions, services = _changed_since(cached.gathered.inputs, gathered.inputs)
         result = rank_incremental(
-            previous=cached[2], inputs=gathered.inputs, settings=rs,
+            previous=cached.result, inputs=gathered.inputs, settings=rs,
             changed_project_versions=versions, changed_services=services,
         )
     else:
@@ -207,7 +232,10 @@ def _execute(run: RankingRun) -> None:
     t2 = time.perf_counter()
     _phase(run, "storing")
     with transaction.atomic():
-        counts = _store(run=run, result=result, gathered=gathered)
+        counts, rows = _store(
+            run=run, result=result, gathered=gathered,
+            before=cached.rows if incremental and cached is not None else None,
+        )
         t3 = time.perf_counter()
         RankingRun.objects.filter(pk=run.pk).update(
             status=RunStatus.DONE,
@@ -217,7 +245,7 @@ def _execute(run: RankingRun) -> None:
             weights=orjson.loads(orjson.dumps(rs)),
             weights_version=rs.version,
             inputs_digest=result.inputs_digest,
-            results_digest=_results_digest(result),
+            results_digest=_rows_digest(rows),
             counts={
                 "findings": len(result.findings),
                 "services": len(gathered.inputs.services),
@@ -232,16 +260,21 @@ def _execute(run: RankingRun) -> None:
             },
             finished_at=timezone.now(),
         )
-    _PREVIOUS[run.team_id] = (run.pk, gathered.inputs, result)
+    _PREVIOUS[run.team_id] = _Cached(
+        run_id=run.pk, gathered=gathered, result=result, rows=rows, gathered_at=gathered_at
+    )
     _PREVIOUS.move_to_end(run.team_id)
     while len(_PREVIOUS) > _PREVIOUS_MAX:
         _PREVIOUS.popitem(last=False)
 
 
-def _results_digest(result: RankResult) -> str:
-    from trustrank.risk.results import result_digest
-
-    return result_digest(result)
+def _rows_digest(rows: dict[int, tuple[int, int, str, float, str, str]]) -> str:
+    """SHA-256 of what the run stored: each finding's rank, score, decision and the digest
+    of its context (which covers the explanation). Equal results, equal digest."""
+    h = hashlib.sha256()
+    for fid in sorted(rows):
+        h.update(orjson.dumps([fid, *rows[fid]]))
+    return h.hexdigest()
 
 
 # --- storing ------------------------------------------------------------------------------
@@ -269,7 +302,15 @@ def context_of(r: RankedFinding) -> dict[str, Any]:
 _REWRITE_ABOVE = 20_000
 
 
-def _store(*, run: RankingRun, result: RankResult, gathered: Gathered) -> dict[str, Any]:
+def _store(
+    *,
+    run: RankingRun,
+    result: RankResult,
+    gathered: Gathered,
+    before: dict[int, tuple[int, int, str, float, str, str]] | None = None,
+) -> tuple[dict[str, Any], dict[int, tuple[int, int, str, float, str, str]]]:
+    """Write the run's ranks; `before` is the stored queue when the caller knows it (an
+    incremental run), else it is read. Returns the counts and the rows now stored."""
     contexts: dict[tuple[Any, ...], tuple[str, bytes]] = {}
     rows: dict[int, tuple[int, int, str, float, str, str]] = {}
     env_counter: dict[str, int] = {}
@@ -294,12 +335,13 @@ def _store(*, run: RankingRun, result: RankResult, gathered: Gathered) -> dict[s
             "ON CONFLICT (digest) DO NOTHING",
             [list(new_context), [b.decode() for b in new_context.values()]],
         )
-        cur.execute(
-            "SELECT finding_id, rank, env_rank, environment, score, decision, context_id "
-            "FROM ranking_rankedfinding WHERE team_id = %s",
-            [run.team_id],
-        )
-        before = {row[0]: row[1:] for row in cur.fetchall()}
+        if before is None:
+            cur.execute(
+                "SELECT finding_id, rank, env_rank, environment, score, decision, context_id "
+                "FROM ranking_rankedfinding WHERE team_id = %s",
+                [run.team_id],
+            )
+            before = {row[0]: row[1:] for row in cur.fetchall()}
         changed = [fid for fid, row in rows.items() if before.get(fid) != row]
         gone = [fid for fid in before if fid not in rows]
         moved = [
@@ -335,13 +377,14 @@ def _store(*, run: RankingRun, result: RankResult, gathered: Gathered) -> dict[s
         if rewrite:
             # The planner must know the new queue's size to walk its index for a page.
             cur.execute("ANALYZE ranking_rankedfinding")
-    return {
+    counts = {
         "by_environment": {env: n for env, n in sorted(env_counter.items())},
         "contexts": len(new_context),
         "moved": len(moved),
         "updated": len(changed),
         "left_queue": len(gone),
     }
+    return counts, rows
 
 
 def _history(

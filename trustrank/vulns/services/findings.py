@@ -586,7 +586,8 @@ def findings_refresh_exploit_data() -> dict[str, int]:
     with connection.cursor() as cur:
         cur.execute(
             """
-            UPDATE findings_finding f SET in_kev = TRUE, kev_date_added = k.date_added
+            UPDATE findings_finding f SET in_kev = TRUE, kev_date_added = k.date_added,
+                                          updated_at = now()
             FROM vulns_keventry k
             WHERE k.cve_id = f.cve_id AND f.cve_id <> ''
               AND (NOT f.in_kev OR f.kev_date_added IS DISTINCT FROM k.date_added)
@@ -595,14 +596,15 @@ def findings_refresh_exploit_data() -> dict[str, int]:
         kev_on = cur.rowcount
         cur.execute(
             """
-            UPDATE findings_finding f SET in_kev = FALSE, kev_date_added = NULL
+            UPDATE findings_finding f SET in_kev = FALSE, kev_date_added = NULL, updated_at = now()
             WHERE f.in_kev AND NOT EXISTS (SELECT 1 FROM vulns_keventry k WHERE k.cve_id = f.cve_id)
             """
         )
         kev_off = cur.rowcount
         cur.execute(
             """
-            UPDATE findings_finding f SET epss = e.epss, epss_percentile = e.percentile
+            UPDATE findings_finding f SET epss = e.epss, epss_percentile = e.percentile,
+                                          updated_at = now()
             FROM vulns_epsslatest e
             WHERE e.cve_id = f.cve_id AND f.cve_id <> ''
               AND (f.epss IS DISTINCT FROM e.epss
