@@ -8,7 +8,7 @@ use and which adds nothing to free-GPU sums, so no separate mask is needed.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -51,6 +51,9 @@ class Workload:
     def gpu_demand(self) -> IntArray:
         """Per pod, GPU demand in thousandths of a GPU."""
         return self.num_gpu * self.gpu_milli
+
+    def with_creation(self, *, creation: IntArray) -> Workload:
+        return replace(self, creation=creation.astype(np.int64))
 
     def subset(self, *, indices: Sequence[int] | IntArray) -> Workload:
         idx = np.asarray(indices, dtype=np.int64)
