@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "trustrank.vulns",
     "trustrank.runtime",
     "trustrank.identity",
+    "trustrank.cluster",
     "ingest",
 ]
 
