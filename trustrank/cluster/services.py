@@ -147,6 +147,16 @@ def _node_subset(spec: ClusterSpec, fraction: float) -> ClusterSpec:
 ProgressFn = Callable[[str, int, int], None]
 
 
+def _phase_progress(progress: ProgressFn | None, phase: str) -> Callable[[int, int], None] | None:
+    if progress is None:
+        return None
+
+    def report(done: int, total: int) -> None:
+        progress(phase, done, total)
+
+    return report
+
+
 def replay_compute(
     *,
     params: ReplayParams,
@@ -166,7 +176,7 @@ def replay_compute(
             workload=workload,
             strategies=params.strategies,
             seeds=params.seeds,
-            progress=(lambda d, t: progress("inflation", d, t)) if progress else None,
+            progress=_phase_progress(progress, "inflation"),
         )
         strategies = {
             name: {
@@ -195,7 +205,7 @@ def replay_compute(
             policy=policy,
             strategy=params.placement,
             compress=params.compress,
-            progress=(lambda d, t, ph=phase: progress(ph, d, t)) if progress else None,
+            progress=_phase_progress(progress, phase),
         )
         rows[policy] = {
             "p95_delay_s": outcome.p95_delay_s,
