@@ -10,7 +10,7 @@ import pytest
 
 from trustrank.parsers.openb import parse_openb_nodes, parse_openb_pods
 from trustrank.risk.scheduling.fragmentation import fragmentation, shape_distribution
-from trustrank.risk.scheduling.inflation import replay_inflation
+from trustrank.risk.scheduling.inflation import draw_arrivals, replay_inflation
 from trustrank.risk.scheduling.state import (
     ClusterState,
     OverAllocationError,
@@ -26,6 +26,7 @@ def _strategy(name, wl, spec, seed=0):
     return make_strategy(
         name=name, seed=seed, workload=wl, n_nodes=len(spec), dist=shape_distribution(workload=wl)
     )
+
 
 
 def _occupy(state, node, gpu_milli, slot, cpu=0):
@@ -102,6 +103,65 @@ def test_fragmentation_counts_free_gpu_a_task_cannot_use():
     frag = fragmentation(dist=dist, cpu_free=cpu, gpu_left=left)
     # 400 is unusable; a node without the CPU to host a task is all fragment.
     assert frag.tolist() == [400.0, 0.0, 1400.0]
+
+
+def test_vectorised_fragmentation_matches_the_definition_task_by_task():
+    # The paper's definition, one task shape at a time, against the grouped NumPy form.
+    rng = np.random.default_rng(7)
+    wl = workload(
+        [
+            (int(rng.choice([2000, 8000, 12000])), 10, int(g), int(k))
+            for g, k in rng.choice(
+                [(0, 0), (250, 1), (500, 1), (470, 1), (810, 1), (1000, 1), (1000, 2), (1000, 8)],
+                size=60,
+            )
+        ]
+    )
+    dist = shape_distribution(workload=wl)
+    counts = np.bincount(wl.type_of)
+    p = counts / counts.sum()
+    left = rng.choice([0, 100, 250, 500, 530, 800, 1000, 1000], size=(50, 8))
+    cpu = rng.integers(0, 20000, size=50)
+
+    def by_definition(c, row):
+        total, frag = row.sum(), 0.0
+        for t in range(len(p)):
+            g, k = wl.type_gpu_milli[t], wl.type_num_gpu[t]
+            fits = k > 0 and c >= wl.type_cpu[t] and (row >= g).sum() >= k
+            frag += p[t] * (row[row < g].sum() if fits else total)
+        return frag
+
+    expected = [by_definition(cpu[i], left[i]) for i in range(len(cpu))]
+    got = fragmentation(dist=dist, cpu_free=cpu, gpu_left=left)
+    assert np.allclose(got, expected)
+
+
+def test_fgd_cache_changes_no_decision(openb):
+    spec, wl = openb
+    idx = np.arange(0, len(spec), 12)
+    small = type(spec)(
+        names=tuple(spec.names[i] for i in idx), cpu=spec.cpu[idx], mem=spec.mem[idx],
+        gpus=spec.gpus[idx], models=tuple(spec.models[i] for i in idx),
+    )
+    arrivals = draw_arrivals(workload=wl, capacity_milli=small.gpu_capacity_milli, seed=3)[:500]
+    runs = []
+    for cached in (True, False):
+        state = ClusterState.empty(small)
+        fgd = _strategy("fgd", wl, small)
+        decisions = []
+        for pod in arrivals:
+            if not cached:
+                fgd.cached_version[:] = -1
+                fgd.frag_version[:] = -1
+            choice = fgd.choose(state=state, workload=wl, pod=int(pod))
+            decisions.append(choice)
+            if choice is not None:
+                state.allocate(
+                    node=choice.node, cpu=int(wl.cpu[pod]), mem=int(wl.mem[pod]),
+                    gpu_milli=int(wl.gpu_milli[pod]), gpus=choice.gpus,
+                )
+        runs.append(decisions)
+    assert runs[0] == runs[1]
 
 
 def test_a_pod_too_big_for_every_node_is_not_placed():
