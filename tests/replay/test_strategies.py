@@ -100,9 +100,13 @@ def test_fragmentation_counts_free_gpu_a_task_cannot_use():
     dist = shape_distribution(workload=wl)
     left = np.array([[400, 1000], [1000, 1000], [400, 1000]])
     cpu = np.array([8000, 8000, 500])
-    frag = fragmentation(dist=dist, cpu_free=cpu, gpu_left=left)
+    mem = np.array([100, 100, 100])
+    frag = fragmentation(dist=dist, cpu_free=cpu, mem_free=mem, gpu_left=left)
     # 400 is unusable; a node without the CPU to host a task is all fragment.
     assert frag.tolist() == [400.0, 0.0, 1400.0]
+    # So is one without the memory.
+    short = fragmentation(dist=dist, cpu_free=cpu, mem_free=np.array([5, 100, 100]), gpu_left=left)
+    assert short.tolist() == [1400.0, 0.0, 1400.0]
 
 
 def test_vectorised_fragmentation_matches_the_definition_task_by_task():
@@ -110,7 +114,7 @@ def test_vectorised_fragmentation_matches_the_definition_task_by_task():
     rng = np.random.default_rng(7)
     wl = workload(
         [
-            (int(rng.choice([2000, 8000, 12000])), 10, int(g), int(k))
+            (int(rng.choice([2000, 8000, 12000])), int(rng.choice([10, 5000])), int(g), int(k))
             for g, k in rng.choice(
                 [(0, 0), (250, 1), (500, 1), (470, 1), (810, 1), (1000, 1), (1000, 2), (1000, 8)],
                 size=60,
@@ -122,17 +126,20 @@ def test_vectorised_fragmentation_matches_the_definition_task_by_task():
     p = counts / counts.sum()
     left = rng.choice([0, 100, 250, 500, 530, 800, 1000, 1000], size=(50, 8))
     cpu = rng.integers(0, 20000, size=50)
+    mem = rng.integers(0, 10000, size=50)
 
-    def by_definition(c, row):
+    def by_definition(c, m, row):
         total, frag = row.sum(), 0.0
         for t in range(len(p)):
             g, k = wl.type_gpu_milli[t], wl.type_num_gpu[t]
-            fits = k > 0 and c >= wl.type_cpu[t] and (row >= g).sum() >= k
+            fits = (
+                k > 0 and c >= wl.type_cpu[t] and m >= wl.type_mem[t] and (row >= g).sum() >= k
+            )
             frag += p[t] * (row[row < g].sum() if fits else total)
         return frag
 
-    expected = [by_definition(cpu[i], left[i]) for i in range(len(cpu))]
-    got = fragmentation(dist=dist, cpu_free=cpu, gpu_left=left)
+    expected = [by_definition(cpu[i], mem[i], left[i]) for i in range(len(cpu))]
+    got = fragmentation(dist=dist, cpu_free=cpu, mem_free=mem, gpu_left=left)
     assert np.allclose(got, expected)
 
 

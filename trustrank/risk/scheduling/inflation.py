@@ -99,7 +99,9 @@ def replay_inflation_once(
     capacity = spec.gpu_capacity_milli
     demand = workload.gpu_demand
     # Per-node fragmentation, refreshed at each mark only for nodes changed since the last.
-    node_frag = fragmentation(dist=dist, cpu_free=state.cpu_free, gpu_left=state.gpu_left)
+    node_frag = fragmentation(
+        dist=dist, cpu_free=state.cpu_free, mem_free=state.mem_free, gpu_left=state.gpu_left
+    )
     frag_version = state.version.copy()
     unallocated = [1.0]
     frag = [float(node_frag.sum()) / capacity]
@@ -125,7 +127,10 @@ def replay_inflation_once(
             stale = np.flatnonzero(frag_version != state.version)
             if len(stale):
                 node_frag[stale] = fragmentation(
-                    dist=dist, cpu_free=state.cpu_free[stale], gpu_left=state.gpu_left[stale]
+                    dist=dist,
+                    cpu_free=state.cpu_free[stale],
+                    mem_free=state.mem_free[stale],
+                    gpu_left=state.gpu_left[stale],
                 )
                 frag_version[stale] = state.version[stale]
             frag.append(float(node_frag.sum()) / capacity)

@@ -37,10 +37,11 @@ class Workload:
     gpu_spec: tuple[str, ...]
     creation: IntArray
     duration: IntArray
-    # Pods with equal (cpu, gpu_milli, num_gpu) leave a node in the same fragmentation state,
-    # so FGD caches per type, not per pod.
+    # Pods with equal (cpu, mem, gpu_milli, num_gpu) leave a node in the same fragmentation
+    # state, so FGD caches per type, not per pod.
     type_of: IntArray
     type_cpu: IntArray
+    type_mem: IntArray
     type_gpu_milli: IntArray
     type_num_gpu: IntArray
 
@@ -82,7 +83,7 @@ def workload_from_arrays(
     creation: IntArray,
     duration: IntArray,
 ) -> Workload:
-    keys = np.stack([cpu, gpu_milli, num_gpu], axis=1)
+    keys = np.stack([cpu, mem, gpu_milli, num_gpu], axis=1)
     uniq, type_of = np.unique(keys, axis=0, return_inverse=True)
     return Workload(
         names=names,
@@ -96,8 +97,9 @@ def workload_from_arrays(
         duration=duration.astype(np.int64),
         type_of=type_of.reshape(-1).astype(np.int64),
         type_cpu=uniq[:, 0].astype(np.int64),
-        type_gpu_milli=uniq[:, 1].astype(np.int64),
-        type_num_gpu=uniq[:, 2].astype(np.int64),
+        type_mem=uniq[:, 1].astype(np.int64),
+        type_gpu_milli=uniq[:, 2].astype(np.int64),
+        type_num_gpu=uniq[:, 3].astype(np.int64),
     )
 
 

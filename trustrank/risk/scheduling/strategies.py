@@ -243,68 +243,82 @@ class Fgd(_Base):
         self.dist = dist
         self.frag_now = np.zeros(n_nodes)
         self.frag_version = np.full(n_nodes, -1, dtype=np.int64)
-        self.delta = np.zeros((n_nodes, n_types))
-        self.best_slot = np.full((n_nodes, n_types), -1, dtype=np.int64)
-        self.cached_version = np.full((n_nodes, n_types), -1, dtype=np.int64)
+        # Per (pod type, node): the node's score as a cost, the GPU slot that achieves it,
+        # and the node version it was computed at. Type-major, so one type is one row.
+        self.node_cost = np.zeros((n_types, n_nodes))
+        self.best_slot = np.full((n_types, n_nodes), -1, dtype=np.int64)
+        self.cached_version = np.full((n_types, n_nodes), -1, dtype=np.int64)
 
-    def _refresh_now(self, state: ClusterState, nodes: IntArray) -> None:
-        stale = nodes[self.frag_version[nodes] != state.version[nodes]]
-        if len(stale):
-            self.frag_now[stale] = fragmentation(
-                dist=self.dist, cpu_free=state.cpu_free[stale], gpu_left=state.gpu_left[stale]
-            )
-            self.frag_version[stale] = state.version[stale]
-
-    def _score(
-        self, state: ClusterState, nodes: IntArray, cpu: int, gpu_milli: int, num_gpu: int
-    ) -> tuple[FloatArray, IntArray]:
-        cpu_after = state.cpu_free[nodes] - cpu
+    def _candidates(
+        self, state: ClusterState, nodes: IntArray, request: tuple[int, int, int, int]
+    ) -> tuple[IntArray, IntArray, IntArray, IntArray, IntArray]:
+        """The states a placement can leave on each node: (row into `nodes`, slot or -1,
+        cpu, memory, gpu_left) per candidate."""
+        cpu, mem, gpu_milli, num_gpu = request
         left = state.gpu_left[nodes]
-        if num_gpu == 0:
-            return fragmentation(dist=self.dist, cpu_free=cpu_after, gpu_left=left), np.full(
-                len(nodes), -1, dtype=np.int64
-            )
-        if gpu_milli >= MILLI:
-            full = left >= MILLI
-            take = full & (np.cumsum(full, axis=1) <= num_gpu)
-            after = np.where(take, 0, left)
-            return fragmentation(dist=self.dist, cpu_free=cpu_after, gpu_left=after), np.full(
-                len(nodes), -1, dtype=np.int64
-            )
-        # Shared request: one candidate state per (node, slot with room).
-        width = left.shape[1]
-        after = np.repeat(left[:, None, :], width, axis=1)  # [n, slot, G]
-        diag = np.arange(width)
-        after[:, diag, diag] -= gpu_milli
-        valid = left >= gpu_milli  # [n, slot]
+        if num_gpu == 0 or gpu_milli >= MILLI:
+            rows = np.arange(len(nodes))
+            slots = np.full(len(nodes), -1, dtype=np.int64)
+            after = left
+            if num_gpu > 0:
+                # Whole GPUs are interchangeable: take the first free ones.
+                full = left >= MILLI
+                after = np.where(full & (np.cumsum(full, axis=1) <= num_gpu), 0, left)
+        else:
+            # One candidate per GPU with room; GPUs of a node with the same room left give
+            # the same state, so only the first of each is scored (on idle or padded rows
+            # that removes most of the work).
+            width = left.shape[1]
+            same = (left[:, :, None] == left[:, None, :]) & np.tri(width, k=-1, dtype=bool)
+            rows, slots = np.nonzero((left >= gpu_milli) & ~same.any(axis=2))
+            after = left[rows]
+            after[np.arange(len(rows)), slots] -= gpu_milli
+        return (
+            rows,
+            slots,
+            state.cpu_free[nodes][rows] - cpu,
+            state.mem_free[nodes][rows] - mem,
+            after,
+        )
+
+    def _refresh(
+        self, state: ClusterState, kind: int, nodes: IntArray, request: tuple[int, int, int, int]
+    ) -> None:
+        rows, slots, cpu, mem, after = self._candidates(state, nodes, request)
+        # One fragmentation call for the candidates and for the current state of any node
+        # whose current fragmentation is out of date (per-call overhead dominates here).
+        now = nodes[self.frag_version[nodes] != state.version[nodes]]
         frag = fragmentation(
             dist=self.dist,
-            cpu_free=np.repeat(cpu_after, width),
-            gpu_left=np.maximum(after, 0).reshape(-1, width),
-        ).reshape(len(nodes), width)
-        frag = np.where(valid, frag, np.inf)
-        slot = frag.argmin(axis=1)
-        return frag[np.arange(len(nodes)), slot], slot.astype(np.int64)
+            cpu_free=np.concatenate([cpu, state.cpu_free[now]]),
+            mem_free=np.concatenate([mem, state.mem_free[now]]),
+            gpu_left=np.concatenate([after, state.gpu_left[now]]),
+        )
+        self.frag_now[now] = frag[len(rows) :]
+        self.frag_version[now] = state.version[now]
+        grid = np.full((len(nodes), state.gpu_left.shape[1] + 1), np.inf)
+        grid[rows, slots] = frag[: len(rows)]  # slot -1 lands in the spare last column
+        best = grid.argmin(axis=1)
+        delta = grid[np.arange(len(nodes)), best] - self.frag_now[nodes]
+        # Node score: sigmoid of the fragmentation drop (in GPUs), as an integer 0..100.
+        drop = np.clip(-delta / MILLI, -50.0, 50.0)
+        self.node_cost[kind, nodes] = _k8s_cost(1.0 / (1.0 + np.exp(-drop)))
+        self.best_slot[kind, nodes] = np.where(best == grid.shape[1] - 1, -1, best)
+        self.cached_version[kind, nodes] = state.version[nodes]
 
     def choose(self, *, state: ClusterState, workload: Workload, pod: int) -> Placement | None:
-        cpu, mem, gpu_milli, num_gpu = self._request(workload, pod)
-        nodes = np.flatnonzero(
-            state.feasible(cpu=cpu, mem=mem, gpu_milli=gpu_milli, num_gpu=num_gpu)
-        )
+        request = self._request(workload, pod)
+        cpu, mem, gpu_milli, num_gpu = request
+        fits = state.feasible(cpu=cpu, mem=mem, gpu_milli=gpu_milli, num_gpu=num_gpu)
+        kind = int(workload.type_of[pod])
+        stale = np.flatnonzero(fits & (self.cached_version[kind] != state.version))
+        if len(stale):
+            self._refresh(state, kind, stale, request)
+        nodes = np.flatnonzero(fits)
         if len(nodes) == 0:
             return None
-        kind = int(workload.type_of[pod])
-        stale = nodes[self.cached_version[nodes, kind] != state.version[nodes]]
-        if len(stale):
-            self._refresh_now(state, stale)
-            after, slot = self._score(state, stale, cpu, gpu_milli, num_gpu)
-            self.delta[stale, kind] = after - self.frag_now[stale]
-            self.best_slot[stale, kind] = slot
-            self.cached_version[stale, kind] = state.version[stale]
-        # Node score: sigmoid of the fragmentation drop (in GPUs), as an integer 0..100.
-        drop = np.clip(-self.delta[nodes, kind] / MILLI, -50.0, 50.0)
-        node = _pick_min(_k8s_cost(1.0 / (1.0 + np.exp(-drop))), nodes, self.rng)
-        best = int(self.best_slot[node, kind])
+        node = _pick_min(self.node_cost[kind, nodes], nodes, self.rng)
+        best = int(self.best_slot[kind, node])
         gpus = state.gpus_for(
             node=node, gpu_milli=gpu_milli, num_gpu=num_gpu, slot=best if best >= 0 else None
         )
