@@ -5,7 +5,9 @@ unallocated and the cluster's fragmentation (same measure FGD minimises)."""
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -145,40 +147,11 @@ def replay_inflation_once(
     )
 
 
-def replay_inflation(
-    *,
-    spec: ClusterSpec,
-    workload: Workload,
-    strategies: Sequence[str] = STRATEGIES,
-    seeds: int = 10,
-    progress: Callable[[int, int], None] | None = None,
-) -> InflationResult:
-    """Every strategy sees the same arrival sequence per seed (common random numbers), so
-    differences come from placement, not from the draw."""
-    if spec.gpu_capacity_milli == 0:
-        raise ValueError("the cluster has no GPUs; inflation is measured against GPU capacity")
-    dist = shape_distribution(workload=workload)
-    curves = []
-    steps = seeds * len(strategies)
-    done = 0
-    for seed in range(seeds):
-        arrivals = draw_arrivals(
-            workload=workload, capacity_milli=spec.gpu_capacity_milli, seed=seed
-        )
-        for name in strategies:
-            curves.append(
-                replay_inflation_once(
-                    spec=spec,
-                    workload=workload,
-                    arrivals=arrivals,
-                    strategy=name,
-                    seed=seed,
-                    dist=dist,
-                )
-            )
-            done += 1
-            if progress is not None:
-                progress(done, steps)
+def summarise_curves(
+    *, curves: Sequence[InflationCurve], strategies: Sequence[str]
+) -> dict[str, StrategySummary]:
+    """Per strategy: unallocated share at 100 % arrived (mean, std over seeds) and the mean
+    curves."""
     summaries = {}
     for name in strategies:
         mine = [c for c in curves if c.strategy == name]
@@ -195,9 +168,68 @@ def replay_inflation(
                 float(v) for v in np.mean([c.fragmentation[:width] for c in mine], axis=0)
             ),
         )
+    return summaries
+
+
+_SHARED: dict[str, object] = {}
+
+
+def _init_worker(spec: ClusterSpec, workload: Workload, dist: ShapeDistribution) -> None:
+    # Sent once per worker process rather than with every task.
+    _SHARED.update(spec=spec, workload=workload, dist=dist)
+
+
+def _run_one(job: tuple[int, str]) -> InflationCurve:
+    seed, name = job
+    spec, workload, dist = _SHARED["spec"], _SHARED["workload"], _SHARED["dist"]
+    assert isinstance(spec, ClusterSpec) and isinstance(workload, Workload)
+    assert isinstance(dist, ShapeDistribution)
+    arrivals = draw_arrivals(workload=workload, capacity_milli=spec.gpu_capacity_milli, seed=seed)
+    return replay_inflation_once(
+        spec=spec, workload=workload, arrivals=arrivals, strategy=name, seed=seed, dist=dist
+    )
+
+
+def replay_inflation(
+    *,
+    spec: ClusterSpec,
+    workload: Workload,
+    strategies: Sequence[str] = STRATEGIES,
+    seeds: int = 10,
+    jobs: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+) -> InflationResult:
+    """Every strategy sees the same arrival sequence per seed (common random numbers), so
+    differences come from placement, not from the draw. `jobs` > 1 spreads the (seed,
+    strategy) replays over worker processes (not from inside a daemonic Celery worker)."""
+    if spec.gpu_capacity_milli == 0:
+        raise ValueError("the cluster has no GPUs; inflation is measured against GPU capacity")
+    dist = shape_distribution(workload=workload)
+    work = [(seed, name) for seed in range(seeds) for name in strategies]
+    curves: list[InflationCurve] = []
+    if jobs > 1:
+        with ProcessPoolExecutor(
+            max_workers=jobs,
+            mp_context=multiprocessing.get_context("fork"),
+            initializer=_init_worker,
+            initargs=(spec, workload, dist),
+        ) as pool:
+            for curve in pool.map(_run_one, work):
+                curves.append(curve)
+                if progress is not None:
+                    progress(len(curves), len(work))
+    else:
+        _init_worker(spec, workload, dist)
+        try:
+            for job in work:
+                curves.append(_run_one(job))
+                if progress is not None:
+                    progress(len(curves), len(work))
+        finally:
+            _SHARED.clear()
     return InflationResult(
         seeds=seeds,
-        summaries=summaries,
+        summaries=summarise_curves(curves=curves, strategies=strategies),
         curves=tuple(curves),
         placements=sum(c.placed + c.failed for c in curves),
     )

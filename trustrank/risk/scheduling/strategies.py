@@ -41,7 +41,8 @@ class Strategy(Protocol):
 def _pick_min(cost: FloatArray, nodes: IntArray, rng: np.random.Generator) -> int:
     best = cost.min()
     ties = nodes[cost <= best + 1e-9 * max(1.0, abs(float(best)))]
-    return int(ties[0]) if len(ties) == 1 else int(rng.choice(ties))
+    # Indexing with one integer draw is several times cheaper than rng.choice.
+    return int(ties[0]) if len(ties) == 1 else int(ties[rng.integers(len(ties))])
 
 
 def _tightest_slot(state: ClusterState, node: int, gpu_milli: int) -> int:
