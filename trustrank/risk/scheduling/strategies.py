@@ -5,7 +5,7 @@ to a seeded random pick, as the Kubernetes scheduler breaks ties among equal sco
 Best-fit, dot-product and FGD rank nodes by a Kubernetes node score, an integer 0..100, as
 the paper's evaluation ran them (each is a scheduler score plugin). The rounding matters:
 it turns near-equal nodes into ties that the random pick spreads, and on `openb` FGD with
-exact float scores leaves ~10 % more GPUs unallocated than with the integer score.
+exact float scores leaves 5.6 % of GPUs unallocated instead of 4.8 % (two seeds).
 
 random-fit, best-fit, dot-product, GPU packing and GPU clustering are the baselines the FGD
 paper compares against; `fgd` places where the expected fragmentation grows least.
