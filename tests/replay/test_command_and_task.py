@@ -114,3 +114,24 @@ def test_task_runs_timeline_mode(team, small_trace):
     run.refresh_from_db()
     assert run.status == ReplayStatus.DONE, run.error
     assert set(run.result["strategies"]) == {"semantic_aware"}
+
+
+def test_timeline_takes_supplied_priorities(tmp_path, small_trace):
+    pods, nodes = small_trace
+    names = [line.split(",")[0] for line in pods.read_text().splitlines()[1:]]
+    hints = tmp_path / "hints.json"
+    # Everyone equal: no pair has different priorities, so nothing can be a violation.
+    hints.write_text(json.dumps({name: {"priority": 2, "diagnoses": []} for name in names}))
+    out = io.StringIO()
+    call_command(
+        "replay_schedule", "--pods", str(pods), "--nodes", str(nodes), "--mode", "timeline",
+        "--strategy", "best_fit", "--compress", "500", "--policy", "semantic_aware",
+        "--hints", str(hints), "--json", stdout=out,
+    )
+    doc = json.loads(out.getvalue())
+    assert doc["strategies"]["semantic_aware"]["violation_rate"] == 0.0
+
+
+def test_malformed_hints_are_refused():
+    with pytest.raises(ValueError, match="priority must be an integer"):
+        replay_params_validate(mode="timeline", hints={"p0": {"priority": "high"}})

@@ -40,6 +40,7 @@ class ReplayRunListCreateApi(ListAPIView[ReplayRun]):
                 placement=data["placement"],
                 compress=data["compress"],
                 node_fraction=data["node_fraction"],
+                hints=data["hints"],
             )
             run = services.replay_run_create(
                 principal=principal_for_request(request),

@@ -24,6 +24,7 @@ class ReplayRunCreateSerializer(serializers.Serializer[dict[str, Any]]):
     placement = serializers.ChoiceField(choices=STRATEGIES, default="fgd")
     compress = serializers.FloatField(min_value=0.001, default=1.0)
     node_fraction = serializers.FloatField(min_value=0.001, max_value=1.0, default=1.0)
+    hints = serializers.JSONField(required=False, default=None)
     team = serializers.CharField(max_length=120, required=False, default="", allow_blank=True)
     pods = serializers.FileField(required=False)
     nodes = serializers.FileField(required=False)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from trustrank.risk.scheduling.state import (
     workload_from_pods,
 )
 from trustrank.risk.scheduling.strategies import STRATEGIES
-from trustrank.risk.scheduling.timeline import POLICIES, replay_timeline
+from trustrank.risk.scheduling.timeline import POLICIES, SemanticHint, replay_timeline
 
 logger = logging.getLogger(__name__)
 
@@ -60,12 +60,38 @@ class ReplayParams:
     placement: str
     compress: float
     node_fraction: float
+    # Timeline, semantic-aware policy: pod name -> recommended priority and diagnoses (the
+    # cluster issue's output). Empty: a stand-in derived from the trace.
+    hints: dict[str, SemanticHint] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["strategies"] = list(self.strategies)
         data["policies"] = list(self.policies)
+        data["hints"] = {
+            name: {"priority": h.priority, "diagnoses": list(h.diagnoses)}
+            for name, h in self.hints.items()
+        }
         return data
+
+
+def hints_parse(raw: object) -> dict[str, SemanticHint]:
+    """`{pod name: {"priority": int, "diagnoses": [str, …]}}` (or just `{pod: int}`)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ReplayError("hints must be an object mapping pod names to priorities")
+    hints = {}
+    for name, value in raw.items():
+        entry = value if isinstance(value, dict) else {"priority": value}
+        priority = entry.get("priority")
+        diagnoses = entry.get("diagnoses", [])
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise ReplayError(f"hints[{name!r}].priority must be an integer")
+        if not isinstance(diagnoses, list) or not all(isinstance(d, str) for d in diagnoses):
+            raise ReplayError(f"hints[{name!r}].diagnoses must be a list of strings")
+        hints[str(name)] = SemanticHint(priority=priority, diagnoses=tuple(diagnoses))
+    return hints
 
 
 def replay_params_validate(
@@ -77,6 +103,7 @@ def replay_params_validate(
     placement: str = "fgd",
     compress: float = 1.0,
     node_fraction: float = 1.0,
+    hints: object = None,
 ) -> ReplayParams:
     if mode not in ReplayMode.values:
         raise ReplayError(f"unknown mode {mode!r}; choose inflation or timeline")
@@ -106,6 +133,7 @@ def replay_params_validate(
         placement=placement,
         compress=float(compress),
         node_fraction=float(node_fraction),
+        hints=hints_parse(hints),
     )
 
 
@@ -205,6 +233,7 @@ def replay_compute(
             policy=policy,
             strategy=params.placement,
             compress=params.compress,
+            hints=params.hints or None,
             progress=_phase_progress(progress, phase),
         )
         rows[policy] = {
@@ -225,6 +254,7 @@ def replay_compute(
         "placement": params.placement,
         "compress": params.compress,
         "node_fraction": params.node_fraction,
+        "priorities": "supplied" if params.hints else "stand-in from the trace",
         "strategies": rows,
         "seconds": round(time.monotonic() - started, 3),
     }

@@ -43,6 +43,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--node-fraction", type=float, default=1.0, help="replay on this share of the nodes"
         )
+        parser.add_argument(
+            "--hints",
+            type=Path,
+            help="timeline: JSON file {pod name: {priority, diagnoses}} for the semantic-aware "
+            "policy (default: a stand-in from the trace's QoS and GPU requests)",
+        )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -51,6 +57,7 @@ class Command(BaseCommand):
         if mode == "timeline" and len(strategies) > 1:
             raise CommandError("timeline mode takes one --strategy (the placement)")
         try:
+            hints = json.loads(Path(options["hints"]).read_bytes()) if options["hints"] else None
             params = services.replay_params_validate(
                 mode=mode,
                 strategies=strategies if mode == "inflation" else (),
@@ -59,12 +66,15 @@ class Command(BaseCommand):
                 placement=strategies[0] if mode == "timeline" and strategies else "fgd",
                 compress=options["compress"],
                 node_fraction=options["node_fraction"],
+                hints=hints,
             )
             pods_csv = Path(options["pods"]).read_bytes()
             nodes_csv = Path(options["nodes"]).read_bytes()
             workload, spec = services.trace_load(pods_csv=pods_csv, nodes_csv=nodes_csv)
         except OSError as exc:
-            raise CommandError(f"cannot read trace: {exc}") from exc
+            raise CommandError(f"cannot read input: {exc}") from exc
+        except json.JSONDecodeError as exc:
+            raise CommandError(f"--hints is not JSON: {exc}") from exc
         except services.ReplayError as exc:
             raise CommandError(str(exc)) from exc
         result = services.replay_compute(params=params, workload=workload, spec=spec)
