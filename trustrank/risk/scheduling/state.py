@@ -206,6 +206,20 @@ class ClusterState:
             ok &= self.full_count >= num_gpu
         return ok
 
+    def fits_anywhere(
+        self, *, cpu: IntArray, mem: IntArray, gpu_milli: IntArray, num_gpu: IntArray
+    ) -> npt.NDArray[np.bool_]:
+        """For many requests at once: does each fit on at least one node?"""
+        if len(cpu) == 0:
+            return np.zeros(0, dtype=bool)
+        # Requests repeat (a trace has ~150 shapes), so test each distinct one once.
+        keys = np.stack([cpu, mem, gpu_milli, num_gpu], axis=1)
+        shapes, back = np.unique(keys, axis=0, return_inverse=True)
+        c, m, g, k = (shapes[:, i, None] for i in range(4))
+        gpu_ok = (k == 0) | ((k == 1) & (self.max_left >= g)) | ((k > 1) & (self.full_count >= k))
+        ok = (self.cpu_free >= c) & (self.mem_free >= m) & gpu_ok
+        return ok.any(axis=1)[back.reshape(-1)]
+
     def _summarise(self, node: int) -> None:
         row = self.gpu_left[node]
         self.max_left[node] = row.max()

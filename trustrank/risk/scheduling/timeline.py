@@ -15,7 +15,6 @@ one started while the higher one was waiting and would have fitted at that momen
 from __future__ import annotations
 
 import heapq
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -95,7 +94,8 @@ class TimelineResult:
 
 
 class _Queue:
-    """The waiting pods and the order a policy tries them in."""
+    """The waiting pods and the order a policy tries them in (vectorised: a contended queue
+    holds thousands of pods and is reordered at every release)."""
 
     def __init__(
         self, *, policy: str, workload: Workload, hints: Mapping[str, SemanticHint]
@@ -104,8 +104,12 @@ class _Queue:
             raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
         self.policy = policy
         self.workload = workload
-        self.waiting: dict[int, int] = {}  # pod -> arrival sequence number
+        self.seq = np.zeros(len(workload), dtype=np.int64)
         self.weight = np.array([QOS_WEIGHTS.get(q, 1) for q in workload.qos], dtype=np.int64)
+        # Round-robin lanes: one per QoS class, heavier classes first, then by name.
+        classes = sorted(set(workload.qos), key=lambda q: (-QOS_WEIGHTS.get(q, 1), q))
+        lane_of = {q: i for i, q in enumerate(classes)}
+        self.lane = np.array([lane_of[q] for q in workload.qos], dtype=np.int64)
         self.reservation = workload.gpu_demand
         base = np.array([hints[n].priority if n in hints else 1 for n in workload.names])
         bonus = np.array(
@@ -118,49 +122,39 @@ class _Queue:
         self.rr_offset = 0
 
     def add(self, pod: int, seq: int) -> None:
-        self.waiting[pod] = seq
+        self.seq[pod] = seq  # arrival order: FIFO among equals
 
-    def remove(self, pod: int) -> None:
-        del self.waiting[pod]
-
-    def order(self, pods: list[int], now: int) -> list[int]:
-        pods = sorted(pods, key=lambda p: self.waiting[p])  # FIFO within a class
+    def order(self, pods: IntArray, now: int) -> IntArray:
+        arr = np.asarray(pods, dtype=np.int64)
+        if len(arr) == 0:
+            return arr
+        seq = self.seq[arr]
         if self.policy == "gpu_mem_reservation":
-            return sorted(pods, key=lambda p: -int(self.reservation[p]))
-        if self.policy == "semantic_aware":
-            wl = self.workload
+            idx = np.lexsort((seq, -self.reservation[arr]))
+        elif self.policy == "semantic_aware":
+            aged = (now - self.workload.creation[arr]) >= AGING_S
+            idx = np.lexsort((seq, -(self.semantic[arr] + aged)))
+        else:
+            idx = self._weighted_round_robin(arr, seq)
+        return arr[idx]
 
-            def key(p: int) -> int:
-                aged = 1 if now - int(wl.creation[p]) >= AGING_S else 0
-                return -(int(self.semantic[p]) + aged)
-
-            return sorted(pods, key=key)
-        return self._weighted_round_robin(pods)
-
-    def _weighted_round_robin(self, pods: list[int]) -> list[int]:
+    def _weighted_round_robin(self, arr: IntArray, seq: IntArray) -> IntArray:
         # Each round a class takes as many turns as its weight; classes of equal weight
         # alternate, and the starting class rotates between passes so none is always last.
-        classes: dict[int, dict[str, deque[int]]] = {}
-        for p in pods:
-            classes.setdefault(int(self.weight[p]), {}).setdefault(
-                self.workload.qos[p], deque()
-            ).append(p)
-        lanes = [
-            (w, q, lane)
-            for w in sorted(classes, reverse=True)
-            for q, lane in sorted(classes[w].items())
-        ]
-        if lanes:
-            shift = self.rr_offset % len(lanes)
-            lanes = lanes[shift:] + lanes[:shift]
-            self.rr_offset += 1
-        out: list[int] = []
-        while len(out) < len(pods):
-            for w, _, lane in lanes:
-                for _ in range(w):
-                    if lane:
-                        out.append(lane.popleft())
-        return out
+        # A pod's place: round = (its rank in its class) // weight, then class, then rank.
+        lane = self.lane[arr]
+        present, lane_pos = np.unique(lane, return_inverse=True)
+        shift = self.rr_offset % len(present)
+        self.rr_offset += 1
+        lane_pos = (lane_pos - shift) % len(present)
+        by_lane = np.lexsort((seq, lane_pos))
+        rank = np.empty(len(arr), dtype=np.int64)
+        sorted_lane = lane_pos[by_lane]
+        starts = np.flatnonzero(np.r_[True, sorted_lane[1:] != sorted_lane[:-1]])
+        first = np.repeat(starts, np.diff(np.r_[starts, len(arr)]))
+        rank[by_lane] = np.arange(len(arr)) - first
+        rounds = rank // self.weight[arr]
+        return np.lexsort((rank, lane_pos, rounds))
 
 
 def replay_timeline(
@@ -203,6 +197,7 @@ def replay_timeline(
     # A waiting pod that failed to fit since the last release still cannot fit: nothing
     # has been freed since. This keeps passes short and the violation check honest.
     blocked = np.zeros(len(workload), dtype=bool)
+    failed_type = np.zeros(len(workload.type_cpu), dtype=bool)
     waiting = np.zeros(len(workload), dtype=bool)
     violations = pairs = 0
     pass_pairs: list[tuple[IntArray, IntArray]] = []
@@ -212,18 +207,20 @@ def replay_timeline(
     def place(pod: int, choice: Placement, now: int) -> None:
         waiting[pod] = False
         others = np.flatnonzero(waiting & (reference != reference[pod]))
-        higher = others[(reference[others] > reference[pod]) & ~blocked[others]]
-        wronged = [
-            int(h)
-            for h in higher
-            if state.feasible(
-                cpu=int(workload.cpu[h]),
-                mem=int(workload.mem[h]),
-                gpu_milli=int(workload.gpu_milli[h]),
-                num_gpu=int(workload.num_gpu[h]),
-            ).any()
+        higher = others[
+            (reference[others] > reference[pod])
+            & ~blocked[others]
+            & ~failed_type[workload.type_of[others]]
         ]
-        pass_pairs.append((others, np.array(wronged, dtype=np.int64)))
+        wronged = higher[
+            state.fits_anywhere(
+                cpu=workload.cpu[higher],
+                mem=workload.mem[higher],
+                gpu_milli=workload.gpu_milli[higher],
+                num_gpu=workload.num_gpu[higher],
+            )
+        ]
+        pass_pairs.append((others, wronged))
         state.allocate(
             node=choice.node,
             cpu=int(workload.cpu[pod]),
@@ -231,7 +228,6 @@ def replay_timeline(
             gpu_milli=int(workload.gpu_milli[pod]),
             gpus=choice.gpus,
         )
-        queue.remove(pod)
         start[pod] = now
         end = now + int(workload.duration[pod])
         heapq.heappush(running, (end, pod, choice.node, choice.gpus))
@@ -265,27 +261,29 @@ def replay_timeline(
             next_arrival += 1
         if freed:
             blocked[:] = False
-        candidates = list(queue.waiting) if freed else fresh
+        candidates = np.flatnonzero(waiting) if freed else np.asarray(fresh, dtype=np.int64)
         # Pairs seen this pass; one only counts if the other pod is still waiting when the
         # pass ends, since two pods started in the same instant did not wait for each other.
         pass_pairs = []
-        failed_shapes: set[tuple[int, int, int, int]] = set()
-        for pod in queue.order(candidates, now):
-            shape = (
-                int(workload.cpu[pod]),
-                int(workload.mem[pod]),
-                int(workload.gpu_milli[pod]),
-                int(workload.num_gpu[pod]),
-            )
-            if shape in failed_shapes:
-                blocked[pod] = True
-                continue
+        # Once a pod type fails in a pass, every later pod of that type fails too (the pass
+        # only takes resources), so they are skipped with one vector scan, not one by one.
+        failed_type[:] = False
+        ordered = queue.order(candidates, now)
+        types = workload.type_of[ordered]
+        i = 0
+        while i < len(ordered):
+            open_ = ~failed_type[types[i:]]
+            if not open_.any():
+                break
+            i += int(open_.argmax())
+            pod = int(ordered[i])
+            i += 1
             choice = placer.choose(state=state, workload=workload, pod=pod)
             if choice is None:
-                failed_shapes.add(shape)
-                blocked[pod] = True
+                failed_type[types[i - 1]] = True
                 continue
             place(pod, choice, now)
+        blocked[ordered[failed_type[types] & waiting[ordered]]] = True
         for others, wronged in pass_pairs:
             pairs += int(waiting[others].sum())
             violations += int(waiting[wronged].sum())
