@@ -135,3 +135,27 @@ def test_timeline_takes_supplied_priorities(tmp_path, small_trace):
 def test_malformed_hints_are_refused():
     with pytest.raises(ValueError, match="priority must be an integer"):
         replay_params_validate(mode="timeline", hints={"p0": {"priority": "high"}})
+
+
+@pytest.mark.django_db
+def test_a_run_whose_worker_died_is_taken_over_after_its_lease(team, small_trace):
+    from datetime import timedelta
+
+    from celery.exceptions import Retry
+    from django.utils import timezone
+
+    from trustrank.cluster.services import Outcome, replay_run_execute
+
+    run = _run(team, small_trace, seeds=1, strategies=["best_fit"])
+    live = timezone.now() + timedelta(minutes=5)
+    ReplayRun.objects.filter(pk=run.pk).update(status=ReplayStatus.RUNNING, lease_until=live)
+    # Another worker holds it: this delivery backs off and comes back later.
+    assert replay_run_execute(run_id=run.pk) == Outcome.BUSY
+    with pytest.raises(Retry):
+        replay_run(run.pk)
+    # Its lease lapsed (the worker died): the next delivery takes the run over.
+    lapsed = timezone.now() - timedelta(seconds=1)
+    ReplayRun.objects.filter(pk=run.pk).update(lease_until=lapsed)
+    assert replay_run(run.pk) == "done"
+    run.refresh_from_db()
+    assert run.status == ReplayStatus.DONE and run.lease_until is None

@@ -23,7 +23,8 @@ class ReplayRun(models.Model):
 
     The uploaded CSVs are kept on the row (empty = the bundled openb trace) so the worker,
     a retry, or a re-run reads the very bytes that were validated when the run was made.
-    A worker claims the row with a conditional UPDATE on `status='queued'`.
+    A worker claims the row with a conditional UPDATE on `status='queued'` (or on a running
+    row whose lease has lapsed: its worker died) and renews the lease as it reports progress.
     """
 
     team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="replay_runs")
@@ -47,6 +48,7 @@ class ReplayRun(models.Model):
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

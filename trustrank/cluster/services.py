@@ -6,10 +6,12 @@ results into the JSON stored on `ReplayRun.result` and printed by `replay_schedu
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ import numpy as np
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from trustrank.accounts.models import Scope, Team
@@ -349,19 +352,42 @@ def _enqueue(run_id: int) -> None:
     replay_run.delay(run_id)
 
 
+def _lease() -> datetime:
+    return timezone.now() + timedelta(seconds=settings.TRUSTRANK_JOB_LEASE_SECONDS)
+
+
 def replay_run_claim(*, run_id: int) -> bool:
-    """Take a queued run. The conditional UPDATE is the lock: a second delivery of the same
-    message finds the row no longer queued and does nothing."""
-    claimed = ReplayRun.objects.filter(pk=run_id, status=ReplayStatus.QUEUED).update(
-        status=ReplayStatus.RUNNING, started_at=timezone.now(), phase="loading trace", error=""
+    """Take a queued run, or a running one whose worker stopped renewing its lease. The
+    conditional UPDATE is the lock: two deliveries of one message cannot both win."""
+    now = timezone.now()
+    claimed = ReplayRun.objects.filter(
+        Q(status=ReplayStatus.QUEUED) | Q(status=ReplayStatus.RUNNING, lease_until__lt=now),
+        pk=run_id,
+    ).update(
+        status=ReplayStatus.RUNNING,
+        started_at=now,
+        lease_until=_lease(),
+        phase="loading trace",
+        progress_done=0,
+        error="",
     )
     return bool(claimed)
 
 
-def replay_run_execute(*, run_id: int) -> None:
+class Outcome(enum.StrEnum):
+    DONE = "done"
+    FAILED = "failed"
+    FINISHED_BEFORE = "finished before"  # nothing to do
+    BUSY = "busy"  # another worker holds a live lease
+
+
+def replay_run_execute(*, run_id: int) -> Outcome:
     if not replay_run_claim(run_id=run_id):
-        logger.info("replay run %s: not queued (already taken or finished)", run_id)
-        return
+        status = ReplayRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
+        if status in (ReplayStatus.DONE, ReplayStatus.FAILED, None):
+            logger.info("replay run %s: already finished (or gone)", run_id)
+            return Outcome.FINISHED_BEFORE
+        return Outcome.BUSY
     run = ReplayRun.objects.get(pk=run_id)
     last_write = 0.0
 
@@ -372,7 +398,7 @@ def replay_run_execute(*, run_id: int) -> None:
             return
         last_write = now
         ReplayRun.objects.filter(pk=run_id, status=ReplayStatus.RUNNING).update(
-            phase=phase[:60], progress_done=done, progress_total=total
+            phase=phase[:60], progress_done=done, progress_total=total, lease_until=_lease()
         )
 
     try:
@@ -385,13 +411,14 @@ def replay_run_execute(*, run_id: int) -> None:
         result = replay_compute(params=params, workload=workload, spec=spec, progress=progress)
     except (ReplayError, TypeError) as exc:
         _finish(run_id, status=ReplayStatus.FAILED, error=str(exc))
-        return
+        return Outcome.FAILED
     except Exception as exc:
         # Not transient: the same input would fail the same way, so mark it and stop.
         logger.exception("replay run %s failed", run_id)
         _finish(run_id, status=ReplayStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
-        return
+        return Outcome.FAILED
     _finish(run_id, status=ReplayStatus.DONE, result=result)
+    return Outcome.DONE
 
 
 def _finish(
@@ -402,6 +429,7 @@ def _finish(
         "finished_at": timezone.now(),
         "error": error,
         "phase": "done" if status == ReplayStatus.DONE else "failed",
+        "lease_until": None,
     }
     if result is not None:
         fields["result"] = result
