@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "trustrank.identity",
     "trustrank.findings",
     "trustrank.ranking",
+    "trustrank.cluster",
     "ingest",
 ]
 

@@ -9,6 +9,7 @@ urlpatterns = [
     path("", include("trustrank.findings.urls")),
     path("", include("trustrank.runtime.urls")),
     path("", include("trustrank.identity.urls")),
+    path("", include("trustrank.cluster.urls")),
     # Receivers (REST under api/v1/, OTLP at v1/traces).
     path("", include("ingest.urls")),
     path("api/v1/", include("trustrank.inventory.api_urls")),
@@ -16,6 +17,7 @@ urlpatterns = [
     path("api/v1/", include("trustrank.runtime.api_urls")),
     path("api/v1/", include("trustrank.identity.api_urls")),
     path("api/v1/", include("trustrank.ranking.api_urls")),
+    path("api/v1/", include("trustrank.cluster.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("admin/", admin.site.urls),

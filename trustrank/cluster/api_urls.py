@@ -1,0 +1,8 @@
+from django.urls import path
+
+from trustrank.cluster import apis
+
+urlpatterns = [
+    path("replay-runs", apis.ReplayRunListCreateApi.as_view(), name="api-replay-runs"),
+    path("replay-runs/<int:run_id>", apis.ReplayRunDetailApi.as_view(), name="api-replay-run"),
+]

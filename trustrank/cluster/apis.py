@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.urls import reverse
+from rest_framework import status
+from rest_framework.generics import ListAPIView, RetrieveAPIView
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from trustrank.accounts.principal import principal_for_request
+from trustrank.cluster import services
+from trustrank.cluster.models import ReplayRun
+from trustrank.cluster.selectors import replay_run_get_for_principal, replay_run_list
+from trustrank.cluster.serializers import ReplayRunCreateSerializer, ReplayRunSerializer
+from trustrank.lib.api import problem
+
+
+class ReplayRunListCreateApi(ListAPIView[ReplayRun]):
+    """GET: the runs of the principal's teams. POST: start a run (202; poll `status_url`)."""
+
+    serializer_class = ReplayRunSerializer
+    required_scopes = {"GET": "read", "POST": services.CREATE_SCOPE}
+    queryset = ReplayRun.objects.none()  # for the schema; get_queryset scopes the real one
+
+    def get_queryset(self) -> Any:
+        return replay_run_list(principal=principal_for_request(self.request))
+
+    def post(self, request: Request) -> Response:
+        incoming = ReplayRunCreateSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        pods, nodes = data.get("pods"), data.get("nodes")
+        try:
+            params = services.replay_params_validate(
+                mode=data["mode"],
+                strategies=data["strategies"],
+                seeds=data["seeds"],
+                policies=data["policies"],
+                placement=data["placement"],
+                compress=data["compress"],
+                node_fraction=data["node_fraction"],
+                hints=data["hints"],
+            )
+            run = services.replay_run_create(
+                principal=principal_for_request(request),
+                params=params,
+                team_hint=data["team"],
+                pods_csv=pods.read() if pods else None,
+                nodes_csv=nodes.read() if nodes else None,
+                trace_label=f"{pods.name} + {nodes.name}" if pods and nodes else "",
+            )
+        except services.ReplayError as exc:
+            return problem(status.HTTP_400_BAD_REQUEST, "Bad request", str(exc))
+        status_url = reverse("api-replay-run", kwargs={"run_id": run.pk})
+        return Response(
+            {"id": run.pk, "status": run.status, "status_url": status_url},
+            status=status.HTTP_202_ACCEPTED,
+            headers={"Location": status_url},
+        )
+
+
+class ReplayRunDetailApi(RetrieveAPIView[ReplayRun]):
+    serializer_class = ReplayRunSerializer
+
+    def get_object(self) -> ReplayRun:
+        return replay_run_get_for_principal(
+            principal=principal_for_request(self.request), run_id=self.kwargs["run_id"]
+        )

@@ -1,0 +1,95 @@
+"""Inline SVG for the replay page, drawn server-side (no chart library in the bundle)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+# Colour-blind-safe palette (Okabe-Ito), one per strategy in a fixed order.
+COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#000000")
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    colour: str
+    points: str  # SVG polyline points
+    final_label_y: float
+
+
+@dataclass(frozen=True)
+class Tick:
+    pos: float
+    label: str
+
+
+@dataclass(frozen=True)
+class LineChart:
+    width: int
+    height: int
+    left: int
+    top: int
+    plot_w: int
+    plot_h: int
+    series: tuple[Series, ...]
+    x_ticks: tuple[Tick, ...]
+    y_ticks: tuple[Tick, ...]
+    x_label: str
+    y_label: str
+    marker_x: float | None
+
+
+def unallocated_chart(
+    curves: Mapping[str, Sequence[float]], *, width: int = 720, height: int = 360
+) -> LineChart:
+    """Unallocated GPU share (%) against arrived workload (% of GPU capacity), one line per
+    strategy, as the FGD paper plots it; a dashed line marks 100 % arrived."""
+    left, top, right, bottom = 56, 12, 120, 44
+    plot_w, plot_h = width - left - right, height - top - bottom
+    x_max = max((len(c) - 1 for c in curves.values()), default=130) or 1
+    y_max_raw = max((max(c) for c in curves.values() if c), default=1.0) * 100
+    y_max = max(5.0, _nice_ceiling(y_max_raw))
+
+    def sx(i: float) -> float:
+        return left + plot_w * i / x_max
+
+    def sy(v: float) -> float:
+        return top + plot_h * (1 - min(v * 100, y_max) / y_max)
+
+    series = []
+    for i, (name, curve) in enumerate(curves.items()):
+        pts = " ".join(f"{sx(x):.1f},{sy(v):.1f}" for x, v in enumerate(curve))
+        final = sy(curve[-1]) if curve else top + plot_h
+        series.append(Series(name, COLOURS[i % len(COLOURS)], pts, final))
+    # Spread end labels that would overlap.
+    placed: list[Series] = []
+    for s in sorted(series, key=lambda s: s.final_label_y):
+        y = s.final_label_y
+        if placed and y - placed[-1].final_label_y < 13:
+            y = placed[-1].final_label_y + 13
+        placed.append(Series(s.name, s.colour, s.points, y))
+    step = 20 if x_max > 60 else 10
+    x_ticks = tuple(Tick(sx(x), f"{x}%") for x in range(0, x_max + 1, step))
+    y_step = y_max / 5
+    y_ticks = tuple(Tick(sy(k * y_step / 100), f"{k * y_step:.0f}%") for k in range(6))
+    return LineChart(
+        width=width,
+        height=height,
+        left=left,
+        top=top,
+        plot_w=plot_w,
+        plot_h=plot_h,
+        series=tuple(placed),
+        x_ticks=x_ticks,
+        y_ticks=y_ticks,
+        x_label="Arrived workload (% of cluster GPU capacity)",
+        y_label="Unallocated GPU",
+        marker_x=sx(100) if x_max >= 100 else None,
+    )
+
+
+def _nice_ceiling(value: float) -> float:
+    for step in (5, 10, 20, 25, 50, 100):
+        if value <= step:
+            return float(step)
+    return float(int(value) + 1)

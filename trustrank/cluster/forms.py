@@ -1,0 +1,44 @@
+"""Forms of the replay page: input validation only; the services do the work."""
+
+from __future__ import annotations
+
+from django import forms
+
+from trustrank.cluster.models import ReplayMode
+from trustrank.risk.scheduling.strategies import STRATEGIES
+from trustrank.risk.scheduling.timeline import POLICIES
+
+STRATEGY_CHOICES = [(s, s.replace("_", " ")) for s in STRATEGIES]
+POLICY_CHOICES = [(p, p.replace("_", " ")) for p in POLICIES]
+
+
+class ReplayRunForm(forms.Form):
+    mode = forms.ChoiceField(choices=ReplayMode.choices, initial=ReplayMode.INFLATION)
+    strategies = forms.MultipleChoiceField(
+        choices=STRATEGY_CHOICES,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="inflation: strategies to compare (none ticked = all)",
+    )
+    seeds = forms.IntegerField(min_value=1, max_value=20, initial=3)
+    policies = forms.MultipleChoiceField(
+        choices=POLICY_CHOICES,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="timeline: priority policies (none ticked = all)",
+    )
+    placement = forms.ChoiceField(choices=STRATEGY_CHOICES, initial="fgd")
+    compress = forms.FloatField(
+        min_value=0.001,
+        initial=1.0,
+        help_text="timeline: squeeze inter-arrival times (openb needs ~1000 to queue)",
+    )
+    node_fraction = forms.FloatField(
+        min_value=0.001,
+        max_value=1.0,
+        initial=1.0,
+        help_text="replay on this share of the nodes (timeline on openb: try 0.1)",
+    )
+    pods_file = forms.FileField(required=False, help_text="openb pods CSV (empty: bundled openb)")
+    nodes_file = forms.FileField(required=False, help_text="openb nodes CSV")
+    team = forms.CharField(max_length=120, required=False, help_text="if you are in several teams")

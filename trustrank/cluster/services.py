@@ -1,0 +1,436 @@
+"""Scheduling replay: validate parameters, load a trace, run the pure engine, keep the row.
+
+The engine (`trustrank.risk.scheduling`) knows nothing of Django; this module turns its
+results into the JSON stored on `ReplayRun.result` and printed by `replay_schedule`.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from trustrank.accounts.models import Scope, Team
+from trustrank.accounts.principal import Principal
+from trustrank.cluster.models import ReplayMode, ReplayRun, ReplayStatus
+from trustrank.parsers.openb import OpenbError, parse_openb_nodes, parse_openb_pods
+from trustrank.risk.scheduling.inflation import replay_inflation
+from trustrank.risk.scheduling.state import (
+    ClusterSpec,
+    Workload,
+    cluster_from_nodes,
+    workload_from_pods,
+)
+from trustrank.risk.scheduling.strategies import STRATEGIES
+from trustrank.risk.scheduling.timeline import POLICIES, SemanticHint, replay_timeline
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TRACE_DIR = Path(settings.BASE_DIR) / "tests" / "data" / "telemetry" / "alibaba"
+DEFAULT_PODS = DEFAULT_TRACE_DIR / "gpu-v2023_openb_pod_list_default.csv"
+DEFAULT_NODES = DEFAULT_TRACE_DIR / "gpu-v2023_openb_node_list_gpu_node.csv"
+DEFAULT_TRACE_LABEL = "openb (Alibaba cluster-trace-gpu-v2023, default pods, GPU nodes)"
+MAX_SEEDS = 20
+MAX_CSV_BYTES = 16 * 1024 * 1024
+# The DB is written at most this often while a run reports progress.
+PROGRESS_INTERVAL_S = 0.5
+# Which scope starts a run: a replay costs minutes of worker time, so it is an admin's call.
+CREATE_SCOPE = Scope.ADMIN
+
+
+class ReplayError(ValueError):
+    """Bad parameters or a bad trace; the message is safe to show to the user."""
+
+
+@dataclass(frozen=True)
+class ReplayParams:
+    mode: str
+    strategies: tuple[str, ...]
+    seeds: int
+    policies: tuple[str, ...]
+    placement: str
+    compress: float
+    node_fraction: float
+    # Timeline, semantic-aware policy: pod name -> recommended priority and diagnoses (the
+    # cluster issue's output). Empty: a stand-in derived from the trace.
+    hints: dict[str, SemanticHint] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["strategies"] = list(self.strategies)
+        data["policies"] = list(self.policies)
+        data["hints"] = {
+            name: {"priority": h.priority, "diagnoses": list(h.diagnoses)}
+            for name, h in self.hints.items()
+        }
+        return data
+
+
+def hints_parse(raw: object) -> dict[str, SemanticHint]:
+    """`{pod name: {"priority": int, "diagnoses": [str, …]}}` (or just `{pod: int}`)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ReplayError("hints must be an object mapping pod names to priorities")
+    hints = {}
+    for name, value in raw.items():
+        entry = value if isinstance(value, dict) else {"priority": value}
+        priority = entry.get("priority")
+        diagnoses = entry.get("diagnoses", [])
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise ReplayError(f"hints[{name!r}].priority must be an integer")
+        if not isinstance(diagnoses, list) or not all(isinstance(d, str) for d in diagnoses):
+            raise ReplayError(f"hints[{name!r}].diagnoses must be a list of strings")
+        hints[str(name)] = SemanticHint(priority=priority, diagnoses=tuple(diagnoses))
+    return hints
+
+
+def replay_params_validate(
+    *,
+    mode: str = ReplayMode.INFLATION,
+    strategies: Sequence[str] = (),
+    seeds: int = 3,
+    policies: Sequence[str] = (),
+    placement: str = "fgd",
+    compress: float = 1.0,
+    node_fraction: float = 1.0,
+    hints: object = None,
+) -> ReplayParams:
+    if mode not in ReplayMode.values:
+        raise ReplayError(f"unknown mode {mode!r}; choose inflation or timeline")
+    chosen = tuple(dict.fromkeys(strategies)) or STRATEGIES
+    unknown = [s for s in chosen if s not in STRATEGIES]
+    if unknown:
+        raise ReplayError(
+            f"unknown strategy {', '.join(unknown)}; choose from {', '.join(STRATEGIES)}"
+        )
+    if placement not in STRATEGIES:
+        raise ReplayError(f"unknown placement {placement!r}; choose from {', '.join(STRATEGIES)}")
+    chosen_policies = tuple(dict.fromkeys(policies)) or POLICIES
+    bad = [p for p in chosen_policies if p not in POLICIES]
+    if bad:
+        raise ReplayError(f"unknown policy {', '.join(bad)}; choose from {', '.join(POLICIES)}")
+    if not 1 <= seeds <= MAX_SEEDS:
+        raise ReplayError(f"seeds must be between 1 and {MAX_SEEDS}")
+    if not 0.0 < compress <= 1_000_000:
+        raise ReplayError("compress must be a positive factor (1 = the trace's own times)")
+    if not 0.0 < node_fraction <= 1.0:
+        raise ReplayError("node_fraction must be in (0, 1]")
+    return ReplayParams(
+        mode=str(mode),
+        strategies=chosen,
+        seeds=seeds,
+        policies=chosen_policies,
+        placement=placement,
+        compress=float(compress),
+        node_fraction=float(node_fraction),
+        hints=hints_parse(hints),
+    )
+
+
+def trace_load(*, pods_csv: bytes, nodes_csv: bytes) -> tuple[Workload, ClusterSpec]:
+    """Parse both CSVs; a bad file raises ReplayError naming the file, line and column."""
+    for what, data in (("pods", pods_csv), ("nodes", nodes_csv)):
+        if len(data) > MAX_CSV_BYTES:
+            raise ReplayError(f"{what}: file larger than {MAX_CSV_BYTES // (1024 * 1024)} MB")
+    try:
+        pods = parse_openb_pods(pods_csv, what="pods CSV")
+        nodes = parse_openb_nodes(nodes_csv, what="nodes CSV")
+    except OpenbError as exc:
+        raise ReplayError(str(exc)) from exc
+    spec = cluster_from_nodes(nodes)
+    if spec.gpu_capacity_milli == 0:
+        raise ReplayError("nodes CSV: no node has a GPU; the replay measures GPU placement")
+    return workload_from_pods(pods), spec
+
+
+def default_trace() -> tuple[bytes, bytes]:
+    return DEFAULT_PODS.read_bytes(), DEFAULT_NODES.read_bytes()
+
+
+def _node_subset(spec: ClusterSpec, fraction: float) -> ClusterSpec:
+    """Evenly spaced nodes, so every node type keeps its share of the smaller cluster."""
+    if fraction >= 1.0:
+        return spec
+    count = max(1, round(len(spec) * fraction))
+    idx = np.unique(np.linspace(0, len(spec) - 1, count).round().astype(np.int64))
+    return ClusterSpec(
+        names=tuple(spec.names[i] for i in idx),
+        cpu=spec.cpu[idx],
+        mem=spec.mem[idx],
+        gpus=spec.gpus[idx],
+        models=tuple(spec.models[i] for i in idx),
+    )
+
+
+ProgressFn = Callable[[str, int, int], None]
+
+
+def _phase_progress(progress: ProgressFn | None, phase: str) -> Callable[[int, int], None] | None:
+    if progress is None:
+        return None
+
+    def report(done: int, total: int) -> None:
+        progress(phase, done, total)
+
+    return report
+
+
+def replay_compute(
+    *,
+    params: ReplayParams,
+    workload: Workload,
+    spec: ClusterSpec,
+    progress: ProgressFn | None = None,
+) -> dict[str, Any]:
+    """Run the replay; returns the JSON stored on the row (curves included)."""
+    spec = _node_subset(spec, params.node_fraction)
+    if spec.gpu_capacity_milli == 0:
+        raise ReplayError("the sampled nodes have no GPU; raise node_fraction")
+    started = time.monotonic()
+    trace = {"pods": len(workload), "nodes": len(spec), "gpus": int(spec.gpus.sum())}
+    if params.mode == ReplayMode.INFLATION:
+        result = replay_inflation(
+            spec=spec,
+            workload=workload,
+            strategies=params.strategies,
+            seeds=params.seeds,
+            progress=_phase_progress(progress, "inflation"),
+        )
+        strategies = {
+            name: {
+                "unallocated_at_100": s.unallocated_at_100,
+                "unallocated_spread": s.unallocated_spread,
+                "curve": [round(v, 5) for v in s.curve_mean],
+                "fragmentation": [round(v, 5) for v in s.fragmentation_mean],
+            }
+            for name, s in result.summaries.items()
+        }
+        return {
+            "mode": params.mode,
+            "trace": trace,
+            "seeds": params.seeds,
+            "strategies": strategies,
+            "fgd_reduction": result.fgd_reduction(),
+            "placements": result.placements,
+            "seconds": round(time.monotonic() - started, 3),
+        }
+    rows: dict[str, Any] = {}
+    for i, policy in enumerate(params.policies):
+        phase = f"timeline {policy} ({i + 1}/{len(params.policies)})"
+        outcome = replay_timeline(
+            spec=spec,
+            workload=workload,
+            policy=policy,
+            strategy=params.placement,
+            compress=params.compress,
+            hints=params.hints or None,
+            progress=_phase_progress(progress, phase),
+        )
+        rows[policy] = {
+            "p95_delay_s": outcome.p95_delay_s,
+            "violation_rate": outcome.violation_rate,
+            "util_fluctuation_pct": outcome.util_fluctuation_pct,
+            "allocation_rate": outcome.allocation_rate,
+            "mean_delay_s": outcome.mean_delay_s,
+            "util_mean_pct": outcome.util_mean_pct,
+            "violations": outcome.violations,
+            "pairs": outcome.pairs,
+            "placed": outcome.placed,
+            "pods": outcome.pods,
+        }
+    return {
+        "mode": params.mode,
+        "trace": trace,
+        "placement": params.placement,
+        "compress": params.compress,
+        "node_fraction": params.node_fraction,
+        "priorities": "supplied" if params.hints else "stand-in from the trace",
+        "strategies": rows,
+        "seconds": round(time.monotonic() - started, 3),
+    }
+
+
+SUMMARY_FIELDS = {
+    ReplayMode.INFLATION: ("unallocated_at_100", "unallocated_spread"),
+    ReplayMode.TIMELINE: (
+        "p95_delay_s",
+        "violation_rate",
+        "util_fluctuation_pct",
+        "allocation_rate",
+    ),
+}
+
+
+def replay_summary(result: dict[str, Any]) -> dict[str, Any]:
+    """The compact form (`replay_schedule --json`): the fields each mode produces."""
+    fields = SUMMARY_FIELDS[ReplayMode(result["mode"])]
+    summary: dict[str, Any] = {
+        "mode": result["mode"],
+        "strategies": {
+            name: {f: row[f] for f in fields} for name, row in result["strategies"].items()
+        },
+    }
+    if "placement" in result:
+        summary["placement"] = result["placement"]
+    if result.get("fgd_reduction") is not None:
+        summary["fgd_reduction"] = result["fgd_reduction"]
+    return summary
+
+
+# --- Runs (page, API, task) ----------------------------------------------------------------
+
+
+def team_for_replay(*, principal: Principal, team_hint: str = "") -> Team:
+    """The team a new run belongs to: the hinted one, or the only one the principal may
+    start runs for."""
+    allowed = principal.teams_with(CREATE_SCOPE)
+    if not allowed:
+        raise PermissionDenied("Starting a replay needs the 'admin' scope in a team.")
+    teams = Team.objects.filter(pk__in=allowed)
+    if team_hint:
+        team = teams.filter(name=team_hint).first()
+        if team is None:
+            raise ReplayError(f"you cannot start replays for team {team_hint!r}")
+        return team
+    if len(allowed) > 1:
+        raise ReplayError("you are in several teams; say which one")
+    return teams.get()
+
+
+def replay_run_create(
+    *,
+    principal: Principal,
+    params: ReplayParams,
+    team_hint: str = "",
+    pods_csv: bytes | None = None,
+    nodes_csv: bytes | None = None,
+    trace_label: str = "",
+) -> ReplayRun:
+    """Validate the upload now (so a bad file is refused, not failed later), store the row,
+    and enqueue the task once the row is committed."""
+    team = team_for_replay(principal=principal, team_hint=team_hint)
+    if (pods_csv is None) != (nodes_csv is None):
+        raise ReplayError("upload both a pods CSV and a nodes CSV, or neither")
+    if pods_csv is not None and nodes_csv is not None:
+        trace_load(pods_csv=pods_csv, nodes_csv=nodes_csv)
+        label = trace_label or "uploaded CSVs"
+    else:
+        label = DEFAULT_TRACE_LABEL
+    user = principal.user if principal.user is not None and principal.api_key is None else None
+    with transaction.atomic():
+        run = ReplayRun.objects.create(
+            team=team,
+            mode=params.mode,
+            parameters=params.to_json(),
+            trace_label=label[:255],
+            pods_csv=pods_csv,
+            nodes_csv=nodes_csv,
+            created_by=user,
+            submitter_label=principal.label[:160],
+        )
+        run_id = run.pk
+        transaction.on_commit(lambda: _enqueue(run_id))
+    return run
+
+
+def _enqueue(run_id: int) -> None:
+    from trustrank.cluster.tasks import replay_run
+
+    replay_run.delay(run_id)
+
+
+def _lease() -> datetime:
+    return timezone.now() + timedelta(seconds=settings.TRUSTRANK_JOB_LEASE_SECONDS)
+
+
+def replay_run_claim(*, run_id: int) -> bool:
+    """Take a queued run, or a running one whose worker stopped renewing its lease. The
+    conditional UPDATE is the lock: two deliveries of one message cannot both win."""
+    now = timezone.now()
+    claimed = ReplayRun.objects.filter(
+        Q(status=ReplayStatus.QUEUED) | Q(status=ReplayStatus.RUNNING, lease_until__lt=now),
+        pk=run_id,
+    ).update(
+        status=ReplayStatus.RUNNING,
+        started_at=now,
+        lease_until=_lease(),
+        phase="loading trace",
+        progress_done=0,
+        error="",
+    )
+    return bool(claimed)
+
+
+class Outcome(enum.StrEnum):
+    DONE = "done"
+    FAILED = "failed"
+    FINISHED_BEFORE = "finished before"  # nothing to do
+    BUSY = "busy"  # another worker holds a live lease
+
+
+def replay_run_execute(*, run_id: int) -> Outcome:
+    if not replay_run_claim(run_id=run_id):
+        status = ReplayRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
+        if status in (ReplayStatus.DONE, ReplayStatus.FAILED, None):
+            logger.info("replay run %s: already finished (or gone)", run_id)
+            return Outcome.FINISHED_BEFORE
+        return Outcome.BUSY
+    run = ReplayRun.objects.get(pk=run_id)
+    last_write = 0.0
+
+    def progress(phase: str, done: int, total: int) -> None:
+        nonlocal last_write
+        now = time.monotonic()
+        if now - last_write < PROGRESS_INTERVAL_S and done < total:
+            return
+        last_write = now
+        ReplayRun.objects.filter(pk=run_id, status=ReplayStatus.RUNNING).update(
+            phase=phase[:60], progress_done=done, progress_total=total, lease_until=_lease()
+        )
+
+    try:
+        params = replay_params_validate(**run.parameters)
+        if run.pods_csv is not None and run.nodes_csv is not None:
+            pods_csv, nodes_csv = bytes(run.pods_csv), bytes(run.nodes_csv)
+        else:
+            pods_csv, nodes_csv = default_trace()
+        workload, spec = trace_load(pods_csv=pods_csv, nodes_csv=nodes_csv)
+        result = replay_compute(params=params, workload=workload, spec=spec, progress=progress)
+    except (ReplayError, TypeError) as exc:
+        _finish(run_id, status=ReplayStatus.FAILED, error=str(exc))
+        return Outcome.FAILED
+    except Exception as exc:
+        # Not transient: the same input would fail the same way, so mark it and stop.
+        logger.exception("replay run %s failed", run_id)
+        _finish(run_id, status=ReplayStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
+        return Outcome.FAILED
+    _finish(run_id, status=ReplayStatus.DONE, result=result)
+    return Outcome.DONE
+
+
+def _finish(
+    run_id: int, *, status: str, result: dict[str, Any] | None = None, error: str = ""
+) -> None:
+    fields: dict[str, Any] = {
+        "status": status,
+        "finished_at": timezone.now(),
+        "error": error,
+        "phase": "done" if status == ReplayStatus.DONE else "failed",
+        "lease_until": None,
+    }
+    if result is not None:
+        fields["result"] = result
+    ReplayRun.objects.filter(pk=run_id, status=ReplayStatus.RUNNING).update(**fields)
