@@ -17,7 +17,7 @@ How the wiring should use it:
    graph inputs hash the same reuse their analysis; only findings whose own record
    changed, whose version is named, or that run in a changed environment or on a changed
    service are scored again; the rest keep their previous score and factors, and ranks
-   are reassigned by one sort.
+   are reassigned by merging the rescored findings into the unchanged order.
 """
 
 from __future__ import annotations
