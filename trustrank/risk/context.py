@@ -51,6 +51,37 @@ class DeploymentContext(NamedTuple):
     decisions: tuple[int, ...]
     factors: tuple[Factor, ...]
     path: tuple[str, ...]
+    # The fields a ranked finding copies, in `RankedFinding` order: one splat per finding.
+    tail: tuple[object, ...]
+
+
+def _make_context(
+    environment: str, service: str, project_version: str, deployed: bool, exposure: Exposure,
+    reachability: Reachability, human_impact: HumanImpact, trust: float, points: float,
+    decisions: tuple[int, ...], factors: tuple[Factor, ...], path: tuple[str, ...],
+) -> DeploymentContext:
+    return DeploymentContext(
+        environment, service, project_version, deployed, exposure, reachability,
+        human_impact, trust, points, decisions, factors, path,
+        (deployed, environment, service, project_version, exposure, reachability,
+         human_impact, trust, path, factors),
+    )
+
+
+def _best_by_slot(contexts: tuple[DeploymentContext, ...]) -> tuple[DeploymentContext, ...]:
+    """The most urgent context for each exploitation/automatable slot: highest decision,
+    then most points, the first of equals. A finding's own points add the same to every
+    context, so this choice does not depend on the finding."""
+    if len(contexts) == 1:
+        return contexts * 6
+    out = []
+    for slot in range(6):
+        best = contexts[0]
+        for c in contexts[1:]:
+            if (c.decisions[slot], c.points) > (best.decisions[slot], best.points):
+                best = c
+        out.append(best)
+    return tuple(out)
 
 
 class ContextIndex(FactorSource):
@@ -115,7 +146,7 @@ class ContextIndex(FactorSource):
         impact: HumanImpact = d.human_impact if d else s.default_human_impact
         impact_factor = self._impact_factor(d)
         trust, trust_factor = self.fused_trust(svc, project_version, component_key)
-        return DeploymentContext(
+        return _make_context(
             environment,
             service,
             project_version,
@@ -214,7 +245,7 @@ class ContextIndex(FactorSource):
             else:
                 reach, reach_factor = self.reachability(svc.environment, svc.name,
                                                         component_key)
-            out.append(DeploymentContext(
+            out.append(_make_context(
                 svc.environment, svc.name, project_version, True, svc.exposure,
                 reach, part.d.human_impact, trust, points, part.decisions,
                 (part.exposure_factor, reach_factor, part.impact_factor, trust_factor),
@@ -225,12 +256,13 @@ class ContextIndex(FactorSource):
             self._shared[shared_key] = result
         return result
 
-    def contexts(
+    def best_contexts(
         self, *, project_version: str, component_key: str | None, environment: str = "",
         service: str = "",
     ) -> tuple[DeploymentContext, ...]:
-        """The non-dominated contexts of a finding. With `service`, only that deployment;
-        otherwise every deployment of the version (none: one undeployed context)."""
+        """A finding's most urgent context for each of the six exploitation/automatable
+        slots (`VulnFacts.slot`). With `service`, only that deployment; otherwise every
+        deployment of the version (none: one undeployed context)."""
         key = (project_version, component_key, environment, service)
         cached = self.cache.get(key)
         if cached is not None:
@@ -246,8 +278,8 @@ class ContextIndex(FactorSource):
             )
         else:
             out = self._version_contexts(project_version, component_key)
-        self.cache[key] = out
-        return out
+        best = self.cache[key] = _best_by_slot(out)
+        return best
 
 
 class _Part(NamedTuple):
