@@ -37,6 +37,7 @@ def test_explanation_names_its_sources():
     assert "2026-11-30" in factors["epss"].source
     assert "frontend → payment-gateway" in factors["exposure"].source
     assert "mTLS 100%" in factors["exposure"].source
+    assert "203.0.113.7" in factors["exposure"].source
     assert "log4j-context-data" in factors["reachability"].source
     assert "600 calls/min" in factors["reachability"].source
     assert all(f.confidence in ("high", "medium", "low") for f in r.explanation)

@@ -169,7 +169,11 @@ def environment_graph(
         g.nodes[node]["origin_example"] = examples.get((s.name, "internet"), "")
         entry = _entry_evidence(s, g, origin_spans)
         if entry:
-            g.add_edge(INTERNET, node, kind="ingress", via=entry[0], detail=entry[1])
+            via, detail = entry
+            example = g.nodes[node]["origin_example"]
+            if via == "root spans from internet addresses" and example:
+                detail += f", e.g. from {example}"
+            g.add_edge(INTERNET, node, kind="ingress", via=via, detail=detail)
     deployments = sorted(deployments, key=lambda d: (d.service, d.project_version))
     by_version: dict[str, list[Component]] = defaultdict(list)
     for c in components:
