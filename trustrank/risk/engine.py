@@ -212,7 +212,8 @@ def rank(
 ) -> RankResult:
     """Rank every finding of `inputs`. Pure: the same inputs and settings give a
     byte-identical `results.canonical_json`. `analyses` may pass a cached graph analysis
-    (see `analyse`); `with_digest=False` skips hashing the inputs (tests, benchmarks)."""
+    (see `analyse`); `with_digest=False` skips hashing the inputs (tests, benchmarks).
+    Raises ValueError when two findings share an id: the id is the last tiebreak."""
     settings = settings or RankSettings()
     _check_ids(inputs.findings)
     with _collector_paused():
