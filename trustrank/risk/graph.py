@@ -222,6 +222,13 @@ def analyse_environment(
         environment=environment, services=services, edges=edges, peers=peers, origins=origins,
         settings_version=settings_version,
     )
+    # A call edge may name a service that has no record of its own (it sent no spans in
+    # the window but its callers did): it is still a service of the graph.
+    known = {s.name for s in services} | {p.name for p in peers}
+    services += [
+        Service(environment=environment, name=name)
+        for name in sorted({n for e in edges for n in (e.caller, e.callee)} - known)
+    ]
     g = environment_graph(services=services, edges=edges, peers=peers, origins=origins)
     names = sorted(s.name for s in services)
     succ: dict[str, list[tuple[str, float]]] = {n: [] for n in names}
