@@ -94,3 +94,10 @@ def test_graph_has_internet_identities_and_deployed_components():
     assert g.has_edge(("service", "web"), ("version", "web@1"))
     assert g.has_edge(("version", "web@1"), ("component", "web@1", "pkg:pypi/django"))
     assert g.has_edge(("internet",), ("peer", "cdn"))
+
+
+def test_services_named_only_by_call_edges_are_part_of_the_graph():
+    s = _analyse([_svc("web")], edges=[_edge("web", "ghost"), _edge("ghost", "db")],
+                 origins=[_origin("web", "internet")])
+    assert s["ghost"].exposure == "open"
+    assert s["db"].path == ("internet", "web", "ghost", "db")

@@ -37,6 +37,7 @@ def test_explanation_names_its_sources():
     assert "2026-11-30" in factors["epss"].source
     assert "frontend → payment-gateway" in factors["exposure"].source
     assert "mTLS 100%" in factors["exposure"].source
+    assert "203.0.113.7" in factors["exposure"].source
     assert "log4j-context-data" in factors["reachability"].source
     assert "600 calls/min" in factors["reachability"].source
     assert all(f.confidence in ("high", "medium", "low") for f in r.explanation)
@@ -93,3 +94,12 @@ def test_services_report_trust_exposure_and_path():
     assert gw.exposure == "open" and gw.path == ("internet", "frontend", "payment-gateway")
     assert gw.identity_trust == 0.855  # 0.9 · 0.95¹ · min(1, 100/100)
     assert services[(ENV, "etcd")].exposure == "small"
+
+
+def test_duplicate_finding_ids_are_refused():
+    import pytest
+
+    inputs = seed_inputs()
+    twice = replace(inputs, findings=(*inputs.findings, inputs.findings[0]))
+    with pytest.raises(ValueError, match="unique"):
+        rank(inputs=twice)

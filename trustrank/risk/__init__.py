@@ -21,6 +21,7 @@ from trustrank.risk.inputs import (
     ServiceLibraries,
 )
 from trustrank.risk.results import (
+    Movement,
     RankedFinding,
     RankResult,
     ServiceResult,
@@ -29,13 +30,16 @@ from trustrank.risk.results import (
     inputs_digest,
     result_digest,
 )
+from trustrank.risk.scoring import Factor
 
 __all__ = [
     "CallEdge",
     "Component",
     "Deployment",
     "ExternalPeer",
+    "Factor",
     "Finding",
+    "Movement",
     "ObservedComponent",
     "ProjectVersion",
     "RankInputs",

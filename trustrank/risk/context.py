@@ -13,13 +13,12 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import NamedTuple
 
+from trustrank.risk.factors import FactorSource, group_keys, points_of
 from trustrank.risk.graph import EnvironmentAnalysis, ServiceContext
 from trustrank.risk.inputs import (
     EXPLOITATIONS,
     EXPOSURES,
     HUMAN_IMPACTS,
-    Component,
-    Confidence,
     Deployment,
     Exposure,
     HumanImpact,
@@ -28,10 +27,7 @@ from trustrank.risk.inputs import (
     RankSettings,
     Reachability,
 )
-from trustrank.risk.libraries import component_matches
 from trustrank.risk.scoring import (
-    EXPOSURE_VALUES,
-    IMPACT_VALUES,
     REACHABILITY_VALUES,
     Factor,
 )
@@ -55,21 +51,40 @@ class DeploymentContext(NamedTuple):
     decisions: tuple[int, ...]
     factors: tuple[Factor, ...]
     path: tuple[str, ...]
+    # The fields a ranked finding copies, in `RankedFinding` order: one splat per finding.
+    tail: tuple[object, ...]
 
 
-def _pts(weight: float, value: float) -> float:
-    return round(weight * (value - 0.5), 4)
+def _make_context(
+    environment: str, service: str, project_version: str, deployed: bool, exposure: Exposure,
+    reachability: Reachability, human_impact: HumanImpact, trust: float, points: float,
+    decisions: tuple[int, ...], factors: tuple[Factor, ...], path: tuple[str, ...],
+) -> DeploymentContext:
+    return DeploymentContext(
+        environment, service, project_version, deployed, exposure, reachability,
+        human_impact, trust, points, decisions, factors, path,
+        (deployed, environment, service, project_version, exposure, reachability,
+         human_impact, trust, path, factors),
+    )
 
 
-def _group_keys(component_key: str) -> list[str]:
-    """The group keys that contain a component key, nearest first
-    (`pkg:maven/g/a` → [`pkg:maven/g`])."""
-    head, _, rest = component_key.partition("/")
-    parts = rest.split("/")
-    return [head + "/" + "/".join(parts[:n]) for n in range(len(parts) - 1, 0, -1)]
+def _best_by_slot(contexts: tuple[DeploymentContext, ...]) -> tuple[DeploymentContext, ...]:
+    """The most urgent context for each exploitation/automatable slot: highest decision,
+    then most points, the first of equals. A finding's own points add the same to every
+    context, so this choice does not depend on the finding."""
+    if len(contexts) == 1:
+        return contexts * 6
+    out = []
+    for slot in range(6):
+        best = contexts[0]
+        for c in contexts[1:]:
+            if (c.decisions[slot], c.points) > (best.decisions[slot], best.points):
+                best = c
+        out.append(best)
+    return tuple(out)
 
 
-class ContextIndex:
+class ContextIndex(FactorSource):
     """Lookups from the inputs plus the graph analyses; builds and caches contexts."""
 
     def __init__(
@@ -79,7 +94,7 @@ class ContextIndex:
         analyses: Mapping[str, EnvironmentAnalysis],
         settings: RankSettings,
     ) -> None:
-        self.settings = settings
+        super().__init__(inputs=inputs, settings=settings)
         self.analyses = analyses
         self.by_version: dict[str, list[Deployment]] = defaultdict(list)
         self.by_service: dict[tuple[str, str], list[Deployment]] = defaultdict(list)
@@ -87,33 +102,6 @@ class ContextIndex:
                                                            d.project_version)):
             self.by_version[d.project_version].append(d)
             self.by_service[(d.environment, d.service)].append(d)
-        self.signed = {v.key for v in inputs.project_versions if v.sbom_signed}
-        self.components: dict[tuple[str, str], Component] = {
-            (c.project_version, c.key): c for c in inputs.components
-        }
-        # Version-level provenance for service trust: shares of components with each fact.
-        counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-        for c in inputs.components:
-            row = counts[c.project_version]
-            row[0] += 1
-            row[1] += c.hashes_present
-            row[2] += c.supplier_known
-        self.version_shares = {
-            k: (h / n, s / n) for k, (n, h, s) in counts.items() if n
-        }
-        self.libraries: dict[tuple[str, str], tuple[bool, dict[str, ObservedComponent]]] = {}
-        for lib in inputs.libraries:
-            key = (lib.environment, lib.service)
-            traced, observed = self.libraries.get(key, (False, {}))
-            merged = dict(observed)
-            for o in lib.observed:
-                known = merged.get(o.component_key)
-                # Two records naming one key: keep the busier (then the smaller evidence
-                # name), whatever order they came in.
-                if known is None or (o.calls_per_minute, known.evidence) > (
-                        known.calls_per_minute, o.evidence):
-                    merged[o.component_key] = o
-            self.libraries[key] = (traced or lib.traced or bool(lib.observed), merged)
         table = load_deployer_table()
         self._decisions: dict[tuple[Exposure, HumanImpact], tuple[int, ...]] = {
             (x, h): tuple(
@@ -129,154 +117,12 @@ class ContextIndex:
         self.cache: dict[tuple[str, str | None, str, str], tuple[DeploymentContext, ...]] = {}
         self._parts: dict[str, list[_Part]] = {}
         self._shared: dict[tuple[object, ...], tuple[DeploymentContext, ...]] = {}
-        self._trust_cache: dict[tuple[object, ...], tuple[float, Factor]] = {}
-        self._reach_cache: dict[tuple[str, str, bool], tuple[Reachability, Factor]] = {}
-        self._exposure_cache: dict[tuple[str, str], Factor] = {}
-        self._impact_cache: dict[Deployment | None, Factor] = {}
-        self._not_applicable = Factor("reachability", "not applicable", 0.0,
-                                      "not a component finding", "high")
-        self._undeployed: tuple[Factor, Reachability, Factor] = (
-            Factor("exposure", settings.undeployed_exposure, 0.0,
-                   "the project version runs on no known service; baseline order kept",
-                   "medium"),
-            "unknown",
-            Factor("reachability", "unknown", 0.0, "no deployment", "low"),
-        )
-
-    # --- trust -----------------------------------------------------------------------
-
-    def _code_facts(self, project_version: str, component_key: str | None) -> tuple[
-            bool, float, float]:
-        signed = project_version in self.signed
-        if component_key is None:
-            hashes, supplier = self.version_shares.get(project_version, (0.0, 0.0))
-            return signed, hashes, supplier
-        c = self.components.get((project_version, component_key))
-        return signed, float(bool(c and c.hashes_present)), float(bool(c and c.supplier_known))
-
-    def fused_trust(
-        self, svc: ServiceContext | None, project_version: str, component_key: str | None
-    ) -> tuple[float, Factor]:
-        """Identity trust (formula 1) and code-provenance trust fused by the settings'
-        weights. One factor object per (service, provenance facts): few distinct ones."""
-        facts = self._code_facts(project_version, component_key)
-        key = (svc.environment if svc else "", svc.name if svc else "", facts,
-               component_key is None)
-        cached = self._trust_cache.get(key)
-        if cached is not None:
-            return cached
-        s = self.settings
-        signed, hashes, supplier = facts
-        signed_w, hashes_w, supplier_w = s.provenance_weights
-        code = signed_w * signed + hashes_w * hashes + supplier_w * supplier
-        if component_key is None:
-            code_source = (f"SBOM signed: {'yes' if signed else 'no'}; components with hashes "
-                           f"{hashes:.0%}, with known supplier {supplier:.0%}")
-        else:
-            code_source = (f"SBOM signed: {'yes' if signed else 'no'}; hashes: "
-                           f"{'yes' if hashes else 'no'}; supplier known: "
-                           f"{'yes' if supplier else 'no'}")
-        identity = svc.identity_trust if svc else 0.0
-        trust = round(s.identity_trust_weight * identity + s.code_trust_weight * code, 6)
-        conf: Confidence = "medium"
-        if svc and svc.trust_anchor:
-            if svc.trust_depth == 0:
-                anchor, conf = f"attested identity {svc.identity or svc.name}", "high"
-            else:
-                anchor = f"{svc.trust_depth} hop(s) from anchor {svc.trust_anchor}"
-        else:
-            anchor = "no attested identity reaches it"
-        source = f"identity trust {identity:.3f} ({anchor}); code trust {code:.2f} ({code_source})"
-        out = trust, Factor("trust", trust, _pts(s.weights.low_trust, 1.0 - trust), source, conf)
-        self._trust_cache[key] = out
-        return out
-
-    # --- reachability ----------------------------------------------------------------
-
-    def reachability(
-        self, environment: str, service: str, component_key: str
-    ) -> tuple[Reachability, Factor]:
-        traced, observed = self.libraries.get((environment, service), (False, {}))
-        if component_key:
-            hit = observed.get(component_key)
-            conf: Confidence = "high"
-            if hit is None:
-                for group in _group_keys(component_key):
-                    hit = observed.get(group)
-                    if hit is not None and component_matches(component_key, group):
-                        conf = "medium"
-                        break
-            if hit is not None:
-                w = self.settings.weights.reachability
-                source = (f"{hit.evidence} at {hit.calls_per_minute:g} calls/min on "
-                          f"{environment}/{service}")
-                return "observed", Factor("reachability", "observed",
-                                          _pts(w, REACHABILITY_VALUES["observed"]), source, conf)
-        # Not observed and unknown say the same for every component of the service: one
-        # factor object each per service.
-        key = (environment, service, bool(component_key))
-        cached = self._reach_cache.get(key)
-        if cached is None:
-            cached = self._reach_cache[key] = self._unobserved(environment, service, traced,
-                                                               bool(component_key))
-        return cached
-
-    def _unobserved(self, environment: str, service: str, traced: bool,
-                    named: bool) -> tuple[Reachability, Factor]:
-        if not named:
-            return "unknown", Factor("reachability", "unknown", 0.0,
-                                     "finding names no component", "low")
-        if traced:
-            w = self.settings.weights.reachability
-            return "not observed", Factor(
-                "reachability", "not observed", _pts(w, REACHABILITY_VALUES["not observed"]),
-                f"{environment}/{service} sends traces; none names this component", "medium")
-        return "unknown", Factor("reachability", "unknown", 0.0,
-                                 f"{environment}/{service} sends no traces", "low")
 
     # --- contexts --------------------------------------------------------------------
 
     def _service(self, environment: str, service: str) -> ServiceContext | None:
         analysis = self.analyses.get(environment)
         return analysis.services.get(service) if analysis else None
-
-    def _exposure_factor(self, svc: ServiceContext) -> Factor:
-        cached = self._exposure_cache.get((svc.environment, svc.name))
-        if cached is not None:
-            return cached
-        conf: Confidence = "medium"
-        if svc.exposure == "open":
-            hops = "; ".join(
-                f"{h.source} → {h.target} ({h.via}"
-                + (f", {h.calls_per_minute:g}/min, mTLS {h.mtls_share:.0%}"
-                   if h.mtls_share is not None else f", {h.detail}" if h.detail else "")
-                + ")"
-                for h in svc.hops
-            )
-            source = f"ingress path: {hops}"
-            conf = "medium" if svc.hops[0].via == "ingress candidate" else "high"
-        else:
-            source = svc.exposure_reason
-        factor = Factor("exposure", svc.exposure,
-                        _pts(self.settings.weights.exposure, EXPOSURE_VALUES[svc.exposure]),
-                        source, conf)
-        self._exposure_cache[(svc.environment, svc.name)] = factor
-        return factor
-
-    def _impact_factor(self, d: Deployment | None) -> Factor:
-        cached = self._impact_cache.get(d)
-        if cached is not None:
-            return cached
-        impact = d.human_impact if d else self.settings.default_human_impact
-        factor = Factor(
-            "human_impact", impact,
-            _pts(self.settings.weights.human_impact, IMPACT_VALUES[impact]),
-            f"deployment of {d.project_version} on {d.environment}/{d.service}"
-            + (f" ({d.source})" if d.source else "") if d else "default (no deployment)",
-            "high" if d else "low",
-        )
-        self._impact_cache[d] = factor
-        return factor
 
     def _context(
         self, d: Deployment | None, environment: str, service: str, project_version: str,
@@ -300,7 +146,7 @@ class ContextIndex:
         impact: HumanImpact = d.human_impact if d else s.default_human_impact
         impact_factor = self._impact_factor(d)
         trust, trust_factor = self.fused_trust(svc, project_version, component_key)
-        return DeploymentContext(
+        return _make_context(
             environment,
             service,
             project_version,
@@ -356,7 +202,7 @@ class ContextIndex:
                         hits.add(i)
                         continue
                     if groups is None:
-                        groups = _group_keys(component_key)
+                        groups = group_keys(component_key)
                     for g in groups:
                         if g in observed:
                             hits.add(i)
@@ -370,8 +216,8 @@ class ContextIndex:
             if shared is not None:
                 return shared
         w = self.settings.weights.reachability
-        observed_pts = _pts(w, REACHABILITY_VALUES["observed"])
-        unobserved_pts = _pts(w, REACHABILITY_VALUES["not observed"])
+        observed_pts = points_of(w, REACHABILITY_VALUES["observed"])
+        unobserved_pts = points_of(w, REACHABILITY_VALUES["not observed"])
         best: dict[tuple[int, ...], tuple[float, int, float, Factor]] = {}
         for i, part in enumerate(parts):
             trust_pair = part.trust.get(facts)
@@ -399,7 +245,7 @@ class ContextIndex:
             else:
                 reach, reach_factor = self.reachability(svc.environment, svc.name,
                                                         component_key)
-            out.append(DeploymentContext(
+            out.append(_make_context(
                 svc.environment, svc.name, project_version, True, svc.exposure,
                 reach, part.d.human_impact, trust, points, part.decisions,
                 (part.exposure_factor, reach_factor, part.impact_factor, trust_factor),
@@ -410,12 +256,13 @@ class ContextIndex:
             self._shared[shared_key] = result
         return result
 
-    def contexts(
+    def best_contexts(
         self, *, project_version: str, component_key: str | None, environment: str = "",
         service: str = "",
     ) -> tuple[DeploymentContext, ...]:
-        """The non-dominated contexts of a finding. With `service`, only that deployment;
-        otherwise every deployment of the version (none: one undeployed context)."""
+        """A finding's most urgent context for each of the six exploitation/automatable
+        slots (`VulnFacts.slot`). With `service`, only that deployment; otherwise every
+        deployment of the version (none: one undeployed context)."""
         key = (project_version, component_key, environment, service)
         cached = self.cache.get(key)
         if cached is not None:
@@ -431,8 +278,8 @@ class ContextIndex:
             )
         else:
             out = self._version_contexts(project_version, component_key)
-        self.cache[key] = out
-        return out
+        best = self.cache[key] = _best_by_slot(out)
+        return best
 
 
 class _Part(NamedTuple):

@@ -17,7 +17,7 @@ How the wiring should use it:
    graph inputs hash the same reuse their analysis; only findings whose own record
    changed, whose version is named, or that run in a changed environment or on a changed
    service are scored again; the rest keep their previous score and factors, and ranks
-   are reassigned by one sort.
+   are reassigned by merging the rescored findings into the unchanged order.
 """
 
 from __future__ import annotations
@@ -101,24 +101,18 @@ class _Scorer:
             if facts is None:
                 facts = self.vuln_cache[vkey] = vuln_facts(f, self.settings)
             slot = facts.slot
-            contexts = self.context_cache.get(
+            bests = self.context_cache.get(
                 (f.project_version, f.component_key, f.environment, f.service))
-            if contexts is None:
-                contexts = self.index.contexts(
+            if bests is None:
+                bests = self.index.best_contexts(
                     project_version=f.project_version, component_key=f.component_key,
                     environment=f.environment, service=f.service,
                 )
-            best: DeploymentContext = contexts[0]
+            best: DeploymentContext = bests[slot]
             best_d = best.decisions[slot]
-            best_s = facts.points + best.points
-            if len(contexts) > 1:
-                for c in contexts[1:]:
-                    d, s = c.decisions[slot], facts.points + c.points
-                    if d > best_d or (d == best_d and s > best_s):
-                        best, best_d, best_s = c, d, s
         else:
             facts = kind_facts(f, self.settings)
-            best = self.index.contexts(
+            best = self.index.best_contexts(
                 project_version=f.project_version, component_key=None,
                 environment=f.environment, service=f.service,
             )[0]
@@ -126,24 +120,19 @@ class _Scorer:
                 kind=f.kind, sub_kind=f.sub_kind, exposure=best.exposure,
                 human_impact=best.human_impact,
             ))
-            best_s = facts.points + best.points
-        finding_factors, context_factors = facts.factors, best.factors
         if best.deployed:
-            score = round(min(100.0, max(0.0, 50.0 + best_s)), 4)
+            score = round(min(100.0, max(0.0, 50.0 + (facts.points + best.points))), 4)
+            row = (score, DECISIONS[best_d], f.kind, f.component_key, f.baseline,
+                   facts.exploitation, facts.automatable, facts.factors, *best.tail, f)
         else:
             # Deployed nowhere: the static score keeps the order it had; the factors stay
             # listed with no effect so the page still says what is known.
             score = round(min(100.0, max(0.0, f.baseline)), 4)
-            finding_factors = self._zeroed(finding_factors)
-            context_factors = (*self._zeroed(context_factors), Factor(
+            context_factors = (*self._zeroed(best.factors), Factor(
                 "baseline", f.baseline, 0.0, "static score (deployed nowhere)", "high"))
-        row = (
-            score, DECISIONS[best_d], f.kind, best.deployed, best.environment,
-            best.service, best.project_version or f.project_version, f.component_key,
-            best.exposure, best.reachability, facts.exploitation, facts.automatable,
-            best.human_impact, best.trust, f.baseline, best.path, finding_factors,
-            context_factors, f,
-        )
+            row = (score, DECISIONS[best_d], f.kind, f.component_key, f.baseline,
+                   facts.exploitation, facts.automatable, self._zeroed(facts.factors),
+                   *best.tail[:-1], context_factors, f)
         return (-best_d, not best.deployed, -score, f.id), row
 
 
@@ -223,7 +212,8 @@ def rank(
 ) -> RankResult:
     """Rank every finding of `inputs`. Pure: the same inputs and settings give a
     byte-identical `results.canonical_json`. `analyses` may pass a cached graph analysis
-    (see `analyse`); `with_digest=False` skips hashing the inputs (tests, benchmarks)."""
+    (see `analyse`); `with_digest=False` skips hashing the inputs (tests, benchmarks).
+    Raises ValueError when two findings share an id: the id is the last tiebreak."""
     settings = settings or RankSettings()
     _check_ids(inputs.findings)
     with _collector_paused():

@@ -169,7 +169,11 @@ def environment_graph(
         g.nodes[node]["origin_example"] = examples.get((s.name, "internet"), "")
         entry = _entry_evidence(s, g, origin_spans)
         if entry:
-            g.add_edge(INTERNET, node, kind="ingress", via=entry[0], detail=entry[1])
+            via, detail = entry
+            example = g.nodes[node]["origin_example"]
+            if via == "root spans from internet addresses" and example:
+                detail += f", e.g. from {example}"
+            g.add_edge(INTERNET, node, kind="ingress", via=via, detail=detail)
     deployments = sorted(deployments, key=lambda d: (d.service, d.project_version))
     by_version: dict[str, list[Component]] = defaultdict(list)
     for c in components:
@@ -218,6 +222,13 @@ def analyse_environment(
         environment=environment, services=services, edges=edges, peers=peers, origins=origins,
         settings_version=settings_version,
     )
+    # A call edge may name a service that has no record of its own (it sent no spans in
+    # the window but its callers did): it is still a service of the graph.
+    known = {s.name for s in services} | {p.name for p in peers}
+    services += [
+        Service(environment=environment, name=name)
+        for name in sorted({n for e in edges for n in (e.caller, e.callee)} - known)
+    ]
     g = environment_graph(services=services, edges=edges, peers=peers, origins=origins)
     names = sorted(s.name for s in services)
     succ: dict[str, list[tuple[str, float]]] = {n: [] for n in names}

@@ -186,7 +186,8 @@ class Finding:
 
 @dataclass(frozen=True, slots=True)
 class RankInputs:
-    """Everything one ranking run reads. Order inside the tuples does not matter."""
+    """Everything one ranking run reads. Order inside the tuples does not matter; finding
+    ids must be unique."""
 
     services: tuple[Service, ...] = ()
     edges: tuple[CallEdge, ...] = ()

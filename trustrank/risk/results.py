@@ -35,22 +35,23 @@ class RankedFinding(NamedTuple):
     score: float
     decision: Decision
     kind: str
+    component_key: str
+    baseline: float
+    exploitation: Exploitation
+    automatable: bool
+    # The explanation in two halves: the advisory's factors and the deployment's, both
+    # shared with other findings, so a million findings do not hold a million tuples.
+    finding_factors: tuple[Factor, ...]
+    # From here to `context_factors`: the chosen deployment (`DeploymentContext.tail`).
     deployed: bool
     environment: str
     service: str
     project_version: str
-    component_key: str
     exposure: Exposure
     reachability: Reachability
-    exploitation: Exploitation
-    automatable: bool
     human_impact: HumanImpact
     trust: float
-    baseline: float
     path: tuple[str, ...]
-    # The explanation in two halves: the advisory's factors and the deployment's, both
-    # shared with other findings, so a million findings do not hold a million tuples.
-    finding_factors: tuple[Factor, ...]
     context_factors: tuple[Factor, ...]
     finding: Finding
 
@@ -142,6 +143,13 @@ def inputs_digest(*, inputs: RankInputs, settings: RankSettings) -> str:
         if not records:
             continue
         fields = attrgetter(*type(records[0]).__slots__)
+        if name == "findings":
+            # Ids are unique (the engine checks): sorting by id orders the rows, and whole
+            # chunks go through orjson at once, the cheapest path for the biggest list.
+            ordered = sorted(records, key=attrgetter("id"))
+            for start in range(0, len(ordered), 10_000):
+                h.update(dumps([fields(f) for f in ordered[start : start + 10_000]]))
+            continue
         nested = name == "libraries"
         # Each row hashed on its own and the row digests sorted: order-independent, and
         # memory stays flat (no kilobyte orjson buffer kept per row, no copy of inputs).

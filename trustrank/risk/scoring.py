@@ -69,7 +69,6 @@ KIND_TABLE: dict[tuple[str, str], tuple[Decision, Decision, Decision]] = {
     ("identity", "*"): ("defer", "scheduled", "scheduled"),
     ("reliability", "broken_context"): ("defer", "defer", "scheduled"),
     ("reliability", "*"): ("defer", "defer", "scheduled"),
-    ("vulnerability", "*"): ("defer", "scheduled", "scheduled"),
 }
 _IMPACT_STEP: dict[HumanImpact, int] = {"low": -1, "medium": 0, "high": 0, "very high": 1}
 

@@ -1,0 +1,214 @@
+"""The explanation factors that depend on where a finding runs: exposure, reachability,
+human impact and fused trust, each built once per service, deployment or provenance facts
+and shared by every finding that has it."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from trustrank.risk.graph import ServiceContext
+from trustrank.risk.inputs import (
+    Component,
+    Confidence,
+    Deployment,
+    ObservedComponent,
+    RankInputs,
+    RankSettings,
+    Reachability,
+)
+from trustrank.risk.libraries import component_matches
+from trustrank.risk.scoring import (
+    EXPOSURE_VALUES,
+    IMPACT_VALUES,
+    REACHABILITY_VALUES,
+    Factor,
+)
+
+
+def points_of(weight: float, value: float) -> float:
+    return round(weight * (value - 0.5), 4)
+
+
+def group_keys(component_key: str) -> list[str]:
+    """The group keys that contain a component key, nearest first
+    (`pkg:maven/g/a` → [`pkg:maven/g`])."""
+    head, _, rest = component_key.partition("/")
+    parts = rest.split("/")
+    return [head + "/" + "/".join(parts[:n]) for n in range(len(parts) - 1, 0, -1)]
+
+
+class FactorSource:
+    """Provenance and library-evidence lookups from the inputs, and cached factors."""
+
+    def __init__(self, *, inputs: RankInputs, settings: RankSettings) -> None:
+        self.settings = settings
+        self.signed = {v.key for v in inputs.project_versions if v.sbom_signed}
+        self.components: dict[tuple[str, str], Component] = {
+            (c.project_version, c.key): c for c in inputs.components
+        }
+        # Version-level provenance for service trust: shares of components with each fact.
+        counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+        for c in inputs.components:
+            row = counts[c.project_version]
+            row[0] += 1
+            row[1] += c.hashes_present
+            row[2] += c.supplier_known
+        self.version_shares = {
+            k: (h / n, s / n) for k, (n, h, s) in counts.items() if n
+        }
+        self.libraries: dict[tuple[str, str], tuple[bool, dict[str, ObservedComponent]]] = {}
+        for lib in inputs.libraries:
+            key = (lib.environment, lib.service)
+            traced, observed = self.libraries.get(key, (False, {}))
+            merged = dict(observed)
+            for o in lib.observed:
+                known = merged.get(o.component_key)
+                # Two records naming one key: keep the busier (then the smaller evidence
+                # name), whatever order they came in.
+                if known is None or (o.calls_per_minute, known.evidence) > (
+                        known.calls_per_minute, o.evidence):
+                    merged[o.component_key] = o
+            self.libraries[key] = (traced or lib.traced or bool(lib.observed), merged)
+        self._trust_cache: dict[tuple[object, ...], tuple[float, Factor]] = {}
+        self._reach_cache: dict[tuple[str, str, bool], tuple[Reachability, Factor]] = {}
+        self._exposure_cache: dict[tuple[str, str], Factor] = {}
+        self._impact_cache: dict[Deployment | None, Factor] = {}
+        self._not_applicable = Factor("reachability", "not applicable", 0.0,
+                                      "not a component finding", "high")
+        self._undeployed: tuple[Factor, Reachability, Factor] = (
+            Factor("exposure", settings.undeployed_exposure, 0.0,
+                   "the project version runs on no known service; baseline order kept",
+                   "medium"),
+            "unknown",
+            Factor("reachability", "unknown", 0.0, "no deployment", "low"),
+        )
+
+    # --- trust -----------------------------------------------------------------------
+
+    def _code_facts(self, project_version: str, component_key: str | None) -> tuple[
+            bool, float, float]:
+        signed = project_version in self.signed
+        if component_key is None:
+            hashes, supplier = self.version_shares.get(project_version, (0.0, 0.0))
+            return signed, hashes, supplier
+        c = self.components.get((project_version, component_key))
+        return signed, float(bool(c and c.hashes_present)), float(bool(c and c.supplier_known))
+
+    def fused_trust(
+        self, svc: ServiceContext | None, project_version: str, component_key: str | None
+    ) -> tuple[float, Factor]:
+        """Identity trust (formula 1) and code-provenance trust fused by the settings'
+        weights. One factor object per (service, provenance facts): few distinct ones."""
+        facts = self._code_facts(project_version, component_key)
+        key = (svc.environment if svc else "", svc.name if svc else "", facts,
+               component_key is None)
+        cached = self._trust_cache.get(key)
+        if cached is not None:
+            return cached
+        s = self.settings
+        signed, hashes, supplier = facts
+        signed_w, hashes_w, supplier_w = s.provenance_weights
+        code = signed_w * signed + hashes_w * hashes + supplier_w * supplier
+        if component_key is None:
+            code_source = (f"SBOM signed: {'yes' if signed else 'no'}; components with hashes "
+                           f"{hashes:.0%}, with known supplier {supplier:.0%}")
+        else:
+            code_source = (f"SBOM signed: {'yes' if signed else 'no'}; hashes: "
+                           f"{'yes' if hashes else 'no'}; supplier known: "
+                           f"{'yes' if supplier else 'no'}")
+        identity = svc.identity_trust if svc else 0.0
+        trust = round(s.identity_trust_weight * identity + s.code_trust_weight * code, 6)
+        conf: Confidence = "medium"
+        if svc and svc.trust_anchor:
+            if svc.trust_depth == 0:
+                anchor, conf = f"attested identity {svc.identity or svc.name}", "high"
+            else:
+                anchor = f"{svc.trust_depth} hop(s) from anchor {svc.trust_anchor}"
+        else:
+            anchor = "no attested identity reaches it"
+        source = f"identity trust {identity:.3f} ({anchor}); code trust {code:.2f} ({code_source})"
+        effect = points_of(s.weights.low_trust, 1.0 - trust)
+        out = trust, Factor("trust", trust, effect, source, conf)
+        self._trust_cache[key] = out
+        return out
+
+    # --- reachability ----------------------------------------------------------------
+
+    def reachability(
+        self, environment: str, service: str, component_key: str
+    ) -> tuple[Reachability, Factor]:
+        traced, observed = self.libraries.get((environment, service), (False, {}))
+        if component_key:
+            hit = observed.get(component_key)
+            conf: Confidence = "high"
+            if hit is None:
+                for group in group_keys(component_key):
+                    hit = observed.get(group)
+                    if hit is not None and component_matches(component_key, group):
+                        conf = "medium"
+                        break
+            if hit is not None:
+                w = self.settings.weights.reachability
+                source = (f"{hit.evidence} at {hit.calls_per_minute:g} calls/min on "
+                          f"{environment}/{service}")
+                effect = points_of(w, REACHABILITY_VALUES["observed"])
+                return "observed", Factor("reachability", "observed", effect, source, conf)
+        # Not observed and unknown say the same for every component of the service: one
+        # factor object each per service.
+        key = (environment, service, bool(component_key))
+        cached = self._reach_cache.get(key)
+        if cached is None:
+            cached = self._reach_cache[key] = self._unobserved(environment, service, traced,
+                                                               bool(component_key))
+        return cached
+
+    def _unobserved(self, environment: str, service: str, traced: bool,
+                    named: bool) -> tuple[Reachability, Factor]:
+        if not named:
+            return "unknown", Factor("reachability", "unknown", 0.0,
+                                     "finding names no component", "low")
+        if traced:
+            w = self.settings.weights.reachability
+            return "not observed", Factor(
+                "reachability", "not observed", points_of(w, REACHABILITY_VALUES["not observed"]),
+                f"{environment}/{service} sends traces; none names this component", "medium")
+        return "unknown", Factor("reachability", "unknown", 0.0,
+                                 f"{environment}/{service} sends no traces", "low")
+
+    def _exposure_factor(self, svc: ServiceContext) -> Factor:
+        cached = self._exposure_cache.get((svc.environment, svc.name))
+        if cached is not None:
+            return cached
+        conf: Confidence = "medium"
+        if svc.exposure == "open":
+            hops = "; ".join(
+                f"{h.source} → {h.target} ({h.via}"
+                + (f", {h.calls_per_minute:g}/min, mTLS {h.mtls_share:.0%}"
+                   if h.mtls_share is not None else f", {h.detail}" if h.detail else "")
+                + ")"
+                for h in svc.hops
+            )
+            source = f"ingress path: {hops}"
+            conf = "medium" if svc.hops[0].via == "ingress candidate" else "high"
+        else:
+            source = svc.exposure_reason
+        factor = Factor("exposure", svc.exposure,
+                        points_of(self.settings.weights.exposure, EXPOSURE_VALUES[svc.exposure]),
+                        source, conf)
+        self._exposure_cache[(svc.environment, svc.name)] = factor
+        return factor
+
+    def _impact_factor(self, d: Deployment | None) -> Factor:
+        cached = self._impact_cache.get(d)
+        if cached is not None:
+            return cached
+        impact = d.human_impact if d else self.settings.default_human_impact
+        factor = Factor(
+            "human_impact", impact,
+            points_of(self.settings.weights.human_impact, IMPACT_VALUES[impact]),
+            f"deployment of {d.project_version} on {d.environment}/{d.service}"
+            + (f" ({d.source})" if d.source else "") if d else "default (no deployment)",
+            "high" if d else "low",
+        )
+        self._impact_cache[d] = factor
+        return factor
