@@ -267,6 +267,9 @@ TRUSTRANK_IDENTITY_EXPIRY_WINDOW_DAYS = envint(
 TRUSTRANK_IDENTITY_POLICY_WINDOW_SECONDS = envint(
     "TRUSTRANK_IDENTITY_POLICY_WINDOW_SECONDS", 900, minimum=60
 )
+# A certificate upload with more PEM blocks than this is parsed by the worker instead of the
+# request (the receiver then checks only its structure and refuses private keys).
+TRUSTRANK_CERTS_INLINE_PARSE_MAX = envint("TRUSTRANK_CERTS_INLINE_PARSE_MAX", 1000, minimum=0)
 CELERY_BEAT_SCHEDULE["identity-policies-check"] = {
     "task": "trustrank.identity.tasks.identity_policies_check",
     "schedule": timedelta(
