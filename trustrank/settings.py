@@ -232,6 +232,11 @@ TRUSTRANK_TRACE_SAMPLE_RATE = envfloat("TRUSTRANK_TRACE_SAMPLE_RATE", 0.01)
 TRUSTRANK_TRACE_SAMPLE_RETENTION_DAYS = envint(
     "TRUSTRANK_TRACE_SAMPLE_RETENTION_DAYS", 7, minimum=0
 )
+# Spans ending more than this after the export arrived, or starting more than
+# TRUSTRANK_TRACE_MAX_AGE_DAYS before it, are rejected (counted in partial_success): a clock
+# far off, or a timestamp of 2^64-1, would otherwise set a service's last-seen to year 2554.
+TRUSTRANK_TRACE_MAX_FUTURE_SECONDS = envint("TRUSTRANK_TRACE_MAX_FUTURE_SECONDS", 86400, minimum=0)
+TRUSTRANK_TRACE_MAX_AGE_DAYS = envint("TRUSTRANK_TRACE_MAX_AGE_DAYS", 7300, minimum=1)
 # Keep the raw export body on the job after it was aggregated (off: aggregates only).
 TRUSTRANK_TRACE_KEEP_PAYLOAD = envbool("TRUSTRANK_TRACE_KEEP_PAYLOAD", False)
 # A large export is decoded and aggregated in parts of about this size (bounded memory).
