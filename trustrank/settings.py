@@ -294,6 +294,15 @@ TRUSTRANK_FEED_SOURCES = {
     "kev": envstr("TRUSTRANK_FEED_KEV_SOURCE"),
     "epss": envstr("TRUSTRANK_FEED_EPSS_SOURCE"),
 }
+# Feed records dated later than now plus this are refused (OSV modified/published, a KEV
+# catalog's version or release date, an EPSS score date): a future date would win over every
+# genuine update after it.
+TRUSTRANK_FEED_MAX_CLOCK_SKEW_SECONDS = envint(
+    "TRUSTRANK_FEED_MAX_CLOCK_SKEW_SECONDS", 3600, minimum=0
+)
+# A KEV catalog that would remove more than this share of the stored entries at once is
+# refused unless the import says --allow-shrink.
+TRUSTRANK_FEED_KEV_MAX_SHRINK = envfloat("TRUSTRANK_FEED_KEV_MAX_SHRINK", 0.5)
 # The team that owns imports started by the command line or the schedule (created on demand).
 TRUSTRANK_FEEDS_TEAM = envstr("TRUSTRANK_FEEDS_TEAM", "feeds")
 for _feed, _source in TRUSTRANK_FEED_SOURCES.items():

@@ -36,6 +36,11 @@ class Scope(models.TextChoices):
     ADMIN = "admin", "Administer the team (feeds, keys)"
 
 
+# Site-wide scopes: they change data every team shares (the advisory feeds), so no team role
+# holds them and only the command line (`issue_api_key --scope feeds:write`) grants them.
+FEEDS_WRITE = "feeds:write"
+SITE_SCOPES = frozenset({FEEDS_WRITE})
+
 # What each role may do, expressed in API scopes so sessions and keys share one check.
 ROLE_SCOPES: dict[str, frozenset[str]] = {
     Role.ADMIN: frozenset(Scope.values),

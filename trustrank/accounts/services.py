@@ -12,7 +12,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from trustrank.accounts.models import ApiKey, Membership, Role, Scope, Team
+from trustrank.accounts.models import SITE_SCOPES, ApiKey, Membership, Role, Scope, Team
 
 # last_used_at is only written when older than this, so a busy exporter does not turn every
 # request into a row update.
@@ -48,9 +48,21 @@ def membership_set(*, team: Team, user: Any, role: str) -> Membership:
 
 
 def api_key_issue(
-    *, team: Team, name: str, scopes: list[str], created_by: Any | None = None
+    *,
+    team: Team,
+    name: str,
+    scopes: list[str],
+    created_by: Any | None = None,
+    allow_site_scopes: bool = False,
 ) -> IssuedKey:
-    unknown = sorted(set(scopes) - set(Scope.values))
+    """`allow_site_scopes` is for the command line only: a team admin on the web or the API
+    must never mint a key that changes data shared by every team."""
+    site = sorted(set(scopes) & SITE_SCOPES)
+    if site and not allow_site_scopes:
+        raise InvalidScope(
+            f"scope(s) {', '.join(site)} can only be granted by an operator on the command line"
+        )
+    unknown = sorted(set(scopes) - set(Scope.values) - SITE_SCOPES)
     if unknown:
         raise InvalidScope(
             f"unknown scope(s) {', '.join(unknown)}; use one of {', '.join(Scope.values)}"
