@@ -60,6 +60,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "trustrank.lib.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "trustrank.lib.middleware.BodySizeLimitMiddleware",
     "trustrank.lib.middleware.InputCheckMiddleware",
@@ -86,6 +87,8 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
+            # |http_url, for every template: reference URLs become links only for http(s).
+            "builtins": ["trustrank.lib.templatefilters"],
         },
     },
 ]
@@ -122,6 +125,22 @@ if TESTING:
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", not DEBUG and not TESTING)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# HSTS on every HTTPS response once the site is served over HTTPS (secure cookies say so).
+# Behind a TLS-terminating proxy, SECURE_PROXY_SSL_HEADER=true trusts its X-Forwarded-Proto.
+SECURE_HSTS_SECONDS = envint(
+    "SECURE_HSTS_SECONDS", 31_536_000 if SESSION_COOKIE_SECURE else 0, minimum=0
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+if envbool("SECURE_PROXY_SSL_HEADER", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Every page: scripts only from this origin and never inline (static/js holds what templates
+# used to inline); inline styles stay allowed (htmx inserts its indicator style).
+TRUSTRANK_CSP = envstr(
+    "TRUSTRANK_CSP",
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; font-src 'self'; connect-src 'self'; object-src 'none'; "
+    "base-uri 'self'; form-action 'self'; frame-ancestors 'none'",
+)
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -120,3 +120,19 @@ class InputCheckMiddleware:
                 f"Bad request: {detail}", content_type="text/plain; charset=utf-8"
             )
         return self.get_response(request)
+
+
+class ContentSecurityPolicyMiddleware:
+    """Send settings.TRUSTRANK_CSP on every response that has none: scripts only from our
+    own origin and never inline, so markup someone smuggles into a page (an advisory's text,
+    a component name) cannot run."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        policy = settings.TRUSTRANK_CSP
+        if policy and "Content-Security-Policy" not in response:
+            response["Content-Security-Policy"] = policy
+        return response
