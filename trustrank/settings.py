@@ -232,6 +232,9 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # --- Ingest ---------------------------------------------------------------------------------
 # A running job whose lease is older than this is presumed dead (worker killed) and re-queued.
 TRUSTRANK_JOB_LEASE_SECONDS = envint("TRUSTRANK_JOB_LEASE_SECONDS", 300, minimum=1)
+# How often a running job renews its lease and publishes its progress (at most a quarter of
+# the lease).
+TRUSTRANK_JOB_HEARTBEAT_SECONDS = envfloat("TRUSTRANK_JOB_HEARTBEAT_SECONDS", 2.0)
 # A queued job not picked up for this long is enqueued again (a lost broker message).
 TRUSTRANK_JOB_REQUEUE_SECONDS = envint("TRUSTRANK_JOB_REQUEUE_SECONDS", 300, minimum=1)
 TRUSTRANK_JOB_MAX_ATTEMPTS = envint("TRUSTRANK_JOB_MAX_ATTEMPTS", 5, minimum=1)
