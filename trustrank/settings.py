@@ -122,6 +122,13 @@ if TESTING:
     # Password hashing dominates test run time otherwise.
     PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
+# Sign-in throttling: after this many failures for one account, or from one address, within
+# the window, further attempts are refused (without checking the password) until the oldest
+# of them leaves the window.
+TRUSTRANK_LOGIN_WINDOW_SECONDS = envint("TRUSTRANK_LOGIN_WINDOW_SECONDS", 900, minimum=1)
+TRUSTRANK_LOGIN_MAX_PER_ACCOUNT = envint("TRUSTRANK_LOGIN_MAX_PER_ACCOUNT", 5, minimum=1)
+TRUSTRANK_LOGIN_MAX_PER_ADDRESS = envint("TRUSTRANK_LOGIN_MAX_PER_ADDRESS", 30, minimum=1)
+
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", not DEBUG and not TESTING)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE

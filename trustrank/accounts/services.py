@@ -4,15 +4,28 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
+import math
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from trustrank.accounts.models import SITE_SCOPES, ApiKey, Membership, Role, Scope, Team
+from trustrank.accounts.models import (
+    SITE_SCOPES,
+    ApiKey,
+    LoginFailure,
+    Membership,
+    Role,
+    Scope,
+    Team,
+)
+
+log = logging.getLogger(__name__)
 
 # last_used_at is only written when older than this, so a busy exporter does not turn every
 # request into a row update.
@@ -103,3 +116,44 @@ def api_key_authenticate(*, secret: str) -> ApiKey | None:
 @transaction.atomic
 def api_key_revoke(*, api_key: ApiKey) -> None:
     ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
+# --- Sign-in throttling ---------------------------------------------------------------------
+
+
+def login_failure_record(
+    *, username: str, address: str | None, throttled: bool = False
+) -> LoginFailure:
+    """Record one failed sign-in (a log line and a row). Kept small and alone so the audit
+    trail can move to the shared audit events without touching the throttle."""
+    log.warning(
+        "sign-in failed for %r from %s%s",
+        username[:150],
+        address or "?",
+        " (throttled)" if throttled else "",
+    )
+    return LoginFailure.objects.create(
+        username=username[:150].lower(), address=address, throttled=throttled, at=timezone.now()
+    )
+
+
+def login_throttle_seconds(*, username: str, address: str | None) -> int:
+    """0 when a sign-in may be tried, else how long to wait: too many failures for this
+    account, or from this address, within TRUSTRANK_LOGIN_WINDOW_SECONDS. Counted in the
+    database, so every web process shares one count."""
+    window = timedelta(seconds=settings.TRUSTRANK_LOGIN_WINDOW_SECONDS)
+    since = timezone.now() - window
+    recent = LoginFailure.objects.filter(at__gte=since)
+    checks = [
+        (recent.filter(username=username[:150].lower()), settings.TRUSTRANK_LOGIN_MAX_PER_ACCOUNT)
+    ]
+    if address:
+        checks.append((recent.filter(address=address), settings.TRUSTRANK_LOGIN_MAX_PER_ADDRESS))
+    wait = 0
+    for failures, limit in checks:
+        times = list(failures.order_by("-at").values_list("at", flat=True)[:limit])
+        if len(times) >= limit:
+            # Free again once the oldest of the last `limit` failures leaves the window.
+            free_at = times[-1] + window
+            wait = max(wait, math.ceil((free_at - timezone.now()).total_seconds()))
+    return max(wait, 0)
