@@ -7,11 +7,12 @@ import secrets
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from trustrank.lib.embedded import embedded_database_url, filesystem_broker
+from trustrank.lib.embedded import embedded_database_settings, filesystem_broker
 from trustrank.lib.env import envbool, envfloat, envint, envlist, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -95,11 +96,13 @@ TEMPLATES = [
 
 # --- Database -------------------------------------------------------------------------------
 DATABASE_URL = envstr("DATABASE_URL")
-if not DATABASE_URL:
-    DATABASE_URL = embedded_database_url(VAR_DIR)
-DATABASES = {
-    "default": dj_database_url.parse(
-        DATABASE_URL, conn_max_age=envint("DB_CONN_MAX_AGE", 60, minimum=0)
+_CONN_MAX_AGE = envint("DB_CONN_MAX_AGE", 60, minimum=0)
+DATABASES: dict[str, dict[str, Any]] = {
+    "default": (
+        dict(dj_database_url.parse(DATABASE_URL, conn_max_age=_CONN_MAX_AGE))
+        if DATABASE_URL
+        # Started by the first connection, not here (see trustrank/lib/embedded_pg).
+        else embedded_database_settings(VAR_DIR, conn_max_age=_CONN_MAX_AGE)
     ),
 }
 if envstr("TRUSTRANK_DB_NAME"):
@@ -155,7 +158,7 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT = Path(envstr("TRUSTRANK_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
 STATICFILES_DIRS: list[Path | tuple[str, Path]] = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
