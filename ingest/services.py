@@ -134,9 +134,18 @@ def job_progress(
     IngestJob.objects.filter(pk=job_id, status=JobStatus.RUNNING).update(**fields)
 
 
-def _job_finish(*, job_id: Any, counts: dict[str, Any]) -> None:
+def _job_finish(
+    *, job_id: Any, counts: dict[str, Any], progress: dict[str, Any] | None = None
+) -> None:
     result = counts.pop("_result", None)
+    # The last progress the handler reported, which a heartbeat may not have written yet.
+    final = {
+        f"progress_{name}": (progress or {}).get(name)
+        for name in ("done", "total")
+        if (progress or {}).get(name) is not None
+    }
     IngestJob.objects.filter(pk=job_id).update(
+        **final,
         status=JobStatus.DONE,
         counts=counts,
         result=result or {},
@@ -201,6 +210,7 @@ class JobHeartbeat:
         # Several renewals per lease, so one slow UPDATE never lets the lease lapse.
         self.interval = max(0.1, min(settings.TRUSTRANK_JOB_HEARTBEAT_SECONDS, lease / 4))
         self._pending: dict[str, Any] = {}
+        self.latest: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -214,6 +224,7 @@ class JobHeartbeat:
         """The handler's progress callback: recorded here, written by the next beat."""
         with self._lock:
             self._pending.update(progress)
+            self.latest.update(progress)
 
     def stop(self) -> None:
         self._stop.set()
@@ -268,11 +279,11 @@ def job_run(*, job_id: str) -> None:
                 with transaction.atomic():
                     counts = func(job=job, payload=payload, progress=heartbeat.report)
                     heartbeat.stop()
-                    _job_finish(job_id=job.pk, counts=dict(counts))
+                    _job_finish(job_id=job.pk, counts=dict(counts), progress=heartbeat.latest)
             else:
                 counts = func(job=job, payload=payload, progress=heartbeat.report)
                 heartbeat.stop()
-                _job_finish(job_id=job.pk, counts=dict(counts))
+                _job_finish(job_id=job.pk, counts=dict(counts), progress=heartbeat.latest)
         finally:
             heartbeat.stop()
     except IngestRejected as exc:

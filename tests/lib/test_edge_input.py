@@ -141,3 +141,16 @@ def test_a_real_offset_still_filters(clients):
         "/api/v1/certificates", {"expires_before": "2030-01-01T00:00:00+14:00"}
     )
     assert response.status_code == 200
+
+
+GARBAGE = ["zzz", "-1", "99999999999999999999999", "1e400", "NaN", "2030-13-45", "[]", "%", "\u00e9"]
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_garbage_in_the_parameters_is_never_a_server_error(clients, route):
+    """Every known parameter at once, with each garbage value (a 500 from any of them shows)."""
+    path = _concrete(route)
+    for client in clients:
+        for value in GARBAGE:
+            response = client.get(path, dict.fromkeys(PARAMS, value))
+            assert response.status_code < 500, (path, value, response.status_code)
