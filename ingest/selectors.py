@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import uuid
 
-from django.db.models import Q, QuerySet
+from django.db.models import BooleanField, Case, Q, QuerySet, Value, When
 from django.http import Http404
 
 from ingest.models import IngestJob, JobKind
@@ -14,10 +14,19 @@ FEED_KINDS = (JobKind.OSV, JobKind.KEV, JobKind.EPSS)
 
 
 def job_list(*, principal: Principal) -> QuerySet[IngestJob]:
+    """The principal's teams' jobs and every feed import. `is_foreign` marks another team's
+    feed import: pages and the API show what ran and how it went, never who ran it."""
     if not principal.team_ids:
         return IngestJob.objects.none()
     return (
         IngestJob.objects.filter(Q(team_id__in=principal.team_ids) | Q(kind__in=FEED_KINDS))
+        .annotate(
+            is_foreign=Case(
+                When(team_id__in=principal.team_ids, then=Value(False)),
+                default=Value(True),
+                output_field=BooleanField(),
+            )
+        )
         .select_related("team")
         .order_by("-created_at")
     )

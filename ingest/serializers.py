@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
 from ingest.models import IngestJob
 
 
 class IngestJobSerializer(serializers.ModelSerializer):
-    team = serializers.CharField(source="team.name", read_only=True)
+    team = serializers.CharField(source="team.name", read_only=True, allow_null=True)
     status_url = serializers.SerializerMethodField()
     duration_seconds = serializers.FloatField(read_only=True)
 
@@ -41,3 +43,11 @@ class IngestJobSerializer(serializers.ModelSerializer):
 
     def get_status_url(self, job: IngestJob) -> str:
         return f"/api/v1/jobs/{job.pk}"
+
+    def to_representation(self, instance: IngestJob) -> dict[str, Any]:
+        data: dict[str, Any] = super().to_representation(instance)
+        if getattr(instance, "is_foreign", False):
+            # Another team's feed import: who ran it (team, key or person, file name) is
+            # theirs to know.
+            data.update({"team": None, "submitter_label": "", "filename": ""})
+        return data

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -133,9 +134,18 @@ def job_progress(
     IngestJob.objects.filter(pk=job_id, status=JobStatus.RUNNING).update(**fields)
 
 
-def _job_finish(*, job_id: Any, counts: dict[str, Any]) -> None:
+def _job_finish(
+    *, job_id: Any, counts: dict[str, Any], progress: dict[str, Any] | None = None
+) -> None:
     result = counts.pop("_result", None)
+    # The last progress the handler reported, which a heartbeat may not have written yet.
+    final = {
+        f"progress_{name}": (progress or {}).get(name)
+        for name in ("done", "total")
+        if (progress or {}).get(name) is not None
+    }
     IngestJob.objects.filter(pk=job_id).update(
+        **final,
         status=JobStatus.DONE,
         counts=counts,
         result=result or {},
@@ -200,6 +210,71 @@ def _rerank_after(job: IngestJob) -> None:
         ranking_after_feed(what=f"{job.kind} feed job {job.pk}")
 
 
+class JobHeartbeat:
+    """Renews a running job's lease, and publishes its phase and progress, from a thread with
+    a database connection of its own while the handler works.
+
+    The handler's own writes cannot do it: an atomic handler's UPDATEs stay invisible until
+    it commits, so a long job looked dead to the sweep (which re-queued it and a second
+    worker ran it at the same time) and its progress stayed at "starting" until done.
+    """
+
+    def __init__(self, *, job_id: Any, attempt: int) -> None:
+        self.job_id, self.attempt = job_id, attempt
+        lease = settings.TRUSTRANK_JOB_LEASE_SECONDS
+        # Several renewals per lease, so one slow UPDATE never lets the lease lapse.
+        self.interval = max(0.1, min(settings.TRUSTRANK_JOB_HEARTBEAT_SECONDS, lease / 4))
+        self._pending: dict[str, Any] = {}
+        self.latest: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"job-heartbeat-{job_id}", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def report(self, **progress: Any) -> None:
+        """The handler's progress callback: recorded here, written by the next beat."""
+        with self._lock:
+            self._pending.update(progress)
+            self.latest.update(progress)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self.interval):
+                self._beat()
+        finally:
+            connection.close()  # this thread's own connection
+
+    def _beat(self) -> None:
+        with self._lock:
+            progress, self._pending = self._pending, {}
+        fields: dict[str, Any] = {
+            "lease_until": timezone.now()
+            + timedelta(seconds=settings.TRUSTRANK_JOB_LEASE_SECONDS)
+        }
+        for name in ("done", "total"):
+            if progress.get(name) is not None:
+                fields[f"progress_{name}"] = progress[name]
+        if progress.get("phase") is not None:
+            fields["phase"] = str(progress["phase"])[:40]
+        try:
+            # Only while this attempt still holds the job: never revive a job another worker
+            # has taken over or that has ended.
+            IngestJob.objects.filter(
+                pk=self.job_id, status=JobStatus.RUNNING, attempts=self.attempt
+            ).update(**fields)
+        except Exception:  # a lost connection: retried at the next beat
+            log.warning("heartbeat of job %s failed", self.job_id, exc_info=True)
+            connection.close()
+
+
 def job_run(*, job_id: str) -> None:
     """Claim and run one job. Transient errors put it back in the queue and propagate (the
     task retries with back-off); bad input fails the job with the handler's message."""
@@ -211,17 +286,21 @@ def job_run(*, job_id: str) -> None:
     func = import_string(handler.path)
     payload = _payload_load(job_id=job.pk)
 
-    def progress(**kwargs: Any) -> None:
-        job_progress(job_id=job.pk, **kwargs)
-
+    heartbeat = JobHeartbeat(job_id=job.pk, attempt=job.attempts)
+    heartbeat.start()
     try:
-        if handler.atomic:
-            with transaction.atomic():
-                counts = func(job=job, payload=payload, progress=progress)
-                _job_finish(job_id=job.pk, counts=dict(counts))
-        else:
-            counts = func(job=job, payload=payload, progress=progress)
-            _job_finish(job_id=job.pk, counts=dict(counts))
+        try:
+            if handler.atomic:
+                with transaction.atomic():
+                    counts = func(job=job, payload=payload, progress=heartbeat.report)
+                    heartbeat.stop()
+                    _job_finish(job_id=job.pk, counts=dict(counts), progress=heartbeat.latest)
+            else:
+                counts = func(job=job, payload=payload, progress=heartbeat.report)
+                heartbeat.stop()
+                _job_finish(job_id=job.pk, counts=dict(counts), progress=heartbeat.latest)
+        finally:
+            heartbeat.stop()
         _rerank_after(job)
     except IngestRejected as exc:
         job_fail(job_id=job.pk, message=str(exc))

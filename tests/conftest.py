@@ -55,7 +55,10 @@ def make_key(db: None) -> Callable[..., str]:
     """make_key(team, "sbom:write", "read") -> the secret."""
 
     def make(team: Team, *scopes: str) -> str:
-        return api_key_issue(team=team, name="test", scopes=list(scopes) or ["read"]).secret
+        # Tests may hold site-wide scopes (feeds:write), as an operator's key would.
+        return api_key_issue(
+            team=team, name="test", scopes=list(scopes) or ["read"], allow_site_scopes=True
+        ).secret
 
     return make
 

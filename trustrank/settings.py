@@ -7,11 +7,12 @@ import secrets
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from trustrank.lib.embedded import embedded_database_url, filesystem_broker
+from trustrank.lib.embedded import embedded_database_settings, filesystem_broker
 from trustrank.lib.env import envbool, envfloat, envint, envlist, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -63,8 +64,10 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "trustrank.lib.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "trustrank.lib.middleware.BodySizeLimitMiddleware",
+    "trustrank.lib.middleware.InputCheckMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -88,17 +91,21 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
+            # |http_url, for every template: reference URLs become links only for http(s).
+            "builtins": ["trustrank.lib.templatefilters"],
         },
     },
 ]
 
 # --- Database -------------------------------------------------------------------------------
 DATABASE_URL = envstr("DATABASE_URL")
-if not DATABASE_URL:
-    DATABASE_URL = embedded_database_url(VAR_DIR)
-DATABASES = {
-    "default": dj_database_url.parse(
-        DATABASE_URL, conn_max_age=envint("DB_CONN_MAX_AGE", 60, minimum=0)
+_CONN_MAX_AGE = envint("DB_CONN_MAX_AGE", 60, minimum=0)
+DATABASES: dict[str, dict[str, Any]] = {
+    "default": (
+        dict(dj_database_url.parse(DATABASE_URL, conn_max_age=_CONN_MAX_AGE))
+        if DATABASE_URL
+        # Started by the first connection, not here (see trustrank/lib/embedded_pg).
+        else embedded_database_settings(VAR_DIR, conn_max_age=_CONN_MAX_AGE)
     ),
 }
 if envstr("TRUSTRANK_DB_NAME"):
@@ -125,9 +132,32 @@ if TESTING:
     # Password hashing dominates test run time otherwise.
     PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
+# Sign-in throttling: after this many failures for one account, or from one address, within
+# the window, further attempts are refused (without checking the password) until the oldest
+# of them leaves the window.
+TRUSTRANK_LOGIN_WINDOW_SECONDS = envint("TRUSTRANK_LOGIN_WINDOW_SECONDS", 900, minimum=1)
+TRUSTRANK_LOGIN_MAX_PER_ACCOUNT = envint("TRUSTRANK_LOGIN_MAX_PER_ACCOUNT", 5, minimum=1)
+TRUSTRANK_LOGIN_MAX_PER_ADDRESS = envint("TRUSTRANK_LOGIN_MAX_PER_ADDRESS", 30, minimum=1)
+
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", not DEBUG and not TESTING)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# HSTS on every HTTPS response once the site is served over HTTPS (secure cookies say so).
+# Behind a TLS-terminating proxy, SECURE_PROXY_SSL_HEADER=true trusts its X-Forwarded-Proto.
+SECURE_HSTS_SECONDS = envint(
+    "SECURE_HSTS_SECONDS", 31_536_000 if SESSION_COOKIE_SECURE else 0, minimum=0
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+if envbool("SECURE_PROXY_SSL_HEADER", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Every page: scripts only from this origin and never inline (static/js holds what templates
+# used to inline); inline styles stay allowed (htmx inserts its indicator style).
+TRUSTRANK_CSP = envstr(
+    "TRUSTRANK_CSP",
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; font-src 'self'; connect-src 'self'; object-src 'none'; "
+    "base-uri 'self'; form-action 'self'; frame-ancestors 'none'",
+)
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -135,7 +165,7 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT = Path(envstr("TRUSTRANK_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
 STATICFILES_DIRS: list[Path | tuple[str, Path]] = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -219,6 +249,9 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # --- Ingest ---------------------------------------------------------------------------------
 # A running job whose lease is older than this is presumed dead (worker killed) and re-queued.
 TRUSTRANK_JOB_LEASE_SECONDS = envint("TRUSTRANK_JOB_LEASE_SECONDS", 300, minimum=1)
+# How often a running job renews its lease and publishes its progress (at most a quarter of
+# the lease).
+TRUSTRANK_JOB_HEARTBEAT_SECONDS = envfloat("TRUSTRANK_JOB_HEARTBEAT_SECONDS", 2.0)
 # A queued job not picked up for this long is enqueued again (a lost broker message).
 TRUSTRANK_JOB_REQUEUE_SECONDS = envint("TRUSTRANK_JOB_REQUEUE_SECONDS", 300, minimum=1)
 TRUSTRANK_JOB_MAX_ATTEMPTS = envint("TRUSTRANK_JOB_MAX_ATTEMPTS", 5, minimum=1)
@@ -238,6 +271,11 @@ TRUSTRANK_TRACE_SAMPLE_RATE = envfloat("TRUSTRANK_TRACE_SAMPLE_RATE", 0.01)
 TRUSTRANK_TRACE_SAMPLE_RETENTION_DAYS = envint(
     "TRUSTRANK_TRACE_SAMPLE_RETENTION_DAYS", 7, minimum=0
 )
+# Spans ending more than this after the export arrived, or starting more than
+# TRUSTRANK_TRACE_MAX_AGE_DAYS before it, are rejected (counted in partial_success): a clock
+# far off, or a timestamp of 2^64-1, would otherwise set a service's last-seen to year 2554.
+TRUSTRANK_TRACE_MAX_FUTURE_SECONDS = envint("TRUSTRANK_TRACE_MAX_FUTURE_SECONDS", 86400, minimum=0)
+TRUSTRANK_TRACE_MAX_AGE_DAYS = envint("TRUSTRANK_TRACE_MAX_AGE_DAYS", 7300, minimum=1)
 # Keep the raw export body on the job after it was aggregated (off: aggregates only).
 # A lost-trace-context finding with no new sighting for this long resolves itself.
 TRUSTRANK_TRACE_BROKEN_CONTEXT_RESOLVE_HOURS = envint(
@@ -277,6 +315,9 @@ TRUSTRANK_IDENTITY_EXPIRY_WINDOW_DAYS = envint(
 TRUSTRANK_IDENTITY_POLICY_WINDOW_SECONDS = envint(
     "TRUSTRANK_IDENTITY_POLICY_WINDOW_SECONDS", 900, minimum=60
 )
+# A certificate upload with more PEM blocks than this is parsed by the worker instead of the
+# request (the receiver then checks only its structure and refuses private keys).
+TRUSTRANK_CERTS_INLINE_PARSE_MAX = envint("TRUSTRANK_CERTS_INLINE_PARSE_MAX", 1000, minimum=0)
 CELERY_BEAT_SCHEDULE["identity-policies-check"] = {
     "task": "trustrank.identity.tasks.identity_policies_check",
     "schedule": timedelta(
@@ -296,6 +337,15 @@ TRUSTRANK_FEED_SOURCES = {
     "kev": envstr("TRUSTRANK_FEED_KEV_SOURCE"),
     "epss": envstr("TRUSTRANK_FEED_EPSS_SOURCE"),
 }
+# Feed records dated later than now plus this are refused (OSV modified/published, a KEV
+# catalog's version or release date, an EPSS score date): a future date would win over every
+# genuine update after it.
+TRUSTRANK_FEED_MAX_CLOCK_SKEW_SECONDS = envint(
+    "TRUSTRANK_FEED_MAX_CLOCK_SKEW_SECONDS", 3600, minimum=0
+)
+# A KEV catalog that would remove more than this share of the stored entries at once is
+# refused unless the import says --allow-shrink.
+TRUSTRANK_FEED_KEV_MAX_SHRINK = envfloat("TRUSTRANK_FEED_KEV_MAX_SHRINK", 0.5)
 # The team that owns imports started by the command line or the schedule (created on demand).
 TRUSTRANK_FEEDS_TEAM = envstr("TRUSTRANK_FEEDS_TEAM", "feeds")
 for _feed, _source in TRUSTRANK_FEED_SOURCES.items():

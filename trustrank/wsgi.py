@@ -13,6 +13,10 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "trustrank.settings")
 
 _django = get_wsgi_application()
 
+from trustrank.lib.startup import static_files_check  # noqa: E402 - needs settings loaded
+
+static_files_check()
+
 
 def _buffer_chunked_body(
     app: Callable[..., Iterable[bytes]],

@@ -1,6 +1,8 @@
 """Feed import receivers: POST /api/v1/feeds/{osv|kev|epss} with the raw file as the body
 (OSV: one JSON record, a JSON array or a zip; KEV: the catalog JSON; EPSS: CSV or .csv.gz).
-Feeds are global reference data, so this needs the `admin` scope."""
+Feeds are reference data every team shares, so this needs the site-wide `feeds:write` scope,
+which only an operator grants (`manage.py issue_api_key --scope feeds:write`): a team admin
+must not be able to withdraw advisories or replace the KEV catalog for every other team."""
 
 from __future__ import annotations
 
@@ -18,14 +20,19 @@ from ingest.receivers import (
     param,
     team_for_write,
 )
-from trustrank.accounts.models import Scope
+from ingest.sbom import parse_bool
+from trustrank.accounts.models import FEEDS_WRITE
 from trustrank.accounts.principal import principal_for_request
 from trustrank.vulns.services.feeds import FEED_KINDS, FeedSourceError, feed_import_submit
 
 
 @extend_schema(
     summary="Import a vulnerability feed (OSV, CISA KEV or FIRST EPSS) as an ingest job",
-    parameters=[OpenApiParameter("team", str, description="for people admin in several teams")],
+    parameters=[
+        OpenApiParameter(
+            "allow_shrink", bool, description="accept a KEV catalog that drops most entries"
+        ),
+    ],
     request={"application/octet-stream": {}},
     responses={202: None},
 )
@@ -33,7 +40,7 @@ class FeedImportApi(ReceiverMixin, APIView):
     """Store the feed file as an ingest job and answer 202 with its status URL."""
 
     parser_classes = [RawBodyParser]
-    required_scope = Scope.ADMIN
+    required_scope = FEEDS_WRITE
 
     def post(self, request: Request, kind: str) -> Response:
         if kind not in FEED_KINDS:
@@ -41,9 +48,7 @@ class FeedImportApi(ReceiverMixin, APIView):
                 404, "Not found", f"unknown feed {kind!r}; use one of {', '.join(FEED_KINDS)}"
             )
         principal = principal_for_request(request)
-        team = team_for_write(
-            principal=principal, scope=Scope.ADMIN, what="feeds", team_hint=param(request, "team")
-        )
+        team = team_for_write(principal=principal, scope=FEEDS_WRITE, what="feeds")
         try:
             job = feed_import_submit(
                 kind=kind,
@@ -52,6 +57,7 @@ class FeedImportApi(ReceiverMixin, APIView):
                 team=team,
                 filename=str(request.headers.get("X-Filename") or f"{kind}-upload"),
                 content_type=request.content_type or "",
+                allow_shrink=parse_bool(param(request, "allow_shrink")),
             )
         except FeedSourceError as exc:
             raise UploadRefused(400, "Invalid feed upload", str(exc)) from exc

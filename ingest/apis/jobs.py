@@ -9,11 +9,11 @@ from ingest.filters import IngestJobFilter
 from ingest.models import IngestJob
 from ingest.selectors import job_get, job_list
 from ingest.serializers import IngestJobSerializer
-from trustrank.accounts.models import Scope
+from trustrank.accounts.models import FEEDS_WRITE, Scope
 from trustrank.accounts.principal import principal_for_request
 
 # A pipeline's key may only hold a write scope; it must still see the jobs it submitted.
-ANY_SCOPE = tuple(Scope.values)
+ANY_SCOPE = (*Scope.values, FEEDS_WRITE)
 
 
 class JobListApi(ListAPIView[IngestJob]):

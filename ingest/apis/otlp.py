@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 from django.urls import path
+from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
@@ -33,6 +34,7 @@ from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_key
 from trustrank.accounts.services import api_key_authenticate
 from trustrank.lib.api import problem_response
+from trustrank.runtime.services import span_window
 
 # google.rpc.Code values for the Status body of a failed request.
 _RPC_INVALID_ARGUMENT, _RPC_UNAUTHENTICATED, _RPC_PERMISSION_DENIED = 3, 16, 7
@@ -105,7 +107,7 @@ def traces_export(request: HttpRequest) -> HttpResponse:
     try:
         # gzip is inflated with the upload limit as a cap: a gzip bomb stops at the limit.
         body = decode_body(request.body, content_encoding=content_encoding, limit=limit)
-        decoded = otlp_validate(body, encoding=encoding)
+        decoded = otlp_validate(body, encoding=encoding, window=span_window(now=timezone.now()))
     except (RequestDataTooBig, BodyTooLarge):
         return problem_response(
             413, "Payload too large",

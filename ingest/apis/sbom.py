@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import uuid as uuid_module
 from typing import Any
 
 import orjson
@@ -30,6 +31,39 @@ from ingest.sbom import SbomTarget, parse_bool, sbom_submit
 from ingest.selectors import job_get
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_request
+from trustrank.inventory.models import Project, ProjectVersion
+
+# What an SBOM may arrive as: CycloneDX JSON or XML under their generic or vendor types, a
+# form upload, or bytes whose type the client did not know (the parser decides).
+_SBOM_CONTENT_TYPES = frozenset(
+    {
+        "",
+        "application/json",
+        "text/json",
+        "application/vnd.cyclonedx+json",
+        "application/xml",
+        "text/xml",
+        "application/vnd.cyclonedx+xml",
+        "application/octet-stream",
+        "application/gzip",
+        "application/x-gzip",
+        "text/plain",
+        "multipart/form-data",
+        "application/x-www-form-urlencoded",
+    }
+)
+
+
+def _content_type_check(request: Request, *, allowed: frozenset[str]) -> None:
+    media_type = (request.content_type or "").split(";", 1)[0].strip().lower()
+    if media_type not in allowed:
+        raise UploadRefused(
+            415,
+            "Unsupported media type",
+            f"An SBOM cannot be sent as {media_type!r}; use one of "
+            + ", ".join(sorted(t for t in allowed if t))
+            + ".",
+        )
 
 
 class _SbomReceiver(ReceiverMixin, APIView):
@@ -57,12 +91,62 @@ class _SbomReceiver(ReceiverMixin, APIView):
         )
 
 
-def _target(request: Request) -> SbomTarget:
+# Column limits of the project name and version: a longer value would pass here and fail in
+# the worker after the 202.
+_TEXT_LIMITS = {
+    "projectName": Project._meta.get_field("name").max_length,
+    "projectVersion": ProjectVersion._meta.get_field("version").max_length,
+}
+
+
+def _target_checked(
+    *, name: object, version: object, uuid: object, auto_create: object
+) -> SbomTarget:
+    """The upload's target with JSON types, lengths and the uuid checked: a wrong type is
+    refused by name instead of being stored as its Python spelling."""
+    values: dict[str, str] = {}
+    for field, value in (("projectName", name), ("projectVersion", version), ("project", uuid)):
+        if value is None:
+            value = ""
+        if not isinstance(value, str):
+            raise UploadRefused(
+                400, "Invalid field", f"{field} must be a string, not {type(value).__name__}."
+            )
+        if "\x00" in value:
+            raise UploadRefused(400, "Invalid field", f"{field} contains a NUL byte.")
+        limit = _TEXT_LIMITS.get(field)
+        if limit is not None and len(value) > limit:
+            raise UploadRefused(
+                400, "Invalid field", f"{field} is longer than {limit} characters."
+            )
+        values[field] = value
+    if values["project"]:
+        try:
+            values["project"] = str(uuid_module.UUID(values["project"]))
+        except ValueError as exc:
+            raise UploadRefused(
+                400, "Invalid field", f"project must be a UUID, not {values['project']!r}."
+            ) from exc
+    if auto_create is not None and not isinstance(auto_create, bool | str):
+        raise UploadRefused(
+            400,
+            "Invalid field",
+            f"autoCreate must be a boolean or a string, not {type(auto_create).__name__}.",
+        )
     return SbomTarget(
-        project_name=param(request, "projectName"),
-        project_version=param(request, "projectVersion"),
-        project_uuid=param(request, "project"),
-        auto_create=parse_bool(param(request, "autoCreate")),
+        project_name=values["projectName"],
+        project_version=values["projectVersion"],
+        project_uuid=values["project"],
+        auto_create=parse_bool(auto_create),
+    )
+
+
+def _target(request: Request) -> SbomTarget:
+    return _target_checked(
+        name=param(request, "projectName"),
+        version=param(request, "projectVersion"),
+        uuid=param(request, "project"),
+        auto_create=param(request, "autoCreate"),
     )
 
 
@@ -83,6 +167,7 @@ class SbomUploadApi(_SbomReceiver):
     """Store the SBOM as an ingest job and answer 202 with its status URL."""
 
     def post(self, request: Request) -> Response:
+        _content_type_check(request, allowed=_SBOM_CONTENT_TYPES)
         body, filename = body_or_file(request, "bom", "file")
         job = self._submit(request, body=body, target=_target(request), filename=filename)
         return accepted(job)
@@ -123,6 +208,7 @@ class DependencyTrackBomApi(_SbomReceiver):
     CI plugins and `cdxgen --server-url` work unchanged. Answers the job id as `token`."""
 
     def put(self, request: Request) -> Response:
+        _content_type_check(request, allowed=frozenset({"", "application/json", "text/plain"}))
         try:
             doc = orjson.loads(request.body or b"{}")
         except orjson.JSONDecodeError as exc:
@@ -131,24 +217,25 @@ class DependencyTrackBomApi(_SbomReceiver):
             ) from exc
         if not isinstance(doc, dict) or not doc.get("bom"):
             raise UploadRefused(400, "BOM required", 'The JSON body needs a base64 "bom" field.')
+        if not isinstance(doc["bom"], str):
+            raise UploadRefused(400, "Invalid field", "bom must be a base64 string.")
         try:
             body = base64.b64decode(doc["bom"], validate=False)
         except (binascii.Error, ValueError, TypeError) as exc:
             raise UploadRefused(
                 400, "The uploaded BOM is invalid", f"bom is not base64: {exc}"
             ) from exc
-        target = SbomTarget(
-            project_name=str(doc.get("projectName") or ""),
-            project_version=str(doc.get("projectVersion") or ""),
-            project_uuid=str(doc.get("project") or ""),
-            auto_create=parse_bool(doc.get("autoCreate")),
+        target = _target_checked(
+            name=doc.get("projectName"),
+            version=doc.get("projectVersion"),
+            uuid=doc.get("project"),
+            auto_create=doc.get("autoCreate"),
         )
         job = self._submit(request, body=body, target=target, filename="")
         return Response({"token": str(job.pk)})
 
     def post(self, request: Request) -> Response:
-        if not request.content_type.startswith("multipart/form-data"):
-            raise UploadRefused(400, "BOM required", "Send the BOM as the multipart field `bom`.")
+        _content_type_check(request, allowed=frozenset({"multipart/form-data"}))
         body, filename = body_or_file(request, "bom")
         job = self._submit(request, body=body, target=_target(request), filename=filename)
         return Response({"token": str(job.pk)})

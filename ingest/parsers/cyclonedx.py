@@ -14,7 +14,7 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -68,11 +68,15 @@ def parse_cyclonedx(data: bytes) -> ParsedBom:
     """Validate and parse a CycloneDX document given as bytes (JSON or XML)."""
     head = data[:1024].lstrip(b"\xef\xbb\xbf \t\r\n")
     if head.startswith(b"{"):
-        return _parse_json(data)
+        parsed = _parse_json(data)
     # UTF-16/32 byte order marks: only XML may come in those encodings.
-    if head.startswith((b"<", b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")):
-        return _parse_xml(data)
-    raise BomError("the body is neither JSON nor XML; upload a CycloneDX BOM")
+    elif head.startswith((b"<", b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")):
+        parsed = _parse_xml(data)
+    else:
+        raise BomError("the body is neither JSON nor XML; upload a CycloneDX BOM")
+    if parsed.version > _MAX_BOM_VERSION:
+        raise BomError(f"the BOM version is larger than {_MAX_BOM_VERSION}")
+    return parsed
 
 
 # --- JSON ---------------------------------------------------------------------------------
@@ -94,11 +98,20 @@ def _retrieve_sibling(uri: str) -> Any:
     return json.loads(path.read_text())
 
 
+# A JSON escape of NUL (an odd number of backslashes before u0000): PostgreSQL stores no NUL
+# in text or jsonb, so such a BOM would be accepted with 202 and fail in the worker.
+_JSON_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
+# BOM "version" is stored in a 32-bit column.
+_MAX_BOM_VERSION = 2**31 - 1
+
+
 def _parse_json(data: bytes) -> ParsedBom:
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise BomError(f"the body is not valid JSON: {exc}") from exc
+    if _JSON_NUL.search(data):
+        raise BomError("the BOM contains a NUL character (\\u0000), which cannot be stored")
     if not isinstance(doc, dict) or doc.get("bomFormat") != "CycloneDX":
         raise BomError('not a CycloneDX BOM: the JSON has no "bomFormat": "CycloneDX"')
     spec = doc.get("specVersion")
@@ -346,7 +359,16 @@ def _timestamp(raw: str | None) -> datetime | None:
         value = datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
     except ValueError:
         return None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
+    value = value if value.tzinfo else value.replace(tzinfo=UTC)
+    # An offset beyond any real time zone, or a date that leaves the calendar once in UTC,
+    # cannot be stored: treat it as no timestamp, like an unreadable one.
+    offset = value.utcoffset() or timedelta(0)
+    if abs(offset) > timedelta(hours=14):
+        return None
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        return None
 
 
 def _first(iterator: Any, n: int) -> Iterator[Any]:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import io
 import re
 import zipfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -60,7 +61,24 @@ def parse_timestamp(value: Any, *, where: str) -> datetime:
         raise OsvError(f"{where}: {value!r} is not an RFC 3339 timestamp") from exc
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return parsed
+    # An offset beyond any real time zone, or a date that leaves the calendar in UTC, cannot
+    # be stored (the worker failed on it).
+    offset = parsed.utcoffset() or timedelta(0)
+    if abs(offset) > timedelta(hours=14):
+        raise OsvError(f"{where}: {value!r} has a time-zone offset beyond 14 hours")
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError as exc:
+        raise OsvError(f"{where}: {value!r} is out of range") from exc
+
+
+def _list(value: Any, *, where: str) -> list[Any]:
+    """An optional array field: absent or null is empty, anything but an array is refused."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise OsvError(f"{where}: must be a list")
+    return value
 
 
 def _validate_affected(entry: Any, where: str) -> dict[str, Any]:
@@ -71,7 +89,7 @@ def _validate_affected(entry: Any, where: str) -> dict[str, Any]:
         not isinstance(package, dict) or not package.get("ecosystem") or not package.get("name")
     ):
         raise OsvError(f"{where}.package: needs both 'ecosystem' and 'name'")
-    for i, rng in enumerate(entry.get("ranges") or []):
+    for i, rng in enumerate(_list(entry.get("ranges"), where=f"{where}.ranges")):
         rwhere = f"{where}.ranges[{i}]"
         if not isinstance(rng, dict):
             raise OsvError(f"{rwhere}: must be an object")
@@ -111,13 +129,13 @@ def record_from_dict(doc: Any, *, source: str) -> OsvRecord:
     if not isinstance(affected, list):
         raise OsvError(f"{where}: 'affected' must be a list")
     scores = []
-    for i, sev in enumerate(doc.get("severity") or []):
+    for i, sev in enumerate(_list(doc.get("severity"), where=f"{where}.severity")):
         if not isinstance(sev, dict) or not isinstance(sev.get("score"), str):
             raise OsvError(f"{where}.severity[{i}]: needs 'type' and a string 'score'")
         scores.append(score_vector(type=str(sev.get("type", "")), vector=sev["score"]))
     references = tuple(
         {"type": str(r.get("type", "")), "url": str(r.get("url", ""))}
-        for r in doc.get("references") or []
+        for r in _list(doc.get("references"), where=f"{where}.references")
         if isinstance(r, dict) and r.get("url")
     )
     db_specific = (
@@ -172,7 +190,12 @@ def parse_osv(data: bytes, *, filename: str = "payload") -> list[OsvRecord]:
             raise OsvError(f"{filename}: the zip archive holds no .json OSV records")
         records: list[OsvRecord] = []
         for name in sorted(names):
-            records.extend(_records_from_json(archive.read(name), source=name))
+            try:
+                member = archive.read(name)
+            except (zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError,
+                    EOFError) as exc:  # corrupt, encrypted or an unknown compression
+                raise OsvError(f"{filename}: member {name} cannot be read ({exc})") from exc
+            records.extend(_records_from_json(member, source=name))
         return records
     if not data.strip():
         raise OsvError(f"{filename}: empty payload")

@@ -70,7 +70,52 @@ def media_type(content_type: str) -> str:
     return content_type.split(";", 1)[0].strip().lower()
 
 
-def span_problem(span: object) -> str | None:
+@dataclass(frozen=True)
+class SpanWindow:
+    """The span times accepted, in Unix nanoseconds: a span ending after `not_after_ns`
+    (a clock far ahead, or 2^64-1) or starting before `not_before_ns` would move a
+    service's first/last seen to a time that never happened."""
+
+    not_before_ns: int
+    not_after_ns: int
+
+    @classmethod
+    def around(cls, *, now_ns: int, max_future_ns: int, max_age_ns: int) -> SpanWindow:
+        return cls(not_before_ns=max(1, now_ns - max_age_ns), not_after_ns=now_ns + max_future_ns)
+
+
+_ALL_TIMES = SpanWindow(not_before_ns=1, not_after_ns=2**64 - 1)
+
+# Names are stored in columns of these lengths; a longer name is rejected, not cut (two
+# services differing after the limit would silently become one).
+SERVICE_NAME_MAX = 200
+SERVICE_NAMESPACE_MAX = 120
+ENVIRONMENT_MAX = 120
+SPAN_NAME_MAX = 200
+# Resource attributes that name the node a span belongs to, with their limits.
+_RESOURCE_NAMES = (
+    ("service.name", SERVICE_NAME_MAX),
+    ("service.namespace", SERVICE_NAMESPACE_MAX),
+    ("deployment.environment.name", ENVIRONMENT_MAX),
+    ("deployment.environment", ENVIRONMENT_MAX),
+)
+
+
+def resource_problem(attributes: Any) -> str | None:
+    """Why no span of a resource can be used (its service or environment name holds a NUL or
+    is too long), or None. `attributes`: the resource's KeyValue list."""
+    for kv in attributes:
+        for key, limit in _RESOURCE_NAMES:
+            if kv.key == key:
+                value = kv.value.string_value
+                if "\x00" in value:
+                    return f"resource attribute {key} contains a NUL character"
+                if len(value) > limit:
+                    return f"resource attribute {key} is longer than {limit} characters"
+    return None
+
+
+def span_problem(span: object, *, window: SpanWindow = _ALL_TIMES) -> str | None:
     """Why a decoded span cannot be used, or None. Shared by the receiver and the worker so
     both count exactly the same spans as rejected."""
     trace_id = span.trace_id  # type: ignore[attr-defined]
@@ -83,15 +128,34 @@ def span_problem(span: object) -> str | None:
     if parent and len(parent) != 8:
         return "parentSpanId must be empty or 8 bytes"
     start = span.start_time_unix_nano  # type: ignore[attr-defined]
-    if not start or span.end_time_unix_nano < start:  # type: ignore[attr-defined]
+    end = span.end_time_unix_nano  # type: ignore[attr-defined]
+    if not start or end < start:
         return "startTimeUnixNano must be set and not after endTimeUnixNano"
+    if start < window.not_before_ns or end > window.not_after_ns:
+        return "the span's times are outside the accepted window (too old or in the future)"
+    name = span.name  # type: ignore[attr-defined]
+    if "\x00" in name:
+        return "the span name contains a NUL character"
+    if len(name) > SPAN_NAME_MAX:
+        return f"the span name is longer than {SPAN_NAME_MAX} characters"
     return None
 
 
-def _count(request: ExportTraceServiceRequest) -> tuple[int, int, list[str]]:
+def _count(
+    request: ExportTraceServiceRequest, *, window: SpanWindow = _ALL_TIMES
+) -> tuple[int, int, list[str]]:
     total = rejected = 0
     problems: list[str] = []
+    lo, hi = window.not_before_ns, window.not_after_ns
     for r_index, resource_spans in enumerate(request.resource_spans):
+        problem = resource_problem(resource_spans.resource.attributes)
+        if problem is not None:
+            spans_here = sum(len(s.spans) for s in resource_spans.scope_spans)
+            total += spans_here
+            rejected += spans_here
+            if len(problems) < 20:
+                problems.append(f"resourceSpans[{r_index}]: {problem}")
+            continue
         for s_index, scope_spans in enumerate(resource_spans.scope_spans):
             spans = scope_spans.spans
             total += len(spans)
@@ -101,17 +165,23 @@ def _count(request: ExportTraceServiceRequest) -> tuple[int, int, list[str]]:
                 span_id = span.span_id
                 parent = span.parent_span_id
                 start = span.start_time_unix_nano
+                end = span.end_time_unix_nano
+                name = span.name
                 if (
                     len(trace_id) == 16
                     and len(span_id) == 8
                     and (not parent or len(parent) == 8)
                     and start
-                    and span.end_time_unix_nano >= start
+                    and end >= start
+                    and start >= lo
+                    and end <= hi
                     and trace_id != _ZERO_TRACE
                     and span_id != _ZERO_SPAN
+                    and len(name) <= SPAN_NAME_MAX
+                    and "\x00" not in name
                 ):
                     continue
-                problem = span_problem(span)
+                problem = span_problem(span, window=window)
                 if problem is not None:
                     rejected += 1
                     if len(problems) < 20:
@@ -151,7 +221,7 @@ def _span_ids_to_b64(span: dict[str, object]) -> None:
                 link["spanId"] = _hex_to_b64(link.get("spanId"), length=8, allow_empty=True)
 
 
-def _decode_json(body: bytes, *, count: bool = True) -> Decoded:
+def _decode_json(body: bytes, *, count: bool = True, window: SpanWindow = _ALL_TIMES) -> Decoded:
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -207,7 +277,7 @@ def _decode_json(body: bytes, *, count: bool = True) -> Decoded:
         request.resource_spans.append(parsed)
     late_rejected, late_problems = 0, list[str]()
     if count:
-        _, late_rejected, late_problems = _count(request)
+        _, late_rejected, late_problems = _count(request, window=window)
     return Decoded(
         request=request,
         total_spans=total,
@@ -325,26 +395,31 @@ def protobuf_split(body: bytes, *, max_bytes: int) -> Iterator[bytes]:
 
 
 def otlp_chunks(
-    body: bytes, *, encoding: str, max_bytes: int = 4 << 20, count: bool = True
+    body: bytes,
+    *,
+    encoding: str,
+    max_bytes: int = 4 << 20,
+    count: bool = True,
+    window: SpanWindow = _ALL_TIMES,
 ) -> Iterator[Decoded]:
     """Decode a body part by part (protobuf) or whole (JSON); see protobuf_split.
     `count=False` skips counting rejected protobuf spans, for a caller that checks every
     span itself anyway (the aggregation engine)."""
     if encoding == PROTOBUF and len(body) > max_bytes:
         for part in protobuf_split(body, max_bytes=max_bytes):
-            yield otlp_decode(part, encoding=encoding, count=count)
+            yield otlp_decode(part, encoding=encoding, count=count, window=window)
     else:
-        yield otlp_decode(body, encoding=encoding, count=count)
+        yield otlp_decode(body, encoding=encoding, count=count, window=window)
 
 
-def otlp_validate(body: bytes, *, encoding: str) -> Decoded:
+def otlp_validate(body: bytes, *, encoding: str, window: SpanWindow = _ALL_TIMES) -> Decoded:
     """Count the spans and rejected spans of a body with bounded memory. The returned
     `request` is empty for a large protobuf body (it was checked part by part)."""
     total = rejected = 0
     problems: list[str] = []
     last: Decoded | None = None
     parts = 0
-    for decoded in otlp_chunks(body, encoding=encoding):
+    for decoded in otlp_chunks(body, encoding=encoding, window=window):
         parts += 1
         last = decoded
         total += decoded.total_spans
@@ -358,7 +433,9 @@ def otlp_validate(body: bytes, *, encoding: str) -> Decoded:
     )
 
 
-def otlp_decode(body: bytes, *, encoding: str, count: bool = True) -> Decoded:
+def otlp_decode(
+    body: bytes, *, encoding: str, count: bool = True, window: SpanWindow = _ALL_TIMES
+) -> Decoded:
     """Decode an (already decompressed) OTLP/HTTP trace body in `encoding` (a media type)."""
     if encoding == PROTOBUF:
         request = ExportTraceServiceRequest()
@@ -370,12 +447,12 @@ def otlp_decode(body: bytes, *, encoding: str, count: bool = True) -> Decoded:
             ) from exc
         if not count:
             return Decoded(request=request, total_spans=0, rejected_spans=0, problems=())
-        total, rejected, problems = _count(request)
+        total, rejected, problems = _count(request, window=window)
         return Decoded(
             request=request, total_spans=total, rejected_spans=rejected, problems=tuple(problems)
         )
     if encoding == JSON:
-        return _decode_json(body, count=count)
+        return _decode_json(body, count=count, window=window)
     raise OtlpDecodeError(f"unsupported encoding {encoding!r}; use {PROTOBUF} or {JSON}")
 
 

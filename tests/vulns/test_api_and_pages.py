@@ -191,26 +191,27 @@ def test_triage_endpoint_needs_triage_scope_and_records_audit(api, team, world):
     assert comment.status_code == 201
 
 
-def test_feed_import_api_needs_admin(api, team):
+def test_feed_import_api_needs_the_site_wide_feeds_scope(api, team):
     body = orjson.dumps(RECORDS)
-    assert (
-        api(team, "sbom:write")
-        .post("/api/v1/feeds/osv", body, content_type="application/json")
-        .status_code
-        == 403
-    )
-    resp = api(team, "admin").post("/api/v1/feeds/osv", body, content_type="application/json")
+    for scopes in (("sbom:write",), ("admin", "read", "triage")):
+        assert (
+            api(team, *scopes)
+            .post("/api/v1/feeds/osv", body, content_type="application/json")
+            .status_code
+            == 403
+        )
+    resp = api(team, "feeds:write").post("/api/v1/feeds/osv", body, content_type="application/json")
     assert resp.status_code == 202
     job = IngestJob.objects.get(pk=resp.json()["id"])
     assert job.kind == "osv" and job.team_id == team.pk
     assert (
-        api(team, "admin")
+        api(team, "feeds:write")
         .post("/api/v1/feeds/nvd", body, content_type="application/json")
         .status_code
         == 404
     )
     assert (
-        api(team, "admin")
+        api(team, "feeds:write")
         .post("/api/v1/feeds/kev", b"", content_type="application/json")
         .status_code
         == 400

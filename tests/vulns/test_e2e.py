@@ -55,8 +55,8 @@ def test_sbom_upload_and_osv_import_give_findings_in_api_and_page(
     (f,) = listing["results"]
     assert f["vuln_id"] == "CVE-2022-1471" and f["advisory"]["id"] == "GHSA-mjmj-j48q-9wg2"
     assert f["component"]["purl"].startswith("pkg:maven/org.yaml/snakeyaml@1.23")
-    # 3. KEV through the API (admin key), then the finding carries it.
-    admin = api(team, "admin", "read")
+    # 3. KEV through the API (an operator's feeds:write key), then the finding carries it.
+    admin = api(team, "feeds:write", "read")
     kev = {
         "catalogVersion": "2025.09.01",
         "vulnerabilities": [

@@ -1,6 +1,10 @@
 from django.contrib import admin
 
-from trustrank.accounts.models import ApiKey, Membership, Team
+from trustrank.accounts.forms import ThrottledAdminAuthenticationForm
+from trustrank.accounts.models import ApiKey, LoginFailure, Membership, Team
+
+# The admin's sign-in is throttled like the site's.
+admin.site.login_form = ThrottledAdminAuthenticationForm
 
 
 class MembershipInline(admin.TabularInline):
@@ -18,3 +22,11 @@ class TeamAdmin(admin.ModelAdmin):
 class ApiKeyAdmin(admin.ModelAdmin):
     list_display = ["name", "team", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]
     readonly_fields = ["prefix", "digest", "created_at", "last_used_at"]
+
+
+@admin.register(LoginFailure)
+class LoginFailureAdmin(admin.ModelAdmin):
+    list_display = ["at", "username", "address", "throttled"]
+    list_filter = ["throttled"]
+    search_fields = ["username", "address"]
+    readonly_fields = ["at", "username", "address", "throttled"]

@@ -36,6 +36,11 @@ class Scope(models.TextChoices):
     ADMIN = "admin", "Administer the team (feeds, keys)"
 
 
+# Site-wide scopes: they change data every team shares (the advisory feeds), so no team role
+# holds them and only the command line (`issue_api_key --scope feeds:write`) grants them.
+FEEDS_WRITE = "feeds:write"
+SITE_SCOPES = frozenset({FEEDS_WRITE})
+
 # What each role may do, expressed in API scopes so sessions and keys share one check.
 ROLE_SCOPES: dict[str, frozenset[str]] = {
     Role.ADMIN: frozenset(Scope.values),
@@ -98,3 +103,23 @@ class ApiKey(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+
+class LoginFailure(models.Model):
+    """One failed sign-in: the audit trail of password guessing, and what the throttle
+    counts (per account and per address, over a sliding window)."""
+
+    username = models.CharField(max_length=150)
+    address = models.GenericIPAddressField(null=True, blank=True)
+    throttled = models.BooleanField(default=False)  # refused without checking the password
+    at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["-at"]
+        indexes = [
+            models.Index(fields=["username", "at"], name="loginfailure_user_at"),
+            models.Index(fields=["address", "at"], name="loginfailure_addr_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.username} from {self.address} at {self.at:%Y-%m-%d %H:%M:%S}"

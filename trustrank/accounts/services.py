@@ -4,15 +4,28 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
+import math
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from trustrank.accounts.models import ApiKey, Membership, Role, Scope, Team
+from trustrank.accounts.models import (
+    SITE_SCOPES,
+    ApiKey,
+    LoginFailure,
+    Membership,
+    Role,
+    Scope,
+    Team,
+)
+
+log = logging.getLogger(__name__)
 
 # last_used_at is only written when older than this, so a busy exporter does not turn every
 # request into a row update.
@@ -48,9 +61,21 @@ def membership_set(*, team: Team, user: Any, role: str) -> Membership:
 
 
 def api_key_issue(
-    *, team: Team, name: str, scopes: list[str], created_by: Any | None = None
+    *,
+    team: Team,
+    name: str,
+    scopes: list[str],
+    created_by: Any | None = None,
+    allow_site_scopes: bool = False,
 ) -> IssuedKey:
-    unknown = sorted(set(scopes) - set(Scope.values))
+    """`allow_site_scopes` is for the command line only: a team admin on the web or the API
+    must never mint a key that changes data shared by every team."""
+    site = sorted(set(scopes) & SITE_SCOPES)
+    if site and not allow_site_scopes:
+        raise InvalidScope(
+            f"scope(s) {', '.join(site)} can only be granted by an operator on the command line"
+        )
+    unknown = sorted(set(scopes) - set(Scope.values) - SITE_SCOPES)
     if unknown:
         raise InvalidScope(
             f"unknown scope(s) {', '.join(unknown)}; use one of {', '.join(Scope.values)}"
@@ -91,3 +116,44 @@ def api_key_authenticate(*, secret: str) -> ApiKey | None:
 @transaction.atomic
 def api_key_revoke(*, api_key: ApiKey) -> None:
     ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
+# --- Sign-in throttling ---------------------------------------------------------------------
+
+
+def login_failure_record(
+    *, username: str, address: str | None, throttled: bool = False
+) -> LoginFailure:
+    """Record one failed sign-in (a log line and a row). Kept small and alone so the audit
+    trail can move to the shared audit events without touching the throttle."""
+    log.warning(
+        "sign-in failed for %r from %s%s",
+        username[:150],
+        address or "?",
+        " (throttled)" if throttled else "",
+    )
+    return LoginFailure.objects.create(
+        username=username[:150].lower(), address=address, throttled=throttled, at=timezone.now()
+    )
+
+
+def login_throttle_seconds(*, username: str, address: str | None) -> int:
+    """0 when a sign-in may be tried, else how long to wait: too many failures for this
+    account, or from this address, within TRUSTRANK_LOGIN_WINDOW_SECONDS. Counted in the
+    database, so every web process shares one count."""
+    window = timedelta(seconds=settings.TRUSTRANK_LOGIN_WINDOW_SECONDS)
+    since = timezone.now() - window
+    recent = LoginFailure.objects.filter(at__gte=since)
+    checks = [
+        (recent.filter(username=username[:150].lower()), settings.TRUSTRANK_LOGIN_MAX_PER_ACCOUNT)
+    ]
+    if address:
+        checks.append((recent.filter(address=address), settings.TRUSTRANK_LOGIN_MAX_PER_ADDRESS))
+    wait = 0
+    for failures, limit in checks:
+        times = list(failures.order_by("-at").values_list("at", flat=True)[:limit])
+        if len(times) >= limit:
+            # Free again once the oldest of the last `limit` failures leaves the window.
+            free_at = times[-1] + window
+            wait = max(wait, math.ceil((free_at - timezone.now()).total_seconds()))
+    return max(wait, 0)

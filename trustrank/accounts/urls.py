@@ -6,11 +6,7 @@ from trustrank.accounts import views
 
 urlpatterns = [
     path("", RedirectView.as_view(url="/projects/", permanent=False), name="home"),
-    path(
-        "login/",
-        auth_views.LoginView.as_view(template_name="accounts/login.html"),
-        name="login",
-    ),
+    path("login/", views.ThrottledLoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("settings/keys/", views.api_keys_page, name="api-keys"),
     path("settings/keys/<int:key_id>/revoke/", views.api_key_revoke_view, name="api-key-revoke"),

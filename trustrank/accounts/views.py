@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import LoginView
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from trustrank.accounts.forms import ThrottledAuthenticationForm
 from trustrank.accounts.models import ApiKey, Scope, Team
 from trustrank.accounts.principal import principal_for_request
 from trustrank.accounts.services import api_key_issue, api_key_revoke
@@ -60,3 +64,16 @@ def api_key_revoke_view(request: HttpRequest, key_id: int) -> HttpResponse:
         raise Http404("No such key.")
     api_key_revoke(api_key=key)
     return redirect("api-keys")
+
+
+class ThrottledLoginView(LoginView):
+    """Django's sign-in, answering 429 while the account or address is throttled."""
+
+    form_class = ThrottledAuthenticationForm
+    template_name = "accounts/login.html"
+
+    def form_invalid(self, form: Any) -> HttpResponse:
+        response = super().form_invalid(form)
+        if getattr(form, "throttled", False):
+            response.status_code = 429
+        return response

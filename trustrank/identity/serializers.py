@@ -34,7 +34,8 @@ class CertificateSerializer(serializers.ModelSerializer):
             "weaknesses", "service", "namespace", "observed", "first_seen_at", "last_seen_at",
         ]
 
-    @extend_schema_field(OpenApiTypes.STR)
+    # Null when the certificate carries no (valid) SPIFFE ID.
+    @extend_schema_field(serializers.CharField(allow_null=True))
     def get_spiffe_id(self, obj: Certificate) -> str | None:
         return obj.spiffe_id or None
 
@@ -61,7 +62,7 @@ class IdentitySerializer(serializers.ModelSerializer):
             "first_seen_at", "updated_at",
         ]
 
-    @extend_schema_field(OpenApiTypes.OBJECT)
+    @extend_schema_field(serializers.JSONField(allow_null=True))
     def get_service(self, obj: Identity) -> dict[str, str] | None:
         if not obj.service_name:
             return None
@@ -71,7 +72,7 @@ class IdentitySerializer(serializers.ModelSerializer):
             "source": obj.mapping_source,
         }
 
-    @extend_schema_field(OpenApiTypes.OBJECT)
+    @extend_schema_field(serializers.JSONField(allow_null=True))
     def get_best_certificate(self, obj: Identity) -> dict[str, object] | None:
         cert = obj.best_certificate
         if cert is None:

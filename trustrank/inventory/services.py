@@ -65,6 +65,7 @@ def project_version_resolve(
 
 def sbom_ingest_job(*, job: IngestJob, payload: bytes, progress: Any) -> dict[str, Any]:
     """Job handler: validate, parse and store one SBOM (runs inside the job's transaction)."""
+    progress(phase="validating and parsing")
     try:
         parsed = parse_cyclonedx(payload)
     except BomError as exc:
@@ -80,7 +81,10 @@ def sbom_ingest_job(*, job: IngestJob, payload: bytes, progress: Any) -> dict[st
         )
     except ProjectNotFound as exc:
         raise IngestRejected(str(exc)) from exc
-    sbom, created = sbom_store(project_version=pv, parsed=parsed, digest=job.digest, job=job)
+    progress(phase="storing components", done=0, total=len(parsed.components))
+    sbom, created = sbom_store(
+        project_version=pv, parsed=parsed, digest=job.digest, job=job, progress=progress
+    )
     return {
         "components": sbom.component_count,
         "dependencies": sbom.dependency_count,
@@ -95,7 +99,12 @@ def sbom_ingest_job(*, job: IngestJob, payload: bytes, progress: Any) -> dict[st
 
 
 def sbom_store(
-    *, project_version: ProjectVersion, parsed: ParsedBom, digest: str, job: IngestJob | None
+    *,
+    project_version: ProjectVersion,
+    parsed: ParsedBom,
+    digest: str,
+    job: IngestJob | None,
+    progress: Any = None,
 ) -> tuple[Sbom, bool]:
     """Store a parsed SBOM for a project version; identical content is stored once.
 
@@ -121,7 +130,9 @@ def sbom_store(
         dependency_count=len(parsed.dependencies),
         vulnerability_count=parsed.vulnerability_count,
     )
-    _copy_components(sbom.pk, parsed)
+    _copy_components(sbom.pk, parsed, progress=progress)
+    if progress is not None:
+        progress(phase="storing dependencies", done=0, total=len(parsed.dependencies))
     _copy_dependencies(sbom.pk, parsed)
     if _supersedes(new=sbom, current=pv.current_sbom):
         pv.current_sbom = sbom
@@ -178,7 +189,19 @@ def _copy_escape(value: Any) -> str:
     return text
 
 
-def _copy_components(sbom_id: int, parsed: ParsedBom) -> None:
+# Progress is reported every this many components (the job page shows n/N while it runs).
+_PROGRESS_EVERY = 5000
+
+
+def _counted(rows: Any, *, progress: Any, total: int) -> Any:
+    for done, row in enumerate(rows, start=1):
+        if done % _PROGRESS_EVERY == 0:
+            progress(done=done, total=total)
+        yield row
+    progress(done=total, total=total)
+
+
+def _copy_components(sbom_id: int, parsed: ParsedBom, *, progress: Any = None) -> None:
     table = Component._meta.db_table
     columns = (
         "sbom_id",
@@ -214,6 +237,8 @@ def _copy_components(sbom_id: int, parsed: ParsedBom) -> None:
         )
         for c in parsed.components
     )
+    if progress is not None:
+        rows = _counted(rows, progress=progress, total=len(parsed.components))
     _copy_rows(f'"{table}"', tuple(f'"{c}"' for c in columns), rows)
 
 

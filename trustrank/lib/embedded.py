@@ -6,26 +6,75 @@ demo on a machine that has nothing but Python.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 # Consumed messages kept longer than this are pruned (see filesystem_broker).
 _PROCESSED_KEEP_SECONDS = 3600
 
 
-def embedded_database_url(var_dir: Path) -> str:
+def embedded_database_settings(var_dir: Path, *, conn_max_age: int) -> dict[str, Any]:
+    """DATABASES["default"] for the embedded PostgreSQL. Nothing starts here: the server is
+    started by the first connection (trustrank.lib.embedded_pg), so commands that never touch
+    the database (`collectstatic`, `check`, `--help`) leave no server behind."""
+    return {
+        "ENGINE": "trustrank.lib.embedded_pg",
+        "NAME": "postgres",
+        "USER": "postgres",
+        "PASSWORD": "",
+        "HOST": "",
+        "PORT": "",
+        "CONN_MAX_AGE": conn_max_age,
+        "PGDATA": str(var_dir / "pgdata"),
+    }
+
+
+def embedded_server_start(pgdata: Path) -> str:
+    """Start (or attach to) the embedded server and return its URI.
+
+    Every process that connects registers its pid with pgserver, and the last one to exit
+    stops the server ('stop' mode): the web server and the worker share one server, and a
+    one-off `manage.py migrate` no longer leaves a server running that nothing will stop.
+    """
     # Imported lazily: production never pays for it. platformdirs warns on every start
     # when XDG_RUNTIME_DIR is unset (it then uses /tmp), which is fine for its lock file.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import pgserver
 
-    var_dir.mkdir(parents=True, exist_ok=True)
-    # cleanup_mode=None: the web server and the worker are separate processes sharing one
-    # server; the first one to exit must not stop it under the other.
-    server = pgserver.get_server(var_dir / "pgdata", cleanup_mode=None)
-    return server.get_uri()
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    _forget_dead_handles(pgdata)
+    server = pgserver.get_server(pgdata, cleanup_mode="stop")
+    return str(server.get_uri())
+
+
+def _forget_dead_handles(pgdata: Path) -> None:
+    """Drop pids of processes that died without cleaning up (killed): while listed, the
+    last live process would never stop the server."""
+    handles = pgdata / ".handle_pids.json"
+    try:
+        pids = json.loads(handles.read_text())
+    except (OSError, ValueError):
+        return
+    alive = [pid for pid in pids if isinstance(pid, int) and _alive(pid)]
+    if alive != pids:
+        with contextlib.suppress(OSError):
+            handles.write_text(json.dumps(alive))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def filesystem_broker(var_dir: Path) -> tuple[str, dict[str, object]]:

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from datetime import UTC, timedelta
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.utils.dateparse import parse_datetime
 
 from trustrank.lib.api import problem_response
 
@@ -29,3 +32,107 @@ class BodySizeLimitMiddleware:
                 "(TRUSTRANK_MAX_UPLOAD_BYTES).",
             )
         return self.get_response(request)
+
+
+# Real-world UTC offsets run from -12:00 to +14:00; PostgreSQL refuses some beyond that and
+# Python overflows converting e.g. 9999-12-31T23:00-14:00 to UTC: both were 500s.
+MAX_UTC_OFFSET = timedelta(hours=14)
+_DATETIME_LIKE = re.compile(r"^\s*[+-]?\d{4,}-\d{1,2}-\d{1,2}[T ]\d{1,2}:\d{1,2}")
+
+
+class InputRefused(ValueError):
+    """A request parameter no view can use; `name` says which."""
+
+    def __init__(self, *, name: str, reason: str) -> None:
+        super().__init__(f"{name}: {reason}")
+        self.name, self.reason = name, reason
+
+
+def text_check(*, name: str, value: str) -> None:
+    """Text PostgreSQL cannot store or compare (a NUL byte) is refused wherever it comes from."""
+    if "\x00" in value:
+        raise InputRefused(name=name, reason="contains a NUL byte")
+
+
+def datetime_check(*, name: str, value: str) -> None:
+    """A date-time whose offset is beyond any real time zone, or that cannot be expressed in
+    UTC, is refused before a filter hands it to the database."""
+    if not _DATETIME_LIKE.match(value):
+        return
+    try:
+        parsed = parse_datetime(value.strip())
+    except ValueError as exc:
+        raise InputRefused(name=name, reason=f"is not a valid date-time ({exc})") from exc
+    if parsed is None or parsed.tzinfo is None:
+        return
+    offset = parsed.utcoffset() or timedelta(0)
+    if abs(offset) > MAX_UTC_OFFSET:
+        raise InputRefused(
+            name=name, reason="has a time-zone offset outside -14:00..+14:00"
+        )
+    try:
+        parsed.astimezone(UTC)
+    except OverflowError as exc:
+        raise InputRefused(name=name, reason="is out of the supported date range") from exc
+
+
+def request_inputs_check(request: HttpRequest) -> None:
+    """Every route's path, query and form fields, checked once before any view sees them."""
+    text_check(name="URL path", value=request.path_info)
+    for key, values in request.GET.lists():
+        text_check(name="query parameter name", value=key)
+        for value in values:
+            text_check(name=key, value=value)
+            datetime_check(name=key, value=value)
+    if request.method == "POST" and request.content_type in (
+        "application/x-www-form-urlencoded",
+        "multipart/form-data",
+    ):
+        # Reading POST here parses the form once; DRF reuses the parsed form afterwards.
+        for key, values in request.POST.lists():
+            text_check(name="form field name", value=key)
+            for value in values:
+                text_check(name=key, value=value)
+                datetime_check(name=key, value=value)
+
+
+def _is_api(path: str) -> bool:
+    return path.startswith(("/api/", "/v1/"))
+
+
+class InputCheckMiddleware:
+    """Answer 400 naming the parameter, instead of a 500 from deep in a view or the database:
+    a problem document for the API and the receivers, a plain page for the site."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        try:
+            request_inputs_check(request)
+        except InputRefused as exc:
+            detail = f"The {exc.name!r} parameter {exc.reason}."
+            if exc.name in ("URL path", "query parameter name", "form field name"):
+                detail = f"The {exc.name} {exc.reason}."
+            if _is_api(request.path_info):
+                return problem_response(400, "Invalid parameter", detail, parameter=exc.name)
+            return HttpResponseBadRequest(
+                f"Bad request: {detail}", content_type="text/plain; charset=utf-8"
+            )
+        return self.get_response(request)
+
+
+class ContentSecurityPolicyMiddleware:
+    """Send settings.TRUSTRANK_CSP on every response that has none: scripts only from our
+    own origin and never inline, so markup someone smuggles into a page (an advisory's text,
+    a component name) cannot run."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        policy = settings.TRUSTRANK_CSP
+        if policy and "Content-Security-Policy" not in response:
+            response["Content-Security-Policy"] = policy
+        return response

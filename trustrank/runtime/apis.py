@@ -101,6 +101,8 @@ class EdgeOutSerializer(serializers.Serializer):
 
 class EnvironmentListApi(APIView):
     required_scope = "read"
+    # Declared so the schema documents the paginated envelope the view answers with.
+    pagination_class = Pagination
 
     @extend_schema(responses=EnvironmentSerializer(many=True))
     def get(self, request: Request) -> Response:
@@ -114,6 +116,8 @@ class EnvironmentListApi(APIView):
 
 class ServiceListApi(APIView):
     required_scope = "read"
+    # Declared so the schema documents the paginated envelope the view answers with.
+    pagination_class = Pagination
 
     @extend_schema(
         parameters=[WINDOW_PARAM, OpenApiParameter("name", str), OpenApiParameter("kind", str)],
@@ -164,6 +168,8 @@ class ServiceListApi(APIView):
 
 class EdgeListApi(APIView):
     required_scope = "read"
+    # Declared so the schema documents the paginated envelope the view answers with.
+    pagination_class = Pagination
 
     @extend_schema(
         parameters=[WINDOW_PARAM, OpenApiParameter("caller", str), OpenApiParameter("callee", str)],

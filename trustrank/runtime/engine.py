@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from ingest.parsers.otlp import SPAN_NAME_MAX, SpanWindow, resource_problem
+
 HIST_BUCKETS = 128
 SERVICE = "service"
 EXTERNAL = "external"
@@ -312,6 +314,7 @@ def aggregate(
     sample_rate: float = 0.0,
     known_peers: Mapping[tuple[str, str], NodeKey] | None = None,
     known_externals: frozenset[tuple[str, str]] | set[tuple[str, str]] = frozenset(),
+    window: SpanWindow | None = None,
 ) -> Aggregate:
     """Aggregate one ExportTraceServiceRequest.
 
@@ -335,11 +338,21 @@ def aggregate(
     known: dict[tuple[str, str], NodeKey] = dict(known_peers or {})
     peer_cache: dict[str, str] = {}
     rejected = total = 0
+    # The same rules as the receiver's count (ingest.parsers.otlp), so the rejected spans
+    # reported to the exporter are the ones left out here.
+    lo = window.not_before_ns if window is not None else 1
+    hi = window.not_after_ns if window is not None else 2**64 - 1
 
     for resource_spans in request.resource_spans:
+        if resource_problem(resource_spans.resource.attributes) is not None:
+            spans_here = sum(len(s.spans) for s in resource_spans.scope_spans)
+            total += spans_here
+            rejected += spans_here
+            continue
         rattrs: dict[str, str] = {}
         for kv in resource_spans.resource.attributes:
-            rattrs[kv.key] = _any_value(kv.value)
+            # Other text is kept, with a NUL (which PostgreSQL cannot store) replaced.
+            rattrs[kv.key] = _any_value(kv.value).replace("\x00", "\ufffd")
         env = (
             rattrs.get("deployment.environment.name")
             or rattrs.get("deployment.environment")
@@ -360,8 +373,8 @@ def aggregate(
         first_ns, last_ns = info.first_ns, info.last_ns
         for scope_spans in resource_spans.scope_spans:
             scope = scope_spans.scope
-            scope_name = scope.name[:200]
-            scope_version = scope.version[:120]
+            scope_name = scope.name[:200].replace("\x00", "\ufffd")
+            scope_version = scope.version[:120].replace("\x00", "\ufffd")
             # Counted per bucket here and added once per scope: all its spans share it.
             scope_counts: dict[int, int] = {}
             for span in scope_spans.spans:
@@ -379,6 +392,10 @@ def aggregate(
                     or end < start
                     or trace_id == _ZERO_TRACE
                     or span_id == _ZERO_SPAN
+                    or start < lo
+                    or end > hi
+                    or len(span.name) > SPAN_NAME_MAX
+                    or "\x00" in span.name
                 ):
                     rejected += 1
                     continue
@@ -397,6 +414,8 @@ def aggregate(
                     if code is None:
                         continue
                     value = kv.value.string_value
+                    if "\x00" in value:
+                        value = value.replace("\x00", "\ufffd")
                     if code == _A_PEER_SERVICE:
                         peer_service = value
                     elif code == _A_SERVER_ADDRESS:

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from ingest.errors import IngestRejected
 from ingest.models import IngestJob, IngestPayload
-from ingest.parsers.otlp import JSON, PROTOBUF, OtlpDecodeError, otlp_chunks
+from ingest.parsers.otlp import JSON, PROTOBUF, OtlpDecodeError, SpanWindow, otlp_chunks
 from trustrank.accounts.principal import Principal
 from trustrank.findings.services.audit import Actor
 from trustrank.runtime import engine
@@ -89,6 +89,15 @@ def _hist_literal(hist: dict[int, int] | None) -> str:
 # --- the job handler ------------------------------------------------------------------------
 
 
+def span_window(*, now: datetime) -> SpanWindow:
+    """The span times accepted for an export that arrived at `now` (settings)."""
+    return SpanWindow.around(
+        now_ns=int(now.timestamp() * 1_000_000_000),
+        max_future_ns=settings.TRUSTRANK_TRACE_MAX_FUTURE_SECONDS * 1_000_000_000,
+        max_age_ns=settings.TRUSTRANK_TRACE_MAX_AGE_DAYS * 86_400 * 1_000_000_000,
+    )
+
+
 def traces_ingest_job(
     *, job: IngestJob, payload: bytes, progress: Callable[..., None]
 ) -> dict[str, Any]:
@@ -97,6 +106,8 @@ def traces_ingest_job(
     counts: dict[str, Any] = defaultdict(int)
     problems: list[str] = []
     received_at = timezone.now()
+    # The window is anchored at the upload, so the receiver's count and a re-run agree.
+    window = span_window(now=job.created_at)
     try:
         # Part by part: a large export is aggregated with bounded memory. Calls whose two
         # halves fall in different parts are matched through the span index tables, exactly
@@ -107,7 +118,10 @@ def traces_ingest_job(
             max_bytes=settings.TRUSTRANK_TRACE_PART_BYTES,
         ):
             part = traces_aggregate_store(
-                team_id=job.team_id, request=decoded.request, received_at=received_at
+                team_id=job.team_id,
+                request=decoded.request,
+                received_at=received_at,
+                window=window,
             )
             for key, value in part.items():
                 # Distinct things (environments, services) are not additive across parts.
@@ -131,7 +145,7 @@ def traces_ingest_job(
 
 
 def traces_aggregate_store(
-    *, team_id: int, request: Any, received_at: datetime
+    *, team_id: int, request: Any, received_at: datetime, window: SpanWindow | None = None
 ) -> dict[str, Any]:
     """Aggregate one decoded ExportTraceServiceRequest into `team_id`'s call graph."""
     bucket_seconds = settings.TRUSTRANK_TRACE_BUCKET_SECONDS
@@ -144,6 +158,7 @@ def traces_aggregate_store(
         sample_rate=settings.TRUSTRANK_TRACE_SAMPLE_RATE,
         known_peers=known,
         known_externals=externals,
+        window=window,
     )
     if agg.spans == 0:
         return {"spans": 0, "rejected_spans": agg.rejected}

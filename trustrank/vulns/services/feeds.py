@@ -8,10 +8,13 @@ stores nothing; writes are idempotent upserts, so a re-run after a dead worker i
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -20,6 +23,7 @@ from ingest.models import IngestJob
 from ingest.parsers.epss import EpssError, parse_epss
 from ingest.parsers.kev import KevError, parse_kev
 from ingest.parsers.osv import OsvError, OsvRecord, parse_osv
+from trustrank.accounts.models import FEEDS_WRITE, SITE_SCOPES
 from trustrank.accounts.principal import Principal
 from trustrank.findings.services.audit import Actor
 from trustrank.vulns.engine.ecosystems import PackageKey, advisory_package_key
@@ -110,6 +114,28 @@ def _package_keys(affected: Any) -> set[PackageKey]:
     return keys
 
 
+def _latest_acceptable() -> datetime:
+    """Records dated after this are refused: a far-future `modified` would make every later
+    genuine version of the record look older and be skipped (a feed-wide withdrawal)."""
+    return timezone.now() + timedelta(seconds=settings.TRUSTRANK_FEED_MAX_CLOCK_SKEW_SECONDS)
+
+
+def osv_future_refusals(records: list[OsvRecord]) -> tuple[list[OsvRecord], list[str]]:
+    """The records dated no later than now (plus the allowed skew), and why the others were
+    refused."""
+    limit = _latest_acceptable()
+    kept: list[OsvRecord] = []
+    reasons: list[str] = []
+    for r in records:
+        for name, value in (("modified", r.modified), ("published", r.published)):
+            if value is not None and value > limit:
+                reasons.append(f"{r.id}: {name} {value.isoformat()} is in the future")
+                break
+        else:
+            kept.append(r)
+    return kept, reasons
+
+
 def osv_import_job(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> dict[str, Any]:
     """Upsert OSV records by id (a newer `modified` wins), then re-match only the packages
     whose advisories changed."""
@@ -117,12 +143,23 @@ def osv_import_job(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> d
         records = parse_osv(payload, filename=job.filename or "payload")
     except OsvError as exc:
         raise IngestRejected(f"OSV import refused: {exc}") from exc
+    parsed_count = len(records)
+    records, refused = osv_future_refusals(records)
+    if refused:
+        log.warning("OSV import %s refused %d future-dated records", job.pk, len(refused))
     newest: dict[str, OsvRecord] = {}
     for r in records:
         if r.id not in newest or r.modified > newest[r.id].modified:
             newest[r.id] = r
     ordered = sorted(newest.values(), key=lambda r: r.id)
-    counts = {"records": len(records), "inserted": 0, "updated": 0, "unchanged": 0, "withdrawn": 0}
+    counts: dict[str, Any] = {
+        "records": parsed_count,
+        "inserted": 0,
+        "updated": 0,
+        "unchanged": 0,
+        "withdrawn": 0,
+        "refused_future": len(refused),
+    }
     changed: set[PackageKey] = set()
     progress(done=0, total=len(ordered), phase="advisories")
     for start in range(0, len(ordered), OSV_BATCH):
@@ -176,7 +213,32 @@ def osv_import_job(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> d
     matched = findings_match_packages(keys=changed, actor=Actor.system(f"OSV import {job.pk}"))
     counts["packages_changed"] = len(changed)
     counts.update({f"findings_{k}": v for k, v in matched.items()})
+    if refused:
+        counts["_result"] = {"refused": refused[:100]}
     return counts
+
+
+_CATALOG_DATE = re.compile(r"^(\d{4})\.(\d{1,2})\.(\d{1,2})")
+
+
+def _kev_catalog_date(value: str) -> datetime | None:
+    """CISA's catalogVersion is the release date, 'YYYY.MM.DD'."""
+    match = _CATALOG_DATE.match(value)
+    if match is None:
+        return None
+    try:
+        year, month, day = (int(g) for g in match.groups())
+        return datetime(year, month, day, tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+def _kev_release_date(value: str) -> datetime | None:
+    try:
+        released = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return released if released.tzinfo else released.replace(tzinfo=UTC)
 
 
 def kev_import_job(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> dict[str, Any]:
@@ -186,6 +248,17 @@ def kev_import_job(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> d
         catalog = parse_kev(payload)
     except KevError as exc:
         raise IngestRejected(f"KEV import refused: {exc}") from exc
+    limit = _latest_acceptable()
+    for name, when in (
+        ("catalogVersion", _kev_catalog_date(catalog.catalog_version)),
+        ("dateReleased", _kev_release_date(catalog.date_released)),
+    ):
+        # A catalog "from the future" would make every genuine catalog look older and be
+        # skipped from then on.
+        if when is not None and when > limit:
+            raise IngestRejected(
+                f"KEV import refused: {name} {when.date().isoformat()} is in the future"
+            )
     _lock(_LOCK_KEV)
     stored = (
         KevEntry.objects.exclude(catalog_version="")
@@ -199,6 +272,18 @@ def kev_import_job(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> d
             "skipped_older_catalog": 1,
             "_result": {"catalog_version": catalog.catalog_version, "stored": stored},
         }
+    current = KevEntry.objects.count()
+    kept = len({e.cve_id for e in catalog.entries})
+    if (
+        current
+        and kept < current * (1 - settings.TRUSTRANK_FEED_KEV_MAX_SHRINK)
+        and not job.params.get("allow_shrink")
+    ):
+        raise IngestRejected(
+            f"KEV import refused: the catalog has {kept} entries where {current} are stored "
+            f"(more than {settings.TRUSTRANK_FEED_KEV_MAX_SHRINK:.0%} would be removed). If "
+            "that is right, import it again with --allow-shrink (allow_shrink=true on the API)."
+        )
     now = timezone.now()
     progress(done=0, total=len(catalog.entries), phase="kev")
     objs = {
@@ -259,6 +344,11 @@ def epss_import_job(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> 
         parsed = parse_epss(payload)
     except EpssError as exc:
         raise IngestRejected(f"EPSS import refused: {exc}") from exc
+    if parsed.score_date > _latest_acceptable().date():
+        # A future score date would stay "latest" over every genuine file after it.
+        raise IngestRejected(
+            f"EPSS import refused: score_date {parsed.score_date.isoformat()} is in the future"
+        )
     _lock(_LOCK_EPSS)
     progress(done=0, total=len(parsed.rows), phase="epss")
     with connection.cursor() as cur:
@@ -376,14 +466,18 @@ def feed_import_submit(
     team: Any,
     filename: str = "",
     content_type: str = "",
+    allow_shrink: bool = False,
 ) -> IngestJob:
-    """Queue one feed import as an ingest job. Needs the `admin` scope in `team`."""
+    """Queue one feed import as an ingest job. Feeds are shared by every team, so this needs
+    the site-wide `feeds:write` scope, which only the command line grants."""
     from ingest.services import job_create
 
     if kind not in FEED_KINDS:
         raise FeedSourceError(f"unknown feed {kind!r}: use one of {', '.join(FEED_KINDS)}")
-    if not principal.can("admin", team.pk):
-        raise PermissionError("importing feeds needs the 'admin' scope")
+    if not principal.can(FEEDS_WRITE, team.pk):
+        raise PermissionError(
+            f"importing feeds needs the site-wide '{FEEDS_WRITE}' scope (granted by an operator)"
+        )
     if not payload:
         raise FeedSourceError("the feed payload is empty")
     return job_create(
@@ -391,7 +485,7 @@ def feed_import_submit(
         kind=kind,
         payload=payload,
         principal=principal,
-        params={"feed": kind},
+        params={"feed": kind, "allow_shrink": allow_shrink},
         content_type=content_type,
         filename=filename,
     )
@@ -406,7 +500,7 @@ def feed_scheduled_import(*, kind: str) -> IngestJob | None:
         return None
     payload, filename = feed_fetch(kind=kind, source=source)
     team = feeds_team()
-    principal = SystemPrincipal(scopes_by_team={team.pk: frozenset({"admin"})}, name="schedule")
+    principal = SystemPrincipal(scopes_by_team={team.pk: SITE_SCOPES}, name="schedule")
     return feed_import_submit(
         kind=kind, payload=payload, principal=principal, team=team, filename=filename
     )

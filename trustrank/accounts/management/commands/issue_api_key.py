@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from trustrank.accounts.models import Scope
+from trustrank.accounts.models import SITE_SCOPES, Scope
 from trustrank.accounts.services import InvalidScope, api_key_issue, team_get_or_create
 
 
@@ -19,15 +19,18 @@ class Command(BaseCommand):
             "--scope",
             action="append",
             required=True,
-            choices=Scope.values,
-            help="a scope; repeat for several",
+            choices=[*Scope.values, *sorted(SITE_SCOPES)],
+            help="a scope; repeat for several. feeds:write (site-wide: imports the advisory "
+            "feeds every team shares) can only be granted here",
         )
         parser.add_argument("--name", default="automation", help="a label for the key")
 
     def handle(self, *args: Any, **options: Any) -> None:
         team = team_get_or_create(name=options["team"])
         try:
-            issued = api_key_issue(team=team, name=options["name"], scopes=options["scope"])
+            issued = api_key_issue(
+                team=team, name=options["name"], scopes=options["scope"], allow_site_scopes=True
+            )
         except InvalidScope as exc:
             raise CommandError(str(exc)) from exc
         self.stderr.write(

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ingest.models import IngestJob, JobStatus
-from trustrank.accounts.models import Team
+from trustrank.accounts.models import SITE_SCOPES, Team
 from trustrank.vulns.services.feeds import (
     FEED_KINDS,
     FeedSourceError,
@@ -28,6 +28,11 @@ class Command(BaseCommand):
         parser.add_argument("--wait", action="store_true", help="block until the job ends")
         parser.add_argument("--timeout", type=float, default=3600.0, help="seconds, with --wait")
         parser.add_argument("--team", default="", help="team that owns the job (default: feeds)")
+        parser.add_argument(
+            "--allow-shrink",
+            action="store_true",
+            help="accept a KEV catalog that removes most stored entries at once",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         kind, path = options["kind"], options["path"]
@@ -41,11 +46,14 @@ class Command(BaseCommand):
                 raise CommandError(f"no team named {options['team']!r}")
         else:
             team = feeds_team()
-        principal = SystemPrincipal(
-            scopes_by_team={team.pk: frozenset({"admin"})}, name="import_feed"
-        )
+        principal = SystemPrincipal(scopes_by_team={team.pk: SITE_SCOPES}, name="import_feed")
         job = feed_import_submit(
-            kind=kind, payload=payload, principal=principal, team=team, filename=filename
+            kind=kind,
+            payload=payload,
+            principal=principal,
+            team=team,
+            filename=filename,
+            allow_shrink=options["allow_shrink"],
         )
         self.stdout.write(f"queued {kind} import job {job.pk} ({len(payload)} bytes)")
         if not options["wait"]:

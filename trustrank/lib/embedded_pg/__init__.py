@@ -1,0 +1,1 @@
+"""PostgreSQL backend for the embedded server: started by the first connection."""
