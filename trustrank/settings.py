@@ -373,9 +373,10 @@ TRUSTRANK_RANKING_DEBOUNCE_SECONDS = envint("TRUSTRANK_RANKING_DEBOUNCE_SECONDS"
 TRUSTRANK_LIBRARY_MAP: list[tuple[str, str, str]] = []
 # Evidence ages while nothing is uploaded (certificates expire, telemetry leaves the window):
 # every team with findings is ranked again this often. Also re-sends lost run messages.
+TRUSTRANK_RANKING_SWEEP_SECONDS = envint("TRUSTRANK_RANKING_SWEEP_SECONDS", 300, minimum=1)
 CELERY_BEAT_SCHEDULE["ranking-runs-sweep"] = {
     "task": "trustrank.ranking.tasks.ranking_runs_sweep",
-    "schedule": timedelta(seconds=envint("TRUSTRANK_RANKING_SWEEP_SECONDS", 300, minimum=1)),
+    "schedule": timedelta(seconds=TRUSTRANK_RANKING_SWEEP_SECONDS),
 }
 
 LOGGING = {

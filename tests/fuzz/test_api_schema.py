@@ -156,9 +156,9 @@ def test_every_operation_answers_without_5xx_and_as_documented(
 
 def _real_path_parameters(team: Any) -> dict[str, Any]:
     from ingest.models import IngestJob
+    from trustrank.findings.models import Finding
     from trustrank.identity.models import Certificate, Identity
     from trustrank.inventory.models import Project
-    from trustrank.vulns.models import Finding
 
     job = IngestJob.objects.filter(team=team).first()
     identity = Identity.objects.filter(team=team).first()

@@ -15,8 +15,8 @@ from tests.conftest import ROOT
 from tests.lib.test_edge_input import ROUTES, _concrete
 from tests.vulns.helpers import bom, import_osv, load_sbom, osv
 from trustrank.accounts.models import Role
+from trustrank.findings.models import Finding
 from trustrank.lib.templatefilters import http_url
-from trustrank.vulns.models import Finding
 
 PAGE_ROUTES = [r for r in ROUTES if not r.startswith(("api/", "v1/", "admin/"))]
 INLINE_SCRIPT = re.compile(r"<script(?![^>]*\bsrc=)(?![^>]*application/json)[^>]*>", re.I)

@@ -16,7 +16,8 @@ from ingest.models import IngestJob, JobKind
 from tests.vulns.helpers import ADVISORIES, bom, import_osv, load_sbom, osv, run_job
 from trustrank.accounts.models import SITE_SCOPES, ApiKey
 from trustrank.accounts.services import InvalidScope, api_key_issue
-from trustrank.vulns.models import Advisory, Finding, KevEntry
+from trustrank.findings.models import Finding
+from trustrank.vulns.models import Advisory, KevEntry
 
 pytestmark = pytest.mark.django_db
 

@@ -116,11 +116,22 @@ def ranking_after_feed(*, what: str) -> None:
         ranking_after_load(team_id=team_id, what=what)
 
 
+# A run still "running" this long after it started lost its worker: it is queued again.
+_RUN_LEASE = timedelta(hours=1)
+
+
 def ranking_runs_sweep() -> int:
-    """Queued runs whose start time passed a while ago (a lost message): enqueue again."""
+    """Beat: re-queue runs whose worker died, re-send lost messages, and rank again every
+    team with open findings whose last run is older than the sweep interval (certificates
+    expire and telemetry leaves the window while nothing is uploaded)."""
+    from trustrank.findings.models import OPEN_STATES, Finding
     from trustrank.ranking.tasks import ranking_run
 
-    stale = timezone.now() - timedelta(seconds=settings.TRUSTRANK_JOB_REQUEUE_SECONDS)
+    now = timezone.now()
+    RankingRun.objects.filter(status=RunStatus.RUNNING, started_at__lt=now - _RUN_LEASE).update(
+        status=RunStatus.QUEUED, not_before=now, phase=""
+    )
+    stale = now - timedelta(seconds=settings.TRUSTRANK_JOB_REQUEUE_SECONDS)
     ids = list(
         RankingRun.objects.filter(status=RunStatus.QUEUED, not_before__lt=stale).values_list(
             "pk", flat=True
@@ -128,6 +139,15 @@ def ranking_runs_sweep() -> int:
     )
     for run_id in ids:
         ranking_run.apply_async(args=[run_id])
+    due = now - timedelta(seconds=settings.TRUSTRANK_RANKING_SWEEP_SECONDS)
+    recent = set(
+        RankingRun.objects.filter(created_at__gte=due).values_list("team_id", flat=True)
+    )
+    teams = set(
+        Finding.objects.filter(state__in=OPEN_STATES).values_list("team_id", flat=True).distinct()
+    )
+    for team_id in sorted(teams - recent):
+        ranking_after_load(team_id=team_id, what="periodic re-rank")
     return len(ids)
 
 
