@@ -41,10 +41,10 @@ def main() -> None:
     from django.db import transaction
 
     from bench.sbom_generate import make_bom
-    from ingest.parsers.cyclonedx import parse_cyclonedx
     from trustrank.accounts.models import Team
     from trustrank.inventory.models import Project, ProjectVersion
     from trustrank.inventory.services import sbom_store
+    from trustrank.parsers.cyclonedx import parse_cyclonedx
 
     data = make_bom(args.components, seed=int(time.time()))
     print(f"BOM: {args.components} components, {len(data) / 1e6:.1f} MB")

@@ -8,12 +8,12 @@ from django.conf import settings
 
 from ingest.bodies import decode_body
 from ingest.models import IngestJob, JobKind
-from ingest.parsers.cyclonedx import parse_cyclonedx
 from ingest.receivers import UploadRefused
 from ingest.services import job_create
 from trustrank.accounts.models import Team
 from trustrank.accounts.principal import Principal
 from trustrank.inventory.services import project_version_resolve
+from trustrank.parsers.cyclonedx import parse_cyclonedx
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,12 @@ from django.views.decorators.http import require_POST
 from ingest import services as ingest_services
 from ingest.bodies import BodyTooLarge, BodyUndecodable, decode_body
 from ingest.models import JobKind
-from ingest.parsers.otlp import (
+from trustrank.accounts.auth import key_from_headers
+from trustrank.accounts.models import Scope
+from trustrank.accounts.principal import principal_for_key
+from trustrank.accounts.services import api_key_authenticate
+from trustrank.lib.api import problem_response
+from trustrank.parsers.otlp import (
     ENCODINGS,
     JSON,
     PROTOBUF,
@@ -28,11 +33,6 @@ from ingest.parsers.otlp import (
     response_encode,
     status_encode,
 )
-from trustrank.accounts.auth import key_from_headers
-from trustrank.accounts.models import Scope
-from trustrank.accounts.principal import principal_for_key
-from trustrank.accounts.services import api_key_authenticate
-from trustrank.lib.api import problem_response
 
 # google.rpc.Code values for the Status body of a failed request.
 _RPC_INVALID_ARGUMENT, _RPC_UNAUTHENTICATED, _RPC_PERMISSION_DENIED = 3, 16, 7

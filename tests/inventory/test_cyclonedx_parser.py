@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from ingest.parsers.cyclonedx import BomError, parse_cyclonedx
 from tests.conftest import DATA
+from trustrank.parsers.cyclonedx import BomError, parse_cyclonedx
 
 SBOMS = DATA / "sbom"
 

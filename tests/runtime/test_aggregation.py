@@ -10,7 +10,6 @@ from django.utils import timezone
 from opentelemetry.trace import SpanKind
 
 from ingest.models import IngestJob
-from ingest.parsers.otlp import JSON, otlp_decode
 from tests.runtime.helpers import (
     DATA,
     SpanFactory,
@@ -18,6 +17,7 @@ from tests.runtime.helpers import (
     nezha_requests,
     nezha_spans,
 )
+from trustrank.parsers.otlp import JSON, otlp_decode
 from trustrank.runtime import services
 from trustrank.runtime.models import (
     BrokenContextFinding,

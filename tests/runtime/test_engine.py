@@ -7,7 +7,8 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.trace import SpanKind
 
-from ingest.parsers.otlp import (
+from tests.runtime.helpers import DATA, SpanFactory, nezha_requests, nezha_spans
+from trustrank.parsers.otlp import (
     JSON,
     PROTOBUF,
     OtlpDecodeError,
@@ -15,7 +16,6 @@ from ingest.parsers.otlp import (
     otlp_validate,
     protobuf_split,
 )
-from tests.runtime.helpers import DATA, SpanFactory, nezha_requests, nezha_spans
 from trustrank.runtime import engine
 
 

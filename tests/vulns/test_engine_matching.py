@@ -448,7 +448,7 @@ def test_canonical_id_prefers_the_cve() -> None:
 
 
 def test_cvss_v3_and_v4_base_scores_come_from_the_cvss_library() -> None:
-    from trustrank.vulns.engine.severity import best_score, score_vector, severity_label
+    from trustrank.parsers.cvss import best_score, score_vector, severity_label
 
     v3 = score_vector(type="CVSS_V3", vector="CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H")
     v4 = score_vector(
@@ -470,7 +470,7 @@ def test_the_engine_imports_no_django() -> None:
     code = (
         "import sys, trustrank; before = set(sys.modules); "
         "import trustrank.vulns.engine.matching, trustrank.vulns.engine.cyclonedx_vulns, "
-        "trustrank.vulns.engine.severity; "
+        "trustrank.parsers.cvss; "
         "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] == 'django'))"
     )
     out = subprocess.run(

@@ -19,13 +19,6 @@ from django.utils.module_loading import import_string
 from ingest import receivers
 from ingest.errors import IngestRejected
 from ingest.models import IngestJob, JobKind
-from ingest.parsers.x509 import (
-    CertificateParseError,
-    ParsedCertificate,
-    certificate_from_crypto,
-    certificates_parse,
-    trust_bundle_parse,
-)
 from ingest.receivers import UploadRefused
 from ingest.services import job_create
 from trustrank.accounts.models import Scope, Team
@@ -44,6 +37,13 @@ from trustrank.identity.models import (
     ServicePolicy,
     TrustAnchor,
     TrustBundle,
+)
+from trustrank.parsers.x509 import (
+    CertificateParseError,
+    ParsedCertificate,
+    certificate_from_crypto,
+    certificates_parse,
+    trust_bundle_parse,
 )
 
 ENVIRONMENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")

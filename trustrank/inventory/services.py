@@ -12,9 +12,9 @@ from django.utils import timezone
 
 from ingest.errors import IngestRejected
 from ingest.models import IngestJob
-from ingest.parsers.cyclonedx import BomError, ParsedBom, parse_cyclonedx
 from trustrank.accounts.models import Team
 from trustrank.inventory.models import Component, ComponentDependency, Project, ProjectVersion, Sbom
+from trustrank.parsers.cyclonedx import BomError, ParsedBom, parse_cyclonedx
 
 log = logging.getLogger(__name__)
 

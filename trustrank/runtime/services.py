@@ -21,8 +21,8 @@ from django.utils import timezone
 
 from ingest.errors import IngestRejected
 from ingest.models import IngestJob, IngestPayload
-from ingest.parsers.otlp import JSON, PROTOBUF, OtlpDecodeError, otlp_chunks
 from trustrank.accounts.principal import Principal
+from trustrank.parsers.otlp import JSON, PROTOBUF, OtlpDecodeError, otlp_chunks
 from trustrank.runtime import engine
 from trustrank.runtime.engine import EXTERNAL, INTERNET_NODE, SERVICE, Aggregate, NodeKey
 from trustrank.runtime.models import Service

@@ -17,13 +17,13 @@ from django.utils import timezone
 
 from ingest.errors import IngestRejected
 from ingest.models import IngestJob
-from ingest.parsers.epss import EpssError, parse_epss
-from ingest.parsers.kev import KevError, parse_kev
-from ingest.parsers.osv import OsvError, OsvRecord, parse_osv
 from trustrank.accounts.principal import Principal
+from trustrank.parsers.cvss import best_score, severity_label
+from trustrank.parsers.epss import EpssError, parse_epss
+from trustrank.parsers.kev import KevError, parse_kev
+from trustrank.parsers.osv import OsvError, OsvRecord, parse_osv
 from trustrank.vulns.engine.ecosystems import PackageKey, advisory_package_key
 from trustrank.vulns.engine.matching import canonical_id
-from trustrank.vulns.engine.severity import best_score, severity_label
 from trustrank.vulns.models import Advisory, AdvisoryPackage, KevEntry
 from trustrank.vulns.services.audit import Actor
 from trustrank.vulns.services.findings import (

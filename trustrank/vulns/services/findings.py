@@ -23,6 +23,7 @@ from packageurl import PackageURL
 from ingest.models import IngestPayload
 from trustrank.accounts.principal import Principal
 from trustrank.inventory.models import Component, ProjectVersion, Sbom
+from trustrank.parsers.cvss import severity_label
 from trustrank.vulns.engine.cyclonedx_vulns import (
     CycloneDxVulnsError,
     EmbeddedVulnerability,
@@ -37,7 +38,6 @@ from trustrank.vulns.engine.matching import (
     affected_from_osv,
     canonical_id,
 )
-from trustrank.vulns.engine.severity import severity_label
 from trustrank.vulns.models import (
     OPEN_STATES,
     Advisory,
