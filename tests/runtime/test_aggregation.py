@@ -17,7 +17,7 @@ from tests.runtime.helpers import (
     nezha_requests,
     nezha_spans,
 )
-from trustrank.parsers.otlp import JSON, otlp_decode
+from trustrank.parsers.otlp import JSON, otlp_decode, spans_from_request
 from trustrank.runtime import services
 from trustrank.runtime.models import (
     BrokenContextFinding,
@@ -36,7 +36,7 @@ pytestmark = pytest.mark.django_db
 
 def store(team, request) -> dict:
     return services.traces_aggregate_store(
-        team_id=team.id, request=request, received_at=timezone.now()
+        team_id=team.id, batch=spans_from_request(request), received_at=timezone.now()
     )
 
 
