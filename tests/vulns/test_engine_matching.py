@@ -469,7 +469,7 @@ def test_the_engine_imports_no_django() -> None:
     # include any Django module.
     code = (
         "import sys, trustrank; before = set(sys.modules); "
-        "import trustrank.vulns.engine.matching, trustrank.vulns.engine.cyclonedx_vulns, "
+        "import trustrank.vulns.engine.matching, trustrank.parsers.cyclonedx_vulns, "
         "trustrank.parsers.cvss; "
         "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] == 'django'))"
     )

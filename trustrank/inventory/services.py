@@ -15,6 +15,7 @@ from ingest.models import IngestJob
 from trustrank.accounts.models import Team
 from trustrank.inventory.models import Component, ComponentDependency, Project, ProjectVersion, Sbom
 from trustrank.parsers.cyclonedx import BomError, ParsedBom, parse_cyclonedx
+from trustrank.parsers.cyclonedx_vulns import vulnerability_to_json
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,13 @@ def sbom_store(
         component_count=len(parsed.components),
         dependency_count=len(parsed.dependencies),
         vulnerability_count=parsed.vulnerability_count,
+        vulnerabilities=[vulnerability_to_json(v) for v in parsed.vulnerabilities],
+        services=[s.as_dict() for s in parsed.services],
     )
+    if parsed.vulnerabilities_error:
+        # The inventory is good; only the embedded VEX is unusable, so the advisory feeds
+        # still apply and the upload is not refused.
+        log.warning("SBOM %s: vulnerabilities not read: %s", sbom.pk, parsed.vulnerabilities_error)
     _copy_components(sbom.pk, parsed)
     _copy_dependencies(sbom.pk, parsed)
     if _supersedes(new=sbom, current=pv.current_sbom):

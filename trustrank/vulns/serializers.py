@@ -6,7 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from trustrank.vulns.engine.cyclonedx_vulns import VEX_RESPONSES
+from trustrank.parsers.cyclonedx_vulns import VEX_RESPONSES
 from trustrank.vulns.models import Finding, Justification, TriageState
 
 

@@ -16,8 +16,8 @@ from django.views.decorators.http import require_POST
 
 from trustrank.accounts.principal import principal_for_request
 from trustrank.inventory.models import Project
+from trustrank.parsers.cyclonedx_vulns import VEX_RESPONSES
 from trustrank.vulns import selectors
-from trustrank.vulns.engine.cyclonedx_vulns import VEX_RESPONSES
 from trustrank.vulns.filters import FindingFilter
 from trustrank.vulns.models import Justification, Severity, TriageState
 from trustrank.vulns.services.findings import (

@@ -7,7 +7,6 @@ locked for the duration, so an SBOM load and a feed import never match one versi
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import logging
 from collections import defaultdict
@@ -20,15 +19,10 @@ from django.db import transaction
 from django.utils import timezone
 from packageurl import PackageURL
 
-from ingest.models import IngestPayload
 from trustrank.accounts.principal import Principal
 from trustrank.inventory.models import Component, ProjectVersion, Sbom
 from trustrank.parsers.cvss import severity_label
-from trustrank.vulns.engine.cyclonedx_vulns import (
-    CycloneDxVulnsError,
-    EmbeddedVulnerability,
-    parse_vulnerabilities,
-)
+from trustrank.parsers.cyclonedx_vulns import EmbeddedVulnerability, vulnerability_from_json
 from trustrank.vulns.engine.ecosystems import PackageKey, component_package
 from trustrank.vulns.engine.matching import (
     AdvisoryIndex,
@@ -152,32 +146,9 @@ def _group_by_alias(items: list[tuple[set[str], Any]]) -> list[tuple[set[str], l
     return groups
 
 
-def _sbom_payload(sbom: Sbom) -> bytes | None:
-    if sbom.job_id is None:
-        return None
-    data = IngestPayload.objects.filter(job_id=sbom.job_id).values_list("data", flat=True).first()
-    if data is None:
-        return None
-    raw = bytes(data)
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
-    return raw
-
-
 def embedded_vulnerabilities(sbom: Sbom) -> list[EmbeddedVulnerability]:
-    """The SBOM's own `vulnerabilities` (VDR/VEX), read from its stored raw payload."""
-    if not sbom.vulnerability_count:
-        return []
-    payload = _sbom_payload(sbom)
-    if not payload:
-        return []
-    try:
-        return parse_vulnerabilities(payload)
-    except CycloneDxVulnsError as exc:
-        # The SBOM itself was accepted; a malformed vulnerability section must not block the
-        # component inventory, so it is logged and the advisory feeds still apply.
-        log.warning("SBOM %s: vulnerabilities not read: %s", sbom.pk, exc)
-        return []
+    """The SBOM's own `vulnerabilities` (VDR/VEX), as parsed when it was loaded."""
+    return [vulnerability_from_json(v) for v in sbom.vulnerabilities or ()]
 
 
 # --- the match -------------------------------------------------------------------------------
@@ -738,7 +709,7 @@ def finding_triage(
         )
     if justification and justification not in Justification.values:
         raise TriageError(f"justification must be one of {', '.join(Justification.values)}")
-    from trustrank.vulns.engine.cyclonedx_vulns import VEX_RESPONSES
+    from trustrank.parsers.cyclonedx_vulns import VEX_RESPONSES
 
     responses = list(dict.fromkeys(response))
     bad = [r for r in responses if r not in VEX_RESPONSES]
