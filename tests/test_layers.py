@@ -72,6 +72,16 @@ def _sources(folder: str) -> list[Path]:
     return sorted((ROOT / folder).rglob("*.py"))
 
 
+def test_domain_apps_never_import_ingest() -> None:
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(
+            name for name in _imports(path) if name == "ingest" or name.startswith("ingest.")
+        )
+        for path in _sources("trustrank")
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
 def test_pure_layers_never_import_django() -> None:
     offenders: dict[str, list[str]] = {}
     for package in PURE_PACKAGES:

@@ -8,7 +8,7 @@ urlpatterns = [
     path("", include("ingest.page_urls")),
     path("", include("trustrank.vulns.urls")),
     path("", include("trustrank.runtime.urls")),
-    path("", include("trustrank.identity.urls")),
+    path("", include("ingest.identity_urls")),
     # Receivers (REST under api/v1/, OTLP at v1/traces).
     path("", include("ingest.urls")),
     path("api/v1/", include("trustrank.inventory.api_urls")),

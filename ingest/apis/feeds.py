@@ -18,9 +18,10 @@ from ingest.receivers import (
     param,
     team_for_write,
 )
+from ingest.submit import feed_submit
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_request
-from trustrank.vulns.services.feeds import FEED_KINDS, FeedSourceError, feed_import_submit
+from trustrank.vulns.services.feeds import FEED_KINDS, FeedSourceError
 
 
 @extend_schema(
@@ -45,7 +46,7 @@ class FeedImportApi(ReceiverMixin, APIView):
             principal=principal, scope=Scope.ADMIN, what="feeds", team_hint=param(request, "team")
         )
         try:
-            job = feed_import_submit(
+            job = feed_submit(
                 kind=kind,
                 payload=request.body,
                 principal=principal,

@@ -9,6 +9,7 @@ import pytest
 from django.utils import timezone
 from opentelemetry.trace import SpanKind
 
+from ingest.loaders.traces import traces_load
 from ingest.models import IngestJob
 from tests.runtime.helpers import (
     DATA,
@@ -268,7 +269,7 @@ def test_a_large_export_is_aggregated_in_parts_with_the_same_result(team, settin
     settings.TRUSTRANK_TRACE_PART_BYTES = 4096
     job = IngestJob.objects.create(team=team, kind="traces", digest="-",
                                    params={"encoding": "protobuf"})
-    counts = services.traces_ingest_job(job=job, payload=body, progress=lambda **_: None)
+    counts = traces_load(job=job, payload=body, progress=lambda **_: None)
     assert counts["spans"] == len(spans)
     expected = nezha_expected_edges(spans)
     got = {k: v for k, v in edge_calls("boutique").items() if k[0] != "internet"}
@@ -294,7 +295,7 @@ def test_rejected_spans_are_counted_on_the_job(team):
     bad.span_id = b"\0" * 8
     job = IngestJob.objects.create(team=team, kind="traces", digest="-",
                                    params={"encoding": "protobuf"})
-    counts = services.traces_ingest_job(
+    counts = traces_load(
         job=job, payload=request.SerializeToString(), progress=lambda **_: None
     )
     assert (counts["spans"], counts["rejected_spans"]) == (1, 1)

@@ -10,11 +10,9 @@ import orjson
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ingest.errors import IngestRejected
-from ingest.models import IngestJob
 from trustrank.accounts.models import Team
 from trustrank.inventory.models import Component, ComponentDependency, Project, ProjectVersion, Sbom
-from trustrank.parsers.cyclonedx import BomError, ParsedBom, parse_cyclonedx
+from trustrank.parsers.cyclonedx import ParsedBom
 from trustrank.parsers.cyclonedx_vulns import vulnerability_to_json
 
 log = logging.getLogger(__name__)
@@ -64,39 +62,8 @@ def project_version_resolve(
     return pv
 
 
-def sbom_ingest_job(*, job: IngestJob, payload: bytes, progress: Any) -> dict[str, Any]:
-    """Job handler: validate, parse and store one SBOM (runs inside the job's transaction)."""
-    try:
-        parsed = parse_cyclonedx(payload)
-    except BomError as exc:
-        raise IngestRejected(str(exc)) from exc
-    params = job.params
-    try:
-        pv = project_version_resolve(
-            team=job.team,
-            name=params.get("projectName", ""),
-            version=params.get("projectVersion", ""),
-            version_uuid=params.get("project", ""),
-            auto_create=bool(params.get("autoCreate")),
-        )
-    except ProjectNotFound as exc:
-        raise IngestRejected(str(exc)) from exc
-    sbom, created = sbom_store(project_version=pv, parsed=parsed, digest=job.digest, job=job)
-    return {
-        "components": sbom.component_count,
-        "dependencies": sbom.dependency_count,
-        "vulnerabilities": sbom.vulnerability_count,
-        "_result": {
-            "sbom_id": sbom.pk,
-            "project_id": pv.project_id,
-            "project_version_uuid": str(pv.uuid),
-            "duplicate": not created,
-        },
-    }
-
-
 def sbom_store(
-    *, project_version: ProjectVersion, parsed: ParsedBom, digest: str, job: IngestJob | None
+    *, project_version: ProjectVersion, parsed: ParsedBom, digest: str, job_id: Any = None
 ) -> tuple[Sbom, bool]:
     """Store a parsed SBOM for a project version; identical content is stored once.
 
@@ -109,7 +76,7 @@ def sbom_store(
         return existing, False
     sbom = Sbom.objects.create(
         project_version=pv,
-        job=job,
+        job_id=job_id,
         digest=digest,
         format=parsed.format,
         spec_version=parsed.spec_version,

@@ -8,10 +8,9 @@ leaves nothing and runs again from its stored payload.
 
 from __future__ import annotations
 
-import gc
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -20,16 +19,9 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ingest.errors import IngestRejected
-from ingest.models import IngestJob, IngestPayload
 from trustrank.accounts.principal import Principal
-from trustrank.parsers.otlp import (
-    JSON,
-    PROTOBUF,
-    OtlpDecodeError,
-    SpanBatch,
-    otlp_span_batches,
-)
+from trustrank.lib.locks import advisory_xact_lock
+from trustrank.parsers.otlp import SpanBatch
 from trustrank.runtime import engine
 from trustrank.runtime.engine import EXTERNAL, INTERNET_NODE, SERVICE, Aggregate, NodeKey
 from trustrank.runtime.models import Service
@@ -87,56 +79,7 @@ def _hist_literal(hist: dict[int, int] | None) -> str:
     return "{" + ",".join(str(v) for v in engine.hist_to_list(hist or {})) + "}"
 
 
-# --- the job handler ------------------------------------------------------------------------
-
-
-def traces_ingest_job(
-    *, job: IngestJob, payload: bytes, progress: Callable[..., None]
-) -> dict[str, Any]:
-    """Handler for `traces` jobs (ingest/handlers.py): decode, aggregate, upsert."""
-    encoding = JSON if job.params.get("encoding") == "json" else PROTOBUF
-    counts: dict[str, Any] = defaultdict(int)
-    problems: list[str] = []
-    received_at = timezone.now()
-    # The cyclic garbage collector is paused for the job: it produces hundreds of thousands
-    # of short-lived tuples that hold no cycles, and the collector's passes over them cost
-    # ~7 % of the aggregation. Collection resumes (and catches up) when the job ends.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        # Part by part: a large export is aggregated with bounded memory. Calls whose two
-        # halves fall in different parts are matched through the span index tables, exactly
-        # as halves arriving in different export requests are.
-        for batch in otlp_span_batches(
-            payload,
-            encoding=encoding,
-            max_bytes=settings.TRUSTRANK_TRACE_PART_BYTES,
-            name_sample_rate=settings.TRUSTRANK_TRACE_SAMPLE_RATE,
-        ):
-            part = traces_aggregate_store(
-                team_id=job.team_id, batch=batch, received_at=received_at
-            )
-            for key, value in part.items():
-                # Distinct things (environments, services) are not additive across parts.
-                if key in ("environments", "services"):
-                    counts[key] = max(counts[key], value)
-                else:
-                    counts[key] += value
-            if batch.rejected_spans and len(problems) < 5:
-                problems.append(batch.message())
-    except OtlpDecodeError as exc:
-        raise IngestRejected(f"The trace export cannot be decoded: {exc}") from exc
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-    counts = dict(counts)
-    if problems:
-        counts["_result"] = {"partial_success": " | ".join(problems)}
-    if not settings.TRUSTRANK_TRACE_KEEP_PAYLOAD:
-        # Raw spans are not kept (aggregates are). Cleared in the job's own transaction, so a
-        # job that fails keeps its payload for the next attempt.
-        IngestPayload.objects.filter(job_id=job.pk).update(data=b"")
-    return counts
+# --- aggregation ------------------------------------------------------------------------
 
 
 def traces_aggregate_store(
@@ -145,8 +88,8 @@ def traces_aggregate_store(
     """Aggregate one part of an export request (plain span rows) into `team_id`'s call
     graph. Returns the counts to add to the job, `rejected_spans` included."""
     bucket_seconds = settings.TRUSTRANK_TRACE_BUCKET_SECONDS
+    advisory_xact_lock(_LOCK_NAMESPACE, team_id)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_LOCK_NAMESPACE, team_id])
         known, externals = _known_peers(cursor, team_id=team_id)
     agg = engine.aggregate(
         batch.resources,

@@ -1,4 +1,5 @@
-"""Feed imports (OSV, CISA KEV, FIRST EPSS), run as ingest job handlers.
+"""Feed imports (OSV, CISA KEV, FIRST EPSS) from parsed records (ingest/loaders/feeds.py
+parses the job's payload and calls these), and reading feed sources.
 
 Feeds are global reference data: the job belongs to the team that started it, the data to
 everyone. Each handler validates the whole payload before writing anything, so bad input
@@ -9,19 +10,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ingest.errors import IngestRejected
-from ingest.models import IngestJob
-from trustrank.accounts.principal import Principal
+from trustrank.lib.locks import advisory_xact_lock
 from trustrank.parsers.cvss import best_score, severity_label
-from trustrank.parsers.epss import EpssError, parse_epss
-from trustrank.parsers.kev import KevError, parse_kev
-from trustrank.parsers.osv import OsvError, OsvRecord, parse_osv
+from trustrank.parsers.epss import EpssFile
+from trustrank.parsers.kev import KevCatalog
+from trustrank.parsers.osv import OsvRecord
 from trustrank.vulns.engine.ecosystems import PackageKey, advisory_package_key
 from trustrank.vulns.engine.matching import canonical_id
 from trustrank.vulns.models import Advisory, AdvisoryPackage, KevEntry
@@ -58,23 +56,7 @@ _ADVISORY_FIELDS = [
 ProgressFn = Callable[..., None]
 
 
-@dataclass(frozen=True)
-class SystemPrincipal(Principal):
-    """Who started an import nobody in particular started: the command line, the schedule."""
-
-    name: str = "system"
-
-    @property
-    def label(self) -> str:
-        return f"system:{self.name}"
-
-
-def _lock(key: int) -> None:
-    with connection.cursor() as cur:
-        cur.execute("SELECT pg_advisory_xact_lock(%s)", [key])
-
-
-def _advisory_from(record: OsvRecord, *, job: IngestJob) -> Advisory:
+def _advisory_from(record: OsvRecord, *, job_id: Any) -> Advisory:
     score = best_score(list(record.scores))
     cves = [i for i in (record.id, *record.aliases) if i.upper().startswith("CVE-")]
     return Advisory(
@@ -97,7 +79,7 @@ def _advisory_from(record: OsvRecord, *, job: IngestJob) -> Advisory:
         schema_version=record.schema_version[:16],
         raw=record.raw,
         imported_at=timezone.now(),
-        job=job,
+        job_id=job_id,
     )
 
 
@@ -110,13 +92,11 @@ def _package_keys(affected: Any) -> set[PackageKey]:
     return keys
 
 
-def osv_import_job(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> dict[str, Any]:
+def advisories_import(
+    *, records: list[OsvRecord], job_id: Any, progress: ProgressFn
+) -> dict[str, Any]:
     """Upsert OSV records by id (a newer `modified` wins), then re-match only the packages
-    whose advisories changed."""
-    try:
-        records = parse_osv(payload, filename=job.filename or "payload")
-    except OsvError as exc:
-        raise IngestRejected(f"OSV import refused: {exc}") from exc
+    whose advisories changed. Commits in batches (OSV_BATCH), each idempotent."""
     newest: dict[str, OsvRecord] = {}
     for r in records:
         if r.id not in newest or r.modified > newest[r.id].modified:
@@ -128,7 +108,7 @@ def osv_import_job(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> d
     for start in range(0, len(ordered), OSV_BATCH):
         batch = ordered[start : start + OSV_BATCH]
         with transaction.atomic():
-            _lock(_LOCK_OSV)
+            advisory_xact_lock(_LOCK_OSV)
             ids = [r.id for r in batch]
             existing = {
                 a["id"]: a
@@ -144,10 +124,10 @@ def osv_import_job(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> d
                 if old is not None and r.modified < old["modified"]:
                     counts["unchanged"] += 1
                     continue
-                if old is not None and r.modified == old["modified"] and old["job_id"] != job.pk:
+                if old is not None and r.modified == old["modified"] and old["job_id"] != job_id:
                     counts["unchanged"] += 1
                     continue
-                writes.append(_advisory_from(r, job=job))
+                writes.append(_advisory_from(r, job_id=job_id))
                 counts["updated" if old else "inserted"] += 1
                 if r.withdrawn is not None:
                     counts["withdrawn"] += 1
@@ -173,20 +153,16 @@ def osv_import_job(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> d
                 )
         progress(done=min(start + OSV_BATCH, len(ordered)), total=len(ordered), phase="advisories")
     progress(phase="matching")
-    matched = findings_match_packages(keys=changed, actor=Actor.system(f"OSV import {job.pk}"))
+    matched = findings_match_packages(keys=changed, actor=Actor.system(f"OSV import {job_id}"))
     counts["packages_changed"] = len(changed)
     counts.update({f"findings_{k}": v for k, v in matched.items()})
     return counts
 
 
-def kev_import_job(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> dict[str, Any]:
+def kev_catalog_import(*, catalog: KevCatalog, progress: ProgressFn) -> dict[str, Any]:
     """Replace the KEV catalog with this one (an older catalog than the stored one is ignored)
     and refresh KEV membership on findings."""
-    try:
-        catalog = parse_kev(payload)
-    except KevError as exc:
-        raise IngestRejected(f"KEV import refused: {exc}") from exc
-    _lock(_LOCK_KEV)
+    advisory_xact_lock(_LOCK_KEV)
     stored = (
         KevEntry.objects.exclude(catalog_version="")
         .order_by("-catalog_version")
@@ -253,13 +229,9 @@ def kev_import_job(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> d
     }
 
 
-def epss_import_job(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> dict[str, Any]:
+def epss_scores_import(*, parsed: EpssFile, progress: ProgressFn) -> dict[str, Any]:
     """Store one day of EPSS scores (history by date) and move the latest score forward."""
-    try:
-        parsed = parse_epss(payload)
-    except EpssError as exc:
-        raise IngestRejected(f"EPSS import refused: {exc}") from exc
-    _lock(_LOCK_EPSS)
+    advisory_xact_lock(_LOCK_EPSS)
     progress(done=0, total=len(parsed.rows), phase="epss")
     with connection.cursor() as cur:
         cur.execute(
@@ -366,47 +338,3 @@ def feeds_team() -> Any:
 
     team, _ = Team.objects.get_or_create(name=settings.TRUSTRANK_FEEDS_TEAM)
     return team
-
-
-def feed_import_submit(
-    *,
-    kind: str,
-    payload: bytes,
-    principal: Any,
-    team: Any,
-    filename: str = "",
-    content_type: str = "",
-) -> IngestJob:
-    """Queue one feed import as an ingest job. Needs the `admin` scope in `team`."""
-    from ingest.services import job_create
-
-    if kind not in FEED_KINDS:
-        raise FeedSourceError(f"unknown feed {kind!r}: use one of {', '.join(FEED_KINDS)}")
-    if not principal.can("admin", team.pk):
-        raise PermissionError("importing feeds needs the 'admin' scope")
-    if not payload:
-        raise FeedSourceError("the feed payload is empty")
-    return job_create(
-        team=team,
-        kind=kind,
-        payload=payload,
-        principal=principal,
-        params={"feed": kind},
-        content_type=content_type,
-        filename=filename,
-    )
-
-
-def feed_scheduled_import(*, kind: str) -> IngestJob | None:
-    """Fetch the configured source of one feed and queue its import; None when unconfigured."""
-    from django.conf import settings
-
-    source = settings.TRUSTRANK_FEED_SOURCES.get(kind, "")
-    if not source:
-        return None
-    payload, filename = feed_fetch(kind=kind, source=source)
-    team = feeds_team()
-    principal = SystemPrincipal(scopes_by_team={team.pk: frozenset({"admin"})}, name="schedule")
-    return feed_import_submit(
-        kind=kind, payload=payload, principal=principal, team=team, filename=filename
-    )

@@ -8,12 +8,12 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ingest.models import IngestJob, JobStatus
+from ingest.submit import feed_submit
 from trustrank.accounts.models import Team
+from trustrank.accounts.principal import principal_for_system
 from trustrank.vulns.services.feeds import (
     FEED_KINDS,
     FeedSourceError,
-    SystemPrincipal,
-    feed_import_submit,
     feed_payload_read,
     feeds_team,
 )
@@ -41,10 +41,12 @@ class Command(BaseCommand):
                 raise CommandError(f"no team named {options['team']!r}")
         else:
             team = feeds_team()
-        principal = SystemPrincipal(
-            scopes_by_team={team.pk: frozenset({"admin"})}, name="import_feed"
+        # Labelled "system:import_feed" as before: the feed import is system work, whoever
+        # typed the command.
+        principal = principal_for_system(
+            team_id=team.pk, name="import_feed", scopes=frozenset({"admin"})
         )
-        job = feed_import_submit(
+        job = feed_submit(
             kind=kind, payload=payload, principal=principal, team=team, filename=filename
         )
         self.stdout.write(f"queued {kind} import job {job.pk} ({len(payload)} bytes)")
