@@ -477,3 +477,29 @@ def test_the_engine_imports_no_django() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert out == "[]"
+
+
+def test_alias_groups_join_transitively_and_keep_input_order():
+    from trustrank.vulns.engine.matching import alias_groups
+
+    items = [
+        ({"GHSA-1", "CVE-1"}, "a"),
+        ({"PYSEC-9"}, "b"),
+        ({"OSV-2", "CVE-2"}, "c"),
+        ({"CVE-1", "OSV-2"}, "d"),  # joins a and c
+    ]
+    assert alias_groups(items) == [
+        ({"GHSA-1", "CVE-1", "OSV-2", "CVE-2"}, ["a", "c", "d"]),
+        ({"PYSEC-9"}, ["b"]),
+    ]
+
+
+def test_alias_groups_are_not_quadratic():
+    import time
+
+    from trustrank.vulns.engine.matching import alias_groups
+
+    items = [({f"CVE-{i}", f"GHSA-{i}"}, i) for i in range(20_000)]
+    start = time.perf_counter()
+    assert len(alias_groups(items)) == 20_000
+    assert time.perf_counter() - start < 5

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import io
 import logging
 from typing import Any
 
 import orjson
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from trustrank.accounts.models import Team
 from trustrank.inventory.models import Component, ComponentDependency, Project, ProjectVersion, Sbom
+from trustrank.lib.db import copy_rows
 from trustrank.parsers.cyclonedx import ParsedBom
 from trustrank.parsers.cyclonedx_vulns import vulnerability_to_json
 
@@ -123,35 +123,6 @@ def _after_load(*, project_version_id: int) -> None:
     transaction.on_commit(lambda: findings_match_project_version.delay(project_version_id))
 
 
-def _copy_rows(table: str, columns: tuple[str, ...], rows: Any) -> None:
-    # COPY is several times faster than INSERT for thousands of rows; text format with
-    # escaping done here (tab, newline, backslash are the only specials).
-    cols = ", ".join(columns)
-    with connection.cursor() as cursor:
-        raw = cursor.cursor  # the psycopg cursor under Django's wrapper
-        with raw.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
-            buf = io.StringIO()
-            for row in rows:
-                buf.write("\t".join(_copy_escape(v) for v in row))
-                buf.write("\n")
-                if buf.tell() > 1 << 20:
-                    copy.write(buf.getvalue())
-                    buf = io.StringIO()
-            copy.write(buf.getvalue())
-
-
-def _copy_escape(value: Any) -> str:
-    text = value if isinstance(value, str) else str(value)
-    if "\\" in text or "\t" in text or "\n" in text or "\r" in text:
-        text = (
-            text.replace("\\", "\\\\")
-            .replace("\t", "\\t")
-            .replace("\n", "\\n")
-            .replace("\r", "\\r")
-        )
-    return text
-
-
 def _copy_components(sbom_id: int, parsed: ParsedBom) -> None:
     table = Component._meta.db_table
     columns = (
@@ -169,10 +140,9 @@ def _copy_components(sbom_id: int, parsed: ParsedBom) -> None:
         "supplier",
         "scope",
     )
-    sid = str(sbom_id)
     rows = (
         (
-            sid,
+            sbom_id,
             c.bom_ref[:1024],
             c.parent_ref[:1024],
             c.type[:32],
@@ -188,11 +158,10 @@ def _copy_components(sbom_id: int, parsed: ParsedBom) -> None:
         )
         for c in parsed.components
     )
-    _copy_rows(f'"{table}"', tuple(f'"{c}"' for c in columns), rows)
+    copy_rows(table=table, columns=columns, rows=rows)
 
 
 def _copy_dependencies(sbom_id: int, parsed: ParsedBom) -> None:
     table = ComponentDependency._meta.db_table
-    sid = str(sbom_id)
-    rows = ((sid, ref[:1024], dep[:1024]) for ref, dep in parsed.dependencies)
-    _copy_rows(f'"{table}"', ('"sbom_id"', '"ref"', '"depends_on"'), rows)
+    rows = ((sbom_id, ref[:1024], dep[:1024]) for ref, dep in parsed.dependencies)
+    copy_rows(table=table, columns=("sbom_id", "ref", "depends_on"), rows=rows)

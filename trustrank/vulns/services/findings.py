@@ -30,6 +30,7 @@ from trustrank.vulns.engine.matching import (
     Match,
     Verdict,
     affected_from_osv,
+    alias_groups,
     canonical_id,
 )
 from trustrank.vulns.models import (
@@ -128,22 +129,6 @@ class _Desired:
     ids: set[str]
     matches: list[Match] = field(default_factory=list)
     embedded: list[EmbeddedVulnerability] = field(default_factory=list)
-
-
-def _group_by_alias(items: list[tuple[set[str], Any]]) -> list[tuple[set[str], list[Any]]]:
-    """Union-find over id sets: two advisories that share any id are one problem."""
-    groups: list[tuple[set[str], list[Any]]] = []
-    for ids, item in items:
-        merged_ids, merged_items = set(ids), [item]
-        rest = []
-        for g_ids, g_items in groups:
-            if g_ids & merged_ids:
-                merged_ids |= g_ids
-                merged_items = g_items + merged_items
-            else:
-                rest.append((g_ids, g_items))
-        groups = [*rest, (merged_ids, merged_items)]
-    return groups
 
 
 def embedded_vulnerabilities(sbom: Sbom) -> list[EmbeddedVulnerability]:
@@ -304,7 +289,7 @@ def findings_match_project_version(
         desired: dict[str, _Desired] = {}
         for cid, items in per_row.items():
             row = row_by_id[cid]
-            for alias_ids, members in _group_by_alias(items):
+            for alias_ids, members in alias_groups(items):
                 vuln_key = canonical_id(alias_ids)
                 fp = finding_fingerprint(
                     project_version_id=pv.pk, component_key=row.key, vuln_key=vuln_key
