@@ -27,15 +27,22 @@ def ingest_jobs_sweep() -> dict[str, int]:
     return services.jobs_sweep()
 
 
-@shared_task(
-    # The name it had in trustrank/vulns/tasks.py: beat entries and queued messages use it.
-    name="trustrank.vulns.tasks.feeds_import_scheduled",
-    base=IngestQueueTask,
-    acks_late=True,
-)
-def ingest_feed_import_scheduled(kind: str) -> str | None:
-    """Beat: fetch a configured feed source and queue its import job."""
+def _feed_import_scheduled(kind: str) -> str | None:
     from ingest.submit import feed_scheduled_submit
 
     job = feed_scheduled_submit(kind=kind)
     return str(job.pk) if job is not None else None
+
+
+@shared_task(base=IngestQueueTask, acks_late=True)
+def ingest_feed_import_scheduled(kind: str) -> str | None:
+    """Beat: fetch a configured feed source and queue its import job."""
+    return _feed_import_scheduled(kind)
+
+
+@shared_task(name="trustrank.vulns.tasks.feeds_import_scheduled", base=IngestQueueTask,
+             acks_late=True)
+def feeds_import_scheduled(kind: str) -> str | None:
+    """The task's name when it lived in trustrank/vulns/tasks.py: beat messages already
+    queued under it still run. Remove it once no queue holds it."""
+    return _feed_import_scheduled(kind)

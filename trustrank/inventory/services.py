@@ -118,9 +118,9 @@ def _supersedes(*, new: Sbom, current: Sbom | None) -> bool:
 def _after_load(*, project_version_id: int) -> None:
     """Re-match the project version's findings once the new inventory is committed."""
     # Imported here: vulnerability matching depends on the inventory, not the other way.
-    from trustrank.vulns.tasks import findings_match_project_version
+    from trustrank.vulns.tasks import vulns_findings_match
 
-    transaction.on_commit(lambda: findings_match_project_version.delay(project_version_id))
+    transaction.on_commit(lambda: vulns_findings_match.delay(project_version_id))
 
 
 def _copy_components(sbom_id: int, parsed: ParsedBom) -> None:
