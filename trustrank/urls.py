@@ -5,12 +5,12 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 urlpatterns = [
     path("", include("trustrank.accounts.urls")),
     path("", include("trustrank.inventory.urls")),
-    path("", include("ingest.page_urls")),
+    path("", include("ingest.urls")),
     path("", include("trustrank.vulns.urls")),
     path("", include("trustrank.runtime.urls")),
     path("", include("ingest.identity_urls")),
     # Receivers (REST under api/v1/, OTLP at v1/traces).
-    path("", include("ingest.urls")),
+    path("", include("ingest.api_urls")),
     path("api/v1/", include("trustrank.inventory.api_urls")),
     path("api/v1/", include("trustrank.vulns.api_urls")),
     path("api/v1/", include("trustrank.runtime.api_urls")),

@@ -1,5 +1,6 @@
-"""Writes for identity evidence: submitting uploads, loading them (job handlers), verifying
-certificates, refreshing identities, syncing findings, mappings and caller policies."""
+"""Writes for identity evidence: loading parsed certificates and trust bundles (called by
+ingest/loaders), verifying certificates, refreshing identities, syncing findings, mappings
+and caller policies."""
 
 from __future__ import annotations
 

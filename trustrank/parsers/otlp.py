@@ -97,7 +97,8 @@ def span_problem(span: object) -> str | None:
 # One usable span, as a plain tuple rather than an object: at a hundred thousand spans a
 # second per core, building one dataclass instance per span would cost more than the rest
 # of the extraction. Fields, in order:
-#   trace_id (16 bytes), span_id (8 bytes), parent_span_id (b"" or 8 bytes),
+#   span_key (trace_id + span_id, 24 bytes: the key spans are matched by, one object
+#   instead of two), parent_span_id (b"" or 8 bytes),
 #   start_ns, end_ns, kind (OTLP SpanKind number), error (status code ERROR),
 #   name (None outside the name sample, see spans_from_request),
 #   peer (un-normalised peer name: peer.service, else server.address, else db.system),
@@ -105,7 +106,7 @@ def span_problem(span: object) -> str | None:
 #   libraries (((kind, name), ...) evidence of libraries in use, or None).
 # Only tuples of atoms: the cyclic garbage collector stops tracking those after one pass.
 SpanRow = tuple[
-    bytes, bytes, bytes, int, int, int, bool, "str | None", str, bool, bool, bool,
+    bytes, bytes, int, int, int, bool, "str | None", str, bool, bool, bool,
     "tuple[tuple[str, str], ...] | None",
 ]
 
@@ -184,6 +185,20 @@ def any_value_text(value: Any) -> str:
     return ""
 
 
+def _library(code: int, value: str) -> tuple[str, str] | None:
+    if code == _A_DB:
+        return ("db", value[:200])
+    if code == _A_MESSAGING:
+        return ("messaging", value[:200])
+    if code == _A_RPC:
+        return ("rpc", value[:200])
+    if code == _A_CODE_NS:
+        return ("code", value[:200])
+    if "." in value:  # code.function(.name), fully qualified: its module is the evidence
+        return ("code", value.rsplit(".", 1)[0][:200])
+    return None
+
+
 def sample_threshold(rate: float) -> bytes | None:
     """Traces whose id's last 8 bytes sort below this are in a `rate` sample (W3C trace ids
     are random there), None for no sample. Shared with the aggregation's trace samples."""
@@ -212,6 +227,10 @@ def spans_from_request(
     """
     names_below = sample_threshold(name_sample_rate)
     span_keys = _SPAN_KEYS
+    single_library: dict[int, dict[str, tuple[tuple[str, str], ...]]] = {
+        code: {} for code in (_A_DB, _A_MESSAGING, _A_RPC, _A_CODE_NS, _A_CODE_FN)
+    }
+    peers: dict[str, str] = {}
     tls_schemes = _TLS_SCHEMES
     zero_trace, zero_span, status_error = _ZERO_TRACE, _ZERO_SPAN, _STATUS_ERROR
     seen = bad = 0
@@ -274,23 +293,28 @@ def spans_from_request(
                     elif value:
                         if code == _A_DB:
                             db = value
-                            library = ("db", value[:200])
-                        elif code == _A_MESSAGING:
-                            library = ("messaging", value[:200])
-                        elif code == _A_RPC:
-                            library = ("rpc", value[:200])
-                        elif code == _A_CODE_NS:
-                            library = ("code", value[:200])
-                        elif "." in value:  # code.function(.name), fully qualified
-                            library = ("code", value.rsplit(".", 1)[0][:200])
-                        else:
-                            continue
-                        libraries = (library,) if libraries is None else (*libraries, library)
+                        # One shared ((kind, name),) per distinct attribute: a few distinct
+                        # libraries cover millions of spans, and a tuple per span would make
+                        # the rows outweigh the protobuf messages they replace.
+                        one = single_library[code].get(value)
+                        if one is None:
+                            library = _library(code, value)
+                            # () for "no library here" is cached too (an unqualified
+                            # code.function), so the miss is paid once per value.
+                            one = single_library[code][value] = (
+                                () if library is None else (library,)
+                            )
+                        if one:
+                            libraries = one if libraries is None else (*libraries, *one)
+                peer = peer_service or address or db
+                if peer:
+                    # Shared, as above: the same few peer names on most spans.
+                    peer = peers.setdefault(peer, peer)
                 append((
-                    trace_id, span_id, parent, start, end, span.kind,
+                    trace_id + span_id, parent, start, end, span.kind,
                     span.status.code == status_error,
                     span.name if names_below is not None and trace_id[8:] < names_below else None,
-                    peer_service or address or db, db != "", tls, mtls,
+                    peer, db != "", tls, mtls,
                     libraries,
                 ))
             scopes.append(ScopeSpans(name=scope.name, version=scope.version, spans=tuple(rows)))
@@ -308,12 +332,16 @@ def otlp_span_batches(
 ) -> Iterator[SpanBatch]:
     """Decode a body part by part (see protobuf_split) into plain span batches."""
     for decoded in otlp_chunks(body, encoding=encoding, max_bytes=max_bytes, count=False):
-        yield spans_from_request(
+        batch = spans_from_request(
             decoded.request,
             name_sample_rate=name_sample_rate,
             rejected=decoded.rejected_spans,
             problems=decoded.problems,
         )
+        # The decoded messages (~4x the part's size) are garbage once the rows exist; drop
+        # them before the caller aggregates, or both would count in the worker's peak memory.
+        del decoded
+        yield batch
 
 
 def _count(request: ExportTraceServiceRequest) -> tuple[int, int, list[str]]:

@@ -328,7 +328,7 @@ def aggregate(
             # Counted per bucket here and added once per scope: all its spans share it.
             scope_counts: dict[int, int] = {}
             total += len(scope.spans)
-            for (trace_id, span_id, parent, start, end, kind, error, span_name, raw_peer, is_db,
+            for (span_key, parent, start, end, kind, error, span_name, raw_peer, is_db,
                  tls, mtls, span_libraries) in scope.spans:
                 bucket = start // bucket_ns
                 if first_ns == 0 or start < first_ns:
@@ -339,7 +339,6 @@ def aggregate(
                 if span_libraries is not None:
                     for lib_kind, lib_name in span_libraries:
                         libraries[(env, service, bucket, lib_kind, lib_name, "")] += 1
-                span_key = trace_id + span_id
                 # Only a client or producer span names its peer.
                 peer = ""
                 if kind in (KIND_CLIENT, KIND_PRODUCER):
@@ -348,20 +347,24 @@ def aggregate(
                         peer = peer_cache[raw_peer] = peer_normalize(raw_peer)
                     clients[span_key] = (
                         env, service, peer, is_db, bucket, end - start, error, tls, mtls,
-                        end, trace_id, start,
+                        end, span_key, start,
                     )
                 elif kind in (KIND_SERVER, KIND_CONSUMER):
                     servers.append(
                         (env, service, parent, bucket, end - start, error, tls, mtls, end,
-                         trace_id, start, kind)
+                         span_key, start, kind)
                     )
                 local[span_key] = (env, service, kind, peer)
                 # The parser read names only for its own sample (None elsewhere), which is
                 # at least this one when both are given the same rate.
-                if span_name is not None and threshold is not None and trace_id[8:] < threshold:
-                    agg.samples.setdefault((env, trace_id.hex()), []).append(
+                if (
+                    span_name is not None
+                    and threshold is not None
+                    and span_key[8:16] < threshold
+                ):
+                    agg.samples.setdefault((env, span_key[:16].hex()), []).append(
                         {
-                            "span_id": span_id.hex(),
+                            "span_id": span_key[16:].hex(),
                             "parent_span_id": parent.hex(),
                             "service": name,
                             "name": span_name[:200],
@@ -379,7 +382,7 @@ def aggregate(
     agg.spans = total
 
     # Server side: the parent span's service is the caller.
-    for (env, service, parent, bucket, dur, error, tls, mtls, end, trace_id, start,
+    for (env, service, parent, bucket, dur, error, tls, mtls, end, span_key, start,
          kind) in servers:
         if not parent:
             if kind == KIND_SERVER:
@@ -387,16 +390,16 @@ def aggregate(
                 _edge(edges, env, INTERNET_NODE, service, bucket).add_call(
                     dur, error, tls, mtls, end
                 )
-                roots[(env, service)].append((start, end, trace_id.hex()))
+                roots[(env, service)].append((start, end, span_key[:16].hex()))
             continue
-        parent_key = trace_id + parent
+        parent_key = span_key[:16] + parent
         caller = local.get(parent_key)
         if caller is None:
             agg.pending.append(
                 PendingServer(
                     env=env, service=service, parent_span_id=span_id_int(parent),
                     bucket=bucket, dur_ns=dur, error=error, tls=tls, mtls=mtls, end_ns=end,
-                    trace_id=trace_id.hex(),
+                    trace_id=span_key[:16].hex(),
                 )
             )
             continue
@@ -406,14 +409,19 @@ def aggregate(
             if caller_peer and caller_peer != service[2].lower():
                 agg.aliases[(env, caller_peer)] = service
         if caller[1] != service:
-            _edge(edges, env, caller[1], service, bucket).add_call(dur, error, tls, mtls, end)
+            # _edge inlined: this runs once per matched call.
+            edge_key = (env, caller[1], service, bucket)
+            stat = edges.get(edge_key)
+            if stat is None:
+                stat = edges[edge_key] = EdgeStat()
+            stat.add_call(dur, error, tls, mtls, end)
 
     for root_list in roots.values():
         root_list.sort()
     root_starts = {key: [r[0] for r in value] for key, value in roots.items()}
 
     # Client side: calls whose callee sent no span in this request.
-    for client_key, (env, service, peer, is_db, bucket, dur, error, tls, mtls, end, trace_id,
+    for client_key, (env, service, peer, is_db, bucket, dur, error, tls, mtls, end, _key,
               start) in clients.items():
         if client_key in matched:
             continue
@@ -438,7 +446,7 @@ def aggregate(
                     broken.last_ns = max(broken.last_ns, end)
                     if len(broken.examples) < 5:
                         broken.examples.append(
-                            {"caller_trace_id": trace_id.hex(), "callee_trace_id": root[2]}
+                            {"caller_trace_id": client_key[:16].hex(), "callee_trace_id": root[2]}
                         )
                     continue
         if target is None and peer and (is_db or (env, peer) in known_externals):
@@ -451,7 +459,7 @@ def aggregate(
             OpenClient(
                 env=env, service=service, span_id=span_id_int(client_key[16:]), peer=peer[:200],
                 target=target, bucket=bucket, start_ns=start, end_ns=end,
-                trace_id=trace_id.hex(), dur_ns=dur, error=error, tls=tls, mtls=mtls,
+                trace_id=client_key[:16].hex(), dur_ns=dur, error=error, tls=tls, mtls=mtls,
             )
         )
     return agg
