@@ -41,10 +41,10 @@ def main() -> None:
     from django.db import transaction
 
     from bench.sbom_generate import make_bom
-    from ingest.parsers.cyclonedx import parse_cyclonedx
     from trustrank.accounts.models import Team
     from trustrank.inventory.models import Project, ProjectVersion
     from trustrank.inventory.services import sbom_store
+    from trustrank.parsers.cyclonedx import parse_cyclonedx
 
     data = make_bom(args.components, seed=int(time.time()))
     print(f"BOM: {args.components} components, {len(data) / 1e6:.1f} MB")
@@ -59,7 +59,7 @@ def main() -> None:
     parsed_at = time.perf_counter()
     with transaction.atomic():
         sbom, created = sbom_store(
-            project_version=pv, parsed=parsed, digest=hashlib.sha256(data).hexdigest(), job=None
+            project_version=pv, parsed=parsed, digest=hashlib.sha256(data).hexdigest()
         )
     ours = time.perf_counter() - start
     assert created and sbom.component_count == args.components

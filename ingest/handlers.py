@@ -1,4 +1,4 @@
-"""Which service loads which kind of job.
+"""Which loader (ingest/loaders/<kind>.py) loads which kind of job.
 
 Each handler is `handler(*, job, payload, progress) -> dict` returning the counts to store on
 the job. It raises IngestRejected for bad input. It must be idempotent: a job may run again
@@ -21,12 +21,12 @@ class Handler:
 
 
 HANDLERS: dict[str, Handler] = {
-    "sbom": Handler("trustrank.inventory.services.sbom_ingest_job"),
+    "sbom": Handler("ingest.loaders.sbom.sbom_load"),
     # OSV commits in batches and re-matches afterwards; KEV and EPSS are all-or-nothing.
-    "osv": Handler("trustrank.vulns.services.feeds.osv_import_job", atomic=False),
-    "kev": Handler("trustrank.vulns.services.feeds.kev_import_job"),
-    "epss": Handler("trustrank.vulns.services.feeds.epss_import_job"),
-    "traces": Handler("trustrank.runtime.services.traces_ingest_job"),
-    "certificates": Handler("trustrank.identity.services.certificates_ingest_job"),
-    "trust_bundle": Handler("trustrank.identity.services.trust_bundle_ingest_job"),
+    "osv": Handler("ingest.loaders.feeds.osv_load", atomic=False),
+    "kev": Handler("ingest.loaders.feeds.kev_load"),
+    "epss": Handler("ingest.loaders.feeds.epss_load"),
+    "traces": Handler("ingest.loaders.traces.traces_load"),
+    "certificates": Handler("ingest.loaders.certificates.certificates_load"),
+    "trust_bundle": Handler("ingest.loaders.trust_bundle.trust_bundle_load"),
 }

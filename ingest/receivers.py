@@ -9,10 +9,12 @@ from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from ingest.errors import SubmitRefused
 from ingest.models import IngestJob
 from ingest.services import InvalidPriority, ingest_overloaded, priority_parse
 from trustrank.accounts.models import Team
 from trustrank.accounts.principal import Principal
+from trustrank.accounts.selectors import TeamNotAllowed, TeamRequired, team_for_upload
 from trustrank.lib.api import problem
 
 
@@ -36,30 +38,23 @@ class RawBodyParser(BaseParser):
         return {}
 
 
+# How a receiver answers a SubmitRefused.
+SUBMIT_STATUS = {
+    SubmitRefused.INVALID: 400,
+    SubmitRefused.FORBIDDEN: 403,
+    SubmitRefused.NOT_FOUND: 404,
+    SubmitRefused.TOO_LARGE: 413,
+}
+
+
 def team_for_write(*, principal: Principal, scope: str, what: str, team_hint: str = "") -> Team:
-    """An API key writes to its own team; a person names the team when they have several."""
-    if principal.api_key is not None:
-        if not principal.can(scope, principal.api_key.team_id):
-            raise UploadRefused(403, "Forbidden", f"This key lacks the '{scope}' scope.")
-        return principal.api_key.team
-    allowed = Team.objects.filter(pk__in=principal.teams_with(scope))
-    if team_hint:
-        team = allowed.filter(name=team_hint).first()
-        if team is None and team_hint.isdigit():
-            team = allowed.filter(pk=int(team_hint)).first()
-        if team is None:
-            raise UploadRefused(
-                403, "Forbidden", f"You may not upload {what} to team {team_hint!r}."
-            )
-        return team
-    teams = list(allowed[:2])
-    if not teams:
-        raise UploadRefused(403, "Forbidden", f"You may not upload {what} to any team.")
-    if len(teams) > 1:
-        raise UploadRefused(
-            400, "Team required", "You belong to several teams: name one with the `team` parameter."
-        )
-    return teams[0]
+    """The team an upload goes to (accounts.selectors.team_for_upload), refusals as problems."""
+    try:
+        return team_for_upload(principal=principal, scope=scope, what=what, team_hint=team_hint)
+    except TeamNotAllowed as exc:
+        raise UploadRefused(403, "Forbidden", str(exc)) from exc
+    except TeamRequired as exc:
+        raise UploadRefused(400, "Team required", str(exc)) from exc
 
 
 def param(request: Request, name: str) -> str:
@@ -102,7 +97,8 @@ def accepted(job: IngestJob, **extra: Any) -> Response:
 
 class ReceiverMixin:
     """For APIViews that accept evidence: refuse writes with 503 + Retry-After while the
-    ingest queue is past its soft limit, and render UploadRefused as a problem document."""
+    ingest queue is past its soft limit, and render UploadRefused and SubmitRefused as problem
+    documents."""
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)  # type: ignore[misc]
@@ -117,6 +113,8 @@ class ReceiverMixin:
                 )
 
     def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, SubmitRefused):
+            return problem(SUBMIT_STATUS[exc.reason], exc.title, exc.detail)
         if isinstance(exc, UploadRefused):
             response = problem(exc.status, exc.title, exc.detail)
             for name, value in exc.headers.items():

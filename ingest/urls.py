@@ -1,11 +1,8 @@
-"""Receivers: every route that accepts evidence. Each stream's module owns its routes."""
+from django.urls import path
 
-from django.urls import include, path
+from ingest import views
 
 urlpatterns = [
-    path("", include("ingest.apis.sbom")),
-    path("", include("ingest.apis.jobs")),
-    path("", include("ingest.apis.otlp")),
-    path("", include("ingest.apis.feeds")),
-    path("", include("ingest.apis.certs")),
+    path("jobs/", views.job_list_page, name="jobs"),
+    path("jobs/<str:job_id>/", views.job_page, name="job"),
 ]

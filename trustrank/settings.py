@@ -351,7 +351,7 @@ TRUSTRANK_FEEDS_TEAM = envstr("TRUSTRANK_FEEDS_TEAM", "feeds")
 for _feed, _source in TRUSTRANK_FEED_SOURCES.items():
     if _source:
         CELERY_BEAT_SCHEDULE[f"vulns-feed-{_feed}"] = {
-            "task": "trustrank.vulns.tasks.feeds_import_scheduled",
+            "task": "ingest.tasks.ingest_feed_import_scheduled",
             "schedule": timedelta(hours=envint("TRUSTRANK_FEED_INTERVAL_HOURS", 24, minimum=1)),
             "args": [_feed],
         }

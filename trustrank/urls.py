@@ -5,13 +5,13 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 urlpatterns = [
     path("", include("trustrank.accounts.urls")),
     path("", include("trustrank.inventory.urls")),
-    path("", include("ingest.page_urls")),
+    path("", include("ingest.urls")),
     path("", include("trustrank.findings.urls")),
     path("", include("trustrank.runtime.urls")),
-    path("", include("trustrank.identity.urls")),
+    path("", include("ingest.identity_urls")),
     path("", include("trustrank.cluster.urls")),
     # Receivers (REST under api/v1/, OTLP at v1/traces).
-    path("", include("ingest.urls")),
+    path("", include("ingest.api_urls")),
     path("api/v1/", include("trustrank.inventory.api_urls")),
     path("api/v1/", include("trustrank.findings.api_urls")),
     path("api/v1/", include("trustrank.runtime.api_urls")),

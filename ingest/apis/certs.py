@@ -27,13 +27,13 @@ from ingest.receivers import (
     priority_from,
     team_for_write,
 )
+from ingest.submit import certificates_submit, trust_bundle_submit
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_request
 from trustrank.identity import selectors
 from trustrank.identity.filters import CertificateFilter
 from trustrank.identity.models import Certificate
 from trustrank.identity.serializers import CertificateSerializer, TrustBundleSerializer
-from trustrank.identity.services import certificates_submit, trust_bundle_submit
 
 
 @extend_schema(

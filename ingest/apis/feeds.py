@@ -20,10 +20,10 @@ from ingest.receivers import (
     param,
     team_for_write,
 )
-from ingest.sbom import parse_bool
+from ingest.submit import feed_submit, parse_bool
 from trustrank.accounts.models import FEEDS_WRITE
 from trustrank.accounts.principal import principal_for_request
-from trustrank.vulns.services.feeds import FEED_KINDS, FeedSourceError, feed_import_submit
+from trustrank.vulns.services.feeds import FEED_KINDS, FeedSourceError
 
 
 @extend_schema(
@@ -50,7 +50,7 @@ class FeedImportApi(ReceiverMixin, APIView):
         principal = principal_for_request(request)
         team = team_for_write(principal=principal, scope=FEEDS_WRITE, what="feeds")
         try:
-            job = feed_import_submit(
+            job = feed_submit(
                 kind=kind,
                 payload=request.body,
                 principal=principal,

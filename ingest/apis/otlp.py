@@ -18,8 +18,13 @@ from django.views.decorators.http import require_POST
 
 from ingest import services as ingest_services
 from ingest.bodies import BodyTooLarge, BodyUndecodable, decode_body
-from ingest.models import JobKind
-from ingest.parsers.otlp import (
+from ingest.submit import traces_submit
+from trustrank.accounts.auth import key_from_headers
+from trustrank.accounts.models import Scope
+from trustrank.accounts.principal import principal_for_key
+from trustrank.accounts.services import api_key_authenticate
+from trustrank.lib.api import problem_response
+from trustrank.parsers.otlp import (
     ENCODINGS,
     JSON,
     PROTOBUF,
@@ -29,11 +34,6 @@ from ingest.parsers.otlp import (
     response_encode,
     status_encode,
 )
-from trustrank.accounts.auth import key_from_headers
-from trustrank.accounts.models import Scope
-from trustrank.accounts.principal import principal_for_key
-from trustrank.accounts.services import api_key_authenticate
-from trustrank.lib.api import problem_response
 from trustrank.runtime.services import span_window
 
 # google.rpc.Code values for the Status body of a failed request.
@@ -119,15 +119,12 @@ def traces_export(request: HttpRequest) -> HttpResponse:
 
     if decoded.accepted_spans:
         # Stored (payload and job row committed) before the exporter hears "success".
-        ingest_services.job_create(
-            team=api_key.team,
-            kind=JobKind.TRACES,
-            payload=body,
+        traces_submit(
             principal=principal,
-            params={
-                "encoding": "json" if encoding == JSON else "protobuf",
-                "spans": decoded.accepted_spans,
-            },
+            team=api_key.team,
+            body=body,
+            json_encoded=encoding == JSON,
+            spans=decoded.accepted_spans,
             priority=priority,
             content_type=encoding,
         )

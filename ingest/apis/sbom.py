@@ -27,8 +27,8 @@ from ingest.receivers import (
     priority_from,
     team_for_write,
 )
-from ingest.sbom import SbomTarget, parse_bool, sbom_submit
 from ingest.selectors import job_get
+from ingest.submit import SbomTarget, parse_bool, sbom_submit
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_request
 from trustrank.inventory.models import Project, ProjectVersion

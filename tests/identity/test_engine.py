@@ -7,7 +7,6 @@ import datetime as dt
 
 import pytest
 
-from ingest.parsers.x509 import ParsedCertificate, certificates_parse
 from tests.identity.pki import (
     Issued,
     data,
@@ -20,6 +19,7 @@ from tests.identity.pki import (
 )
 from trustrank.identity import engine
 from trustrank.identity.engine import ChainStatus, chain_verify
+from trustrank.parsers.x509 import ParsedCertificate, certificates_parse
 
 
 def parsed(*items: Issued) -> list[ParsedCertificate]:

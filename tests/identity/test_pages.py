@@ -7,12 +7,12 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
+from ingest import submit
 from ingest.models import IngestJob
 from tests.identity.helpers import run_queued_jobs
 from tests.identity.pki import make_pki
 from trustrank.accounts.principal import Principal
 from trustrank.findings.models import Finding
-from trustrank.identity import services
 from trustrank.identity.models import Certificate, Identity, ServicePolicy
 
 pytestmark = pytest.mark.django_db
@@ -22,11 +22,11 @@ pytestmark = pytest.mark.django_db
 def seeded(team):
     pki = make_pki()
     principal = Principal(scopes_by_team={team.pk: frozenset({"certs:write"})})
-    services.trust_bundle_submit(principal=principal, team=team, body=pki.root.pem,
+    submit.trust_bundle_submit(principal=principal, team=team, body=pki.root.pem,
                                  environment="prod")
     body = (pki.leaf("/ns/pay/sa/payments", days=20).pem + pki.leaf("/ns/web/sa/web").pem
             + pki.intermediate.pem)
-    services.certificates_submit(principal=principal, team=team, body=body, environment="prod",
+    submit.certificates_submit(principal=principal, team=team, body=body, environment="prod",
                                  observed="pod payments-1/istio-proxy")
     run_queued_jobs()
     return pki

@@ -1,4 +1,4 @@
-"""ingest.parsers.x509: certificates and trust bundles from bytes; bad input refused."""
+"""trustrank.parsers.x509: certificates and trust bundles from bytes; bad input refused."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import base64
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from ingest.parsers.x509 import (
+from tests.identity.pki import data, issue, make_pki, rsa_key
+from trustrank.parsers.x509 import (
     CertificateParseError,
     PrivateKeyRefused,
     certificates_parse,
     spiffe_id_parse,
     trust_bundle_parse,
 )
-from tests.identity.pki import data, issue, make_pki, rsa_key
 
 
 def test_pem_chain_parses_every_field() -> None:

@@ -8,6 +8,7 @@ import pytest
 from django.test import override_settings
 from django.utils import timezone
 
+from ingest import submit
 from tests.identity.helpers import run_queued_jobs
 from tests.identity.pki import issue, make_pki, now, rsa_key, sha1_leaf
 from trustrank.accounts.principal import Principal
@@ -24,14 +25,14 @@ def writer(team) -> Principal:
 
 
 def upload(team, body: bytes, env: str = "prod", service: str = "", namespace: str = "") -> None:
-    services.certificates_submit(principal=writer(team), team=team, body=body, environment=env,
+    submit.certificates_submit(principal=writer(team), team=team, body=body, environment=env,
                                  service=service, namespace=namespace)
     jobs = run_queued_jobs()
     assert all(j.status == "done" for j in jobs), [j.error for j in jobs]
 
 
 def bundle(team, body: bytes, env: str = "prod", trust_domain: str = "") -> None:
-    services.trust_bundle_submit(principal=writer(team), team=team, body=body, environment=env,
+    submit.trust_bundle_submit(principal=writer(team), team=team, body=body, environment=env,
                                  trust_domain=trust_domain)
     jobs = run_queued_jobs()
     assert all(j.status == "done" for j in jobs), [j.error for j in jobs]

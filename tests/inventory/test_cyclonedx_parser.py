@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 
+import orjson
 import pytest
 
-from ingest.parsers.cyclonedx import BomError, parse_cyclonedx
 from tests.conftest import DATA
+from trustrank.parsers.cyclonedx import BomError, parse_cyclonedx
+from trustrank.parsers.cyclonedx_vulns import vulnerability_from_json, vulnerability_to_json
 
 SBOMS = DATA / "sbom"
 
@@ -179,3 +181,39 @@ def test_utf16_xml_with_a_dtd_is_refused_too() -> None:
             .decode()
             .encode("utf-16")
         )
+
+
+def test_services_and_embedded_vulnerabilities_are_parsed_in_the_same_pass():
+    doc = {
+        "bomFormat": "CycloneDX",
+        "specVersion": "1.5",
+        "version": 1,
+        "components": [{"type": "library", "name": "lib", "bom-ref": "lib"}],
+        "services": [
+            {
+                "bom-ref": "api",
+                "name": "api",
+                "endpoints": ["https://api.example/v1"],
+                "authenticated": True,
+                "x-trust-boundary": True,
+                "services": [{"name": "inner"}],
+            }
+        ],
+        "vulnerabilities": [
+            {
+                "id": "CVE-2024-0001",
+                "affects": [{"ref": "lib"}],
+                "analysis": {"state": "not_affected", "justification": "code_not_reachable"},
+            }
+        ],
+    }
+    parsed = parse_cyclonedx(orjson.dumps(doc))
+    assert [(s.name, s.authenticated, s.trust_boundary) for s in parsed.services] == [
+        ("api", True, True),
+        ("inner", None, None),
+    ]
+    (vuln,) = parsed.vulnerabilities
+    assert vuln.id == "CVE-2024-0001" and vuln.affects == ("lib",)
+    assert vuln.analysis is not None and vuln.analysis.state == "not_affected"
+    assert vulnerability_from_json(vulnerability_to_json(vuln)) == vuln
+

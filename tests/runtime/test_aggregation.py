@@ -9,8 +9,8 @@ import pytest
 from django.utils import timezone
 from opentelemetry.trace import SpanKind
 
+from ingest.loaders.traces import traces_load
 from ingest.models import IngestJob
-from ingest.parsers.otlp import JSON, otlp_decode
 from tests.runtime.helpers import (
     DATA,
     SpanFactory,
@@ -19,6 +19,7 @@ from tests.runtime.helpers import (
     nezha_spans,
 )
 from trustrank.findings.models import Finding
+from trustrank.parsers.otlp import JSON, otlp_decode, spans_from_request
 from trustrank.runtime import services
 from trustrank.runtime.models import (
     CallEdgeBucket,
@@ -36,7 +37,7 @@ pytestmark = pytest.mark.django_db
 
 def store(team, request) -> dict:
     return services.traces_aggregate_store(
-        team_id=team.id, request=request, received_at=timezone.now()
+        team_id=team.id, batch=spans_from_request(request), received_at=timezone.now()
     )
 
 
@@ -273,7 +274,7 @@ def test_a_large_export_is_aggregated_in_parts_with_the_same_result(team, settin
     settings.TRUSTRANK_TRACE_PART_BYTES = 4096
     job = IngestJob.objects.create(team=team, kind="traces", digest="-",
                                    params={"encoding": "protobuf"})
-    counts = services.traces_ingest_job(job=job, payload=body, progress=lambda **_: None)
+    counts = traces_load(job=job, payload=body, progress=lambda **_: None)
     assert counts["spans"] == len(spans)
     expected = nezha_expected_edges(spans)
     got = {k: v for k, v in edge_calls("boutique").items() if k[0] != "internet"}
@@ -300,7 +301,7 @@ def test_rejected_spans_are_counted_on_the_job(team):
     bad.span_id = b"\0" * 8
     job = IngestJob.objects.create(team=team, kind="traces", digest="-",
                                    params={"encoding": "protobuf"})
-    counts = services.traces_ingest_job(
+    counts = traces_load(
         job=job, payload=request.SerializeToString(), progress=lambda **_: None
     )
     assert (counts["spans"], counts["rejected_spans"]) == (1, 1)

@@ -7,6 +7,7 @@ from django.utils import timezone
 from opentelemetry.trace import SpanKind
 
 from tests.runtime.helpers import SpanFactory
+from trustrank.parsers.otlp import spans_from_request
 from trustrank.runtime import services
 
 pytestmark = pytest.mark.django_db
@@ -24,7 +25,7 @@ def shop(team, *, env: str = "production", calls: int = 20) -> None:
                duration_ms=i + 1, error=i % 10 == 0,
                attributes={"code.namespace": "com.shop.Items"},
                scope=("org.apache.logging.log4j", "2.14.1"))
-    services.traces_aggregate_store(team_id=team.id, request=f.request(),
+    services.traces_aggregate_store(team_id=team.id, batch=spans_from_request(f.request()),
                                     received_at=timezone.now())
 
 
@@ -74,7 +75,7 @@ def test_old_buckets_fall_out_of_a_short_window(team, api):
     f = SpanFactory()
     f.now -= 3 * 3600 * 10**9
     f.span(service="web", name="GET /", kind=SpanKind.SERVER, trace_id=f.trace_id())
-    services.traces_aggregate_store(team_id=team.id, request=f.request(),
+    services.traces_aggregate_store(team_id=team.id, batch=spans_from_request(f.request()),
                                     received_at=timezone.now())
     client = api(team, "read")
     assert client.get("/api/v1/environments/production/edges?window=1h").json()["count"] == 0

@@ -9,6 +9,7 @@ from django.utils import timezone
 from opentelemetry.trace import SpanKind
 
 from tests.runtime.helpers import SpanFactory
+from trustrank.parsers.otlp import spans_from_request
 from trustrank.runtime import services
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -29,7 +30,7 @@ def test_service_map_is_interactive(team, make_user, web_server, browser_page, t
         if i % 3 == 0:
             f.span(service="cart", name="HGET", kind=SpanKind.CLIENT, trace_id=t, parent=call,
                    attributes={"db.system": "redis", "server.address": "redis"})
-    services.traces_aggregate_store(team_id=team.id, request=f.request(),
+    services.traces_aggregate_store(team_id=team.id, batch=spans_from_request(f.request()),
                                     received_at=timezone.now())
 
     page = browser_page

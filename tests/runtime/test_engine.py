@@ -7,15 +7,16 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.trace import SpanKind
 
-from ingest.parsers.otlp import (
+from tests.runtime.helpers import DATA, SpanFactory, nezha_requests, nezha_spans
+from trustrank.parsers.otlp import (
     JSON,
     PROTOBUF,
     OtlpDecodeError,
     otlp_decode,
     otlp_validate,
     protobuf_split,
+    spans_from_request,
 )
-from tests.runtime.helpers import DATA, SpanFactory, nezha_requests, nezha_spans
 from trustrank.runtime import engine
 
 
@@ -80,7 +81,7 @@ def test_large_body_is_validated_part_by_part():
     request = f.request()
     request.resource_spans[0].scope_spans[0].spans[3].span_id = b"\0" * 8
     body = request.SerializeToString()
-    from ingest.parsers import otlp
+    from trustrank.parsers import otlp
 
     decoded = otlp_validate(body, encoding=PROTOBUF)
     assert (decoded.total_spans, decoded.rejected_spans) == (50, 1)
@@ -153,8 +154,9 @@ def test_aggregate_edges_ingress_libraries_and_rejects():
     bad = request.resource_spans[0].scope_spans[0].spans.add()
     bad.trace_id = b"\1" * 16  # no span id: rejected
     bad.start_time_unix_nano = 1
-    agg = engine.aggregate(request)
-    assert (agg.spans, agg.rejected) == (4, 1)
+    batch = spans_from_request(request)
+    agg = engine.aggregate(batch.resources)
+    assert (agg.spans, batch.rejected_spans) == (4, 1)
     web, api = ("service", "", "web"), ("service", "", "api")
     edges = {(c, d): s for (_e, c, d, _b), s in agg.edges.items()}
     assert edges[(engine.INTERNET_NODE, web)].calls == 1
@@ -174,10 +176,11 @@ def test_aggregate_is_deterministic():
         f.span(service="web", name="call", kind=SpanKind.CLIENT, trace_id=t, parent=root,
                attributes={"server.address": "somewhere.example"})
     request = f.request()
-    a, b = engine.aggregate(request), engine.aggregate(request)
+    resources = spans_from_request(request).resources
+    a, b = engine.aggregate(resources), engine.aggregate(resources)
     assert a.edges == b.edges and a.open_clients == b.open_clients
     # A peer nobody claimed yet is held for matching, not counted as external.
     assert len(a.open_clients) == 20
-    c = engine.aggregate(request, known_externals={("production", "somewhere.example")})
+    c = engine.aggregate(resources, known_externals={("production", "somewhere.example")})
     assert not c.open_clients
     assert sum(s.calls for (_e, _c, d, _b), s in c.edges.items() if d[0] == "external") == 20

@@ -7,6 +7,7 @@ from django.utils import timezone
 from opentelemetry.trace import SpanKind
 
 from tests.runtime.helpers import SpanFactory
+from trustrank.parsers.otlp import spans_from_request
 from trustrank.runtime import services
 from trustrank.runtime.models import Service
 
@@ -29,7 +30,7 @@ def graph(team, settings):
                resource=f.resource("gateway"))
         f.span(service="payments", name="POST /pay", kind=SpanKind.SERVER,
                trace_id=f.trace_id(), start_offset_ms=2, duration_ms=5)
-    services.traces_aggregate_store(team_id=team.id, request=f.request(),
+    services.traces_aggregate_store(team_id=team.id, batch=spans_from_request(f.request()),
                                     received_at=timezone.now())
     return f
 

@@ -448,7 +448,7 @@ def test_canonical_id_prefers_the_cve() -> None:
 
 
 def test_cvss_v3_and_v4_base_scores_come_from_the_cvss_library() -> None:
-    from trustrank.vulns.engine.severity import best_score, score_vector, severity_label
+    from trustrank.parsers.cvss import best_score, score_vector, severity_label
 
     v3 = score_vector(type="CVSS_V3", vector="CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H")
     v4 = score_vector(
@@ -469,11 +469,37 @@ def test_the_engine_imports_no_django() -> None:
     # include any Django module.
     code = (
         "import sys, trustrank; before = set(sys.modules); "
-        "import trustrank.vulns.engine.matching, trustrank.vulns.engine.cyclonedx_vulns, "
-        "trustrank.vulns.engine.severity; "
+        "import trustrank.vulns.engine.matching, trustrank.parsers.cyclonedx_vulns, "
+        "trustrank.parsers.cvss; "
         "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] == 'django'))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert out == "[]"
+
+
+def test_alias_groups_join_transitively_and_keep_input_order():
+    from trustrank.vulns.engine.matching import alias_groups
+
+    items = [
+        ({"GHSA-1", "CVE-1"}, "a"),
+        ({"PYSEC-9"}, "b"),
+        ({"OSV-2", "CVE-2"}, "c"),
+        ({"CVE-1", "OSV-2"}, "d"),  # joins a and c
+    ]
+    assert alias_groups(items) == [
+        ({"GHSA-1", "CVE-1", "OSV-2", "CVE-2"}, ["a", "c", "d"]),
+        ({"PYSEC-9"}, ["b"]),
+    ]
+
+
+def test_alias_groups_are_not_quadratic():
+    import time
+
+    from trustrank.vulns.engine.matching import alias_groups
+
+    items = [({f"CVE-{i}", f"GHSA-{i}"}, i) for i in range(20_000)]
+    start = time.perf_counter()
+    assert len(alias_groups(items)) == 20_000
+    assert time.perf_counter() - start < 5

@@ -12,9 +12,9 @@ from django.core.management import CommandError, call_command
 
 from ingest.models import IngestJob, IngestPayload
 from ingest.services import job_run
+from ingest.submit import feed_scheduled_submit as feed_scheduled_import
 from tests.conftest import ROOT, subprocess_env
 from trustrank.vulns.models import Advisory
-from trustrank.vulns.services.feeds import feed_scheduled_import
 
 from .helpers import ADVISORIES
 

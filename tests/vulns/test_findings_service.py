@@ -12,6 +12,7 @@ from trustrank.accounts.principal import Principal
 from trustrank.findings.models import AuditEvent, Finding, TriageState
 from trustrank.findings.services.triage import TriageError, finding_triage
 from trustrank.vulns.models import Advisory, EpssLatest, EpssScore, KevEntry
+from trustrank.vulns.services.findings import findings_match_project_version
 
 from .helpers import (
     ADVISORIES,
@@ -182,6 +183,22 @@ def test_embedded_vulnerabilities_and_vex_analysis_set_initial_state(team):
     assert f.vex_evidence["vulnerability"]["id"] == "CVE-2018-7489"
     assert f.cvss_score == 9.8
     assert "VEX" in AuditEvent.objects.get(finding_id=f.pk, action="created").reason
+
+
+def test_embedded_vex_is_read_from_the_sbom_not_from_the_raw_upload(team):
+    from ingest.models import IngestPayload
+
+    pv = load_sbom(
+        team,
+        (ADVISORIES / "vex" / "cdx-1.6_pypi_setuptools-with-vulnerability.json").read_bytes(),
+        match=False,
+    )
+    sbom = pv.current_sbom
+    assert [v["id"] for v in sbom.vulnerabilities] == ["CVE-2018-7489"]
+    IngestPayload.objects.filter(job_id=sbom.job_id).delete()
+    findings_match_project_version(project_version_id=pv.pk)
+    f = Finding.objects.get(project_version=pv)
+    assert f.vuln_id == "CVE-2018-7489" and f.state == "exploitable"
 
 
 def test_embedded_vex_in_xml_collapses_with_the_osv_match(team):

@@ -65,3 +65,27 @@ def principal_for_request(request: Any) -> Principal:
         principal = principal_for_user(getattr(request, "user", None))
     request._trustrank_principal = principal
     return principal
+
+
+@dataclass(frozen=True)
+class SystemPrincipal(Principal):
+    """Who acts when no person or key does: a management command run at the console
+    (`kind="command"`) or a system job such as the feed schedule (`kind="system"`). Scopes
+    are given explicitly, per team, so every service still checks `can` as for anyone."""
+
+    name: str = "system"
+    kind: str = "system"
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}:{self.name}"
+
+
+def principal_for_command(*, team_id: int, command: str, scopes: frozenset[str]) -> SystemPrincipal:
+    """An operator running `manage.py <command>` for one team."""
+    return SystemPrincipal(scopes_by_team={team_id: scopes}, name=command, kind="command")
+
+
+def principal_for_system(*, team_id: int, name: str, scopes: frozenset[str]) -> SystemPrincipal:
+    """A job nobody in particular started (a schedule, a sweep)."""
+    return SystemPrincipal(scopes_by_team={team_id: scopes}, name=name, kind="system")

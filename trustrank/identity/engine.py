@@ -42,7 +42,7 @@ from cryptography.x509.verification import (
     VerificationError,
 )
 
-from ingest.parsers.x509 import ParsedCertificate, certificate_from_crypto, spiffe_id_parse
+from trustrank.parsers.x509 import ParsedCertificate, certificate_from_crypto, spiffe_id_parse
 
 # --- Chain verification ---------------------------------------------------------------------
 

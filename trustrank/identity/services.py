@@ -1,5 +1,6 @@
-"""Writes for identity evidence: submitting uploads, loading them (job handlers), verifying
-certificates, refreshing identities, syncing findings, mappings and caller policies."""
+"""Writes for identity evidence: loading parsed certificates and trust bundles (called by
+ingest/loaders), verifying certificates, refreshing identities, syncing findings, mappings
+and caller policies."""
 
 from __future__ import annotations
 
@@ -12,24 +13,11 @@ from typing import Any
 
 from cryptography import x509
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from ingest import receivers
-from ingest.errors import IngestRejected
-from ingest.models import IngestJob, JobKind
-from ingest.parsers.x509 import (
-    CertificateParseError,
-    ParsedCertificate,
-    certificate_from_crypto,
-    certificates_count,
-    certificates_parse,
-    trust_bundle_parse,
-)
-from ingest.receivers import UploadRefused
-from ingest.services import job_create
 from trustrank.accounts.models import Scope, Team
 from trustrank.accounts.principal import Principal
 from trustrank.findings.models import Finding, FindingKind, FindingSource
@@ -48,6 +36,8 @@ from trustrank.identity.models import (
     TrustAnchor,
     TrustBundle,
 )
+from trustrank.lib.locks import advisory_xact_lock
+from trustrank.parsers.x509 import ParsedBundle, ParsedCertificate, certificate_from_crypto
 
 ENVIRONMENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _CERT_FINDING_KINDS = (
@@ -93,33 +83,21 @@ def environment_lock(*, team_id: int, environment: str) -> None:
     Two workers loading certificates for the same environment would otherwise race to
     create the same identity or finding rows; the lock is cheaper than retrying.
     """
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-            [f"trustrank.identity:{team_id}:{environment}"],
-        )
+    advisory_xact_lock(f"trustrank.identity:{team_id}:{environment}")
 
 
-# --- Submitting uploads (receivers, page, command) ------------------------------------------
+class InvalidEnvironment(ValueError):
+    """An environment name TrustRank does not accept."""
 
 
 def environment_validate(name: str) -> str:
     name = (name or "").strip() or "default"
     if not ENVIRONMENT_RE.match(name):
-        raise UploadRefused(
-            400,
-            "Invalid environment",
+        raise InvalidEnvironment(
             f"environment {name!r} must be 1-64 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit",
+            "starting with a letter or digit"
         )
     return name
-
-
-def team_for_write(*, principal: Principal, team_hint: str = "") -> Team:
-    """The team a certificate or bundle upload goes to."""
-    return receivers.team_for_write(
-        principal=principal, scope=Scope.CERTS_WRITE, what="certificates", team_hint=team_hint
-    )
 
 
 def team_for_triage(*, principal: Principal, team_hint: str = "") -> Team:
@@ -138,115 +116,35 @@ def team_for_triage(*, principal: Principal, team_hint: str = "") -> Team:
     return found[0]
 
 
-def _refuse_parse_error(exc: CertificateParseError, what: str) -> UploadRefused:
-    return UploadRefused(400, f"The uploaded {what} is invalid", str(exc))
+# --- Loading uploads (called by ingest/loaders) --------------------------------------------
 
 
-def certificates_submit(
+def certificates_import(
     *,
-    principal: Principal,
-    team: Team,
-    body: bytes,
+    team_id: int,
     environment: str,
-    service: str = "",
-    namespace: str = "",
-    observed: str = "",
-    priority: int | None = None,
-    content_type: str = "",
-    filename: str = "",
-) -> IngestJob:
-    """Parse the upload completely (it is small) so bad input is refused at once with nothing
-    stored; a private key is refused here, before the payload could reach the job table."""
-    if not principal.can(Scope.CERTS_WRITE, team.pk):
-        raise UploadRefused(403, "Forbidden", "You may not upload certificates to this team.")
-    environment = environment_validate(environment)
-    try:
-        count = certificates_count(body)
-        # A bundle past the threshold is parsed by the worker (the job fails with the
-        # parser's message); parsing 20,000 certificates would hold the request for seconds.
-        if count <= settings.TRUSTRANK_CERTS_INLINE_PARSE_MAX:
-            count = len(certificates_parse(body))
-    except CertificateParseError as exc:
-        raise _refuse_parse_error(exc, "certificate upload") from exc
-    return job_create(
-        team=team,
-        kind=JobKind.CERTIFICATES,
-        payload=body,
-        principal=principal,
-        params={
-            "environment": environment,
-            "service": service.strip()[:200],
-            "namespace": namespace.strip()[:200],
-            "observed": observed.strip()[:500],
-            "certificates": count,
-        },
-        priority=priority,
-        content_type=content_type,
-        filename=filename,
-    )
-
-
-def trust_bundle_submit(
-    *,
-    principal: Principal,
-    team: Team,
-    body: bytes,
-    environment: str,
-    trust_domain: str = "",
-    priority: int | None = None,
-    content_type: str = "",
-    filename: str = "",
-) -> IngestJob:
-    if not principal.can(Scope.CERTS_WRITE, team.pk):
-        raise UploadRefused(403, "Forbidden", "You may not upload trust bundles to this team.")
-    environment = environment_validate(environment)
-    try:
-        bundle = trust_bundle_parse(body, trust_domain=trust_domain.strip())
-    except CertificateParseError as exc:
-        raise _refuse_parse_error(exc, "trust bundle") from exc
-    return job_create(
-        team=team,
-        kind=JobKind.TRUST_BUNDLE,
-        payload=body,
-        principal=principal,
-        params={
-            "environment": environment,
-            "trust_domain": trust_domain.strip(),
-            "format": bundle.format,
-            "anchors": len(bundle.anchors),
-        },
-        priority=priority,
-        content_type=content_type,
-        filename=filename,
-    )
-
-
-# --- Job handlers ---------------------------------------------------------------------------
-
-
-def certificates_ingest_job(
-    *, job: IngestJob, payload: bytes, progress: Callable[..., None]
+    certificates: Sequence[ParsedCertificate],
+    service: str,
+    namespace: str,
+    observed: str,
+    job_id: Any,
+    progress: Callable[..., None],
 ) -> dict[str, Any]:
-    """Load one certificate upload. Runs in one transaction with the job's completion; the
-    upsert on (team, environment, fingerprint) makes a re-run a no-op."""
-    params = job.params or {}
-    environment = str(params.get("environment") or "default")
-    progress(phase="parsing")
-    try:
-        parsed = certificates_parse(payload)
-    except CertificateParseError as exc:
-        raise IngestRejected(str(exc)) from exc
-    environment_lock(team_id=job.team_id, environment=environment)
+    """Load one certificate upload: store, verify, refresh identities and findings. Runs in
+    one transaction with the job's completion; the upsert on (team, environment,
+    fingerprint) makes a re-run a no-op. Returns the job's counts."""
+    parsed = certificates
+    environment_lock(team_id=team_id, environment=environment)
     now = timezone.now()
     progress(phase="storing", total=len(parsed))
     stored = certificates_store(
-        team_id=job.team_id,
+        team_id=team_id,
         environment=environment,
         certificates=parsed,
-        service=str(params.get("service") or ""),
-        namespace=str(params.get("namespace") or ""),
-        observed=str(params.get("observed") or ""),
-        job_id=job.pk,
+        service=service,
+        namespace=namespace,
+        observed=observed,
+        job_id=job_id,
         now=now,
     )
     progress(phase="verifying")
@@ -254,17 +152,17 @@ def certificates_ingest_job(
     # A new CA may complete the chain of leaves already stored: verify the whole environment.
     scope = None if new_ca else [c.pk for c in stored]
     verified = certificates_verify(
-        team_id=job.team_id, environment=environment, now=now, certificate_ids=scope
+        team_id=team_id, environment=environment, now=now, certificate_ids=scope
     )
     spiffe_ids = None if new_ca else {c.spiffe_id for c in stored if c.spiffe_id}
-    identities_refresh(team_id=job.team_id, environment=environment, now=now, spiffe_ids=spiffe_ids)
+    identities_refresh(team_id=team_id, environment=environment, now=now, spiffe_ids=spiffe_ids)
     findings = findings_sync(
-        team_id=job.team_id,
+        team_id=team_id,
         environment=environment,
         now=now,
         certificate_ids=scope,
         spiffe_ids=spiffe_ids,
-        actor=Actor.system(f"job {job.pk}"),
+        actor=Actor.system(f"job {job_id}"),
     )
     by_status: dict[str, int] = {}
     stored_ids = {c.pk for c in stored}
@@ -290,20 +188,21 @@ def certificates_ingest_job(
     }
 
 
-def trust_bundle_ingest_job(
-    *, job: IngestJob, payload: bytes, progress: Callable[..., None]
+def trust_bundle_replace(
+    *,
+    team_id: int,
+    environment: str,
+    parsed: ParsedBundle,
+    digest: str,
+    job_id: Any,
+    progress: Callable[..., None],
 ) -> dict[str, Any]:
-    """Replace an environment's trust bundle, then re-verify every certificate in it."""
-    params = job.params or {}
-    environment = str(params.get("environment") or "default")
-    try:
-        parsed = trust_bundle_parse(payload, trust_domain=str(params.get("trust_domain") or ""))
-    except CertificateParseError as exc:
-        raise IngestRejected(str(exc)) from exc
-    environment_lock(team_id=job.team_id, environment=environment)
+    """Replace an environment's trust bundle, then re-verify every certificate in it.
+    Returns the job's counts."""
+    environment_lock(team_id=team_id, environment=environment)
     now = timezone.now()
     bundle, _ = TrustBundle.objects.update_or_create(
-        team_id=job.team_id,
+        team_id=team_id,
         environment=environment,
         defaults={
             "format": parsed.format,
@@ -311,8 +210,8 @@ def trust_bundle_ingest_job(
             "refresh_hint": parsed.refresh_hint,
             "sequence": parsed.sequence,
             "jwt_key_count": parsed.jwt_key_count,
-            "digest": job.digest,
-            "job_id": job.pk,
+            "digest": digest,
+            "job_id": job_id,
         },
     )
     bundle.anchors.all().delete()
@@ -331,10 +230,10 @@ def trust_bundle_ingest_job(
         ]
     )
     progress(phase="verifying")
-    verified = certificates_verify(team_id=job.team_id, environment=environment, now=now)
-    identities_refresh(team_id=job.team_id, environment=environment, now=now)
+    verified = certificates_verify(team_id=team_id, environment=environment, now=now)
+    identities_refresh(team_id=team_id, environment=environment, now=now)
     findings = findings_sync(
-        team_id=job.team_id, environment=environment, now=now, actor=Actor.system(f"job {job.pk}")
+        team_id=team_id, environment=environment, now=now, actor=Actor.system(f"job {job_id}")
     )
     return {
         "anchors": len(parsed.anchors),

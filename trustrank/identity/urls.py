@@ -7,6 +7,5 @@ urlpatterns = [
     path("identities/", views.identities_page, name="identities"),
     path("identities/<int:pk>/", views.identity_page, name="identity"),
     path("identities/certificates/<int:pk>/", views.certificate_page, name="certificate"),
-    path("identities/upload/", views.upload_page, name="upload"),
     path("identities/policies/", views.policies_page, name="policies"),
 ]

@@ -1,5 +1,6 @@
 """Identity pages: identities per environment with an expiry timeline, a certificate page,
-an identity page with manual mapping, uploads and caller policies."""
+an identity page with manual mapping and caller policies. (The upload page is a receiver:
+ingest/views.py.)"""
 
 from __future__ import annotations
 
@@ -16,12 +17,7 @@ from django.utils import timezone
 from trustrank.accounts.principal import principal_for_request
 from trustrank.identity import selectors, services
 from trustrank.identity.filters import IdentityFilter
-from trustrank.identity.forms import (
-    CertificateUploadForm,
-    MappingForm,
-    PolicyForm,
-    TrustBundleUploadForm,
-)
+from trustrank.identity.forms import MappingForm, PolicyForm
 from trustrank.lib.pages import HtmxHttpRequest, paginate
 
 _CHART_WIDTH, _CHART_HEIGHT, _CHART_PAD = 720, 160, 24
@@ -137,57 +133,6 @@ def identity_page(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
-def upload_page(request: HttpRequest) -> HttpResponse:
-    principal = principal_for_request(request)
-    cert_form = CertificateUploadForm(prefix="cert")
-    bundle_form = TrustBundleUploadForm(prefix="bundle")
-    status = 200
-    if request.method == "POST":
-        which = request.POST.get("kind")
-        try:
-            if which == "bundle":
-                bundle_form = TrustBundleUploadForm(request.POST, request.FILES, prefix="bundle")
-                if bundle_form.is_valid():
-                    data = bundle_form.cleaned_data
-                    job = services.trust_bundle_submit(
-                        principal=principal,
-                        team=services.team_for_write(principal=principal, team_hint=data["team"]),
-                        body=data["file"].read(),
-                        environment=data["environment"],
-                        trust_domain=data["trust_domain"],
-                        filename=data["file"].name or "",
-                    )
-                    messages.success(request, f"Trust bundle queued as job {job.pk}.")
-                    return redirect(f"/identities/?environment={job.params['environment']}")
-            else:
-                cert_form = CertificateUploadForm(request.POST, request.FILES, prefix="cert")
-                if cert_form.is_valid():
-                    data = cert_form.cleaned_data
-                    job = services.certificates_submit(
-                        principal=principal,
-                        team=services.team_for_write(principal=principal, team_hint=data["team"]),
-                        body=data["file"].read(),
-                        environment=data["environment"],
-                        service=data["service"],
-                        namespace=data["namespace"],
-                        observed=data["observed"],
-                        filename=data["file"].name or "",
-                    )
-                    messages.success(
-                        request,
-                        f"{job.params['certificates']} certificate(s) queued as job {job.pk}.",
-                    )
-                    return redirect(f"/identities/?environment={job.params['environment']}")
-        except services.UploadRefused as exc:
-            messages.error(request, f"{exc.title}: {exc.detail}")
-            status = exc.status
-        if status == 200:
-            status = 400
-    context = {"cert_form": cert_form, "bundle_form": bundle_form}
-    return render(request, "identity/upload.html", context, status=status)
-
-
-@login_required
 def policies_page(request: HttpRequest) -> HttpResponse:
     principal = principal_for_request(request)
     form = PolicyForm()
@@ -209,8 +154,8 @@ def policies_page(request: HttpRequest) -> HttpResponse:
                 )
             except PermissionError as exc:
                 raise PermissionDenied(str(exc)) from exc
-            except (ValueError, services.UploadRefused) as exc:
-                messages.error(request, getattr(exc, "detail", str(exc)))
+            except ValueError as exc:  # services.InvalidEnvironment among them
+                messages.error(request, str(exc))
                 status = 400
             else:
                 messages.success(request, "Policy saved.")

@@ -67,6 +67,11 @@ class Sbom(models.Model):
     component_count = models.PositiveIntegerField(default=0)
     dependency_count = models.PositiveIntegerField(default=0)
     vulnerability_count = models.PositiveIntegerField(default=0)
+    # Parsed once at load (trustrank.parsers.cyclonedx_vulns.vulnerability_to_json): the
+    # BOM's own VDR/VEX entries, which vulnerability matching reads from here.
+    vulnerabilities = models.JSONField(default=list, blank=True)
+    # The services the BOM declares (ParsedService.as_dict).
+    services = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import io
 import logging
 from typing import Any
 
 import orjson
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from ingest.errors import IngestRejected
-from ingest.models import IngestJob
-from ingest.parsers.cyclonedx import BomError, ParsedBom, parse_cyclonedx
 from trustrank.accounts.models import Team
 from trustrank.inventory.models import Component, ComponentDependency, Project, ProjectVersion, Sbom
+from trustrank.lib.db import copy_rows
+from trustrank.parsers.cyclonedx import ParsedBom
+from trustrank.parsers.cyclonedx_vulns import vulnerability_to_json
 
 log = logging.getLogger(__name__)
 
@@ -63,47 +62,12 @@ def project_version_resolve(
     return pv
 
 
-def sbom_ingest_job(*, job: IngestJob, payload: bytes, progress: Any) -> dict[str, Any]:
-    """Job handler: validate, parse and store one SBOM (runs inside the job's transaction)."""
-    progress(phase="validating and parsing")
-    try:
-        parsed = parse_cyclonedx(payload)
-    except BomError as exc:
-        raise IngestRejected(str(exc)) from exc
-    params = job.params
-    try:
-        pv = project_version_resolve(
-            team=job.team,
-            name=params.get("projectName", ""),
-            version=params.get("projectVersion", ""),
-            version_uuid=params.get("project", ""),
-            auto_create=bool(params.get("autoCreate")),
-        )
-    except ProjectNotFound as exc:
-        raise IngestRejected(str(exc)) from exc
-    progress(phase="storing components", done=0, total=len(parsed.components))
-    sbom, created = sbom_store(
-        project_version=pv, parsed=parsed, digest=job.digest, job=job, progress=progress
-    )
-    return {
-        "components": sbom.component_count,
-        "dependencies": sbom.dependency_count,
-        "vulnerabilities": sbom.vulnerability_count,
-        "_result": {
-            "sbom_id": sbom.pk,
-            "project_id": pv.project_id,
-            "project_version_uuid": str(pv.uuid),
-            "duplicate": not created,
-        },
-    }
-
-
 def sbom_store(
     *,
     project_version: ProjectVersion,
     parsed: ParsedBom,
     digest: str,
-    job: IngestJob | None,
+    job_id: Any = None,
     progress: Any = None,
 ) -> tuple[Sbom, bool]:
     """Store a parsed SBOM for a project version; identical content is stored once.
@@ -117,7 +81,7 @@ def sbom_store(
         return existing, False
     sbom = Sbom.objects.create(
         project_version=pv,
-        job=job,
+        job_id=job_id,
         digest=digest,
         format=parsed.format,
         spec_version=parsed.spec_version,
@@ -129,7 +93,13 @@ def sbom_store(
         component_count=len(parsed.components),
         dependency_count=len(parsed.dependencies),
         vulnerability_count=parsed.vulnerability_count,
+        vulnerabilities=[vulnerability_to_json(v) for v in parsed.vulnerabilities],
+        services=[s.as_dict() for s in parsed.services],
     )
+    if parsed.vulnerabilities_error:
+        # The inventory is good; only the embedded VEX is unusable, so the advisory feeds
+        # still apply and the upload is not refused.
+        log.warning("SBOM %s: vulnerabilities not read: %s", sbom.pk, parsed.vulnerabilities_error)
     _copy_components(sbom.pk, parsed, progress=progress)
     if progress is not None:
         progress(phase="storing dependencies", done=0, total=len(parsed.dependencies))
@@ -155,38 +125,9 @@ def _supersedes(*, new: Sbom, current: Sbom | None) -> bool:
 def _after_load(*, project_version_id: int) -> None:
     """Re-match the project version's findings once the new inventory is committed."""
     # Imported here: vulnerability matching depends on the inventory, not the other way.
-    from trustrank.vulns.tasks import findings_match_project_version
+    from trustrank.vulns.tasks import vulns_findings_match
 
-    transaction.on_commit(lambda: findings_match_project_version.delay(project_version_id))
-
-
-def _copy_rows(table: str, columns: tuple[str, ...], rows: Any) -> None:
-    # COPY is several times faster than INSERT for thousands of rows; text format with
-    # escaping done here (tab, newline, backslash are the only specials).
-    cols = ", ".join(columns)
-    with connection.cursor() as cursor:
-        raw = cursor.cursor  # the psycopg cursor under Django's wrapper
-        with raw.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
-            buf = io.StringIO()
-            for row in rows:
-                buf.write("\t".join(_copy_escape(v) for v in row))
-                buf.write("\n")
-                if buf.tell() > 1 << 20:
-                    copy.write(buf.getvalue())
-                    buf = io.StringIO()
-            copy.write(buf.getvalue())
-
-
-def _copy_escape(value: Any) -> str:
-    text = value if isinstance(value, str) else str(value)
-    if "\\" in text or "\t" in text or "\n" in text or "\r" in text:
-        text = (
-            text.replace("\\", "\\\\")
-            .replace("\t", "\\t")
-            .replace("\n", "\\n")
-            .replace("\r", "\\r")
-        )
-    return text
+    transaction.on_commit(lambda: vulns_findings_match.delay(project_version_id))
 
 
 # Progress is reported every this many components (the job page shows n/N while it runs).
@@ -218,10 +159,9 @@ def _copy_components(sbom_id: int, parsed: ParsedBom, *, progress: Any = None) -
         "supplier",
         "scope",
     )
-    sid = str(sbom_id)
     rows = (
         (
-            sid,
+            sbom_id,
             c.bom_ref[:1024],
             c.parent_ref[:1024],
             c.type[:32],
@@ -239,11 +179,10 @@ def _copy_components(sbom_id: int, parsed: ParsedBom, *, progress: Any = None) -
     )
     if progress is not None:
         rows = _counted(rows, progress=progress, total=len(parsed.components))
-    _copy_rows(f'"{table}"', tuple(f'"{c}"' for c in columns), rows)
+    copy_rows(table=table, columns=columns, rows=rows)
 
 
 def _copy_dependencies(sbom_id: int, parsed: ParsedBom) -> None:
     table = ComponentDependency._meta.db_table
-    sid = str(sbom_id)
-    rows = ((sid, ref[:1024], dep[:1024]) for ref, dep in parsed.dependencies)
-    _copy_rows(f'"{table}"', ('"sbom_id"', '"ref"', '"depends_on"'), rows)
+    rows = ((sbom_id, ref[:1024], dep[:1024]) for ref, dep in parsed.dependencies)
+    copy_rows(table=table, columns=("sbom_id", "ref", "depends_on"), rows=rows)

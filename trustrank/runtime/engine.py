@@ -1,9 +1,10 @@
 """Pure aggregation of OTLP spans into a service call graph. No ORM, no Django.
 
-One pass over an ExportTraceServiceRequest fills plain dicts keyed by
-(environment, node, time bucket); the services layer turns them into bulk upserts. Spans are
-never turned into per-span objects: at a hundred thousand spans a second, every attribute
-access counts, so the hot loop reads the protobuf fields once into locals.
+One pass over the parser's plain span rows (trustrank.parsers.otlp.SpanBatch: protobuf
+types never reach this module) fills plain dicts keyed by (environment, node, time bucket);
+the services layer turns them into bulk upserts. Spans are never turned into per-span
+objects: at a hundred thousand spans a second, every access counts, so the hot loop unpacks
+each row once into locals.
 
 Node keys are tuples `(kind, namespace, name)` with kind `service`, `external` or `internet`.
 
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from ingest.parsers.otlp import SPAN_NAME_MAX, SpanWindow, resource_problem
+from trustrank.parsers.otlp import ResourceSpans, sample_threshold
 
 HIST_BUCKETS = 128
 SERVICE = "service"
@@ -39,37 +40,6 @@ STATUS_ERROR = 2
 CLOCK_SKEW_NS = 1_000_000_000
 
 NodeKey = tuple[str, str, str]
-
-_ZERO_TRACE = bytes(16)
-_ZERO_SPAN = bytes(8)
-
-# Attribute keys read from spans, mapped to a small code for the hot loop.
-_A_PEER_SERVICE, _A_SERVER_ADDRESS, _A_DB, _A_MESSAGING, _A_RPC = 1, 2, 3, 4, 5
-_A_CODE_NS, _A_CODE_FN, _A_SCHEME, _A_TLS, _A_MTLS = 6, 7, 8, 9, 10
-_SPAN_KEYS: dict[str, int] = {
-    "peer.service": _A_PEER_SERVICE,
-    "server.address": _A_SERVER_ADDRESS,
-    "net.peer.name": _A_SERVER_ADDRESS,
-    "db.system": _A_DB,
-    "db.system.name": _A_DB,
-    "messaging.system": _A_MESSAGING,
-    "rpc.system": _A_RPC,
-    "code.namespace": _A_CODE_NS,
-    "code.function": _A_CODE_FN,
-    "code.function.name": _A_CODE_FN,
-    "url.scheme": _A_SCHEME,
-    "http.scheme": _A_SCHEME,
-    "tls.established": _A_TLS,
-    "tls.protocol.version": _A_TLS,
-    "tls.protocol.name": _A_TLS,
-    "tls.cipher": _A_TLS,
-    "tls.server.subject": _A_TLS,
-    "tls.client.subject": _A_MTLS,
-    "tls.client.certificate": _A_MTLS,
-    "tls.client.certificate_chain": _A_MTLS,
-    "tls.client.hash.sha256": _A_MTLS,
-}
-_TLS_SCHEMES = frozenset({"https", "grpcs", "wss"})
 
 # Resource attributes kept on the service (Kubernetes placement and the like).
 RESOURCE_KEYS = (
@@ -108,6 +78,10 @@ class EdgeStat:
     hist: dict[int, int] = field(default_factory=dict)
 
     def add(self, *, dur_ns: int, error: bool, tls: bool, mtls: bool, end_ns: int) -> None:
+        self.add_call(dur_ns, error, tls, mtls, end_ns)
+
+    def add_call(self, dur_ns: int, error: bool, tls: bool, mtls: bool, end_ns: int) -> None:
+        """`add` for the aggregation's hot loop: positional, the histogram index inlined."""
         self.calls += 1
         if error:
             self.errors += 1
@@ -117,8 +91,16 @@ class EdgeStat:
             self.mtls += 1
         if end_ns > self.last_ns:
             self.last_ns = end_ns
-        idx = hist_index(dur_ns // 1000)
-        self.hist[idx] = self.hist.get(idx, 0) + 1
+        us = dur_ns // 1000
+        if us < 4:
+            idx = us if us > 0 else 0
+        else:
+            bits = us.bit_length()
+            idx = (bits - 2) * 4 + ((us >> (bits - 3)) & 3)
+            if idx >= HIST_BUCKETS:
+                idx = HIST_BUCKETS - 1
+        hist = self.hist
+        hist[idx] = hist.get(idx, 0) + 1
 
 
 @dataclass(frozen=True)
@@ -290,33 +272,15 @@ def peer_lookup(
     return hit
 
 
-def _any_value(value: Any) -> str:
-    which = value.WhichOneof("value")
-    if which == "string_value":
-        return str(value.string_value)
-    if which in ("int_value", "double_value", "bool_value"):
-        return str(getattr(value, which))
-    return ""
-
-
-def _sampled_threshold(rate: float) -> bytes | None:
-    if rate <= 0:
-        return None
-    if rate >= 1:
-        return b"\xff" * 9
-    return int(rate * (1 << 64)).to_bytes(8, "big")
-
-
 def aggregate(
-    request: Any,
+    resources: Iterable[ResourceSpans],
     *,
     bucket_seconds: int = 60,
     sample_rate: float = 0.0,
     known_peers: Mapping[tuple[str, str], NodeKey] | None = None,
     known_externals: frozenset[tuple[str, str]] | set[tuple[str, str]] = frozenset(),
-    window: SpanWindow | None = None,
 ) -> Aggregate:
-    """Aggregate one ExportTraceServiceRequest.
+    """Aggregate the usable spans of one export request (the parser dropped the rest).
 
     `known_peers` maps (environment, lower-case peer name) to a traced service already
     known from earlier requests (service names and learned aliases), so a client span to a
@@ -325,10 +289,9 @@ def aggregate(
     """
     agg = Aggregate(bucket_seconds=bucket_seconds)
     bucket_ns = bucket_seconds * 1_000_000_000
-    threshold = _sampled_threshold(sample_rate)
+    threshold = sample_threshold(sample_rate)
     edges = agg.edges
     libraries = agg.libraries
-    span_keys = _SPAN_KEYS
     # trace_id + span_id -> (env, service, kind, peer name)
     local: dict[bytes, tuple[str, NodeKey, int, str]] = {}
     servers: list[tuple[Any, ...]] = []
@@ -337,22 +300,10 @@ def aggregate(
     roots: dict[tuple[str, NodeKey], list[tuple[int, int, str]]] = defaultdict(list)
     known: dict[tuple[str, str], NodeKey] = dict(known_peers or {})
     peer_cache: dict[str, str] = {}
-    rejected = total = 0
-    # The same rules as the receiver's count (ingest.parsers.otlp), so the rejected spans
-    # reported to the exporter are the ones left out here.
-    lo = window.not_before_ns if window is not None else 1
-    hi = window.not_after_ns if window is not None else 2**64 - 1
+    total = 0
 
-    for resource_spans in request.resource_spans:
-        if resource_problem(resource_spans.resource.attributes) is not None:
-            spans_here = sum(len(s.spans) for s in resource_spans.scope_spans)
-            total += spans_here
-            rejected += spans_here
-            continue
-        rattrs: dict[str, str] = {}
-        for kv in resource_spans.resource.attributes:
-            # Other text is kept, with a NUL (which PostgreSQL cannot store) replaced.
-            rattrs[kv.key] = _any_value(kv.value).replace("\x00", "\ufffd")
+    for resource in resources:
+        rattrs = resource.attributes
         env = (
             rattrs.get("deployment.environment.name")
             or rattrs.get("deployment.environment")
@@ -371,109 +322,52 @@ def aggregate(
                 info.attributes[key] = rattrs[key][:300]
         known.setdefault((env, name.lower()), service)
         first_ns, last_ns = info.first_ns, info.last_ns
-        for scope_spans in resource_spans.scope_spans:
-            scope = scope_spans.scope
-            scope_name = scope.name[:200].replace("\x00", "\ufffd")
-            scope_version = scope.version[:120].replace("\x00", "\ufffd")
+        for scope in resource.scopes:
+            scope_name = scope.name[:200]
+            scope_version = scope.version[:120]
             # Counted per bucket here and added once per scope: all its spans share it.
             scope_counts: dict[int, int] = {}
-            for span in scope_spans.spans:
-                total += 1
-                trace_id = span.trace_id
-                span_id = span.span_id
-                parent = span.parent_span_id
-                start = span.start_time_unix_nano
-                end = span.end_time_unix_nano
-                if (
-                    len(trace_id) != 16
-                    or len(span_id) != 8
-                    or (parent and len(parent) != 8)
-                    or not start
-                    or end < start
-                    or trace_id == _ZERO_TRACE
-                    or span_id == _ZERO_SPAN
-                    or start < lo
-                    or end > hi
-                    or len(span.name) > SPAN_NAME_MAX
-                    or "\x00" in span.name
-                ):
-                    rejected += 1
-                    continue
-                kind = span.kind
+            total += len(scope.spans)
+            for (span_key, parent, start, end, kind, error, span_name, raw_peer, is_db,
+                 tls, mtls, span_libraries) in scope.spans:
                 bucket = start // bucket_ns
-                error = span.status.code == STATUS_ERROR
                 if first_ns == 0 or start < first_ns:
                     first_ns = start
                 if end > last_ns:
                     last_ns = end
                 scope_counts[bucket] = scope_counts.get(bucket, 0) + 1
-                peer_service = address = db = ""
-                tls = mtls = False
-                for kv in span.attributes:
-                    code = span_keys.get(kv.key)
-                    if code is None:
-                        continue
-                    value = kv.value.string_value
-                    if "\x00" in value:
-                        value = value.replace("\x00", "\ufffd")
-                    if code == _A_PEER_SERVICE:
-                        peer_service = value
-                    elif code == _A_SERVER_ADDRESS:
-                        address = value
-                    elif code == _A_DB:
-                        db = value
-                        if value:
-                            libraries[(env, service, bucket, "db", value[:200], "")] += 1
-                    elif code == _A_MESSAGING:
-                        if value:
-                            libraries[(env, service, bucket, "messaging", value[:200], "")] += 1
-                    elif code == _A_RPC:
-                        if value:
-                            libraries[(env, service, bucket, "rpc", value[:200], "")] += 1
-                    elif code == _A_CODE_NS:
-                        if value:
-                            libraries[(env, service, bucket, "code", value[:200], "")] += 1
-                    elif code == _A_CODE_FN:
-                        if value and "." in value:
-                            # Fully qualified (code.function.name): its module is the evidence.
-                            libraries[
-                                (env, service, bucket, "code", value.rsplit(".", 1)[0][:200], "")
-                            ] += 1
-                    elif code == _A_SCHEME:
-                        if value.lower() in _TLS_SCHEMES:
-                            tls = True
-                    elif code == _A_TLS:
-                        if kv.value.WhichOneof("value") == "bool_value":
-                            tls = tls or kv.value.bool_value
-                        else:
-                            tls = True
-                    elif code == _A_MTLS:
-                        mtls = True
+                if span_libraries is not None:
+                    for lib_kind, lib_name in span_libraries:
+                        libraries[(env, service, bucket, lib_kind, lib_name, "")] += 1
                 # Only a client or producer span names its peer.
                 peer = ""
                 if kind in (KIND_CLIENT, KIND_PRODUCER):
-                    raw_peer = peer_service or address or db
                     peer = peer_cache.get(raw_peer)  # type: ignore[assignment]
                     if peer is None:
                         peer = peer_cache[raw_peer] = peer_normalize(raw_peer)
-                local[trace_id + span_id] = (env, service, kind, peer)
-                if kind in (KIND_SERVER, KIND_CONSUMER):
+                    clients[span_key] = (
+                        env, service, peer, is_db, bucket, end - start, error, tls, mtls,
+                        end, span_key, start,
+                    )
+                elif kind in (KIND_SERVER, KIND_CONSUMER):
                     servers.append(
                         (env, service, parent, bucket, end - start, error, tls, mtls, end,
-                         trace_id, start, kind)
+                         span_key, start, kind)
                     )
-                elif kind in (KIND_CLIENT, KIND_PRODUCER):
-                    clients[trace_id + span_id] = (
-                        env, service, peer, bool(db), bucket, end - start, error, tls, mtls,
-                        end, trace_id, start,
-                    )
-                if threshold is not None and trace_id[8:] < threshold:
-                    agg.samples.setdefault((env, trace_id.hex()), []).append(
+                local[span_key] = (env, service, kind, peer)
+                # The parser read names only for its own sample (None elsewhere), which is
+                # at least this one when both are given the same rate.
+                if (
+                    span_name is not None
+                    and threshold is not None
+                    and span_key[8:16] < threshold
+                ):
+                    agg.samples.setdefault((env, span_key[:16].hex()), []).append(
                         {
-                            "span_id": span_id.hex(),
+                            "span_id": span_key[16:].hex(),
                             "parent_span_id": parent.hex(),
                             "service": name,
-                            "name": span.name[:200],
+                            "name": span_name[:200],
                             "kind": kind,
                             "start_ns": start,
                             "duration_us": (end - start) // 1000,
@@ -485,28 +379,27 @@ def aggregate(
                 for bucket, count in scope_counts.items():
                     libraries[(env, service, bucket, "scope", scope_name, scope_version)] += count
         info.first_ns, info.last_ns = first_ns, last_ns
-    agg.spans = total - rejected
-    agg.rejected = rejected
+    agg.spans = total
 
     # Server side: the parent span's service is the caller.
-    for (env, service, parent, bucket, dur, error, tls, mtls, end, trace_id, start,
+    for (env, service, parent, bucket, dur, error, tls, mtls, end, span_key, start,
          kind) in servers:
         if not parent:
             if kind == KIND_SERVER:
                 agg.ingress.add((env, service))
-                _edge(edges, env, INTERNET_NODE, service, bucket).add(
-                    dur_ns=dur, error=error, tls=tls, mtls=mtls, end_ns=end
+                _edge(edges, env, INTERNET_NODE, service, bucket).add_call(
+                    dur, error, tls, mtls, end
                 )
-                roots[(env, service)].append((start, end, trace_id.hex()))
+                roots[(env, service)].append((start, end, span_key[:16].hex()))
             continue
-        parent_key = trace_id + parent
+        parent_key = span_key[:16] + parent
         caller = local.get(parent_key)
         if caller is None:
             agg.pending.append(
                 PendingServer(
                     env=env, service=service, parent_span_id=span_id_int(parent),
                     bucket=bucket, dur_ns=dur, error=error, tls=tls, mtls=mtls, end_ns=end,
-                    trace_id=trace_id.hex(),
+                    trace_id=span_key[:16].hex(),
                 )
             )
             continue
@@ -516,16 +409,19 @@ def aggregate(
             if caller_peer and caller_peer != service[2].lower():
                 agg.aliases[(env, caller_peer)] = service
         if caller[1] != service:
-            _edge(edges, env, caller[1], service, bucket).add(
-                dur_ns=dur, error=error, tls=tls, mtls=mtls, end_ns=end
-            )
+            # _edge inlined: this runs once per matched call.
+            edge_key = (env, caller[1], service, bucket)
+            stat = edges.get(edge_key)
+            if stat is None:
+                stat = edges[edge_key] = EdgeStat()
+            stat.add_call(dur, error, tls, mtls, end)
 
     for root_list in roots.values():
         root_list.sort()
     root_starts = {key: [r[0] for r in value] for key, value in roots.items()}
 
     # Client side: calls whose callee sent no span in this request.
-    for client_key, (env, service, peer, is_db, bucket, dur, error, tls, mtls, end, trace_id,
+    for client_key, (env, service, peer, is_db, bucket, dur, error, tls, mtls, end, _key,
               start) in clients.items():
         if client_key in matched:
             continue
@@ -550,20 +446,20 @@ def aggregate(
                     broken.last_ns = max(broken.last_ns, end)
                     if len(broken.examples) < 5:
                         broken.examples.append(
-                            {"caller_trace_id": trace_id.hex(), "callee_trace_id": root[2]}
+                            {"caller_trace_id": client_key[:16].hex(), "callee_trace_id": root[2]}
                         )
                     continue
         if target is None and peer and (is_db or (env, peer) in known_externals):
             # Databases and settled external peers send no server spans: count it now.
-            _edge(edges, env, service, (EXTERNAL, "", peer[:200]), bucket).add(
-                dur_ns=dur, error=error, tls=tls, mtls=mtls, end_ns=end
+            _edge(edges, env, service, (EXTERNAL, "", peer[:200]), bucket).add_call(
+                dur, error, tls, mtls, end
             )
             continue
         agg.open_clients.append(
             OpenClient(
                 env=env, service=service, span_id=span_id_int(client_key[16:]), peer=peer[:200],
                 target=target, bucket=bucket, start_ns=start, end_ns=end,
-                trace_id=trace_id.hex(), dur_ns=dur, error=error, tls=tls, mtls=mtls,
+                trace_id=client_key[:16].hex(), dur_ns=dur, error=error, tls=tls, mtls=mtls,
             )
         )
     return agg

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,11 +19,10 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ingest.errors import IngestRejected
-from ingest.models import IngestJob, IngestPayload
-from ingest.parsers.otlp import JSON, PROTOBUF, OtlpDecodeError, SpanWindow, otlp_chunks
 from trustrank.accounts.principal import Principal
 from trustrank.findings.services.audit import Actor
+from trustrank.lib.locks import advisory_xact_lock
+from trustrank.parsers.otlp import SpanBatch, SpanWindow
 from trustrank.runtime import engine
 from trustrank.runtime.broken_context import (
     BrokenSighting,
@@ -86,7 +85,7 @@ def _hist_literal(hist: dict[int, int] | None) -> str:
     return "{" + ",".join(str(v) for v in engine.hist_to_list(hist or {})) + "}"
 
 
-# --- the job handler ------------------------------------------------------------------------
+# --- aggregation ------------------------------------------------------------------------
 
 
 def span_window(*, now: datetime) -> SpanWindow:
@@ -98,68 +97,23 @@ def span_window(*, now: datetime) -> SpanWindow:
     )
 
 
-def traces_ingest_job(
-    *, job: IngestJob, payload: bytes, progress: Callable[..., None]
-) -> dict[str, Any]:
-    """Handler for `traces` jobs (ingest/handlers.py): decode, aggregate, upsert."""
-    encoding = JSON if job.params.get("encoding") == "json" else PROTOBUF
-    counts: dict[str, Any] = defaultdict(int)
-    problems: list[str] = []
-    received_at = timezone.now()
-    # The window is anchored at the upload, so the receiver's count and a re-run agree.
-    window = span_window(now=job.created_at)
-    try:
-        # Part by part: a large export is aggregated with bounded memory. Calls whose two
-        # halves fall in different parts are matched through the span index tables, exactly
-        # as halves arriving in different export requests are.
-        # The engine checks every span itself: no separate counting pass for protobuf.
-        for decoded in otlp_chunks(
-            payload, encoding=encoding, count=False,
-            max_bytes=settings.TRUSTRANK_TRACE_PART_BYTES,
-        ):
-            part = traces_aggregate_store(
-                team_id=job.team_id,
-                request=decoded.request,
-                received_at=received_at,
-                window=window,
-            )
-            for key, value in part.items():
-                # Distinct things (environments, services) are not additive across parts.
-                if key in ("environments", "services"):
-                    counts[key] = max(counts[key], value)
-                else:
-                    counts[key] += value
-            if decoded.rejected_spans and len(problems) < 5:
-                problems.append(decoded.message())
-            counts["rejected_spans"] += decoded.rejected_spans
-    except OtlpDecodeError as exc:
-        raise IngestRejected(f"The trace export cannot be decoded: {exc}") from exc
-    counts = dict(counts)
-    if problems:
-        counts["_result"] = {"partial_success": " | ".join(problems)}
-    if not settings.TRUSTRANK_TRACE_KEEP_PAYLOAD:
-        # Raw spans are not kept (aggregates are). Cleared in the job's own transaction, so a
-        # job that fails keeps its payload for the next attempt.
-        IngestPayload.objects.filter(job_id=job.pk).update(data=b"")
-    return counts
-
-
 def traces_aggregate_store(
-    *, team_id: int, request: Any, received_at: datetime, window: SpanWindow | None = None
+    *, team_id: int, batch: SpanBatch, received_at: datetime
 ) -> dict[str, Any]:
-    """Aggregate one decoded ExportTraceServiceRequest into `team_id`'s call graph."""
+    """Aggregate one part of an export request (plain span rows) into `team_id`'s call
+    graph. Returns the counts to add to the job, `rejected_spans` included."""
     bucket_seconds = settings.TRUSTRANK_TRACE_BUCKET_SECONDS
+    advisory_xact_lock(_LOCK_NAMESPACE, team_id)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_LOCK_NAMESPACE, team_id])
         known, externals = _known_peers(cursor, team_id=team_id)
     agg = engine.aggregate(
-        request,
+        batch.resources,
         bucket_seconds=bucket_seconds,
         sample_rate=settings.TRUSTRANK_TRACE_SAMPLE_RATE,
         known_peers=known,
         known_externals=externals,
-        window=window,
     )
+    agg.rejected = batch.rejected_spans
     if agg.spans == 0:
         return {"spans": 0, "rejected_spans": agg.rejected}
     counts = _store(team_id=team_id, agg=agg, received_at=received_at)

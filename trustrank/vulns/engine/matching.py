@@ -15,7 +15,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cmp_to_key
-from typing import Any
+from typing import Any, TypeVar
+
+import networkx as nx
 
 from trustrank.vulns.engine.ecosystems import (
     ComponentPackage,
@@ -346,3 +348,26 @@ def canonical_id(ids: Iterable[str]) -> str:
     ids = sorted({i for i in ids if i})
     cves = [i for i in ids if i.upper().startswith("CVE-")]
     return (cves or ids or [""])[0]
+
+
+T = TypeVar("T")
+
+
+def alias_groups(items: Sequence[tuple[set[str], T]]) -> list[tuple[set[str], list[T]]]:
+    """Group items whose id sets share any id, transitively: two advisories that share an
+    alias are one problem. Connected components of the bipartite item–id graph, so linear in
+    the number of ids rather than quadratic in the number of items.
+
+    Groups come in the order of their first item, and items in input order within a group.
+    """
+    graph: nx.Graph[tuple[int, Any]] = nx.Graph()
+    for index, (ids, _item) in enumerate(items):
+        graph.add_node((0, index))
+        graph.add_edges_from(((0, index), (1, i)) for i in ids)
+    groups: list[tuple[int, set[str], list[T]]] = []
+    for component in nx.connected_components(graph):
+        indexes = sorted(n[1] for n in component if n[0] == 0)
+        ids = {n[1] for n in component if n[0] == 1}
+        groups.append((indexes[0], ids, [items[i][1] for i in indexes]))
+    groups.sort(key=lambda g: g[0])
+    return [(ids, members) for _first, ids, members in groups]

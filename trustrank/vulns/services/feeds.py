@@ -1,4 +1,5 @@
-"""Feed imports (OSV, CISA KEV, FIRST EPSS), run as ingest job handlers.
+"""Feed imports (OSV, CISA KEV, FIRST EPSS) from parsed records (ingest/loaders/feeds.py
+parses the job's payload and calls these), and reading feed sources.
 
 Feeds are global reference data: the job belongs to the team that started it, the data to
 everyone. Each handler validates the whole payload before writing anything, so bad input
@@ -10,7 +11,6 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,17 +18,14 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ingest.errors import IngestRejected
-from ingest.models import IngestJob
-from ingest.parsers.epss import EpssError, parse_epss
-from ingest.parsers.kev import KevError, parse_kev
-from ingest.parsers.osv import OsvError, OsvRecord, parse_osv
-from trustrank.accounts.models import FEEDS_WRITE, SITE_SCOPES
-from trustrank.accounts.principal import Principal
 from trustrank.findings.services.audit import Actor
+from trustrank.lib.locks import advisory_xact_lock
+from trustrank.parsers.cvss import best_score, severity_label
+from trustrank.parsers.epss import EpssFile
+from trustrank.parsers.kev import KevCatalog
+from trustrank.parsers.osv import OsvRecord
 from trustrank.vulns.engine.ecosystems import PackageKey, advisory_package_key
 from trustrank.vulns.engine.matching import canonical_id
-from trustrank.vulns.engine.severity import best_score, severity_label
 from trustrank.vulns.models import Advisory, AdvisoryPackage, KevEntry
 from trustrank.vulns.services.findings import (
     findings_match_packages,
@@ -62,23 +59,7 @@ _ADVISORY_FIELDS = [
 ProgressFn = Callable[..., None]
 
 
-@dataclass(frozen=True)
-class SystemPrincipal(Principal):
-    """Who started an import nobody in particular started: the command line, the schedule."""
-
-    name: str = "system"
-
-    @property
-    def label(self) -> str:
-        return f"system:{self.name}"
-
-
-def _lock(key: int) -> None:
-    with connection.cursor() as cur:
-        cur.execute("SELECT pg_advisory_xact_lock(%s)", [key])
-
-
-def _advisory_from(record: OsvRecord, *, job: IngestJob) -> Advisory:
+def _advisory_from(record: OsvRecord, *, job_id: Any) -> Advisory:
     score = best_score(list(record.scores))
     cves = [i for i in (record.id, *record.aliases) if i.upper().startswith("CVE-")]
     return Advisory(
@@ -101,7 +82,7 @@ def _advisory_from(record: OsvRecord, *, job: IngestJob) -> Advisory:
         schema_version=record.schema_version[:16],
         raw=record.raw,
         imported_at=timezone.now(),
-        job=job,
+        job_id=job_id,
     )
 
 
@@ -112,6 +93,11 @@ def _package_keys(affected: Any) -> set[PackageKey]:
         if package.get("ecosystem") and package.get("name"):
             keys.add(advisory_package_key(ecosystem=package["ecosystem"], name=package["name"]))
     return keys
+
+
+class FeedRefused(ValueError):
+    """A feed file that must not replace what is stored (dated in the future, or a KEV
+    catalog that would drop most entries); the message says why and what to do."""
 
 
 def _latest_acceptable() -> datetime:
@@ -136,17 +122,15 @@ def osv_future_refusals(records: list[OsvRecord]) -> tuple[list[OsvRecord], list
     return kept, reasons
 
 
-def osv_import_job(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> dict[str, Any]:
+def advisories_import(
+    *, records: list[OsvRecord], job_id: Any, progress: ProgressFn
+) -> dict[str, Any]:
     """Upsert OSV records by id (a newer `modified` wins), then re-match only the packages
-    whose advisories changed."""
-    try:
-        records = parse_osv(payload, filename=job.filename or "payload")
-    except OsvError as exc:
-        raise IngestRejected(f"OSV import refused: {exc}") from exc
+    whose advisories changed. Commits in batches (OSV_BATCH), each idempotent."""
     parsed_count = len(records)
     records, refused = osv_future_refusals(records)
     if refused:
-        log.warning("OSV import %s refused %d future-dated records", job.pk, len(refused))
+        log.warning("OSV import %s refused %d future-dated records", job_id, len(refused))
     newest: dict[str, OsvRecord] = {}
     for r in records:
         if r.id not in newest or r.modified > newest[r.id].modified:
@@ -165,7 +149,7 @@ def osv_import_job(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> d
     for start in range(0, len(ordered), OSV_BATCH):
         batch = ordered[start : start + OSV_BATCH]
         with transaction.atomic():
-            _lock(_LOCK_OSV)
+            advisory_xact_lock(_LOCK_OSV)
             ids = [r.id for r in batch]
             existing = {
                 a["id"]: a
@@ -181,10 +165,10 @@ def osv_import_job(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> d
                 if old is not None and r.modified < old["modified"]:
                     counts["unchanged"] += 1
                     continue
-                if old is not None and r.modified == old["modified"] and old["job_id"] != job.pk:
+                if old is not None and r.modified == old["modified"] and old["job_id"] != job_id:
                     counts["unchanged"] += 1
                     continue
-                writes.append(_advisory_from(r, job=job))
+                writes.append(_advisory_from(r, job_id=job_id))
                 counts["updated" if old else "inserted"] += 1
                 if r.withdrawn is not None:
                     counts["withdrawn"] += 1
@@ -210,7 +194,7 @@ def osv_import_job(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> d
                 )
         progress(done=min(start + OSV_BATCH, len(ordered)), total=len(ordered), phase="advisories")
     progress(phase="matching")
-    matched = findings_match_packages(keys=changed, actor=Actor.system(f"OSV import {job.pk}"))
+    matched = findings_match_packages(keys=changed, actor=Actor.system(f"OSV import {job_id}"))
     counts["packages_changed"] = len(changed)
     counts.update({f"findings_{k}": v for k, v in matched.items()})
     if refused:
@@ -241,13 +225,11 @@ def _kev_release_date(value: str) -> datetime | None:
     return released if released.tzinfo else released.replace(tzinfo=UTC)
 
 
-def kev_import_job(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> dict[str, Any]:
+def kev_catalog_import(
+    *, catalog: KevCatalog, progress: ProgressFn, allow_shrink: bool = False
+) -> dict[str, Any]:
     """Replace the KEV catalog with this one (an older catalog than the stored one is ignored)
     and refresh KEV membership on findings."""
-    try:
-        catalog = parse_kev(payload)
-    except KevError as exc:
-        raise IngestRejected(f"KEV import refused: {exc}") from exc
     limit = _latest_acceptable()
     for name, when in (
         ("catalogVersion", _kev_catalog_date(catalog.catalog_version)),
@@ -256,10 +238,10 @@ def kev_import_job(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> d
         # A catalog "from the future" would make every genuine catalog look older and be
         # skipped from then on.
         if when is not None and when > limit:
-            raise IngestRejected(
+            raise FeedRefused(
                 f"KEV import refused: {name} {when.date().isoformat()} is in the future"
             )
-    _lock(_LOCK_KEV)
+    advisory_xact_lock(_LOCK_KEV)
     stored = (
         KevEntry.objects.exclude(catalog_version="")
         .order_by("-catalog_version")
@@ -277,9 +259,9 @@ def kev_import_job(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> d
     if (
         current
         and kept < current * (1 - settings.TRUSTRANK_FEED_KEV_MAX_SHRINK)
-        and not job.params.get("allow_shrink")
+        and not allow_shrink
     ):
-        raise IngestRejected(
+        raise FeedRefused(
             f"KEV import refused: the catalog has {kept} entries where {current} are stored "
             f"(more than {settings.TRUSTRANK_FEED_KEV_MAX_SHRINK:.0%} would be removed). If "
             "that is right, import it again with --allow-shrink (allow_shrink=true on the API)."
@@ -338,18 +320,14 @@ def kev_import_job(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> d
     }
 
 
-def epss_import_job(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> dict[str, Any]:
+def epss_scores_import(*, parsed: EpssFile, progress: ProgressFn) -> dict[str, Any]:
     """Store one day of EPSS scores (history by date) and move the latest score forward."""
-    try:
-        parsed = parse_epss(payload)
-    except EpssError as exc:
-        raise IngestRejected(f"EPSS import refused: {exc}") from exc
     if parsed.score_date > _latest_acceptable().date():
         # A future score date would stay "latest" over every genuine file after it.
-        raise IngestRejected(
+        raise FeedRefused(
             f"EPSS import refused: score_date {parsed.score_date.isoformat()} is in the future"
         )
-    _lock(_LOCK_EPSS)
+    advisory_xact_lock(_LOCK_EPSS)
     progress(done=0, total=len(parsed.rows), phase="epss")
     with connection.cursor() as cur:
         cur.execute(
@@ -456,51 +434,3 @@ def feeds_team() -> Any:
 
     team, _ = Team.objects.get_or_create(name=settings.TRUSTRANK_FEEDS_TEAM)
     return team
-
-
-def feed_import_submit(
-    *,
-    kind: str,
-    payload: bytes,
-    principal: Any,
-    team: Any,
-    filename: str = "",
-    content_type: str = "",
-    allow_shrink: bool = False,
-) -> IngestJob:
-    """Queue one feed import as an ingest job. Feeds are shared by every team, so this needs
-    the site-wide `feeds:write` scope, which only the command line grants."""
-    from ingest.services import job_create
-
-    if kind not in FEED_KINDS:
-        raise FeedSourceError(f"unknown feed {kind!r}: use one of {', '.join(FEED_KINDS)}")
-    if not principal.can(FEEDS_WRITE, team.pk):
-        raise PermissionError(
-            f"importing feeds needs the site-wide '{FEEDS_WRITE}' scope (granted by an operator)"
-        )
-    if not payload:
-        raise FeedSourceError("the feed payload is empty")
-    return job_create(
-        team=team,
-        kind=kind,
-        payload=payload,
-        principal=principal,
-        params={"feed": kind, "allow_shrink": allow_shrink},
-        content_type=content_type,
-        filename=filename,
-    )
-
-
-def feed_scheduled_import(*, kind: str) -> IngestJob | None:
-    """Fetch the configured source of one feed and queue its import; None when unconfigured."""
-    from django.conf import settings
-
-    source = settings.TRUSTRANK_FEED_SOURCES.get(kind, "")
-    if not source:
-        return None
-    payload, filename = feed_fetch(kind=kind, source=source)
-    team = feeds_team()
-    principal = SystemPrincipal(scopes_by_team={team.pk: SITE_SCOPES}, name="schedule")
-    return feed_import_submit(
-        kind=kind, payload=payload, principal=principal, team=team, filename=filename
-    )

@@ -7,7 +7,6 @@ locked for the duration, so an SBOM load and a feed import never match one versi
 
 from __future__ import annotations
 
-import gzip
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -18,7 +17,6 @@ from django.db import transaction
 from django.utils import timezone
 from packageurl import PackageURL
 
-from ingest.models import IngestPayload
 from trustrank.findings.models import (
     LABEL_SCORES,
     OPEN_STATES,
@@ -36,11 +34,8 @@ from trustrank.findings.services.reconcile import (
 )
 from trustrank.findings.services.reconcile import finding_fingerprint as _fingerprint
 from trustrank.inventory.models import Component, ProjectVersion, Sbom
-from trustrank.vulns.engine.cyclonedx_vulns import (
-    CycloneDxVulnsError,
-    EmbeddedVulnerability,
-    parse_vulnerabilities,
-)
+from trustrank.parsers.cvss import severity_label
+from trustrank.parsers.cyclonedx_vulns import EmbeddedVulnerability, vulnerability_from_json
 from trustrank.vulns.engine.ecosystems import PackageKey, component_package
 from trustrank.vulns.engine.matching import (
     AdvisoryIndex,
@@ -48,9 +43,9 @@ from trustrank.vulns.engine.matching import (
     Match,
     Verdict,
     affected_from_osv,
+    alias_groups,
     canonical_id,
 )
-from trustrank.vulns.engine.severity import severity_label
 from trustrank.vulns.models import (
     Advisory,
     AdvisoryPackage,
@@ -128,48 +123,9 @@ class _Desired:
     embedded: list[EmbeddedVulnerability] = field(default_factory=list)
 
 
-def _group_by_alias(items: list[tuple[set[str], Any]]) -> list[tuple[set[str], list[Any]]]:
-    """Union-find over id sets: two advisories that share any id are one problem."""
-    groups: list[tuple[set[str], list[Any]]] = []
-    for ids, item in items:
-        merged_ids, merged_items = set(ids), [item]
-        rest = []
-        for g_ids, g_items in groups:
-            if g_ids & merged_ids:
-                merged_ids |= g_ids
-                merged_items = g_items + merged_items
-            else:
-                rest.append((g_ids, g_items))
-        groups = [*rest, (merged_ids, merged_items)]
-    return groups
-
-
-def _sbom_payload(sbom: Sbom) -> bytes | None:
-    if sbom.job_id is None:
-        return None
-    data = IngestPayload.objects.filter(job_id=sbom.job_id).values_list("data", flat=True).first()
-    if data is None:
-        return None
-    raw = bytes(data)
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
-    return raw
-
-
 def embedded_vulnerabilities(sbom: Sbom) -> list[EmbeddedVulnerability]:
-    """The SBOM's own `vulnerabilities` (VDR/VEX), read from its stored raw payload."""
-    if not sbom.vulnerability_count:
-        return []
-    payload = _sbom_payload(sbom)
-    if not payload:
-        return []
-    try:
-        return parse_vulnerabilities(payload)
-    except CycloneDxVulnsError as exc:
-        # The SBOM itself was accepted; a malformed vulnerability section must not block the
-        # component inventory, so it is logged and the advisory feeds still apply.
-        log.warning("SBOM %s: vulnerabilities not read: %s", sbom.pk, exc)
-        return []
+    """The SBOM's own `vulnerabilities` (VDR/VEX), as parsed when it was loaded."""
+    return [vulnerability_from_json(v) for v in sbom.vulnerabilities or ()]
 
 
 # --- the match -------------------------------------------------------------------------------
@@ -325,7 +281,7 @@ def findings_match_project_version(
         desired: dict[str, _Desired] = {}
         for cid, items in per_row.items():
             row = row_by_id[cid]
-            for alias_ids, members in _group_by_alias(items):
+            for alias_ids, members in alias_groups(items):
                 vuln_key = canonical_id(alias_ids)
                 fp = finding_fingerprint(
                     project_version_id=pv.pk, component_key=row.key, vuln_key=vuln_key

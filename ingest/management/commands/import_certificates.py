@@ -5,8 +5,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from trustrank.identity.management.commands._common import principal_for_team, run_here
-from trustrank.identity.services import UploadRefused, certificates_submit
+from ingest.errors import SubmitRefused
+from ingest.management.commands._common import principal_for_team, run_here
+from ingest.submit import certificates_submit
 
 
 class Command(BaseCommand):
@@ -48,7 +49,7 @@ class Command(BaseCommand):
                     observed=options["observed"],
                     filename=path.name,
                 )
-            except UploadRefused as exc:
+            except SubmitRefused as exc:
                 failed += 1
                 self.stderr.write(f"{name}: refused: {exc.detail}")
                 continue

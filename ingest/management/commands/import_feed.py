@@ -8,12 +8,12 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ingest.models import IngestJob, JobStatus
+from ingest.submit import feed_submit
 from trustrank.accounts.models import SITE_SCOPES, Team
+from trustrank.accounts.principal import principal_for_system
 from trustrank.vulns.services.feeds import (
     FEED_KINDS,
     FeedSourceError,
-    SystemPrincipal,
-    feed_import_submit,
     feed_payload_read,
     feeds_team,
 )
@@ -46,8 +46,10 @@ class Command(BaseCommand):
                 raise CommandError(f"no team named {options['team']!r}")
         else:
             team = feeds_team()
-        principal = SystemPrincipal(scopes_by_team={team.pk: SITE_SCOPES}, name="import_feed")
-        job = feed_import_submit(
+        # Labelled "system:import_feed": feed imports are operators' work, whoever typed the
+        # command; the site-wide feeds:write scope is what lets it change shared data.
+        principal = principal_for_system(team_id=team.pk, name="import_feed", scopes=SITE_SCOPES)
+        job = feed_submit(
             kind=kind,
             payload=payload,
             principal=principal,

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from trustrank.vulns.engine.severity import Score, score_vector
+from trustrank.parsers.cvss import Score, score_vector
 
 MAX_ZIP_MEMBERS = 2_000_000
 EVENT_KINDS = ("introduced", "fixed", "last_affected", "limit")

@@ -1,5 +1,6 @@
 """CycloneDX 1.2–1.7 (JSON and XML): validate against the schemas cyclonedx-python-lib ships,
-then turn the document into plain frozen data. No database access here.
+then turn the document into plain frozen data: components, dependencies, services and the
+embedded vulnerabilities (VDR/VEX), all in one pass. No database access here.
 
 The library's object model (Bom.from_json) and its strict validator are 100–1000× slower than
 this path on large BOMs (DESIGN.md), so they stay on the export side. JSON is validated with
@@ -12,7 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,6 +23,13 @@ import cyclonedx.schema._res as cdx_resources
 import jsonschema_rs
 import orjson
 from lxml import etree
+
+from trustrank.parsers.cyclonedx_vulns import (
+    CycloneDxVulnsError,
+    EmbeddedVulnerability,
+    from_json,
+    from_xml,
+)
 
 SUPPORTED_VERSIONS = ("1.2", "1.3", "1.4", "1.5", "1.6", "1.7")
 _SUPPORTED = ", ".join(SUPPORTED_VERSIONS)
@@ -51,6 +59,30 @@ class ParsedComponent:
 
 
 @dataclass(frozen=True, slots=True)
+class ParsedService:
+    """A service the BOM declares (CycloneDX `services`); nested services are flattened."""
+
+    name: str
+    bom_ref: str = ""
+    group: str = ""
+    version: str = ""
+    endpoints: tuple[str, ...] = ()
+    authenticated: bool | None = None
+    trust_boundary: bool | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "bom_ref": self.bom_ref,
+            "group": self.group,
+            "name": self.name,
+            "version": self.version,
+            "endpoints": list(self.endpoints),
+            "authenticated": self.authenticated,
+            "trust_boundary": self.trust_boundary,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class ParsedBom:
     format: str
     spec_version: str
@@ -62,6 +94,11 @@ class ParsedBom:
     components: tuple[ParsedComponent, ...]
     dependencies: tuple[tuple[str, str], ...]
     vulnerability_count: int
+    services: tuple[ParsedService, ...] = ()
+    # The embedded VDR/VEX, parsed in the same pass. A malformed vulnerability section does
+    # not refuse the BOM (its inventory is still good): it is left out and explained here.
+    vulnerabilities: tuple[EmbeddedVulnerability, ...] = ()
+    vulnerabilities_error: str = ""
 
 
 def parse_cyclonedx(data: bytes) -> ParsedBom:
@@ -146,7 +183,55 @@ def _parse_json(data: bytes) -> ParsedBom:
         components=tuple(components),
         dependencies=dependencies,
         vulnerability_count=len(doc.get("vulnerabilities") or ()),
+        services=tuple(_json_services(doc.get("services"))),
+        **_embedded(lambda: from_json(doc)),
     )
+
+
+def _embedded(parse: Callable[[], list[EmbeddedVulnerability]]) -> dict[str, Any]:
+    try:
+        return {"vulnerabilities": tuple(parse()), "vulnerabilities_error": ""}
+    except CycloneDxVulnsError as exc:
+        return {"vulnerabilities": (), "vulnerabilities_error": str(exc)}
+
+
+def _json_services(services: Any) -> Iterator[ParsedService]:
+    for svc in services or ():
+        if not isinstance(svc, dict):
+            continue
+        yield ParsedService(
+            name=str(svc.get("name") or ""),
+            bom_ref=str(svc.get("bom-ref") or ""),
+            group=str(svc.get("group") or ""),
+            version=str(svc.get("version") or ""),
+            endpoints=tuple(str(e) for e in svc.get("endpoints") or ()),
+            authenticated=svc.get("authenticated"),
+            trust_boundary=svc.get("x-trust-boundary"),
+        )
+        yield from _json_services(svc.get("services"))
+
+
+def _xml_services(services: Any, ns: dict[str, str]) -> Iterator[ParsedService]:
+    if services is None:
+        return
+    for svc in services.findall("c:service", ns):
+
+        def flag(name: str, svc: Any = svc) -> bool | None:
+            text = svc.findtext(f"c:{name}", namespaces=ns)
+            return None if text is None else text.strip() == "true"
+
+        yield ParsedService(
+            name=svc.findtext("c:name", default="", namespaces=ns),
+            bom_ref=svc.get("bom-ref", ""),
+            group=svc.findtext("c:group", default="", namespaces=ns),
+            version=svc.findtext("c:version", default="", namespaces=ns),
+            endpoints=tuple(
+                (e.text or "").strip() for e in svc.iterfind("c:endpoints/c:endpoint", ns)
+            ),
+            authenticated=flag("authenticated"),
+            trust_boundary=flag("x-trust-boundary"),
+        )
+        yield from _xml_services(svc.find("c:services", ns), ns)
 
 
 def _json_component(comp: dict[str, Any], parent: str, out: list[ParsedComponent]) -> None:
@@ -285,6 +370,8 @@ def _parse_xml(data: bytes) -> ParsedBom:
         components=tuple(components),
         dependencies=dependencies,
         vulnerability_count=0 if vulns is None else len(vulns),
+        services=tuple(_xml_services(root.find("c:services", ns), ns)),
+        **_embedded(lambda: from_xml(root)),
     )
 
 

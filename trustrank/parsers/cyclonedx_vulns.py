@@ -281,3 +281,62 @@ def parse_vulnerabilities(data: bytes) -> list[EmbeddedVulnerability]:
     if not isinstance(doc, dict):
         raise CycloneDxVulnsError("a CycloneDX JSON document must be an object")
     return from_json(doc)
+
+
+# --- stored form -------------------------------------------------------------------------------
+# The vulnerabilities are parsed once, when the SBOM is loaded, and kept with it as JSON
+# (inventory.Sbom.vulnerabilities); matching reads them back from there, never from the raw
+# upload.
+
+
+def vulnerability_to_json(v: EmbeddedVulnerability) -> dict[str, Any]:
+    return {
+        "id": v.id,
+        "source": v.source,
+        "aliases": list(v.aliases),
+        "description": v.description,
+        "detail": v.detail,
+        "recommendation": v.recommendation,
+        "ratings": [
+            {
+                "score": r.score,
+                "severity": r.severity,
+                "method": r.method,
+                "vector": r.vector,
+                "source": r.source,
+            }
+            for r in v.ratings
+        ],
+        "cwes": list(v.cwes),
+        "advisories": list(v.advisories),
+        "affects": list(v.affects),
+        "analysis": v.analysis.as_dict() if v.analysis is not None else None,
+        "raw": v.raw,
+    }
+
+
+def vulnerability_from_json(d: dict[str, Any]) -> EmbeddedVulnerability:
+    analysis = d.get("analysis")
+    return EmbeddedVulnerability(
+        id=d["id"],
+        source=d.get("source", ""),
+        aliases=tuple(d.get("aliases") or ()),
+        description=d.get("description", ""),
+        detail=d.get("detail", ""),
+        recommendation=d.get("recommendation", ""),
+        ratings=tuple(Rating(**r) for r in d.get("ratings") or ()),
+        cwes=tuple(d.get("cwes") or ()),
+        advisories=tuple(d.get("advisories") or ()),
+        affects=tuple(d.get("affects") or ()),
+        analysis=(
+            Analysis(
+                state=analysis["state"],
+                justification=analysis.get("justification", ""),
+                response=tuple(analysis.get("response") or ()),
+                detail=analysis.get("detail", ""),
+            )
+            if analysis
+            else None
+        ),
+        raw=d.get("raw") or {},
+    )

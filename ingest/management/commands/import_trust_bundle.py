@@ -5,8 +5,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from trustrank.identity.management.commands._common import principal_for_team, run_here
-from trustrank.identity.services import UploadRefused, trust_bundle_submit
+from ingest.errors import SubmitRefused
+from ingest.management.commands._common import principal_for_team, run_here
+from ingest.submit import trust_bundle_submit
 
 
 class Command(BaseCommand):
@@ -39,7 +40,7 @@ class Command(BaseCommand):
                 trust_domain=options["trust_domain"],
                 filename=path.name,
             )
-        except UploadRefused as exc:
+        except SubmitRefused as exc:
             raise CommandError(f"{path}: refused: {exc.detail}") from exc
         if options["run_now"]:
             job = run_here(job)
