@@ -40,7 +40,10 @@ NPM_STAMP = VENV / ".trustrank-npm.sha256"
 DEMO_TEAM = "demo"
 DEMO_USER = "admin"
 DEMO_KEY_NAME = "demo (dev.py)"
-DEMO_SCOPES = ["sbom:write", "traces:write", "certs:write", "read", "admin"]
+# The demo key loads the samples (feeds included: a site-wide scope, granted here as the
+# operator who starts the demo would with `issue_api_key`) and may triage and rank.
+DEMO_SCOPES = ["sbom:write", "traces:write", "certs:write", "read", "triage", "admin",
+               "feeds:write"]
 START_TIMEOUT_SECONDS = 120
 STOP_TIMEOUT_SECONDS = 20
 
@@ -278,12 +281,15 @@ def manage(env: dict[str, str], *args: str) -> None:
 
 
 def demo_accounts() -> tuple[str, str]:
-    """The demo team, its admin (a new random password each run) and a new team API key."""
+    """The demo team, its admin (a new random password each run) and the team's demo API
+    key, kept across restarts (its secret in var/demo_api_key, readable by its owner only)
+    so a pipeline configured with it keeps working."""
     from django.contrib.auth import get_user_model
     from django.db import transaction
 
     from trustrank.accounts.models import ApiKey, Role
     from trustrank.accounts.services import (
+        api_key_authenticate,
         api_key_issue,
         api_key_revoke,
         membership_set,
@@ -299,10 +305,26 @@ def demo_accounts() -> tuple[str, str]:
         user.set_password(password)
         user.save()
         membership_set(team=team, user=user, role=Role.ADMIN)
-        # The previous run's demo key was printed on its screen only; retire it.
+        key_file = var_dir() / "demo_api_key"
+        kept = key_file.read_text().strip() if key_file.is_file() else ""
+        current = api_key_authenticate(secret=kept) if kept else None
+        if (
+            current is not None
+            and current.team_id == team.pk
+            and set(DEMO_SCOPES) <= set(current.scopes)
+        ):
+            return password, kept
+        # No usable stored key (first start, or it was revoked): retire demo keys nobody can
+        # use any more and issue one.
         for old in ApiKey.objects.filter(team=team, name=DEMO_KEY_NAME, revoked_at__isnull=True):
             api_key_revoke(api_key=old)
-        key = api_key_issue(team=team, name=DEMO_KEY_NAME, scopes=DEMO_SCOPES, created_by=user)
+        key = api_key_issue(
+            team=team, name=DEMO_KEY_NAME, scopes=DEMO_SCOPES, created_by=user,
+            allow_site_scopes=True,
+        )
+        key_file.parent.mkdir(parents=True, exist_ok=True)
+        key_file.write_text(key.secret + "\n")
+        key_file.chmod(0o600)
     return password, key.secret
 
 

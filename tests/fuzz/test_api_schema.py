@@ -22,6 +22,7 @@ from drf_spectacular.generators import SchemaGenerator
 from hypothesis import HealthCheck, Phase, settings
 from opentelemetry.trace import SpanKind
 
+from ingest.submit import certificates_submit, trust_bundle_submit
 from tests.fuzz import stats
 from tests.identity.helpers import run_queued_jobs
 from tests.identity.pki import issue, make_pki
@@ -29,7 +30,7 @@ from tests.runtime.helpers import SpanFactory
 from tests.vulns.helpers import bom, import_osv, load_sbom, osv
 from trustrank.accounts.models import FEEDS_WRITE, Scope
 from trustrank.accounts.principal import Principal
-from trustrank.identity.services import certificates_submit, trust_bundle_submit
+from trustrank.parsers.otlp import spans_from_request
 from trustrank.runtime.services import traces_aggregate_store
 
 MAX_EXAMPLES = 15
@@ -58,7 +59,9 @@ def _seed(team: Any) -> None:
                parent=call, error=i == 0)
         f.span(service="api", name="SELECT", kind=SpanKind.CLIENT, trace_id=t, parent=call,
                attributes={"db.system": "postgresql", "server.address": "db.internal"})
-    traces_aggregate_store(team_id=team.id, request=f.request(), received_at=timezone.now())
+    traces_aggregate_store(
+        team_id=team.id, batch=spans_from_request(f.request()), received_at=timezone.now()
+    )
     pki = make_pki()
     principal = Principal(scopes_by_team={team.pk: frozenset(Scope.values)})
     trust_bundle_submit(principal=principal, team=team, body=pki.root.pem, environment="prod")
@@ -159,11 +162,24 @@ def _real_path_parameters(team: Any) -> dict[str, Any]:
     from trustrank.findings.models import Finding
     from trustrank.identity.models import Certificate, Identity
     from trustrank.inventory.models import Project
+    from trustrank.accounts.principal import Principal
+    from trustrank.cluster.models import ReplayRun
+    from trustrank.ranking.models import RankingRun
+    from trustrank.runtime.deployment import DeploymentRequest, deployment_set
 
     job = IngestJob.objects.filter(team=team).first()
     identity = Identity.objects.filter(team=team).first()
+    run = RankingRun.objects.create(team=team, trigger="test")
+    replay = ReplayRun.objects.create(team=team, mode="inflation")
+    deployment_set(
+        team=team, environment="production", service="api",
+        request=DeploymentRequest(project="app", version="1.0"), source="api",
+        principal=Principal(scopes_by_team={team.pk: frozenset({"sbom:write"})}),
+    )
     return {
         "name": "production",
+        "service": "api",
+        "run_id": {"ranking-runs": run.pk, "replay-runs": replay.pk},
         "environment": "prod",
         "finding_id": Finding.objects.filter(team=team).first().pk,  # type: ignore[union-attr]
         "project_id": Project.objects.filter(team=team).first().pk,  # type: ignore[union-attr]
@@ -192,7 +208,7 @@ def test_every_read_with_real_rows_answers_as_documented(team: Any, seeded_api_k
         for parameter in operation.path_parameters:
             value = real[parameter.name]
             if isinstance(value, dict):
-                value = value["certificates" if "certificates" in operation.path else "identities"]
+                value = next(v for k, v in value.items() if k in operation.path)
             params[parameter.name] = value
         case = operation.Case(path_parameters=params)
         response = case.call(headers={"X-Api-Key": seeded_api_key})

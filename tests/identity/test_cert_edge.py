@@ -14,10 +14,10 @@ from cryptography.x509.oid import NameOID
 from django.test import override_settings
 
 from ingest.models import IngestJob, JobStatus
-from ingest.parsers.x509 import CertificateParseError, certificates_parse
 from tests.identity.helpers import run_queued_jobs
 from tests.identity.pki import make_pki, now
 from trustrank.identity.models import Certificate
+from trustrank.parsers.x509 import CertificateParseError, certificates_parse
 
 PEM = "application/x-pem-file"
 

@@ -26,7 +26,8 @@ def test_demo_load_sends_samples_through_the_api(
     (data / "advisories" / "kev").mkdir(parents=True)
     shutil.copy(DATA / "advisories" / "kev" / "known_exploited_vulnerabilities.json",
                 data / "advisories" / "kev")
-    key = make_key(team, "sbom:write", "traces:write", "certs:write", "read", "admin")
+    key = make_key(team, "sbom:write", "traces:write", "certs:write", "read", "admin",
+                   "feeds:write")
 
     out = StringIO()
     call_command("demo_load", "--url", live_server.url, "--key", key, "--data", str(data),

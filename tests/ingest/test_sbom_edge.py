@@ -11,8 +11,8 @@ import orjson
 import pytest
 
 from ingest.models import IngestJob
-from ingest.parsers.cyclonedx import BomError, parse_cyclonedx
 from tests.conftest import DATA
+from trustrank.parsers.cyclonedx import BomError, parse_cyclonedx
 
 SMALL = (DATA / "sbom" / "cdx-1.6_pypi_torch-nvidia-cuda.json").read_bytes()
 

@@ -14,9 +14,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.trace import SpanKind
 
 from ingest.models import IngestJob, JobStatus
-from ingest.parsers.otlp import PROTOBUF, SpanWindow, otlp_decode
 from ingest.services import job_run
 from tests.runtime.helpers import SpanFactory
+from trustrank.parsers.otlp import PROTOBUF, SpanWindow, otlp_decode
 from trustrank.runtime.models import Service
 
 pytestmark = pytest.mark.django_db

@@ -18,6 +18,7 @@ from trustrank.ranking.filters import PriorityFilterSet
 from trustrank.ranking.serializers import (
     PrioritySerializer,
     RankChangeSerializer,
+    RankingChangesSerializer,
     RankingRunRequestSerializer,
     RankingRunSerializer,
 )
@@ -76,6 +77,8 @@ class PriorityListApi(APIView):
     """The ranked queue: open findings of every kind in rank order, with their explanation."""
 
     required_scope = Scope.READ
+    # Declared so the schema documents the paginated envelope the view answers with.
+    pagination_class = Pagination
 
     @extend_schema(
         parameters=[ENVIRONMENT_PARAM, *PriorityFilterSet.openapi_parameters()],
@@ -120,6 +123,7 @@ class RankingRunListApi(APIView):
     status URL. `GET`: the team's recent runs."""
 
     required_scopes = {"GET": Scope.READ, "POST": Scope.TRIAGE}
+    pagination_class = Pagination
 
     @extend_schema(responses=RankingRunSerializer(many=True))
     def get(self, request: Request) -> Response:
@@ -168,7 +172,7 @@ class RankingRunChangesApi(APIView):
 
     @extend_schema(
         parameters=[OpenApiParameter("limit", int, description="At most this many (50)")],
-        responses=RankChangeSerializer(many=True),
+        responses=RankingChangesSerializer,
     )
     def get(self, request: Request, run_id: int) -> Response:
         run = selectors.ranking_run_get_for_principal(

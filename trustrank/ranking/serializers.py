@@ -129,3 +129,11 @@ class RankChangeSerializer(serializers.ModelSerializer[RankChange]):
 
 class RankingRunRequestSerializer(serializers.Serializer[Any]):
     team = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class RankingChangesSerializer(serializers.Serializer[Any]):
+    """What moved most in one run: the run, the run it is compared with, and the moves."""
+
+    run = serializers.IntegerField()
+    previous = serializers.IntegerField(allow_null=True)
+    results = RankChangeSerializer(many=True)
