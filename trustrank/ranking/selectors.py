@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
+from django.db.models.fields.json import KeyTransform
 from django.http import Http404
 
 from trustrank.accounts.principal import Principal
@@ -65,3 +66,61 @@ def rank_history(*, finding: Finding, limit: int = 200) -> list[RankChange]:
     return list(
         RankChange.objects.filter(finding=finding).order_by("-at", "-pk")[:limit]
     )[::-1]
+
+
+def ranking_runs_latest(*, principal: Principal) -> list[RankingRun]:
+    """Each of the principal's teams' most recent run, whatever its status (one query)."""
+    return list(
+        RankingRun.objects.filter(team_id__in=principal.team_ids)
+        .select_related("team")
+        .defer("services", "weights")
+        .order_by("team_id", "-created_at", "-pk")
+        .distinct("team_id")
+    )
+
+
+def ranking_run_latest_done(*, team_id: int) -> RankingRun | None:
+    return (
+        RankingRun.objects.filter(team_id=team_id, status=RunStatus.DONE)
+        .defer("services", "weights")
+        .order_by("-finished_at", "-pk")
+        .first()
+    )
+
+
+def service_results(*, team_id: int, environment: str) -> dict[str, dict[str, Any]]:
+    """Trust, exposure and path from the internet (with each hop's evidence) of each
+    service of one environment, by service name, as the team's latest finished run computed
+    them ({} before any run). Only that environment's part of the run's JSON is read."""
+    part = (
+        RankingRun.objects.filter(team_id=team_id, status=RunStatus.DONE)
+        .order_by("-finished_at", "-pk")
+        .annotate(part=KeyTransform(environment, "services"))
+        .values_list("part", flat=True)
+        .first()
+    )
+    return part if isinstance(part, dict) else {}
+
+
+def service_result(*, team_id: int, environment: str, service: str) -> dict[str, Any] | None:
+    """One service's entry of `service_results` (None when the latest run has none)."""
+    part = (
+        RankingRun.objects.filter(team_id=team_id, status=RunStatus.DONE)
+        .order_by("-finished_at", "-pk")
+        .annotate(part=KeyTransform(service, KeyTransform(environment, "services")))
+        .values_list("part", flat=True)
+        .first()
+    )
+    return part if isinstance(part, dict) else None
+
+
+def priority_environments(*, principal: Principal) -> list[str]:
+    """Names of the environments of the principal's teams, for the queue's selector."""
+    from trustrank.runtime.models import Environment
+
+    return list(
+        Environment.objects.filter(team_id__in=principal.team_ids)
+        .order_by("name")
+        .values_list("name", flat=True)
+        .distinct()
+    )

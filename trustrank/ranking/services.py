@@ -205,6 +205,7 @@ def _execute(run: RankingRun) -> None:
             weights_version=rs.version,
             inputs_digest=result.inputs_digest,
             results_digest=_results_digest(result),
+            services=services_json(result),
             counts={
                 "findings": len(result.findings),
                 "services": len(gathered.inputs.services),
@@ -223,6 +224,21 @@ def _execute(run: RankingRun) -> None:
     _PREVIOUS.move_to_end(run.team_id)
     while len(_PREVIOUS) > _PREVIOUS_MAX:
         _PREVIOUS.popitem(last=False)
+
+
+def services_json(result: RankResult) -> dict[str, dict[str, Any]]:
+    """The per-service graph results by environment and name, as the run stores them."""
+    out: dict[str, dict[str, Any]] = {}
+    for s in result.services:
+        out.setdefault(s.environment, {})[s.name] = {
+            "trust": s.trust,
+            "identity_trust": s.identity_trust,
+            "exposure": s.exposure,
+            "exposure_reason": s.exposure_reason,
+            "path": list(s.path),
+            "hops": orjson.loads(orjson.dumps(list(s.hops))),
+        }
+    return out
 
 
 def _results_digest(result: RankResult) -> str:
