@@ -1,11 +1,9 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
-from django.views.generic import RedirectView
 
 from trustrank.accounts import views
 
 urlpatterns = [
-    path("", RedirectView.as_view(url="/projects/", permanent=False), name="home"),
     path(
         "login/",
         auth_views.LoginView.as_view(template_name="accounts/login.html"),
