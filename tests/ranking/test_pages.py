@@ -54,13 +54,29 @@ def test_home_page_shows_log4shell_first_with_its_reasons(client, make_user, tea
 
 def test_priorities_page_has_no_n_plus_one(client, make_user, team, ranked,
                                            django_assert_max_num_queries):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.findings.test_api_and_pages import make
+    from tests.ranking.scenario import LOG4J
     from tests.vulns.helpers import bom, load_sbom
 
-    load_sbom(team, bom([(f"lib{i}", "1.0", f"pkg:npm/lib{i}@1.0") for i in range(30)]),
-              project="more", version="1")
     login(client, make_user, team)
+    with CaptureQueriesContext(connection) as few:
+        client.get("/")
+    # More rows of every shape: vulnerabilities in other projects, findings of other kinds.
+    for i in range(8):
+        load_sbom(team, bom([LOG4J]), project=f"shop-{i}", version="1")
+    for i in range(4):
+        make(team, "reliability", "broken_context", f"hop-{i}")
+        make(team, "identity", "expired", f"cert-{i}")
+    rerank(team)
+    with CaptureQueriesContext(connection) as many:
+        html = client.get("/").content.decode()
+    assert len(_rows(html)) == 2 + 8 + 8
+    assert len(many.captured_queries) == len(few.captured_queries)
     with django_assert_max_num_queries(12):
-        assert client.get("/?environment=prod").status_code == 200
+        assert client.get("/?environment=prod&decision=immediate").status_code == 200
 
 
 def test_environment_queue_and_filters(client, make_user, team, ranked):
@@ -193,3 +209,15 @@ def test_unranked_findings_say_why(client, make_user, team):
     assert "Not ranked." in html and "only open findings" in html
     # Its history stays: ranked once, then left the queue.
     assert 'data-testid="rank-history"' in html
+
+
+def test_finding_page_explains_other_kinds_too(client, make_user, team, ranked):
+    from tests.findings.test_api_and_pages import make
+
+    cert = make(team, "identity", "expired", "cert-a", severity="critical")
+    rerank(team)
+    login(client, make_user, team)
+    html = client.get(f"/findings/{cert.pk}/").content.decode()
+    sentence = re.search(r'data-testid="rank-sentence">(.*?)</p>', html, flags=re.S).group(1)
+    assert "identity finding" in sentence and 'class="factors"' in html
+    assert "CVE-" not in _rows(client.get("/?kind=identity").content.decode())[0]

@@ -60,9 +60,13 @@ def rank_sentence(*, finding: Finding, ctx: dict[str, Any], decision: str) -> st
         else:
             parts.append("no known exploitation")
     else:
-        parts.append(f"{finding.get_kind_display().lower()} finding: {finding.category_display}")
+        parts.append(f"{finding.category_display} ({finding.get_kind_display().lower()} finding)")
     if not ctx.get("deployed"):
-        parts.append("its project version runs on no known service, so its static order is kept")
+        where = (
+            "its project version runs on no known service" if is_vuln
+            else "it concerns no known service"
+        )
+        parts.append(f"{where}, so its static order is kept")
     else:
         exposure = ctx.get("exposure")
         path = ctx.get("path") or []
