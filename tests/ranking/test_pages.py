@@ -150,6 +150,15 @@ def test_empty_state_and_rank_now(client, make_user, team):
     assert "CVE-2021-44228" in client.get("/").content.decode()
 
 
+def test_rank_now_from_htmx_answers_the_polling_status_box(client, make_user, team):
+    build(team)
+    login(client, make_user, team, role="triager")
+    response = client.post("/priorities/rank", HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert response.status_code == 200 and "<html" not in html
+    assert 'id="run-status"' in html and "every 3s" in html and "Ranking…" in html
+
+
 def test_rank_now_is_refused_to_a_viewer(client, make_user, team, other_team):
     login(client, make_user, team)
     assert "Rank now" not in client.get("/").content.decode()
