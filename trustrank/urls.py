@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 urlpatterns = [
     path("", include("trustrank.accounts.urls")),
+    path("", include("trustrank.ranking.urls")),
     path("", include("trustrank.inventory.urls")),
     path("", include("ingest.urls")),
     path("", include("trustrank.findings.urls")),

@@ -1,5 +1,6 @@
 // Service map: draws the environment's call graph (embedded as JSON by the page) with
 // cytoscape.js. Pan and zoom are cytoscape's own; a click on a service opens its page.
+// Services are coloured by trust and exposed (open) ones outlined, from the page's data.
 (function () {
   "use strict";
   var container = document.getElementById("service-map");
@@ -10,8 +11,14 @@
   graph.edges.forEach(function (e) { maxRate = Math.max(maxRate, e.per_minute || e.calls || 0); });
   var elements = [];
   graph.nodes.forEach(function (n) {
-    elements.push({ group: "nodes", data: { id: n.id, label: n.label, kind: n.kind, url: n.url,
-      ingress: n.ingress ? "yes" : "no" } });
+    var data = { id: n.id, label: n.label, kind: n.kind, url: n.url,
+      ingress: n.ingress ? "yes" : "no", exposure: n.exposure || "unknown" };
+    // Trust from the latest ranking run (0-1); a node without it keeps the plain colour.
+    if (typeof n.trust === "number") {
+      data.trust = n.trust;
+      data.label = n.label + " (" + n.trust.toFixed(2) + ")";
+    }
+    elements.push({ group: "nodes", data: data });
   });
   graph.edges.forEach(function (e) {
     var rate = e.per_minute || e.calls || 0;
@@ -41,7 +48,13 @@
         "shape": "round-rectangle" } },
       { selector: "node[kind = 'internet']", style: { "background-color": "#b3261e",
         "shape": "diamond", "width": 36, "height": 36 } },
-      { selector: "node[ingress = 'yes']", style: { "border-width": 5, "border-color": "#1f7a3a" } },
+      { selector: "node[trust >= 0]", style: {
+        "background-color": "mapData(trust, 0, 1, #d9480f, #1f7a3a)" } },
+      { selector: "node[ingress = 'yes']", style: { "border-width": 6, "border-style": "double",
+        "border-color": "#1f7a3a" } },
+      { selector: "node[exposure = 'open']", style: { "border-width": 4,
+        "border-color": "#b3261e" } },
+      { selector: "node[exposure = 'open'][ingress = 'yes']", style: { "border-width": 6 } },
       { selector: "edge", style: { "width": "data(width)", "curve-style": "bezier",
         "target-arrow-shape": "triangle", "line-color": "#9aa6bd",
         "target-arrow-color": "#9aa6bd", "label": "data(label)", "font-size": 9,

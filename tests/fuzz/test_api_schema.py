@@ -159,11 +159,11 @@ def test_every_operation_answers_without_5xx_and_as_documented(
 
 def _real_path_parameters(team: Any) -> dict[str, Any]:
     from ingest.models import IngestJob
+    from trustrank.accounts.principal import Principal
+    from trustrank.cluster.models import ReplayRun
     from trustrank.findings.models import Finding
     from trustrank.identity.models import Certificate, Identity
     from trustrank.inventory.models import Project
-    from trustrank.accounts.principal import Principal
-    from trustrank.cluster.models import ReplayRun
     from trustrank.ranking.models import RankingRun
     from trustrank.runtime.deployment import DeploymentRequest, deployment_set
 

@@ -1,11 +1,9 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
-from django.views.generic import RedirectView
 
 from trustrank.accounts import views
 
 urlpatterns = [
-    path("", RedirectView.as_view(url="/projects/", permanent=False), name="home"),
     path("login/", views.ThrottledLoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("settings/keys/", views.api_keys_page, name="api-keys"),

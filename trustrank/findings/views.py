@@ -31,6 +31,7 @@ from trustrank.findings.services.triage import (
     finding_triage,
 )
 from trustrank.inventory.models import Project
+from trustrank.ranking.explain import finding_rank_explain
 from trustrank.vulns import selectors as vuln_selectors
 
 PAGE_SIZE = 50
@@ -126,6 +127,7 @@ def finding_page(request: HttpRequest, finding_id: int) -> HttpResponse:
         "states": TriageState.choices,
         "justifications": Justification.choices,
         "responses": VEX_RESPONSES,
+        "ranking": finding_rank_explain(finding=finding),
     }
     return render(request, "findings/finding.html", context)
 

@@ -39,6 +39,10 @@ class RankingRun(models.Model):
     inputs_digest = models.CharField(max_length=64, blank=True)
     results_digest = models.CharField(max_length=64, blank=True)
     counts = models.JSONField(default=dict, blank=True)
+    # What the graph said about each service: {environment: {service: {trust, exposure,
+    # path, hops…}}}. Kept with the run so the service map and pages read it instead of
+    # analysing the graph again on every request.
+    services = models.JSONField(default=dict, blank=True)
     timings = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)

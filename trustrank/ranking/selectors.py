@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
+from django.db.models.fields.json import KeyTransform
 from django.http import Http404
 
 from trustrank.accounts.principal import Principal
@@ -65,6 +66,85 @@ def ranking_run_list(*, principal: Principal) -> QuerySet[RankingRun]:
 
 
 def rank_history(*, finding: Finding, limit: int = 200) -> list[RankChange]:
-    return list(
+    """The finding's ranks over time: every recorded move, and its place since the run that
+    first ranked it (a first run records no moves, so that point comes from the queue)."""
+    changes = list(
         RankChange.objects.filter(finding=finding).order_by("-at", "-pk")[:limit]
     )[::-1]
+    ranked = finding.ranked_or_none
+    if ranked is not None and (not changes or changes[0].previous_rank is not None):
+        first = (
+            RankingRun.objects.filter(team_id=finding.team_id, status=RunStatus.DONE)
+            .order_by("finished_at", "pk")
+            .only("finished_at")
+            .first()
+        )
+        entered = changes[0] if changes else None
+        start = RankChange(
+            finding=finding,
+            rank=entered.previous_rank if entered else ranked.rank,
+            score=entered.previous_score if entered else ranked.score,
+            decision=(entered.previous_decision if entered else ranked.decision) or "",
+            at=(first.finished_at if first and first.finished_at else finding.first_seen),
+        )
+        if start.rank is not None:
+            changes.insert(0, start)
+    return changes
+
+
+def ranking_runs_latest(*, principal: Principal) -> list[RankingRun]:
+    """Each of the principal's teams' most recent run, whatever its status (one query)."""
+    return list(
+        RankingRun.objects.filter(team_id__in=principal.team_ids)
+        .select_related("team")
+        .defer("services", "weights")
+        .order_by("team_id", "-created_at", "-pk")
+        .distinct("team_id")
+    )
+
+
+def ranking_run_latest_done(*, team_id: int) -> RankingRun | None:
+    return (
+        RankingRun.objects.filter(team_id=team_id, status=RunStatus.DONE)
+        .defer("services", "weights")
+        .order_by("-finished_at", "-pk")
+        .first()
+    )
+
+
+def service_results(*, team_id: int, environment: str) -> dict[str, dict[str, Any]]:
+    """Trust, exposure and path from the internet (with each hop's evidence) of each
+    service of one environment, by service name, as the team's latest finished run computed
+    them ({} before any run). Only that environment's part of the run's JSON is read."""
+    part = (
+        RankingRun.objects.filter(team_id=team_id, status=RunStatus.DONE)
+        .order_by("-finished_at", "-pk")
+        .annotate(part=KeyTransform(environment, "services"))
+        .values_list("part", flat=True)
+        .first()
+    )
+    return part if isinstance(part, dict) else {}
+
+
+def service_result(*, team_id: int, environment: str, service: str) -> dict[str, Any] | None:
+    """One service's entry of `service_results` (None when the latest run has none)."""
+    part = (
+        RankingRun.objects.filter(team_id=team_id, status=RunStatus.DONE)
+        .order_by("-finished_at", "-pk")
+        .annotate(part=KeyTransform(service, KeyTransform(environment, "services")))
+        .values_list("part", flat=True)
+        .first()
+    )
+    return part if isinstance(part, dict) else None
+
+
+def priority_environments(*, principal: Principal) -> list[str]:
+    """Names of the environments of the principal's teams, for the queue's selector."""
+    from trustrank.runtime.models import Environment
+
+    return list(
+        Environment.objects.filter(team_id__in=principal.team_ids)
+        .order_by("name")
+        .values_list("name", flat=True)
+        .distinct()
+    )

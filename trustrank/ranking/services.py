@@ -266,6 +266,7 @@ def _execute(run: RankingRun) -> None:
             weights_version=rs.version,
             inputs_digest=result.inputs_digest,
             results_digest=_rows_digest(rows),
+            services=services_json(result),
             counts={
                 "findings": len(result.findings),
                 "services": len(gathered.inputs.services),
@@ -295,6 +296,21 @@ def _rows_digest(rows: dict[int, tuple[int, int, str, float, str, str]]) -> str:
     for fid in sorted(rows):
         h.update(orjson.dumps([fid, *rows[fid]]))
     return h.hexdigest()
+
+
+def services_json(result: RankResult) -> dict[str, dict[str, Any]]:
+    """The per-service graph results by environment and name, as the run stores them."""
+    out: dict[str, dict[str, Any]] = {}
+    for s in result.services:
+        out.setdefault(s.environment, {})[s.name] = {
+            "trust": s.trust,
+            "identity_trust": s.identity_trust,
+            "exposure": s.exposure,
+            "exposure_reason": s.exposure_reason,
+            "path": list(s.path),
+            "hops": orjson.loads(orjson.dumps(list(s.hops))),
+        }
+    return out
 
 
 # --- storing ------------------------------------------------------------------------------

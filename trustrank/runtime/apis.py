@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 from trustrank.accounts.models import Scope, Team
 from trustrank.accounts.principal import Principal, principal_for_request
 from trustrank.lib.api import Pagination, problem
+from trustrank.ranking import selectors as ranking_selectors
 from trustrank.runtime import engine, selectors
 from trustrank.runtime.deployment import (
     DeploymentError,
@@ -62,6 +63,15 @@ class LibrarySerializer(serializers.Serializer):
     spans = serializers.IntegerField()
 
 
+class ServiceDeploymentSerializer(serializers.Serializer):
+    project = serializers.CharField()
+    version = serializers.CharField()
+    human_impact = serializers.ChoiceField(choices=HumanImpact.choices)
+    # Plain text in the schema: a second enum named "source" would make the generator
+    # rename the existing ones.
+    source = serializers.CharField(help_text=f"One of: {', '.join(DeploymentSource.values)}")
+
+
 class ServiceOutSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     name = serializers.CharField()
@@ -80,6 +90,16 @@ class ServiceOutSerializer(serializers.Serializer):
     libraries = LibrarySerializer(many=True)
     attributes = serializers.DictField(child=serializers.CharField())
     last_seen = serializers.DateTimeField()
+    trust = serializers.FloatField(
+        allow_null=True, help_text="0-1, from the latest ranking run (null before one)"
+    )
+    exposure = serializers.ChoiceField(
+        choices=["open", "controlled", "small"], allow_null=True,
+        help_text="SSVC System Exposure, from the latest ranking run (null before one)",
+    )
+    deployment = ServiceDeploymentSerializer(
+        allow_null=True, help_text="The project version it runs, if recorded"
+    )
 
 
 class EdgeOutSerializer(serializers.Serializer):
@@ -139,9 +159,19 @@ class ServiceListApi(APIView):
         ids = [s.pk for s in page]
         rates = selectors.service_rates(service_ids=ids, since=since)
         libraries = selectors.service_libraries(service_ids=ids, since=since)
+        deployments = selectors.deployments_for_services(services=page)
+        on_page = {s.environment_id for s in page}
+        # Trust and exposure as the latest ranking run of each team computed them.
+        ranked = {
+            env.pk: ranking_selectors.service_results(team_id=env.team_id, environment=env.name)
+            for env in envs
+            if env.pk in on_page
+        }
         rows: list[dict[str, Any]] = []
         for service in page:
             rate = rates[service.pk]
+            result = ranked.get(service.environment_id, {}).get(service.name) or {}
+            deployment = deployments.get(service.pk)
             rows.append(
                 {
                     "id": service.pk,
@@ -161,6 +191,17 @@ class ServiceListApi(APIView):
                     "libraries": libraries.get(service.pk, []),
                     "attributes": service.attributes,
                     "last_seen": service.last_seen,
+                    "trust": result.get("trust"),
+                    "exposure": result.get("exposure"),
+                    "deployment": (
+                        {
+                            "project": deployment.project_version.project.name,
+                            "version": deployment.project_version.version,
+                            "human_impact": deployment.human_impact,
+                            "source": deployment.source,
+                        }
+                        if deployment is not None else None
+                    ),
                 }
             )
         return paginator.get_paginated_response(ServiceOutSerializer(rows, many=True).data)

@@ -18,6 +18,7 @@ from trustrank.findings.models import OPEN_STATES, Finding, FindingKind
 from trustrank.runtime import engine
 from trustrank.runtime.models import (
     CallEdgeBucket,
+    Deployment,
     Environment,
     LibraryBucket,
     NodeKind,
@@ -289,6 +290,7 @@ def graph_for_environment(*, environment: Environment, since: datetime | None) -
         "nodes": [
             {
                 "id": str(node.pk),
+                "name": node.name,
                 "label": node.display_name,
                 "kind": node.kind,
                 "ingress": node.is_ingress,
@@ -349,3 +351,34 @@ def observed_calls(*, team_id: int, environment: str, since: datetime) -> list[O
         )
         for row in rows
     ]
+
+
+def deployment_for_service(*, service: Service) -> Deployment | None:
+    """The project version this service runs, as recorded (None when nobody said)."""
+    return (
+        Deployment.objects.filter(
+            environment_id=service.environment_id,
+            namespace=service.namespace,
+            service_name=service.name,
+        )
+        .select_related("project_version__project")
+        .first()
+    )
+
+
+def deployments_for_services(*, services: Iterable[Service]) -> dict[int, Deployment]:
+    """Service id -> its recorded deployment, for a page of services (one query)."""
+    services = list(services)
+    if not services:
+        return {}
+    wanted = {(s.environment_id, s.namespace, s.name): s.pk for s in services}
+    rows = Deployment.objects.filter(
+        environment_id__in={s.environment_id for s in services},
+        service_name__in={s.name for s in services},
+    ).select_related("project_version__project")
+    out: dict[int, Deployment] = {}
+    for d in rows:
+        pk = wanted.get((d.environment_id, d.namespace, d.service_name))
+        if pk is not None:
+            out[pk] = d
+    return out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
@@ -9,10 +11,22 @@ from django.shortcuts import redirect, render
 from django.templatetags.static import static
 from django.views.decorators.http import require_GET, require_POST
 
+from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_request
+from trustrank.inventory.models import Project
 from trustrank.lib.pages import HtmxHttpRequest, paginate
+from trustrank.ranking import selectors as ranking_selectors
+from trustrank.ranking.explain import path_svg
+from trustrank.ranking.services import ranking_after_load
 from trustrank.runtime import engine, selectors, services
+from trustrank.runtime.deployment import (
+    DeploymentError,
+    DeploymentForbidden,
+    DeploymentRequest,
+    deployment_set,
+)
 from trustrank.runtime.filters import ServiceFilterSet
+from trustrank.runtime.models import DeploymentSource, HumanImpact
 
 WINDOWS = ["15m", "1h", "6h", "24h", "7d", "30d", "all"]
 _KIND_NAMES = {1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
@@ -34,6 +48,15 @@ def _graph_library_url() -> str | None:
         return static(GRAPH_LIBRARY)
     except ValueError:
         return None
+
+
+def _with_trust(graph: dict[str, Any], results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each service node gains its trust (0-1) and exposure for the map's colours."""
+    for node in graph["nodes"]:
+        found = results.get(node.get("name", "")) if node.get("kind") == "service" else None
+        node["trust"] = found.get("trust") if found else None
+        node["exposure"] = found.get("exposure") if found else None
+    return graph
 
 
 @login_required
@@ -68,9 +91,19 @@ def service_map(request: HtmxHttpRequest) -> HttpResponse:
         context["rates"] = selectors.service_rates(
             service_ids=[s.pk for s in page], since=since
         )
-        context["rows"] = [(s, context["rates"][s.pk]) for s in page]  # type: ignore[index]
+        # Trust and exposure as the latest ranking run computed them (none before a run).
+        results = ranking_selectors.service_results(
+            team_id=environment.team_id, environment=environment.name
+        )
+        context["rows"] = [
+            (s, context["rates"][s.pk], results.get(s.name))  # type: ignore[index]
+            for s in page
+        ]
         context["filter"] = filterset
-        context["graph"] = selectors.graph_for_environment(environment=environment, since=since)
+        context["ranked"] = bool(results)
+        context["graph"] = _with_trust(
+            selectors.graph_for_environment(environment=environment, since=since), results
+        )
         context["broken"] = list(
             selectors.broken_context_for_environment(environment=environment)[:50]
         )
@@ -101,8 +134,66 @@ def service_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "findings": selectors.findings_for_service(service=service),
         "samples": selectors.trace_samples_for_service(service=service),
         "can_triage": principal.can("triage", service.environment.team_id),
+        **_service_rank(service),
     }
     return render(request, "runtime/service_detail.html", context)
+
+
+def _service_rank(service: Any) -> dict[str, Any]:
+    """Trust, exposure and path from the latest ranking run, and the recorded deployment
+    with what its form offers."""
+    env = service.environment
+    result = ranking_selectors.service_result(
+        team_id=env.team_id, environment=env.name, service=service.name
+    )
+    return {
+        "rank_result": result,
+        "rank_path_svg": (
+            path_svg(path=list(result.get("path") or []), hops=list(result.get("hops") or []))
+            if result else ""
+        ),
+        "deployment": selectors.deployment_for_service(service=service),
+        "human_impacts": HumanImpact.choices,
+        "project_names": list(
+            Project.objects.filter(team_id=env.team_id).order_by("name").values_list(
+                "name", flat=True
+            )[:500]
+        ),
+    }
+
+
+@login_required
+@require_POST
+def service_deployment(request: HttpRequest, pk: int) -> HttpResponse:
+    """A person (scope triage) says which project version the service runs."""
+    principal = principal_for_request(request)
+    service = selectors.service_get_for_user(principal=principal, pk=pk)
+    team = service.environment.team
+    if not principal.can(Scope.TRIAGE, team.pk):
+        return HttpResponse("changing a deployment needs the triage role", status=403)
+    try:
+        deployment_set(
+            team=team,
+            environment=service.environment.name,
+            service=service.name,
+            namespace=service.namespace,
+            request=DeploymentRequest(
+                project=request.POST.get("project", ""),
+                version=request.POST.get("version", ""),
+                human_impact=request.POST.get("human_impact", HumanImpact.MEDIUM),
+            ),
+            source=DeploymentSource.MANUAL,
+            principal=principal,
+        )
+    except DeploymentForbidden as exc:
+        return HttpResponse(str(exc), status=403)
+    except DeploymentError as exc:
+        messages.error(request, str(exc))
+    else:
+        # The deployment is evidence like an SBOM: rank again after the usual debounce.
+        ranking_after_load(team_id=team.pk, what="deployment change")
+        messages.success(request, "Deployment saved; the next ranking run uses it.")
+    return redirect("runtime:service-detail", pk=service.pk)
 
 
 @login_required

@@ -1,0 +1,126 @@
+"""Trust and exposure on the service map, the service page (with its deployment form) and
+the services API, from the latest ranking run."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.ranking.scenario import build
+from tests.ranking.test_ranking_runs import rerank
+from trustrank.ranking.models import RankingRun
+from trustrank.runtime.models import Deployment
+
+pytestmark = pytest.mark.django_db
+
+
+def login(client, make_user, team, role="viewer"):
+    user = make_user(f"u-{role}-{team.pk}", team=team, role=role)
+    client.force_login(user)
+    return user
+
+
+@pytest.fixture
+def ranked(team):
+    data = build(team)
+    rerank(team)
+    return data
+
+
+def test_a_run_keeps_each_services_trust_exposure_and_path(team, ranked):
+    run = RankingRun.objects.get(team=team)
+    gateway = run.services["prod"]["payment-gateway"]
+    assert gateway["exposure"] == "open" and gateway["path"] == ["internet", "payment-gateway"]
+    assert gateway["hops"][0]["target"] == "payment-gateway" and 0 <= gateway["trust"] <= 1
+    assert run.services["prod"]["etcd"]["exposure"] == "small"
+
+
+def test_service_map_colours_by_trust_and_marks_exposure(client, make_user, team, ranked,
+                                                         django_assert_max_num_queries):
+    login(client, make_user, team)
+    with django_assert_max_num_queries(16):
+        response = client.get("/services/")
+    assert response.status_code == 200
+    nodes = {n["label"]: n for n in response.context["graph"]["nodes"]}
+    assert nodes["payment-gateway"]["exposure"] == "open"
+    assert nodes["etcd"]["exposure"] == "small"
+    assert isinstance(nodes["payment-gateway"]["trust"], float)
+    assert nodes["internet"]["trust"] is None
+    html = response.content.decode()
+    assert "exposure-open" in html and "exposure-small" in html and "<meter" in html
+
+
+def test_service_map_before_any_run_says_so(client, make_user, team):
+    build(team)
+    login(client, make_user, team)
+    response = client.get("/services/")
+    assert response.status_code == 200
+    assert "none has yet" in response.content.decode()
+    assert all(n["trust"] is None for n in response.context["graph"]["nodes"])
+
+
+def test_service_page_shows_trust_exposure_path_and_deployment(client, make_user, team,
+                                                               ranked):
+    login(client, make_user, team)
+    html = client.get(f"/services/{ranked['gateway'].pk}/").content.decode()
+    card = html.split('data-testid="service-rank"', 1)[1].split("</div>\n<h2>", 1)[0]
+    assert "exposure-open" in card and "<svg" in card and ">payment-gateway<" in card
+    deployment = html.split('data-testid="deployment"', 1)[1]
+    assert "payment-gateway</a> 1.0" in deployment and "High" in deployment
+    assert "api" in deployment
+    # A viewer reads the deployment but gets no form.
+    assert "Save deployment" not in html
+
+
+def test_manual_deployment_form_records_source_manual(client, make_user, team, ranked):
+    login(client, make_user, team, role="triager")
+    etcd = ranked["etcd"]
+    assert "Save deployment" in client.get(f"/services/{etcd.pk}/").content.decode()
+    response = client.post(f"/services/{etcd.pk}/deployment",
+                           {"project": "etcd", "version": "3.4.9", "human_impact": "very high"})
+    assert response.status_code == 302
+    d = Deployment.objects.get(environment__team=team, service_name="etcd")
+    assert d.source == "manual" and d.human_impact == "very high"
+    assert d.set_by
+    # A later run is scheduled (debounced) so the rank follows.
+    assert RankingRun.objects.filter(team=team, status="queued").exists()
+    page = client.get(f"/services/{etcd.pk}/").content.decode()
+    assert "Set by a person on the service page" in page
+    bad = client.post(f"/services/{etcd.pk}/deployment",
+                      {"project": "nope", "version": "1", "human_impact": "low"}, follow=True)
+    assert "nope" in bad.content.decode()
+    assert Deployment.objects.get(pk=d.pk).project_version.project.name == "etcd"
+
+
+def test_manual_deployment_is_refused_to_a_viewer_and_to_another_team(client, make_user, team,
+                                                                       other_team, ranked):
+    etcd = ranked["etcd"]
+    login(client, make_user, team)
+    response = client.post(f"/services/{etcd.pk}/deployment",
+                           {"project": "etcd", "version": "3.4.9", "human_impact": "low"})
+    assert response.status_code == 403
+    client.logout()
+    login(client, make_user, other_team, role="triager")
+    response = client.post(f"/services/{etcd.pk}/deployment",
+                           {"project": "etcd", "version": "3.4.9", "human_impact": "low"})
+    assert response.status_code == 404
+    d = Deployment.objects.get(environment__team=team, service_name="etcd")
+    assert d.source == "api" and d.human_impact == "medium"
+
+
+def test_services_api_has_trust_exposure_and_deployment(api, team, other_team, ranked):
+    body = api(team, "read").get("/api/v1/environments/prod/services?window=all").json()
+    by_name = {s["name"]: s for s in body["results"]}
+    gw = by_name["payment-gateway"]
+    assert gw["exposure"] == "open" and isinstance(gw["trust"], float)
+    assert gw["deployment"] == {"project": "payment-gateway", "version": "1.0",
+                                "human_impact": "high", "source": "api"}
+    assert by_name["etcd"]["exposure"] == "small"
+    assert api(other_team, "read").get("/api/v1/environments/prod/services").status_code == 404
+
+
+def test_services_api_before_any_run_has_nulls(api, team):
+    build(team)
+    body = api(team, "read").get("/api/v1/environments/prod/services").json()
+    gw = next(s for s in body["results"] if s["name"] == "payment-gateway")
+    assert gw["trust"] is None and gw["exposure"] is None
+    assert gw["deployment"]["source"] == "api"

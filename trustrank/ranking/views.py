@@ -1,0 +1,148 @@
+"""Pages: the priorities queue (the home page), its ranking-run status and "Rank now"."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.db.models import BooleanField
+from django.db.models.expressions import RawSQL
+from django.http import HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRefresh
+
+from trustrank.accounts.models import Scope, Team
+from trustrank.accounts.principal import Principal, principal_for_request
+from trustrank.findings.selectors import capped_count
+from trustrank.lib.pages import HtmxHttpRequest
+from trustrank.ranking import selectors
+from trustrank.ranking.filters import PriorityFilterSet
+from trustrank.ranking.models import RunStatus
+from trustrank.ranking.serializers import rank_fields
+from trustrank.ranking.services import ranking_run_request
+
+PAGE_SIZE = 50
+PENDING = (RunStatus.QUEUED, RunStatus.RUNNING)
+
+
+def _cursor(value: str) -> tuple[int, int, int] | None:
+    try:
+        rank, team_id, pk = (int(v) for v in value.split(":"))
+    except ValueError:
+        return None
+    return rank, team_id, pk
+
+
+def _after(cursor: tuple[int, int, int], *, by_environment: bool) -> RawSQL:
+    """Rows after the cursor in queue order, as one row comparison: PostgreSQL continues
+    the index range where the previous page ended."""
+    if by_environment:
+        return RawSQL(
+            '("ranking_rankedfinding"."env_rank", "ranking_rankedfinding"."team_id", '
+            '"ranking_rankedfinding"."finding_id") > (%s, %s, %s)',
+            cursor,
+            output_field=BooleanField(),
+        )
+    return RawSQL(
+        '("ranking_rankedfinding"."rank", "ranking_rankedfinding"."team_id", '
+        '"ranking_rankedfinding"."finding_id") > (%s, %s, %s)',
+        cursor,
+        output_field=BooleanField(),
+    )
+
+
+def _runs_context(principal: Principal) -> dict[str, Any]:
+    runs = selectors.ranking_runs_latest(principal=principal)
+    rank_teams = list(Team.objects.filter(pk__in=principal.teams_with(Scope.TRIAGE)))
+    return {
+        "runs": runs,
+        "pending": any(r.status in PENDING for r in runs),
+        "rank_teams": rank_teams,
+    }
+
+
+@login_required
+@require_GET
+def priorities_page(request: HtmxHttpRequest) -> HttpResponse:
+    """The ranked queue, team-wide or one environment's. Keyset pagination on the order
+    of the ranked table's indexes (team, rank) and (team, environment, env_rank), so page 1
+    of a million ranked findings reads 51 index entries; the total comes from the latest
+    runs' counts unless a filter narrows the queue (then it is counted up to a cap)."""
+    principal = principal_for_request(request)
+    environment = request.GET.get("environment") or None
+    queue = selectors.priority_list(principal=principal, environment=environment)
+    filterset = PriorityFilterSet(request.GET, queryset=queue)
+    # Invalid values (decision=urgent, kev=maybe) are reported and ignored, not a 500.
+    qs = filterset.qs
+    capped = False
+    if filterset.is_filtered():
+        count, capped = capped_count(qs)
+    else:
+        count = selectors.priority_count(principal=principal, environment=environment) or 0
+    after = _cursor(request.GET.get("after", ""))
+    page_qs = qs
+    if after is not None:
+        page_qs = qs.filter(_after(after, by_environment=environment is not None))
+    found = list(page_qs[: PAGE_SIZE + 1])
+    has_next = len(found) > PAGE_SIZE
+    found = found[:PAGE_SIZE]
+    params = request.GET.copy()
+    params.pop("after", None)
+    first_query = params.urlencode()
+    next_query = ""
+    if has_next:
+        last = found[-1]
+        position = last.env_rank if environment is not None else last.rank
+        params["after"] = f"{position}:{last.team_id}:{last.pk}"
+        next_query = params.urlencode()
+    context: dict[str, Any] = {
+        "filter": filterset,
+        "rows": [(f, rank_fields(f)) for f in found],
+        "count": count,
+        "capped": capped,
+        "environment": environment,
+        "environments": selectors.priority_environments(principal=principal),
+        "next_query": next_query,
+        "first_query": first_query,
+        "is_first_page": after is None,
+        **_runs_context(principal),
+    }
+    if request.htmx:
+        return render(request, "ranking/_priorities_table.html", context)
+    return render(request, "ranking/priorities.html", context)
+
+
+@login_required
+@require_GET
+def priorities_status(request: HtmxHttpRequest) -> HttpResponse:
+    """The latest runs' status, polled while one is queued or running; once none is, the
+    page reloads so the new queue shows."""
+    principal = principal_for_request(request)
+    context = _runs_context(principal)
+    if request.GET.get("pending") and not context["pending"]:
+        return HttpResponseClientRefresh()
+    return render(request, "ranking/_run_status.html", context)
+
+
+@login_required
+@require_POST
+def priorities_rank_now(request: HtmxHttpRequest) -> HttpResponse:
+    """Rank the team's findings now (scope triage): the run starts without the debounce."""
+    principal = principal_for_request(request)
+    allowed = principal.teams_with(Scope.TRIAGE)
+    raw = request.POST.get("team", "")
+    if raw:
+        team_id = int(raw) if raw.isdigit() else -1
+    else:
+        team_id = allowed[0] if len(allowed) == 1 else -1
+    if team_id not in allowed:
+        return HttpResponse("ranking needs the triage role in that team", status=403)
+    ranking_run_request(
+        team_id=team_id, trigger="page", requested_by=principal.label, delay_seconds=0
+    )
+    if request.htmx:
+        return render(request, "ranking/_run_status.html", _runs_context(principal))
+    return HttpResponseRedirect(reverse("ranking:priorities"))
+
