@@ -26,6 +26,7 @@ from trustrank.parsers.x509 import (
     certificates_parse,
     trust_bundle_parse,
 )
+from trustrank.runtime.models import HumanImpact
 from trustrank.vulns.services.feeds import FEED_KINDS, FeedSourceError
 
 # --- SBOM -------------------------------------------------------------------------------------
@@ -37,6 +38,11 @@ class SbomTarget:
     project_version: str = ""
     project_uuid: str = ""
     auto_create: bool = False
+    # Where the project version runs (issue a deployment after the load), when named.
+    environment: str = ""
+    service: str = ""
+    namespace: str = ""
+    human_impact: str = ""
 
 
 def parse_bool(raw: object) -> bool:
@@ -82,6 +88,16 @@ def sbom_submit(
             "Project required",
             "Name the project: projectName (and projectVersion) or project.",
         )
+    if target.service and not target.environment:
+        raise SubmitRefused(
+            SubmitRefused.INVALID, "Environment required",
+            "Name the environment the service runs in: environment (with service).",
+        )
+    if target.human_impact and target.human_impact not in HumanImpact.values:
+        raise SubmitRefused(
+            SubmitRefused.INVALID, "Invalid field",
+            f"human_impact must be one of {', '.join(HumanImpact.values)}.",
+        )
     if not target.auto_create or target.project_uuid:
         try:
             project_version_resolve(
@@ -103,6 +119,16 @@ def sbom_submit(
             "projectVersion": target.project_version,
             "project": target.project_uuid,
             "autoCreate": target.auto_create,
+            **(
+                {
+                    "environment": target.environment,
+                    "service": target.service,
+                    "namespace": target.namespace,
+                    "human_impact": target.human_impact,
+                }
+                if target.service
+                else {}
+            ),
         },
         priority=priority,
         content_type=content_type,

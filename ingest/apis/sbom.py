@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid as uuid_module
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -142,11 +143,29 @@ def _target_checked(
 
 
 def _target(request: Request) -> SbomTarget:
-    return _target_checked(
+    target = _target_checked(
         name=param(request, "projectName"),
         version=param(request, "projectVersion"),
         uuid=param(request, "project"),
         auto_create=param(request, "autoCreate"),
+    )
+    where: dict[str, str] = {}
+    for field, limit in (("environment", 120), ("service", 200), ("namespace", 120),
+                         ("human_impact", 12)):
+        value = param(request, field)
+        if value is None or value == "":
+            continue
+        if not isinstance(value, str) or "\x00" in value or len(value) > limit:
+            raise UploadRefused(
+                400, "Invalid field", f"{field} must be text of at most {limit} characters."
+            )
+        where[field] = value.strip()
+    return replace(
+        target,
+        environment=where.get("environment", ""),
+        service=where.get("service", ""),
+        namespace=where.get("namespace", ""),
+        human_impact=where.get("human_impact", ""),
     )
 
 
@@ -157,6 +176,16 @@ def _target(request: Request) -> SbomTarget:
         OpenApiParameter("projectVersion", str),
         OpenApiParameter("autoCreate", bool),
         OpenApiParameter("project", str, description="project version uuid instead of name"),
+        OpenApiParameter(
+            "environment", str, description="with `service`: where this version runs"
+        ),
+        OpenApiParameter(
+            "service", str, description="the service running it (records the deployment)"
+        ),
+        OpenApiParameter("namespace", str, description="the service's namespace, if any"),
+        OpenApiParameter(
+            "human_impact", str, description="low, medium (default), high or very high"
+        ),
         OpenApiParameter("team", str, description="for people in several teams"),
         OpenApiParameter("X-Priority", int, location=OpenApiParameter.HEADER),
     ],

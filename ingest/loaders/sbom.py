@@ -7,8 +7,11 @@ from typing import Any
 from ingest.errors import IngestRejected
 from ingest.models import IngestJob
 from ingest.services import ProgressFn
+from trustrank.accounts.principal import principal_for_system
 from trustrank.inventory.services import ProjectNotFound, project_version_resolve, sbom_store
 from trustrank.parsers.cyclonedx import BomError, parse_cyclonedx
+from trustrank.runtime.deployment import DeploymentError, DeploymentRequest, deployment_set
+from trustrank.runtime.models import DeploymentSource, HumanImpact
 
 
 def sbom_load(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> dict[str, Any]:
@@ -33,6 +36,7 @@ def sbom_load(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> dict[s
     sbom, created = sbom_store(
         project_version=pv, parsed=parsed, digest=job.digest, job_id=job.pk, progress=progress
     )
+    deployed = _deploy(job=job, project_version=pv)
     return {
         "components": sbom.component_count,
         "dependencies": sbom.dependency_count,
@@ -41,6 +45,37 @@ def sbom_load(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> dict[s
             "sbom_id": sbom.pk,
             "project_id": pv.project_id,
             "project_version_uuid": str(pv.uuid),
+            **({"deployment": deployed} if deployed else {}),
             "duplicate": not created,
         },
+    }
+
+
+def _deploy(*, job: IngestJob, project_version: Any) -> dict[str, str] | None:
+    """An upload that names its environment and service records that deployment."""
+    params = job.params or {}
+    service = str(params.get("service") or "")
+    if not service:
+        return None
+    try:
+        deployment = deployment_set(
+            team=job.team,
+            environment=str(params.get("environment") or ""),
+            service=service,
+            namespace=str(params.get("namespace") or ""),
+            request=DeploymentRequest(
+                project=str(project_version.uuid),
+                human_impact=str(params.get("human_impact") or HumanImpact.MEDIUM),
+            ),
+            source=DeploymentSource.SBOM,
+            principal=principal_for_system(
+                team_id=job.team_id, name=f"SBOM job {job.pk}", scopes=frozenset({"sbom:write"})
+            ),
+        )
+    except DeploymentError as exc:
+        raise IngestRejected(f"The deployment cannot be recorded: {exc}") from exc
+    return {
+        "environment": deployment.environment.name,
+        "service": deployment.service_name,
+        "human_impact": deployment.human_impact,
     }

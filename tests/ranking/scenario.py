@@ -58,8 +58,10 @@ def build(team, *, env: str = "prod") -> dict[str, object]:
 
     internet = node("internet", NodeKind.INTERNET)
     gateway = node("payment-gateway")
-    etcd_svc = node("etcd", attributes={"trustrank.origins": {"local": 600,
-                                                              "local_example": "127.0.0.1"}})
+    etcd_svc = node("etcd")
+    # etcd's only callers: its local agent (root spans from 127.0.0.1).
+    LibraryBucket.objects.create(service=etcd_svc, bucket_start=now, kind="origin",
+                                 name="local", spans=600)
     for minute in range(10):
         at = now - timedelta(minutes=minute)
         CallEdgeBucket.objects.create(environment=environment, caller=internet, callee=gateway,

@@ -335,3 +335,31 @@ def test_broken_context_resolves_when_unseen_and_reopens_when_back(team, setting
     assert [e.action for e in finding.events.order_by("pk")] == [
         "created", "auto_resolved", "reopened",
     ]
+
+
+@pytest.mark.parametrize(
+    ("address", "origin"),
+    [("127.0.0.1", "local"), ("::1", "local"), ("10.2.3.4", "internal"),
+     ("192.168.1.9", "internal"), ("93.184.216.34", "internet"), (None, "internet")],
+)
+def test_root_spans_are_ingress_only_from_outside(team, address, origin):
+    """Root server spans count as calls from the internet only when the caller is outside:
+    loopback and private callers are recorded as the service's local or internal origins."""
+    from trustrank.runtime.models import CallEdgeBucket, LibraryBucket
+
+    f = SpanFactory()
+    attributes = {} if address is None else {"client.address": address}
+    for _ in range(3):
+        f.span(service="etcd", name="Range", kind=SpanKind.SERVER, trace_id=f.trace_id(),
+               attributes=attributes)
+    store(team, f.request())
+    internet_calls = sum(
+        CallEdgeBucket.objects.filter(caller__kind="internet").values_list("calls", flat=True)
+    )
+    origins = dict(
+        LibraryBucket.objects.filter(kind="origin").values_list("name", "spans")
+    )
+    if origin == "internet":
+        assert internet_calls == 3 and origins == {}
+    else:
+        assert internet_calls == 0 and origins == {origin: 3}

@@ -154,7 +154,9 @@ def span_problem(span: object, *, window: SpanWindow = _ALL_TIMES) -> str | None
 #   instead of two), parent_span_id (b"" or 8 bytes),
 #   start_ns, end_ns, kind (OTLP SpanKind number), error (status code ERROR),
 #   name (None outside the name sample, see spans_from_request),
-#   peer (un-normalised peer name: peer.service, else server.address, else db.system),
+#   peer (client and producer spans: the un-normalised peer name, peer.service, else
+#   server.address, else db.system; server and consumer spans: the caller's address,
+#   client.address else network.peer.address, which tells outside callers from local ones),
 #   is_db (db.system set), tls, mtls,
 #   libraries (((kind, name), ...) evidence of libraries in use, or None).
 # Only tuples of atoms: the cyclic garbage collector stops tracking those after one pass.
@@ -168,7 +170,14 @@ _STATUS_ERROR = 2
 # new names), mapped to a small code for the hot loop.
 _A_PEER_SERVICE, _A_SERVER_ADDRESS, _A_DB, _A_MESSAGING, _A_RPC = 1, 2, 3, 4, 5
 _A_CODE_NS, _A_CODE_FN, _A_SCHEME, _A_TLS, _A_MTLS = 6, 7, 8, 9, 10
+_A_CLIENT = 11
+_SERVER_KINDS = (2, 5)  # SPAN_KIND_SERVER, SPAN_KIND_CONSUMER
 _SPAN_KEYS: dict[str, int] = {
+    # The caller's address, on the server side of a call (newest convention first wins).
+    "client.address": _A_CLIENT,
+    "network.peer.address": _A_CLIENT,
+    "net.sock.peer.addr": _A_CLIENT,
+    "net.peer.ip": _A_CLIENT,
     "peer.service": _A_PEER_SERVICE,
     "server.address": _A_SERVER_ADDRESS,
     "net.peer.name": _A_SERVER_ADDRESS,
@@ -341,7 +350,7 @@ def spans_from_request(
                             f"{span_problem(span, window=window)}"
                         )
                     continue
-                peer_service = address = db = ""
+                peer_service = address = db = client = ""
                 tls = mtls = False
                 libraries: tuple[tuple[str, str], ...] | None = None
                 for kv in span.attributes:
@@ -365,6 +374,8 @@ def spans_from_request(
                             tls = True
                     elif code == _A_MTLS:
                         mtls = True
+                    elif code == _A_CLIENT:
+                        client = client or value
                     elif value:
                         if code == _A_DB:
                             db = value
@@ -381,7 +392,7 @@ def spans_from_request(
                             )
                         if one:
                             libraries = one if libraries is None else (*libraries, *one)
-                peer = peer_service or address or db
+                peer = client if span.kind in _SERVER_KINDS else peer_service or address or db
                 if peer:
                     # Shared, as above: the same few peer names on most spans.
                     peer = peers.setdefault(peer, peer)

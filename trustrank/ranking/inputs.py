@@ -172,17 +172,21 @@ def _graph(team_id: int, since: datetime, minutes: float) -> tuple[
 
 
 def _local_origins(team_id: int, since: datetime) -> Iterator[tuple[str, str, Any, str]]:
-    """Root spans from loopback or private addresses, which the aggregation records on the
-    service (`attributes["trustrank.origins"]`) instead of as internet edges."""
-    rows = Service.objects.filter(
-        environment__team_id=team_id, kind=NodeKind.SERVICE, last_seen__gte=since
-    ).values_list("environment__name", "name", "attributes")
-    for env, name, attributes in rows:
-        origins = (attributes or {}).get("trustrank.origins") or {}
-        for cls in ("local", "internal"):
-            spans = int(origins.get(cls, 0) or 0)
-            if spans:
-                yield env, name, (cls, spans), str(origins.get(f"{cls}_example", ""))[:64]
+    """Root spans from loopback or private callers in the window, which the aggregation
+    counts per minute as `origin` evidence instead of internet edges."""
+    rows = (
+        LibraryBucket.objects.filter(
+            service__environment__team_id=team_id, bucket_start__gte=since, kind="origin"
+        )
+        .values("service__environment__name", "service__name", "name")
+        .annotate(spans=Sum("spans"))
+    )
+    for row in rows:
+        if row["name"] in ("local", "internal") and row["spans"]:
+            yield (
+                row["service__environment__name"], row["service__name"],
+                (row["name"], int(row["spans"])), "",
+            )
 
 
 def _libraries(
@@ -193,6 +197,7 @@ def _libraries(
     evidence: dict[int, list[tuple[str, str, float]]] = defaultdict(list)
     rows = (
         LibraryBucket.objects.filter(service__environment__team_id=team_id, bucket_start__gte=since)
+        .exclude(kind="origin")
         .values("service_id", "kind", "name")
         .annotate(spans=Sum("spans"))
     )

@@ -24,6 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 from trustrank.parsers.otlp import ResourceSpans, sample_threshold
+from trustrank.risk.addresses import classify_address
 
 HIST_BUCKETS = 128
 SERVICE = "service"
@@ -352,7 +353,7 @@ def aggregate(
                 elif kind in (KIND_SERVER, KIND_CONSUMER):
                     servers.append(
                         (env, service, parent, bucket, end - start, error, tls, mtls, end,
-                         span_key, start, kind)
+                         span_key, start, kind, raw_peer)
                     )
                 local[span_key] = (env, service, kind, peer)
                 # The parser read names only for its own sample (None elsewhere), which is
@@ -383,13 +384,20 @@ def aggregate(
 
     # Server side: the parent span's service is the caller.
     for (env, service, parent, bucket, dur, error, tls, mtls, end, span_key, start,
-         kind) in servers:
+         kind, client) in servers:
         if not parent:
             if kind == KIND_SERVER:
-                agg.ingress.add((env, service))
-                _edge(edges, env, INTERNET_NODE, service, bucket).add_call(
-                    dur, error, tls, mtls, end
-                )
+                # A root server span is an entry from the internet only when its caller is
+                # outside: a public address, or none recorded. Loopback and private callers
+                # are counted per minute as the service's local or internal origins.
+                origin = classify_address(client or None)
+                if origin == "internet":
+                    agg.ingress.add((env, service))
+                    _edge(edges, env, INTERNET_NODE, service, bucket).add_call(
+                        dur, error, tls, mtls, end
+                    )
+                else:
+                    libraries[(env, service, bucket, "origin", origin, "")] += 1
                 roots[(env, service)].append((start, end, span_key[:16].hex()))
             continue
         parent_key = span_key[:16] + parent

@@ -135,6 +135,9 @@ class LibraryKind(models.TextChoices):
     DB = "db", "Database system"
     MESSAGING = "messaging", "Messaging system"
     RPC = "rpc", "RPC system"
+    # Not a library: root server spans from loopback ("local") or private ("internal")
+    # callers, counted per minute beside the libraries (the ranking's exposure reads them).
+    ORIGIN = "origin", "Root spans from local or internal callers"
 
 
 class LibraryBucket(models.Model):

@@ -121,7 +121,7 @@ def service_rates(*, service_ids: list[int], since: datetime | None) -> dict[int
 def service_libraries(
     *, service_ids: list[int], since: datetime | None
 ) -> dict[int, list[dict[str, Any]]]:
-    qs = LibraryBucket.objects.filter(service_id__in=service_ids)
+    qs = LibraryBucket.objects.filter(service_id__in=service_ids).exclude(kind="origin")
     if since is not None:
         qs = qs.filter(bucket_start__gte=since)
     result: dict[int, list[dict[str, Any]]] = defaultdict(list)

@@ -404,6 +404,97 @@ class SampleLoader:
                 return
 
 
+    def shop(self) -> None:
+        """The demo's story (ingest/demo.py): a shop whose payment gateway runs Log4j 2.14.1
+        behind the internet and logs on every request, and an etcd only its local agent
+        calls. Its advisories and EPSS rows, its SBOMs uploaded with the service that runs
+        them, SPIFFE certificates issued now, and traces of the last ten minutes; then a
+        ranking run, so the home page shows the result at once."""
+        from ingest import demo
+
+        folder = self.data / "demo"
+        if not folder.is_dir() or self.stalled:
+            return
+        say(f"loading the demo shop (environment '{demo.ENVIRONMENT}') ...")
+        for feed, name in (("osv", "advisories-demo.json"), ("epss", "epss-demo.csv")):
+            path = folder / name
+            key = self._key(f"shop-feed-{feed}", path)
+            if key in self.loaded:
+                continue
+            payload, filename = feed_payload_read(kind=feed, path=str(path))
+            if self._send_job(
+                method="POST", url=f"/api/v1/feeds/{feed}", body=payload,
+                content_type="application/octet-stream", label=f"{feed} {name}",
+                headers={"X-Filename": filename},
+            ) == "done":
+                self._remember(key)
+        for service, project, version, impact, sbom in demo.SERVICES:
+            query = urllib.parse.urlencode({
+                "projectName": project, "projectVersion": version, "autoCreate": "true",
+                "environment": demo.ENVIRONMENT, "service": service, "human_impact": impact,
+            })
+            if self._upload_job(
+                method="POST", url=f"/api/v1/sboms?{query}", path=folder / sbom,
+                content_type="application/json",
+                label=f"{sbom} -> {project} {version}, run by {service}",
+            ) == "stalled":
+                return
+        if "shop-certificates" not in self.loaded:
+            certs = demo.shop_certificates()
+            outcome = self._send_job(
+                method="PUT",
+                url=f"/api/v1/environments/{demo.ENVIRONMENT}/trust-bundle"
+                f"?trust_domain={demo.TRUST_DOMAIN}",
+                body=certs.bundle_pem, content_type="application/x-pem-file",
+                label="shop trust bundle",
+            )
+            for service, pem in certs.certificates:
+                outcome = self._send_job(
+                    method="POST",
+                    url=f"/api/v1/certificates?environment={demo.ENVIRONMENT}&service={service}",
+                    body=pem, content_type="application/x-pem-file",
+                    label=f"SPIFFE certificate of {service}",
+                ) if outcome == "done" else outcome
+            if outcome == "done":
+                self._remember("shop-certificates")
+        # Traffic is new on every start, like the OnlineBoutique replay.
+        for body in demo.shop_traces():
+            status, data, text = self.api.call(
+                "POST", "/v1/traces", body=body, content_type="application/json"
+            )
+            if status != 200:
+                say(f"  shop traces: rejected, {problem_text(status, data, text)}")
+        self.rank()
+
+    def rank(self) -> None:
+        """Rank now (POST /api/v1/ranking-runs) and wait, instead of the debounce delay."""
+        if self.stalled:
+            return
+        # The trace jobs must be in first: wait for the queue to drain.
+        deadline = time.monotonic() + JOB_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            status, data, _text = self.api.call("GET", "/api/v1/jobs?status=queued")
+            if status != 200 or not (data or {}).get("count"):
+                break
+            time.sleep(0.5)
+        status, data, text = self.api.call("POST", "/api/v1/ranking-runs", body=b"{}",
+                                           content_type="application/json")
+        if status != 202 or data is None:
+            say(f"  ranking: not started, {problem_text(status, data, text)}")
+            return
+        url = str(data["status_url"])
+        while time.monotonic() < deadline + JOB_TIMEOUT_SECONDS:
+            status, run, _text = self.api.call("GET", url)
+            if run and run.get("status") in ("done", "failed"):
+                counts = run.get("counts") or {}
+                say(f"  ranking run {run['id']}: {run['status']}, "
+                    f"{counts.get('findings', 0)} findings ranked"
+                    + (f" ({run.get('error')})" if run.get("error") else ""))
+                return
+            time.sleep(0.5)
+        say("  ranking run did not finish in time; it goes on in the worker")
+
+
 def cert_content_type(path: Path) -> str:
     if path.suffix == ".json":
         return "application/json"
@@ -478,5 +569,6 @@ class Command(BaseCommand):
         loader.traces()
         loader.boutique_replay()
         loader.certificates()
+        loader.shop()
         if loader.stalled:
             raise CommandError("the worker stopped finishing jobs; see var/log/worker.log")
