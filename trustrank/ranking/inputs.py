@@ -285,8 +285,12 @@ _FINDINGS_SQL = """
 SELECT f.id, f.kind, f.category, f.vuln_id, f.severity, f.cvss_score, f.in_kev,
        f.kev_date_added, f.epss, f.epss_percentile, f.cve_id, f.advisory_id,
        f.project_version_id, f.component_purl, f.component_key, f.component_name,
-       f.environment, s.name, f.baseline_priority, f.fingerprint, f.state
-  FROM findings_finding f LEFT JOIN runtime_service s ON s.id = f.service_id
+       f.environment, COALESCE(s.name, NULLIF(i.service_name, '')), f.baseline_priority,
+       f.fingerprint, f.state
+  FROM findings_finding f
+  LEFT JOIN runtime_service s ON s.id = f.service_id
+  -- An identity finding is about the service its SPIFFE ID is mapped to.
+  LEFT JOIN identity_identity i ON i.id = f.identity_id
  WHERE f.team_id = %s AND {where}
  ORDER BY f.id
 """
