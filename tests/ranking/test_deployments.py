@@ -1,0 +1,71 @@
+"""Which code runs where: deployments from SBOM uploads, the API and telemetry."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from tests.identity.helpers import run_queued_jobs
+from tests.vulns.helpers import bom, load_sbom
+from trustrank.runtime.deployment import deployments_from_telemetry
+from trustrank.runtime.models import Deployment, Environment, NodeKind, Service
+
+pytestmark = pytest.mark.django_db
+
+BOM = bom([("lodash", "4.17.15", "pkg:npm/lodash@4.17.15")])
+
+
+def test_an_sbom_upload_that_names_its_service_records_the_deployment(api, team):
+    client = api(team, "sbom:write", "read")
+    r = client.post(
+        "/api/v1/sboms?projectName=shop&projectVersion=2.0&autoCreate=true"
+        "&environment=prod&service=storefront&human_impact=high",
+        BOM, content_type="application/json",
+    )
+    assert r.status_code == 202, r.content
+    [job] = run_queued_jobs()
+    assert job.status == "done", job.error
+    d = Deployment.objects.get(environment__team=team)
+    assert (d.environment.name, d.service_name, d.human_impact, d.source) == (
+        "prod", "storefront", "high", "sbom",
+    )
+    assert (d.project_version.project.name, d.project_version.version) == ("shop", "2.0")
+    got = client.get("/api/v1/environments/prod/services/storefront/deployment").json()
+    assert got["source"] == "sbom" and got["version"] == "2.0"
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [("service=storefront", "nvironment"), ("environment=prod&service=s&human_impact=huge",
+                                            "human_impact")],
+)
+def test_bad_deployment_parameters_are_refused_before_anything_is_stored(
+    api, team, query, field
+):
+    r = api(team, "sbom:write").post(
+        f"/api/v1/sboms?projectName=shop&projectVersion=2.0&autoCreate=true&{query}",
+        BOM, content_type="application/json",
+    )
+    assert r.status_code == 400 and field in r.json()["detail"]
+    assert not Deployment.objects.exists() and not run_queued_jobs()
+
+
+def test_telemetry_names_exactly_one_project_version(team):
+    load_sbom(team, BOM, project="checkout", version="1.2.0", match=False)
+    load_sbom(team, BOM, project="twin", version="1.0", match=False)
+    load_sbom(team, BOM, project="twin", version="1.0-rc", match=False)
+    now = timezone.now()
+    env = Environment.objects.create(team=team, name="prod", first_seen=now, last_seen=now)
+    for name, version in (("checkout", "1.2.0"), ("twin", "2.0"), ("stranger", "1.0")):
+        Service.objects.create(environment=env, kind=NodeKind.SERVICE, name=name,
+                               version=version, first_seen=now, last_seen=now)
+    assert deployments_from_telemetry(team_id=team.pk) == 1
+    d = Deployment.objects.get()
+    assert (d.service_name, d.source, d.project_version.version) == ("checkout", "telemetry",
+                                                                     "1.2.0")
+    # What a person or a pipeline said is never overwritten by telemetry.
+    d.human_impact, d.source = "very high", "manual"
+    d.save()
+    assert deployments_from_telemetry(team_id=team.pk) == 0
+    d.refresh_from_db()
+    assert (d.source, d.human_impact) == ("manual", "very high")
