@@ -144,7 +144,8 @@ def main() -> None:
     from trustrank.accounts.models import Team
     from trustrank.accounts.services import api_key_issue
     from trustrank.ranking.models import RankingRun
-    from trustrank.ranking.services import ranking_run_execute, ranking_run_request
+    from trustrank.ranking.services.requests import ranking_run_request
+    from trustrank.ranking.services.runs import ranking_run_execute
 
     t = time.perf_counter()
     team_id = build(findings=args.findings, services=args.services, edges=args.edges,

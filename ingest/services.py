@@ -202,7 +202,7 @@ _RERANK_AFTER_FEED = {JobKind.OSV, JobKind.KEV, JobKind.EPSS}
 
 def _rerank_after(job: IngestJob) -> None:
     """New evidence: a debounced ranking run for the teams it concerns."""
-    from trustrank.ranking.services import ranking_after_feed, ranking_after_load
+    from trustrank.ranking.services.requests import ranking_after_feed, ranking_after_load
 
     if job.kind in _RERANK_AFTER_TEAM_LOAD:
         ranking_after_load(team_id=job.team_id, what=f"{job.kind} job {job.pk}")

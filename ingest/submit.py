@@ -17,7 +17,7 @@ from ingest.models import IngestJob, JobKind
 from ingest.services import job_create
 from trustrank.accounts.models import FEEDS_WRITE, SITE_SCOPES, Scope, Team
 from trustrank.accounts.principal import Principal
-from trustrank.identity.services import InvalidEnvironment, environment_validate
+from trustrank.identity.services.environments import InvalidEnvironment, environment_validate
 from trustrank.inventory.services import ProjectNotFound, project_version_resolve
 from trustrank.parsers.cyclonedx import parse_cyclonedx
 from trustrank.parsers.x509 import (

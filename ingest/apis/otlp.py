@@ -34,7 +34,7 @@ from trustrank.parsers.otlp import (
     response_encode,
     status_encode,
 )
-from trustrank.runtime.services import span_window
+from trustrank.runtime.services.aggregation import span_window
 
 # google.rpc.Code values for the Status body of a failed request.
 _RPC_INVALID_ARGUMENT, _RPC_UNAUTHENTICATED, _RPC_PERMISSION_DENIED = 3, 16, 7

@@ -7,7 +7,7 @@ from typing import Any
 from ingest.errors import IngestRejected
 from ingest.models import IngestJob
 from ingest.services import ProgressFn
-from trustrank.identity.services import certificates_import
+from trustrank.identity.services.certificates import certificates_import
 from trustrank.parsers.x509 import CertificateParseError, certificates_parse
 
 

@@ -13,7 +13,7 @@ from ingest.errors import IngestRejected
 from ingest.models import IngestJob, IngestPayload
 from ingest.services import ProgressFn
 from trustrank.parsers.otlp import JSON, PROTOBUF, OtlpDecodeError, otlp_span_batches
-from trustrank.runtime.services import span_window, traces_aggregate_store
+from trustrank.runtime.services.aggregation import span_window, traces_aggregate_store
 
 
 def traces_load(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> dict[str, Any]:

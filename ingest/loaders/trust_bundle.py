@@ -7,7 +7,7 @@ from typing import Any
 from ingest.errors import IngestRejected
 from ingest.models import IngestJob
 from ingest.services import ProgressFn
-from trustrank.identity.services import trust_bundle_replace
+from trustrank.identity.services.certificates import trust_bundle_replace
 from trustrank.parsers.x509 import CertificateParseError, trust_bundle_parse
 
 

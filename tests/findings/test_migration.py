@@ -11,7 +11,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 from trustrank.findings.models import AuditEvent, Comment, Finding
-from trustrank.identity.services import identity_finding_fingerprint
+from trustrank.identity.services.findings import identity_finding_fingerprint
 from trustrank.runtime.broken_context import broken_context_fingerprint
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -31,7 +31,7 @@ from tests.vulns.helpers import bom, import_osv, load_sbom, osv
 from trustrank.accounts.models import FEEDS_WRITE, Scope
 from trustrank.accounts.principal import Principal
 from trustrank.parsers.otlp import spans_from_request
-from trustrank.runtime.services import traces_aggregate_store
+from trustrank.runtime.services.aggregation import traces_aggregate_store
 
 MAX_EXAMPLES = 15
 

@@ -43,7 +43,7 @@ def build(team, *, env: str = "prod") -> dict[str, object]:
                               epss=0.002, percentile=0.4)
     gw = load_sbom(team, bom([LOG4J]), project="payment-gateway", version="1.0")
     etcd = load_sbom(team, bom([ETCD]), project="etcd", version="3.4.9")
-    from trustrank.vulns.services.findings import findings_refresh_exploit_data
+    from trustrank.vulns.services.exploit import findings_refresh_exploit_data
 
     findings_refresh_exploit_data()
 

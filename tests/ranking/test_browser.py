@@ -9,7 +9,7 @@ import pytest
 
 from tests.ranking.scenario import build
 from trustrank.ranking.models import RankingRun
-from trustrank.ranking.services import ranking_run_execute
+from trustrank.ranking.services.runs import ranking_run_execute
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

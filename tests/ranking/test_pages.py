@@ -142,7 +142,7 @@ def test_empty_state_and_rank_now(client, make_user, team):
     # While the run waits the status box polls; once it is done the page reloads.
     assert "every 3s" in html and "Queued" in html
     assert client.get("/priorities/status?pending=1").status_code == 200
-    from trustrank.ranking.services import ranking_run_execute
+    from trustrank.ranking.services.runs import ranking_run_execute
 
     assert ranking_run_execute(run_id=run.pk) == "done"
     done = client.get("/priorities/status?pending=1", HTTP_HX_REQUEST="true")

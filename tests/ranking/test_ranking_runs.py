@@ -7,7 +7,8 @@ import pytest
 from tests.ranking.scenario import build
 from trustrank.findings.models import Finding
 from trustrank.ranking.models import RankChange, RankingRun
-from trustrank.ranking.services import ranking_run_execute, ranking_run_request
+from trustrank.ranking.services.requests import ranking_run_request
+from trustrank.ranking.services.runs import ranking_run_execute
 
 pytestmark = pytest.mark.django_db
 

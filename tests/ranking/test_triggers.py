@@ -27,7 +27,8 @@ def test_loads_share_one_debounced_run(team, other_team, settings):
 
 
 def test_run_that_is_not_due_waits(team, settings):
-    from trustrank.ranking.services import ranking_run_execute, ranking_run_request
+    from trustrank.ranking.services.requests import ranking_run_request
+    from trustrank.ranking.services.runs import ranking_run_execute
 
     run = ranking_run_request(team_id=team.pk, trigger="test", delay_seconds=3600)
     assert ranking_run_execute(run_id=run.pk) == "waiting"

@@ -12,7 +12,7 @@ from ingest.services import job_create, job_run
 from trustrank.accounts.models import Scope, Team
 from trustrank.accounts.principal import Principal
 from trustrank.inventory.models import ProjectVersion
-from trustrank.vulns.services.findings import findings_match_project_version
+from trustrank.vulns.services.matching import findings_match_project_version
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 ADVISORIES = DATA / "advisories"

@@ -12,7 +12,7 @@ from trustrank.accounts.principal import Principal
 from trustrank.findings.models import AuditEvent, Finding, TriageState
 from trustrank.findings.services.triage import TriageError, finding_triage
 from trustrank.vulns.models import Advisory, EpssLatest, EpssScore, KevEntry
-from trustrank.vulns.services.findings import findings_match_project_version
+from trustrank.vulns.services.matching import findings_match_project_version
 
 from .helpers import (
     ADVISORIES,

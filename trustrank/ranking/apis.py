@@ -22,7 +22,8 @@ from trustrank.ranking.serializers import (
     RankingRunRequestSerializer,
     RankingRunSerializer,
 )
-from trustrank.ranking.services import ranking_changes, ranking_run_request
+from trustrank.ranking.services.requests import ranking_run_request
+from trustrank.ranking.services.store import ranking_changes
 
 
 class KnownCountPagination(Pagination):

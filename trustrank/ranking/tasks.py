@@ -18,7 +18,7 @@ from trustrank.lib.queues import IngestQueueTask
 )
 def ranking_run(run_id: int) -> str:
     """Execute one queued RankingRun (a second delivery finds it claimed and does nothing)."""
-    from trustrank.ranking.services import ranking_run_execute
+    from trustrank.ranking.services.runs import ranking_run_execute
 
     return ranking_run_execute(run_id=int(run_id))
 
@@ -26,6 +26,6 @@ def ranking_run(run_id: int) -> str:
 @shared_task(base=IngestQueueTask, acks_late=True)
 def ranking_runs_sweep() -> int:
     """Beat: start runs whose debounce delay passed but whose message was lost."""
-    from trustrank.ranking.services import ranking_runs_sweep as sweep
+    from trustrank.ranking.services.requests import ranking_runs_sweep as sweep
 
     return sweep()

@@ -21,7 +21,7 @@ from trustrank.ranking import selectors
 from trustrank.ranking.filters import PriorityFilterSet
 from trustrank.ranking.models import RunStatus
 from trustrank.ranking.serializers import rank_fields
-from trustrank.ranking.services import ranking_run_request
+from trustrank.ranking.services.requests import ranking_run_request
 
 PAGE_SIZE = 50
 PENDING = (RunStatus.QUEUED, RunStatus.RUNNING)

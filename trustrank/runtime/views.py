@@ -17,7 +17,7 @@ from trustrank.inventory.models import Project
 from trustrank.lib.pages import HtmxHttpRequest, paginate
 from trustrank.ranking import selectors as ranking_selectors
 from trustrank.ranking.explain import path_svg
-from trustrank.ranking.services import ranking_after_load
+from trustrank.ranking.services.requests import ranking_after_load
 from trustrank.runtime import engine, selectors, services
 from trustrank.runtime.deployment import (
     DeploymentError,

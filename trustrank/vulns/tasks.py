@@ -21,8 +21,8 @@ _MATCH_OPTIONS: dict[str, Any] = {
 
 def _match(project_version_id: int) -> dict[str, int]:
     from trustrank.inventory.models import ProjectVersion
-    from trustrank.ranking.services import ranking_after_load
-    from trustrank.vulns.services.findings import findings_match_project_version as match
+    from trustrank.ranking.services.requests import ranking_after_load
+    from trustrank.vulns.services.matching import findings_match_project_version as match
 
     counts = match(project_version_id=int(project_version_id))
     team_id = (

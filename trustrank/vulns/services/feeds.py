@@ -27,7 +27,7 @@ from trustrank.parsers.osv import OsvRecord
 from trustrank.vulns.engine.ecosystems import PackageKey, advisory_package_key
 from trustrank.vulns.engine.matching import canonical_id
 from trustrank.vulns.models import Advisory, AdvisoryPackage, KevEntry
-from trustrank.vulns.services.findings import (
+from trustrank.vulns.services.exploit import (
     findings_match_packages,
     findings_refresh_exploit_data,
 )

@@ -9,7 +9,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from trustrank.accounts.models import Team
 from trustrank.ranking.models import RankingRun, RunStatus
-from trustrank.ranking.services import ranking_run_execute, ranking_run_request
+from trustrank.ranking.services.requests import ranking_run_request
+from trustrank.ranking.services.runs import ranking_run_execute
 
 
 class Command(BaseCommand):

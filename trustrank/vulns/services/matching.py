@@ -7,9 +7,8 @@ locked for the duration, so an SBOM load and a feed import never match one versi
 
 from __future__ import annotations
 
-import logging
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -17,69 +16,31 @@ from django.db import transaction
 from django.utils import timezone
 from packageurl import PackageURL
 
-from trustrank.findings.models import (
-    LABEL_SCORES,
-    OPEN_STATES,
-    UNKNOWN_SCORE,
-    Finding,
-    FindingKind,
-    FindingSource,
-    MatchStatus,
-)
+from trustrank.findings.models import Finding, FindingKind
 from trustrank.findings.services.audit import Actor
-from trustrank.findings.services.reconcile import (
-    FindingSpec,
-    InitialTriage,
-    findings_reconcile,
-)
+from trustrank.findings.services.reconcile import FindingSpec, InitialTriage, findings_reconcile
 from trustrank.findings.services.reconcile import finding_fingerprint as _fingerprint
 from trustrank.inventory.models import Component, ProjectVersion, Sbom
-from trustrank.parsers.cvss import severity_label
 from trustrank.parsers.cyclonedx_vulns import EmbeddedVulnerability, vulnerability_from_json
 from trustrank.vulns.engine.ecosystems import PackageKey, component_package
 from trustrank.vulns.engine.matching import (
     AdvisoryIndex,
     AdvisoryRef,
     Match,
-    Verdict,
     affected_from_osv,
     alias_groups,
     canonical_id,
 )
-from trustrank.vulns.models import (
-    Advisory,
-    AdvisoryPackage,
-    ComponentPackage,
-    EpssLatest,
-    KevEntry,
+from trustrank.vulns.models import Advisory, AdvisoryPackage, ComponentPackage, EpssLatest, KevEntry
+from trustrank.vulns.services.reasons import (
+    _FINDING_UPDATE_FIELDS,
+    _created_reason,
+    _Desired,
+    _finding_values,
+    _resolution_reason,
+    _Row,
+    _vex_analysis,
 )
-
-log = logging.getLogger(__name__)
-
-_FINDING_UPDATE_FIELDS = [
-    "component",
-    "component_purl",
-    "component_name",
-    "component_version",
-    "ecosystem",
-    "package_name",
-    "advisory",
-    "vuln_id",
-    "aliases",
-    "cve_id",
-    "match_status",
-    "match_reason",
-    "fixed_versions",
-    "cvss_score",
-    "in_kev",
-    "kev_date_added",
-    "epss",
-    "epss_percentile",
-    "vex_evidence",
-]
-
-
-# --- component identity --------------------------------------------------------------------
 
 
 def component_key(*, purl: str, group: str, name: str, version: str) -> str:
@@ -100,35 +61,9 @@ def finding_fingerprint(*, project_version_id: int, component_key: str, vuln_key
     return _fingerprint(project_version_id, component_key, vuln_key)
 
 
-# --- what the matcher wants to exist ---------------------------------------------------------
-
-
-@dataclass
-class _Row:
-    component_id: int
-    key: str
-    purl: str
-    name: str
-    version: str
-    package: PackageKey | None
-
-
-@dataclass
-class _Desired:
-    """One finding the current inventory and feeds call for."""
-
-    row: _Row
-    ids: set[str]
-    matches: list[Match] = field(default_factory=list)
-    embedded: list[EmbeddedVulnerability] = field(default_factory=list)
-
-
 def embedded_vulnerabilities(sbom: Sbom) -> list[EmbeddedVulnerability]:
     """The SBOM's own `vulnerabilities` (VDR/VEX), as parsed when it was loaded."""
     return [vulnerability_from_json(v) for v in sbom.vulnerabilities or ()]
-
-
-# --- the match -------------------------------------------------------------------------------
 
 
 @dataclass
@@ -376,200 +311,3 @@ def _index_components(*, sbom_id: int, rows: list[_Row]) -> None:
     ]
     ComponentPackage.objects.bulk_create(objs, batch_size=1000, ignore_conflicts=True)
 
-
-def _vex_analysis(d: _Desired) -> Any:
-    for vuln in d.embedded:
-        if vuln.analysis is not None:
-            return vuln.analysis
-    return None
-
-
-def _finding_values(
-    d: _Desired, *, adv_by_id: dict[str, dict[str, Any]], kev: dict[str, Any], epss: dict[str, Any]
-) -> dict[str, Any]:
-    ids = sorted(d.ids)
-    vuln_key = canonical_id(ids)
-    affected = [m for m in d.matches if m.verdict is Verdict.AFFECTED]
-    chosen: Match | None = (affected or d.matches)[0] if (affected or d.matches) else None
-    adv = adv_by_id.get(chosen.advisory_id) if chosen is not None else None
-    # The advisory with a score beats one without, for what the finding shows.
-    for m in d.matches:
-        other = adv_by_id[m.advisory_id]
-        if adv is None or (adv["cvss_score"] is None and other["cvss_score"] is not None):
-            adv = other
-    embedded = d.embedded[0] if d.embedded else None
-    cvss = adv["cvss_score"] if adv else None
-    label = adv["severity_label"] if adv else ""
-    if cvss is None and embedded is not None and embedded.best_score is not None:
-        cvss = embedded.best_score
-    if not label or label == "unknown":
-        label = severity_label(cvss, embedded.best_severity if embedded else "")
-    if chosen is not None:
-        status = MatchStatus.AFFECTED if affected else MatchStatus.UNKNOWN
-        reason = (affected[0] if affected else chosen).reason
-    else:
-        status, reason = MatchStatus.REPORTED, "listed in the SBOM's vulnerabilities"
-    fixed: list[str] = []
-    for m in d.matches:
-        fixed.extend(v for v in m.fixed if v not in fixed)
-    kev_date = kev.get(vuln_key)
-    epss_pair = epss.get(vuln_key)
-    row = d.row
-    return {
-        "component_id": row.component_id,
-        "component_purl": row.purl[:2048],
-        "component_name": row.name[:512],
-        "component_version": row.version[:255],
-        "ecosystem": row.package.ecosystem if row.package else "",
-        "package_name": row.package.name[:512] if row.package else "",
-        "advisory_id": adv["id"] if adv else None,
-        "vuln_id": vuln_key[:128],
-        "aliases": ids,
-        "cve_id": vuln_key if vuln_key.startswith("CVE-") else "",
-        "title": (adv["summary"] if adv else "")
-        or (embedded.description[:500] if embedded else ""),
-        "match_status": status,
-        "match_reason": reason,
-        "fixed_versions": fixed,
-        "cvss_score": cvss,
-        "severity": label or "unknown",
-        "severity_score": cvss if cvss is not None else LABEL_SCORES.get(label, UNKNOWN_SCORE),
-        "in_kev": kev_date is not None,
-        "kev_date_added": kev_date,
-        "epss": epss_pair[0] if epss_pair else None,
-        "epss_percentile": epss_pair[1] if epss_pair else None,
-        "vex_evidence": _evidence(d.embedded),
-        "source": FindingSource.OSV if d.matches else FindingSource.SBOM,
-    }
-
-
-def _evidence(embedded: list[EmbeddedVulnerability]) -> dict[str, Any]:
-    if not embedded:
-        return {}
-    v = embedded[0]
-    return {
-        "vulnerability": v.raw,
-        "analysis": v.analysis.as_dict() if v.analysis else None,
-        "source": v.source,
-    }
-
-
-def _created_reason(values: dict[str, Any], *, initial: bool) -> str:
-    base = (
-        f"{values['vuln_id']} matched {values['component_name']}@{values['component_version']}: "
-        f"{values['match_reason']}"
-    )
-    if initial:
-        base += "; initial state from the SBOM's VEX analysis"
-    return base
-
-
-def _resolution_reason(
-    f: Finding,
-    *,
-    present_keys: set[str],
-    sbom: Sbom | None,
-    pv: ProjectVersion,
-    adv_by_id: dict[str, dict[str, Any]],
-) -> str:
-    what = f"{f.component_name}@{f.component_version}"
-    if f.component_key not in present_keys:
-        if sbom is None:
-            return f"{what} is gone: {pv} has no current SBOM"
-        label = sbom.serial_number or sbom.digest[:12]
-        return (
-            f"{what} is no longer in the current SBOM of {pv} "
-            f"(SBOM {label}, loaded {sbom.created_at:%Y-%m-%d %H:%M} UTC)"
-        )
-    adv = adv_by_id.get(f.advisory_id or "")
-    if adv is not None and adv["withdrawn"] is not None:
-        return f"advisory {adv['id']} was withdrawn on {adv['withdrawn']:%Y-%m-%d}"
-    if f.advisory_id and adv is None:
-        return f"advisory {f.advisory_id} no longer names package {f.package_name}"
-    if adv is not None:
-        return (
-            f"{what} is outside the affected ranges of {adv['id']} "
-            f"(modified {adv['modified']:%Y-%m-%d})"
-        )
-    return f"{f.vuln_id} is no longer reported for {what} by the SBOM"
-
-
-def findings_match_packages(*, keys: set[PackageKey], actor: Actor | None = None) -> dict[str, int]:
-    """After a feed update: re-match the project versions whose current SBOM contains any of
-    these packages, restricted to them. Never a full rescan."""
-    totals: dict[str, int] = defaultdict(int)
-    if not keys:
-        return dict(totals)
-    sbom_ids: set[int] = set()
-    by_eco: dict[str, list[str]] = defaultdict(list)
-    for k in keys:
-        by_eco[k.ecosystem].append(k.name)
-    for eco, names in by_eco.items():
-        for i in range(0, len(names), 1000):
-            sbom_ids.update(
-                ComponentPackage.objects.filter(
-                    ecosystem=eco, name__in=names[i : i + 1000]
-                ).values_list("sbom_id", flat=True)
-            )
-    pv_ids = set(
-        ProjectVersion.objects.filter(current_sbom_id__in=sbom_ids).values_list("pk", flat=True)
-    )
-    # Open findings whose package changed but whose component left the index still need a look.
-    for eco, names in by_eco.items():
-        for i in range(0, len(names), 1000):
-            pv_ids.update(
-                Finding.objects.filter(
-                    ecosystem=eco, package_name__in=names[i : i + 1000], state__in=OPEN_STATES
-                )
-                .values_list("project_version_id", flat=True)
-                .distinct()
-            )
-    for pv_id in sorted(pv_ids):
-        result = findings_match_project_version(
-            project_version_id=pv_id, only_packages=keys, actor=actor
-        )
-        for name, value in result.items():
-            totals[name] += value
-    totals["project_versions"] = len(pv_ids)
-    return dict(totals)
-
-
-def findings_refresh_exploit_data() -> dict[str, int]:
-    """Copy KEV membership and the latest EPSS onto findings, set-based, only where changed.
-    The baseline priority is a generated column and follows by itself."""
-    from django.db import connection
-
-    with connection.cursor() as cur:
-        cur.execute(
-            """
-            UPDATE findings_finding f SET in_kev = TRUE, kev_date_added = k.date_added,
-                                          updated_at = now()
-            FROM vulns_keventry k
-            WHERE k.cve_id = f.cve_id AND f.cve_id <> ''
-              AND (NOT f.in_kev OR f.kev_date_added IS DISTINCT FROM k.date_added)
-            """
-        )
-        kev_on = cur.rowcount
-        cur.execute(
-            """
-            UPDATE findings_finding f SET in_kev = FALSE, kev_date_added = NULL, updated_at = now()
-            WHERE f.in_kev AND NOT EXISTS (SELECT 1 FROM vulns_keventry k WHERE k.cve_id = f.cve_id)
-            """
-        )
-        kev_off = cur.rowcount
-        cur.execute(
-            """
-            UPDATE findings_finding f SET epss = e.epss, epss_percentile = e.percentile,
-                                          updated_at = now()
-            FROM vulns_epsslatest e
-            WHERE e.cve_id = f.cve_id AND f.cve_id <> ''
-              AND (f.epss IS DISTINCT FROM e.epss
-                   OR f.epss_percentile IS DISTINCT FROM e.percentile)
-            """
-        )
-        epss_changed = cur.rowcount
-    return {
-        "findings_kev_added": kev_on,
-        "findings_kev_removed": kev_off,
-        "findings_epss_changed": epss_changed,
-    }

@@ -1,0 +1,202 @@
+"""Executing a ranking run: claim it, gather the inputs, rank (incrementally from the
+previous run this worker kept), store."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+from django.db import transaction
+from django.utils import timezone
+
+from trustrank.ranking.inputs import Gathered, rank_settings, ranking_inputs_gather
+from trustrank.ranking.models import RankingRun, RunStatus
+from trustrank.ranking.services.store import _store, services_json
+from trustrank.risk import inputs as ri
+from trustrank.risk.engine import rank, rank_incremental
+from trustrank.risk.results import RankResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Cached:
+    """What a worker keeps of a team's last run so the next one can be incremental: the
+    inputs, the engine's result and the stored rows (finding id -> rank row)."""
+
+    run_id: int
+    gathered: Gathered
+    result: RankResult
+    rows: dict[int, tuple[int, int, str, float, str, str]]
+    gathered_at: datetime
+
+
+# The previous run per team, kept by the worker process that made it. Bounded: a worker
+# serving many teams keeps the latest few. A cache older than _CACHE_MAX_AGE is not used:
+# a full run now and then also catches what no timestamp records (a deleted project).
+_PREVIOUS: OrderedDict[int, _Cached] = OrderedDict()
+
+
+_PREVIOUS_MAX = 4
+
+
+_CACHE_MAX_AGE = timedelta(hours=1)
+
+
+# Writes committed just before a gather began may carry an earlier updated_at.
+_CLOCK_SKEW = timedelta(seconds=30)
+
+
+class RankingError(RuntimeError):
+    pass
+
+
+def _claim(run_id: int) -> bool:
+    now = timezone.now()
+    claimed = RankingRun.objects.filter(
+        pk=run_id, status=RunStatus.QUEUED, not_before__lte=now
+    ).update(status=RunStatus.RUNNING, started_at=now, phase="gathering")
+    return claimed == 1
+
+
+def _phase(run: RankingRun, phase: str) -> None:
+    run.phase = phase
+    RankingRun.objects.filter(pk=run.pk).update(phase=phase)
+
+
+def ranking_run_execute(*, run_id: int) -> str:
+    run = RankingRun.objects.filter(pk=run_id).first()
+    if run is None:
+        return "missing"
+    if run.status == RunStatus.QUEUED and run.not_before > timezone.now():
+        from trustrank.ranking.tasks import ranking_run
+
+        wait = (run.not_before - timezone.now()).total_seconds()
+        ranking_run.apply_async(args=[run_id], countdown=max(1, int(wait) + 1))
+        return "waiting"
+    if not _claim(run_id):
+        return "claimed elsewhere"
+    run.refresh_from_db()
+    try:
+        _execute(run)
+    except Exception as exc:
+        log.exception("ranking run %s failed", run_id)
+        RankingRun.objects.filter(pk=run_id).update(
+            status=RunStatus.FAILED, error=f"{type(exc).__name__}: {exc}"[:2000],
+            finished_at=timezone.now(),
+        )
+        return RunStatus.FAILED
+    return RunStatus.DONE
+
+
+def _changed_since(old: ri.RankInputs, new: ri.RankInputs) -> tuple[set[str], set[tuple[str, str]]]:
+    """Project versions whose components or deployments changed, and services whose
+    library evidence or deployment changed, between two input sets."""
+
+    def by_version(inputs: ri.RankInputs) -> dict[str, set[Any]]:
+        out: dict[str, set[Any]] = {}
+        for c in inputs.components:
+            out.setdefault(c.project_version, set()).add(c)
+        for d in inputs.deployments:
+            out.setdefault(d.project_version, set()).add(d)
+        for p in inputs.project_versions:
+            out.setdefault(p.key, set()).add(p)
+        return out
+
+    a, b = by_version(old), by_version(new)
+    versions = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+    libs_a = {(x.environment, x.service): x for x in old.libraries}
+    libs_b = {(x.environment, x.service): x for x in new.libraries}
+    services = {k for k in libs_a.keys() | libs_b.keys() if libs_a.get(k) != libs_b.get(k)}
+    deps_a = {(d.environment, d.service, d.project_version, d.human_impact)
+              for d in old.deployments}
+    deps_b = {(d.environment, d.service, d.project_version, d.human_impact)
+              for d in new.deployments}
+    services |= {(d[0], d[1]) for d in deps_a ^ deps_b}
+    return versions, services
+
+
+def _execute(run: RankingRun) -> None:
+    t0 = time.perf_counter()
+    rs = rank_settings()
+    previous = RankingRun.objects.filter(
+        team_id=run.team_id, status=RunStatus.DONE
+    ).order_by("-finished_at", "-pk").first()
+    cached = _PREVIOUS.get(run.team_id)
+    gathered_at = timezone.now()
+    incremental = (
+        cached is not None and previous is not None and cached.run_id == previous.pk
+        and cached.result.settings_version == rs.version
+        and gathered_at - cached.gathered_at < _CACHE_MAX_AGE
+    )
+    if incremental and cached is not None:
+        gathered = ranking_inputs_gather(
+            team_id=run.team_id, previous=cached.gathered,
+            changed_since=cached.gathered_at - _CLOCK_SKEW,
+        )
+    else:
+        gathered = ranking_inputs_gather(team_id=run.team_id)
+    t1 = time.perf_counter()
+    _phase(run, "ranking")
+    if incremental and cached is not None:
+        versions, services = _changed_since(cached.gathered.inputs, gathered.inputs)
+        result = rank_incremental(
+            previous=cached.result, inputs=gathered.inputs, settings=rs,
+            changed_project_versions=versions, changed_services=services,
+        )
+    else:
+        result = rank(inputs=gathered.inputs, settings=rs)
+    t2 = time.perf_counter()
+    _phase(run, "storing")
+    with transaction.atomic():
+        counts, rows = _store(
+            run=run, result=result, gathered=gathered,
+            before=cached.rows if incremental and cached is not None else None,
+        )
+        t3 = time.perf_counter()
+        RankingRun.objects.filter(pk=run.pk).update(
+            status=RunStatus.DONE,
+            phase="",
+            incremental=incremental,
+            previous=previous,
+            weights=orjson.loads(orjson.dumps(rs)),
+            weights_version=rs.version,
+            inputs_digest=result.inputs_digest,
+            results_digest=_rows_digest(rows),
+            services=services_json(result),
+            counts={
+                "findings": len(result.findings),
+                "services": len(gathered.inputs.services),
+                "edges": len(gathered.inputs.edges),
+                "deployments": len(gathered.inputs.deployments),
+                **counts,
+            },
+            timings={
+                "gather_s": round(t1 - t0, 3),
+                "rank_s": round(t2 - t1, 3),
+                "store_s": round(t3 - t2, 3),
+            },
+            finished_at=timezone.now(),
+        )
+    _PREVIOUS[run.team_id] = _Cached(
+        run_id=run.pk, gathered=gathered, result=result, rows=rows, gathered_at=gathered_at
+    )
+    _PREVIOUS.move_to_end(run.team_id)
+    while len(_PREVIOUS) > _PREVIOUS_MAX:
+        _PREVIOUS.popitem(last=False)
+
+
+def _rows_digest(rows: dict[int, tuple[int, int, str, float, str, str]]) -> str:
+    """SHA-256 of what the run stored: each finding's rank, score, decision and the digest
+    of its context (which covers the explanation). Equal results, equal digest."""
+    h = hashlib.sha256()
+    for fid in sorted(rows):
+        h.update(orjson.dumps([fid, *rows[fid]]))
+    return h.hexdigest()
+
