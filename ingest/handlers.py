@@ -29,4 +29,6 @@ HANDLERS: dict[str, Handler] = {
     "traces": Handler("trustrank.runtime.services.traces_ingest_job"),
     "certificates": Handler("trustrank.identity.services.certificates_ingest_job"),
     "trust_bundle": Handler("trustrank.identity.services.trust_bundle_ingest_job"),
+    # Cluster metrics and Kubernetes objects; params["format"] picks the loader.
+    "telemetry": Handler("ingest.loaders.cluster.telemetry_load"),
 }

@@ -1,0 +1,311 @@
+"""Metric storage: parsed series in, per-minute points out, day partitions, retention.
+
+Every point is folded into its series' minute (min, max, sum, count, last). Histograms
+arrive as the classic `_bucket{le=…}`/`_sum`/`_count` series (every parser flattens them
+so), so buckets merge per minute like any other series: cumulative ones keep their last
+value, delta ones add up in `sum`. Points are grouped in numpy and written set-based
+(`INSERT … SELECT FROM unnest(…) ON CONFLICT DO UPDATE`), never one ORM save per point.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import orjson
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from trustrank.cluster.models import Cluster, MetricSeries
+from trustrank.parsers.series import MetricKind, Series
+
+TABLE = "cluster_metricminute"
+_MINUTE_MS = 60_000
+_DAY_MS = 86_400_000
+
+# (cluster id, series key) -> series id. Series are created once and never change their
+# id, so a worker keeps what it has looked up; bounded so a churning cluster cannot grow
+# it without limit. Filled only after commit (a rolled-back insert leaves no stale id).
+_SERIES_IDS: dict[tuple[int, str], int] = {}
+_SERIES_IDS_MAX = 2_000_000
+_PARTITIONS: set[date] = set()
+
+# Labels that link a series to cluster objects (dcgm-exporter, kube-state-metrics, vLLM,
+# and the OTLP resource attributes `ParsedMetrics.series()` copies).
+_LINKS: dict[str, tuple[str, ...]] = {
+    "namespace": ("namespace", "k8s.namespace.name", "exported_namespace"),
+    "pod": ("pod", "k8s.pod.name", "exported_pod"),
+    "container": ("container", "k8s.container.name", "exported_container"),
+    "node": ("Hostname", "k8s.node.name", "node"),
+    "gpu": ("gpu",),
+    "gpu_uuid": ("UUID", "uuid"),
+}
+_MAX = {"namespace": 253, "pod": 253, "container": 253, "node": 253, "gpu": 64, "gpu_uuid": 128}
+
+
+def series_key(*, name: str, labels: Sequence[tuple[str, str]]) -> str:
+    text = name + "\x1f" + "\x1e".join(f"{k}\x1d{v}" for k, v in labels)
+    return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
+
+
+@dataclass(frozen=True)
+class MetricsLoaded:
+    series: int
+    new_series: int
+    points: int
+    minutes: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {"series": self.series, "new_series": self.new_series, "points": self.points,
+                "minutes": self.minutes}
+
+
+def partition_name(day: date) -> str:
+    return f"{TABLE}_p{day:%Y%m%d}"
+
+
+def minutes_partition_ensure(*, days: Iterable[date]) -> None:
+    """Create the day partitions the points need. Concurrent loads serialise on an
+    advisory lock so two never race on CREATE TABLE of the same day."""
+    missing = sorted(set(days) - _PARTITIONS)
+    if not missing:
+        return
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [TABLE])
+        for day in missing:
+            start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+            cur.execute(
+                f"CREATE TABLE IF NOT EXISTS {partition_name(day)} PARTITION OF {TABLE} "
+                "FOR VALUES FROM (%s) TO (%s)",
+                [start, start + timedelta(days=1)],
+            )
+    transaction.on_commit(lambda: _PARTITIONS.update(missing))
+
+
+def minute_partitions() -> list[tuple[str, date]]:
+    """Existing day partitions, oldest first."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = %s::regclass ORDER BY c.relname",
+            [TABLE],
+        )
+        names = [row[0] for row in cur.fetchall()]
+    found = []
+    for name in names:
+        try:
+            day = datetime.strptime(name.rsplit("_p", 1)[1], "%Y%m%d").date()  # noqa: DTZ007
+        except (IndexError, ValueError):
+            continue
+        found.append((name, day))
+    return found
+
+
+def metrics_retention_apply(*, now: datetime | None = None) -> list[str]:
+    """Drop whole day partitions older than TRUSTRANK_CLUSTER_RETENTION_DAYS; returns
+    their names. Series rows stay (they are small and come back with the next scrape)."""
+    now = now or timezone.now()
+    cutoff = (now - timedelta(days=settings.TRUSTRANK_CLUSTER_RETENTION_DAYS)).date()
+    dropped = []
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [TABLE])
+        for name, day in minute_partitions():
+            # A partition holds [day, day + 1): drop it once all of it is past the cutoff.
+            if day < cutoff:
+                cur.execute(f"DROP TABLE IF EXISTS {name}")
+                dropped.append(name)
+                _PARTITIONS.discard(day)
+    return dropped
+
+
+def _link_columns(labels: Sequence[tuple[str, str]]) -> dict[str, str]:
+    mapping = dict(labels)
+    found = {}
+    for column, names in _LINKS.items():
+        value = next((mapping[n] for n in names if mapping.get(n)), "")
+        found[column] = value[: _MAX[column]]
+    return found
+
+
+def _series_ids(
+    *, cluster: Cluster, wanted: dict[str, Series], now: datetime
+) -> tuple[dict[str, int], int]:
+    ids: dict[str, int] = {}
+    unknown = []
+    for key in wanted:
+        known = _SERIES_IDS.get((cluster.pk, key))
+        if known is None:
+            unknown.append(key)
+        else:
+            ids[key] = known
+    if not unknown:
+        return ids, 0
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT key, id FROM cluster_metricseries WHERE cluster_id = %s AND key = ANY(%s)",
+            [cluster.pk, unknown],
+        )
+        ids.update(dict(cur.fetchall()))
+    missing = [key for key in unknown if key not in ids]
+    if missing:
+        rows = []
+        for key in missing:
+            item = wanted[key]
+            rows.append(MetricSeries(
+                cluster=cluster, key=key, name=item.name[:255], labels=dict(item.labels),
+                kind=str(item.kind)[:16], unit=item.unit[:64], first_seen=now,
+                **_link_columns(item.labels),
+            ))
+        MetricSeries.objects.bulk_create(rows, batch_size=5000, ignore_conflicts=True)
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT key, id FROM cluster_metricseries "
+                "WHERE cluster_id = %s AND key = ANY(%s)",
+                [cluster.pk, missing],
+            )
+            ids.update(dict(cur.fetchall()))
+    new = {(cluster.pk, key): ids[key] for key in unknown}
+
+    def remember() -> None:
+        if len(_SERIES_IDS) + len(new) > _SERIES_IDS_MAX:
+            _SERIES_IDS.clear()
+        _SERIES_IDS.update(new)
+
+    transaction.on_commit(remember)
+    return ids, len(missing)
+
+
+# The table name is a module constant; every value is a bound parameter.
+_UPSERT = f"""
+INSERT INTO {TABLE} AS m (series_id, minute, min, max, sum, count, last, last_ms)
+SELECT s, to_timestamp(mi * 60), lo, hi, su, co, la, lm
+FROM unnest(%s::bigint[], %s::bigint[], %s::float8[], %s::float8[], %s::float8[],
+            %s::int[], %s::float8[], %s::bigint[]) AS t(s, mi, lo, hi, su, co, la, lm)
+ON CONFLICT (series_id, minute) DO UPDATE SET
+    min = LEAST(m.min, EXCLUDED.min),
+    max = GREATEST(m.max, EXCLUDED.max),
+    sum = m.sum + EXCLUDED.sum,
+    count = m.count + EXCLUDED.count,
+    last = CASE WHEN EXCLUDED.last_ms >= m.last_ms THEN EXCLUDED.last ELSE m.last END,
+    last_ms = GREATEST(m.last_ms, EXCLUDED.last_ms)
+"""  # noqa: S608
+_CHUNK = 100_000
+
+
+def series_store(
+    *, cluster: Cluster, series: Iterable[Series], now: datetime | None = None
+) -> MetricsLoaded:
+    """Store parsed series (any of the three metric parsers) as per-minute points.
+    Run it inside the job's transaction: a load is then all or nothing, and a job run
+    again after a crash cannot count its points twice."""
+    now = now or timezone.now()
+    wanted: dict[str, Series] = {}
+    index_of: dict[str, int] = {}
+    parts_idx: list[np.ndarray[Any, Any]] = []
+    parts_ts: list[tuple[int, ...]] = []
+    parts_val: list[tuple[float, ...]] = []
+    for item in series:
+        if not item.timestamps_ms:
+            continue
+        key = series_key(name=item.name, labels=item.labels)
+        index = index_of.get(key)
+        if index is None:
+            index = index_of[key] = len(index_of)
+            wanted[key] = item
+        parts_idx.append(np.full(len(item.timestamps_ms), index, dtype=np.int64))
+        parts_ts.append(item.timestamps_ms)
+        parts_val.append(item.values)
+    if not wanted:
+        return MetricsLoaded(0, 0, 0, 0)
+    ids_by_key, new_series = _series_ids(cluster=cluster, wanted=wanted, now=now)
+    id_of_index = np.fromiter((ids_by_key[key] for key in index_of), dtype=np.int64,
+                              count=len(index_of))
+    sid = id_of_index[np.concatenate(parts_idx)]
+    ts = np.fromiter((t for part in parts_ts for t in part), dtype=np.int64, count=len(sid))
+    val = np.fromiter((v for part in parts_val for v in part), dtype=np.float64, count=len(sid))
+    minute = ts // _MINUTE_MS
+
+    # Group points by (series, minute): sort by series, minute, time; reduce each run.
+    order = np.lexsort((ts, minute, sid))
+    sid, minute, ts, val = sid[order], minute[order], ts[order], val[order]
+    starts = np.flatnonzero(np.r_[True, (sid[1:] != sid[:-1]) | (minute[1:] != minute[:-1])])
+    ends = np.r_[starts[1:], len(sid)] - 1
+    g_sid, g_minute = sid[starts], minute[starts]
+    g_min = np.minimum.reduceat(val, starts)
+    g_max = np.maximum.reduceat(val, starts)
+    g_sum = np.add.reduceat(val, starts)
+    g_count = np.diff(np.r_[starts, len(sid)])
+    g_last, g_last_ms = val[ends], ts[ends]
+
+    epoch = date(1970, 1, 1)
+    days = {epoch + timedelta(days=int(d)) for d in np.unique(g_minute * _MINUTE_MS // _DAY_MS)}
+    minutes_partition_ensure(days=days)
+    with connection.cursor() as cur:
+        for at in range(0, len(g_sid), _CHUNK):
+            cut = slice(at, at + _CHUNK)
+            cur.execute(_UPSERT, [
+                g_sid[cut].tolist(), g_minute[cut].tolist(), g_min[cut].tolist(),
+                g_max[cut].tolist(), g_sum[cut].tolist(), g_count[cut].tolist(),
+                g_last[cut].tolist(), g_last_ms[cut].tolist(),
+            ])
+    Cluster.objects.filter(pk=cluster.pk).update(metrics_at=now)
+    return MetricsLoaded(
+        series=len(wanted), new_series=new_series, points=len(sid), minutes=len(g_sid)
+    )
+
+
+# Kinds whose per-minute value is the last one (cumulative counters and histogram
+# buckets); gauges read as the minute's mean.
+_LAST_KINDS = {MetricKind.COUNTER, MetricKind.HISTOGRAM, MetricKind.SUMMARY}
+
+
+def series_window(
+    *, cluster: Cluster, since: datetime, names: Iterable[str] | None = None,
+    prefixes: Iterable[str] = (), series_ids: Iterable[int] | None = None,
+) -> list[Series]:
+    """Stored series as parser `Series` (one sample per minute, at the minute's last
+    timestamp), for the diagnoses' input builders and the charts."""
+    where = ["s.cluster_id = %s", "m.minute >= %s"]
+    params: list[Any] = [cluster.pk, since.replace(second=0, microsecond=0)]
+    name_filters = []
+    if names is not None:
+        name_filters.append("s.name = ANY(%s)")
+        params.append(list(names))
+    for prefix in prefixes:
+        name_filters.append("s.name LIKE %s")
+        params.append(prefix.replace("%", r"\%").replace("_", r"\_") + "%")
+    if name_filters:
+        where.append("(" + " OR ".join(name_filters) + ")")
+    if series_ids is not None:
+        where.append("s.id = ANY(%s)")
+        params.append(list(series_ids))
+    # Only constant SQL fragments are joined; values are bound parameters.
+    sql = (
+        "SELECT s.id, s.name, s.labels, s.kind, s.unit, "  # noqa: S608
+        "array_agg(m.last_ms ORDER BY m.minute), "
+        "array_agg(m.last ORDER BY m.minute), array_agg(m.sum / m.count ORDER BY m.minute) "
+        f"FROM cluster_metricseries s JOIN {TABLE} m ON m.series_id = s.id "
+        f"WHERE {' AND '.join(where)} GROUP BY s.id ORDER BY s.name, s.id"
+    )
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        rows = cur.fetchall()
+    found = []
+    for _, name, raw_labels, kind, unit, times, lasts, means in rows:
+        # Django's psycopg setup hands jsonb to raw cursors as text.
+        labels = orjson.loads(raw_labels) if isinstance(raw_labels, str | bytes) else raw_labels
+        kind_enum = MetricKind(kind) if kind in MetricKind._value2member_map_ else (
+            MetricKind.UNKNOWN)
+        values = lasts if kind_enum in _LAST_KINDS or name.endswith(
+            ("_bucket", "_sum", "_count", "_total")) else means
+        found.append(Series(
+            name=name, labels=tuple(sorted(labels.items())), kind=kind_enum,
+            timestamps_ms=tuple(int(t) for t in times), values=tuple(float(v) for v in values),
+            unit=unit,
+        ))
+    return found
