@@ -98,7 +98,7 @@ def test_sdk_metric_exporter_and_kubectl_objects_reach_storage_and_diagnoses(
 class _Scrape(http.server.BaseHTTPRequestHandler):
     body = b""
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
         self.end_headers()
