@@ -10,8 +10,9 @@ from typing import Any
 
 from ingest.errors import IngestRejected
 from ingest.models import IngestJob
+from trustrank.cluster.models import Cluster
 from trustrank.cluster.services.diagnoses import cluster_diagnose_request
-from trustrank.cluster.services.metrics import series_store
+from trustrank.cluster.services.metrics import parsed_metrics_store, series_store
 from trustrank.cluster.services.objects import (
     ClusterNameInvalid,
     cluster_get_or_create,
@@ -19,7 +20,7 @@ from trustrank.cluster.services.objects import (
 )
 from trustrank.parsers.errors import ParserError
 from trustrank.parsers.kubernetes import kubernetes_parse
-from trustrank.parsers.otlp_metrics import JSON, PROTOBUF, ParsedMetrics, otlp_metrics_parse
+from trustrank.parsers.otlp_metrics import JSON, PROTOBUF, ResourceMetrics, otlp_metrics_parse
 from trustrank.parsers.prometheus_text import TEXT, prometheus_text_parse
 from trustrank.parsers.remote_write import remote_write_parse
 from trustrank.parsers.series import Series
@@ -33,15 +34,19 @@ def _received_ms(job: IngestJob) -> int:
     return int(job.created_at.timestamp() * 1000)
 
 
+def _cluster(*, job: IngestJob, name: str) -> Cluster:
+    try:
+        return cluster_get_or_create(team_id=job.team_id, name=name)
+    except ClusterNameInvalid as exc:
+        raise IngestRejected(str(exc)) from exc
+
+
 def _store(
     *, job: IngestJob, by_cluster: dict[str, list[Series]], progress: Progress
 ) -> dict[str, Any]:
     totals: dict[str, int] = defaultdict(int)
     for name, series in sorted(by_cluster.items()):
-        try:
-            cluster = cluster_get_or_create(team_id=job.team_id, name=name)
-        except ClusterNameInvalid as exc:
-            raise IngestRejected(str(exc)) from exc
+        cluster = _cluster(job=job, name=name)
         progress(phase=f"storing {name}")
         loaded = series_store(cluster=cluster, series=series, now=job.created_at)
         for key, value in loaded.as_dict().items():
@@ -58,12 +63,18 @@ def otlp_metrics_load(*, job: IngestJob, payload: bytes, progress: Progress) -> 
         body=payload, encoding=encoding, now_ns=int(job.created_at.timestamp() * 1e9)
     )
     fallback = str(job.params.get("cluster") or "")
-    by_cluster: dict[str, list[Series]] = defaultdict(list)
+    by_cluster: dict[str, list[ResourceMetrics]] = defaultdict(list)
     for resource in parsed.resources:
-        one = ParsedMetrics(resources=(resource,), total_points=0, rejected_points=0,
-                            stale_points=0)
-        by_cluster[resource.cluster or fallback].extend(one.series())
-    return _store(job=job, by_cluster=by_cluster, progress=progress)
+        by_cluster[resource.cluster or fallback].append(resource)
+    totals: dict[str, int] = defaultdict(int)
+    for name, resources in sorted(by_cluster.items()):
+        cluster = _cluster(job=job, name=name)
+        progress(phase=f"storing {name}")
+        loaded = parsed_metrics_store(cluster=cluster, resources=resources, now=job.created_at)
+        for key, value in loaded.as_dict().items():
+            totals[key] += value
+        cluster_diagnose_request(cluster_id=cluster.pk)
+    return {**totals, "clusters": len(by_cluster)}
 
 
 def _by_label(series: Iterable[Series], *, label: str, fallback: str) -> dict[str, list[Series]]:
@@ -97,10 +108,7 @@ def kubernetes_objects_load(
     *, job: IngestJob, payload: bytes, progress: Progress
 ) -> dict[str, Any]:
     snapshot = kubernetes_parse(body=payload)
-    try:
-        cluster = cluster_get_or_create(team_id=job.team_id, name=str(job.params["cluster"]))
-    except ClusterNameInvalid as exc:
-        raise IngestRejected(str(exc)) from exc
+    cluster = _cluster(job=job, name=str(job.params["cluster"]))
     loaded = objects_load(cluster=cluster, snapshot=snapshot, at=job.created_at)
     cluster_diagnose_request(cluster_id=cluster.pk)
     return {**loaded.as_dict(), "ignored": dict(snapshot.ignored)}

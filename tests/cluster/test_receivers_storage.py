@@ -32,9 +32,11 @@ from trustrank.cluster.models import (
 from trustrank.cluster.services.metrics import (
     metrics_retention_apply,
     minute_partitions,
+    parsed_metrics_store,
     series_store,
     series_window,
 )
+from trustrank.parsers.otlp_metrics import otlp_metrics_parse
 from trustrank.parsers.series import MetricKind, Series
 
 pytestmark = pytest.mark.django_db
@@ -292,3 +294,24 @@ def test_retention_drops_whole_day_partitions(team, settings):
     assert dropped and all(d.endswith((now - timedelta(days=20)).strftime("%Y%m%d"))
                            for d in dropped)
     assert [r[8] for r in minutes(cluster)] == [2.0]
+
+
+def test_columnar_otlp_store_matches_the_series_path_histograms_included(team):
+    now_ns = time.time_ns()
+    request = dcgm_request(nodes=2, gpus=2, series=6, time_ns=now_ns)
+    histogram = request.resource_metrics[0].scope_metrics[0].metrics.add()
+    histogram.name = "vllm:e2e_request_latency_seconds"
+    histogram.histogram.aggregation_temporality = 2
+    point = histogram.histogram.data_points.add()
+    point.time_unix_nano, point.count, point.sum = now_ns, 3, 1.5
+    point.explicit_bounds.extend([0.5, 1.0])
+    point.bucket_counts.extend([1, 1, 1])
+    parsed = otlp_metrics_parse(body=request.SerializeToString())
+    columnar = Cluster.objects.create(team=team, name="columnar")
+    by_series = Cluster.objects.create(team=team, name="series")
+    loaded = parsed_metrics_store(cluster=columnar, resources=parsed.resources)
+    series_store(cluster=by_series, series=parsed.series())
+    assert loaded.points == 24 + 5
+    assert minutes(columnar) == minutes(by_series)
+    assert MetricSeries.objects.filter(
+        cluster=columnar, name="vllm:e2e_request_latency_seconds_bucket").count() == 3

@@ -3,8 +3,9 @@
 Every point is folded into its series' minute (min, max, sum, count, last). Histograms
 arrive as the classic `_bucket{le=…}`/`_sum`/`_count` series (every parser flattens them
 so), so buckets merge per minute like any other series: cumulative ones keep their last
-value, delta ones add up in `sum`. Points are grouped in numpy and written set-based
-(`INSERT … SELECT FROM unnest(…) ON CONFLICT DO UPDATE`), never one ORM save per point.
+value, delta ones add up in `sum`. Points are grouped in numpy, sent by binary COPY
+and merged set-based (`INSERT … SELECT … ON CONFLICT DO UPDATE`), never one ORM save
+per point.
 """
 
 from __future__ import annotations
@@ -22,16 +23,17 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from trustrank.cluster.models import Cluster, MetricSeries
-from trustrank.parsers.series import MetricKind, Series
+from trustrank.parsers.otlp_metrics import RESOURCE_LABELS, ParsedMetrics, ResourceMetrics
+from trustrank.parsers.series import Labels, MetricKind, Series
 
 TABLE = "cluster_metricminute"
 _MINUTE_MS = 60_000
 _DAY_MS = 86_400_000
 
-# (cluster id, series key) -> series id. Series are created once and never change their
+# (cluster id, name, labels) -> series id. Series are created once and never change their
 # id, so a worker keeps what it has looked up; bounded so a churning cluster cannot grow
 # it without limit. Filled only after commit (a rolled-back insert leaves no stale id).
-_SERIES_IDS: dict[tuple[int, str], int] = {}
+_SERIES_IDS: dict[tuple[int, str, Labels], int] = {}
 _SERIES_IDS_MAX = 2_000_000
 _PARTITIONS: set[date] = set()
 
@@ -133,29 +135,31 @@ def _link_columns(labels: Sequence[tuple[str, str]]) -> dict[str, str]:
 
 
 def _series_ids(
-    *, cluster: Cluster, wanted: dict[str, Series], now: datetime
-) -> tuple[dict[str, int], int]:
-    ids: dict[str, int] = {}
-    unknown = []
-    for key in wanted:
-        known = _SERIES_IDS.get((cluster.pk, key))
+    *, cluster: Cluster, items: Sequence[Series], now: datetime
+) -> tuple[np.ndarray[Any, Any], int]:
+    """The ids of the series (in order), creating the missing ones."""
+    ids = np.empty(len(items), dtype=np.int64)
+    unknown: dict[str, int] = {}
+    for position, item in enumerate(items):
+        known = _SERIES_IDS.get((cluster.pk, item.name, item.labels))
         if known is None:
-            unknown.append(key)
+            unknown[series_key(name=item.name, labels=item.labels)] = position
         else:
-            ids[key] = known
+            ids[position] = known
     if not unknown:
         return ids, 0
+    found: dict[str, int] = {}
     with connection.cursor() as cur:
         cur.execute(
             "SELECT key, id FROM cluster_metricseries WHERE cluster_id = %s AND key = ANY(%s)",
-            [cluster.pk, unknown],
+            [cluster.pk, list(unknown)],
         )
-        ids.update(dict(cur.fetchall()))
-    missing = [key for key in unknown if key not in ids]
+        found.update(dict(cur.fetchall()))
+    missing = [key for key in unknown if key not in found]
     if missing:
         rows = []
         for key in missing:
-            item = wanted[key]
+            item = items[unknown[key]]
             rows.append(MetricSeries(
                 cluster=cluster, key=key, name=item.name[:255], labels=dict(item.labels),
                 kind=str(item.kind)[:16], unit=item.unit[:64], first_seen=now,
@@ -168,8 +172,12 @@ def _series_ids(
                 "WHERE cluster_id = %s AND key = ANY(%s)",
                 [cluster.pk, missing],
             )
-            ids.update(dict(cur.fetchall()))
-    new = {(cluster.pk, key): ids[key] for key in unknown}
+            found.update(dict(cur.fetchall()))
+    new: dict[tuple[int, str, Labels], int] = {}
+    for key, position in unknown.items():
+        ids[position] = found[key]
+        item = items[position]
+        new[(cluster.pk, item.name, item.labels)] = found[key]
 
     def remember() -> None:
         if len(_SERIES_IDS) + len(new) > _SERIES_IDS_MAX:
@@ -180,12 +188,20 @@ def _series_ids(
     return ids, len(missing)
 
 
-# The table name is a module constant; every value is a bound parameter.
-_UPSERT = f"""
+# Minute rows reach PostgreSQL by binary COPY into a temporary table, built by numpy as
+# one buffer (no Python object per row), then merge into the partitioned table in one
+# statement. Binding arrays instead costs more in psycopg's list dumping than the insert.
+_BATCH = "cluster_minute_batch"
+_BATCH_CREATE = f"""
+CREATE TEMP TABLE IF NOT EXISTS {_BATCH} (
+    series_id bigint, minute bigint, min float8, max float8, sum float8, count int4,
+    last float8, last_ms bigint
+) ON COMMIT DELETE ROWS
+"""
+_MERGE = f"""
 INSERT INTO {TABLE} AS m (series_id, minute, min, max, sum, count, last, last_ms)
-SELECT s, to_timestamp(mi * 60), lo, hi, su, co, la, lm
-FROM unnest(%s::bigint[], %s::bigint[], %s::float8[], %s::float8[], %s::float8[],
-            %s::int[], %s::float8[], %s::bigint[]) AS t(s, mi, lo, hi, su, co, la, lm)
+SELECT series_id, to_timestamp(minute * 60), min, max, sum, count, last, last_ms
+FROM {_BATCH}
 ON CONFLICT (series_id, minute) DO UPDATE SET
     min = LEAST(m.min, EXCLUDED.min),
     max = GREATEST(m.max, EXCLUDED.max),
@@ -193,8 +209,39 @@ ON CONFLICT (series_id, minute) DO UPDATE SET
     count = m.count + EXCLUDED.count,
     last = CASE WHEN EXCLUDED.last_ms >= m.last_ms THEN EXCLUDED.last ELSE m.last END,
     last_ms = GREATEST(m.last_ms, EXCLUDED.last_ms)
-"""  # noqa: S608
-_CHUNK = 100_000
+"""  # noqa: S608 (constant table names only)
+_COPY_ROW = np.dtype([
+    ("fields", ">i2"),
+    ("l1", ">i4"), ("series_id", ">i8"), ("l2", ">i4"), ("minute", ">i8"),
+    ("l3", ">i4"), ("min", ">f8"), ("l4", ">i4"), ("max", ">f8"),
+    ("l5", ">i4"), ("sum", ">f8"), ("l6", ">i4"), ("count", ">i4"),
+    ("l7", ">i4"), ("last", ">f8"), ("l8", ">i4"), ("last_ms", ">i8"),
+])
+_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + b"\x00" * 8
+_COPY_TRAILER = b"\xff\xff"
+
+
+def _copy_buffer(columns: dict[str, np.ndarray[Any, Any]]) -> bytes:
+    rows = np.empty(len(columns["series_id"]), dtype=_COPY_ROW)
+    rows["fields"] = 8
+    for index, name in enumerate(
+        ("series_id", "minute", "min", "max", "sum", "count", "last", "last_ms"), start=1
+    ):
+        rows[f"l{index}"] = 4 if name == "count" else 8
+        rows[name] = columns[name]
+    return _COPY_HEADER + rows.tobytes() + _COPY_TRAILER
+
+
+def _minutes_merge(columns: dict[str, np.ndarray[Any, Any]]) -> None:
+    with transaction.atomic():
+        connection.ensure_connection()
+        raw = connection.connection
+        with raw.cursor() as cur:
+            cur.execute(_BATCH_CREATE)
+            cur.execute(f"TRUNCATE {_BATCH}")
+            with cur.copy(f"COPY {_BATCH} FROM STDIN (FORMAT BINARY)") as copy:
+                copy.write(_copy_buffer(columns))
+            cur.execute(_MERGE)
 
 
 def series_store(
@@ -204,30 +251,106 @@ def series_store(
     Run it inside the job's transaction: a load is then all or nothing, and a job run
     again after a crash cannot count its points twice."""
     now = now or timezone.now()
-    wanted: dict[str, Series] = {}
-    index_of: dict[str, int] = {}
-    parts_idx: list[np.ndarray[Any, Any]] = []
+    items: list[Series] = []
+    index_of: dict[tuple[str, Labels], int] = {}
+    parts_idx: list[int] = []
     parts_ts: list[tuple[int, ...]] = []
     parts_val: list[tuple[float, ...]] = []
     for item in series:
         if not item.timestamps_ms:
             continue
-        key = series_key(name=item.name, labels=item.labels)
-        index = index_of.get(key)
+        ident = (item.name, item.labels)
+        index = index_of.get(ident)
         if index is None:
-            index = index_of[key] = len(index_of)
-            wanted[key] = item
-        parts_idx.append(np.full(len(item.timestamps_ms), index, dtype=np.int64))
+            index = index_of[ident] = len(items)
+            items.append(item)
+        parts_idx.append(index)
         parts_ts.append(item.timestamps_ms)
         parts_val.append(item.values)
-    if not wanted:
+    if not items:
         return MetricsLoaded(0, 0, 0, 0)
-    ids_by_key, new_series = _series_ids(cluster=cluster, wanted=wanted, now=now)
-    id_of_index = np.fromiter((ids_by_key[key] for key in index_of), dtype=np.int64,
-                              count=len(index_of))
-    sid = id_of_index[np.concatenate(parts_idx)]
-    ts = np.fromiter((t for part in parts_ts for t in part), dtype=np.int64, count=len(sid))
-    val = np.fromiter((v for part in parts_val for v in part), dtype=np.float64, count=len(sid))
+    positions = np.repeat(np.array(parts_idx, dtype=np.int64),
+                          np.array([len(p) for p in parts_ts], dtype=np.int64))
+    ts = np.fromiter((t for part in parts_ts for t in part), dtype=np.int64,
+                     count=len(positions))
+    val = np.fromiter((v for part in parts_val for v in part), dtype=np.float64,
+                      count=len(positions))
+    return _points_store(cluster=cluster, items=items, index=positions, ts=ts, val=val,
+                         now=now)
+
+
+def parsed_metrics_store(
+    *, cluster: Cluster, resources: Iterable[ResourceMetrics], now: datetime | None = None
+) -> MetricsLoaded:
+    """Store OTLP resources (the parser's `ResourceMetrics`) as per-minute points.
+
+    Gauges and sums go straight from the parser's columns to numpy (times and values are
+    C arrays), with each distinct label set merged with the resource attributes once:
+    the per-point work of building a `Series` is what limits a dcgm scrape otherwise.
+    Histograms take the `Series` path (their classic bucket shape)."""
+    now = now or timezone.now()
+    items: list[Series] = []
+    index_of: dict[tuple[str, Labels], int] = {}
+    parts_idx: list[np.ndarray[Any, Any]] = []
+    parts_ts: list[np.ndarray[Any, Any]] = []
+    parts_val: list[np.ndarray[Any, Any]] = []
+    others: list[Series] = []
+    for resource in resources:
+        extra = {k: resource.attributes[k] for k in RESOURCE_LABELS if k in resource.attributes}
+        merged: dict[Labels, Labels] = {}
+        rest = []
+        for metric in resource.metrics:
+            numbers = metric.numbers
+            if numbers is None or not numbers.size:
+                if metric.histograms:
+                    rest.append(metric)
+                continue
+            positions = np.empty(numbers.size, dtype=np.int64)
+            for at, raw in enumerate(numbers.labels):
+                labels = merged.get(raw)
+                if labels is None:
+                    labels = merged[raw] = tuple(sorted({**extra, **dict(raw)}.items()))
+                ident = (metric.name, labels)
+                found = index_of.get(ident)
+                if found is None:
+                    found = index_of[ident] = len(items)
+                    items.append(Series(metric.name, labels, metric.kind, (), (), metric.unit))
+                positions[at] = found
+            parts_idx.append(positions)
+            parts_ts.append(np.frombuffer(numbers.time_ns, dtype=np.uint64))
+            parts_val.append(np.frombuffer(numbers.values, dtype=np.float64))
+        if rest:
+            others.extend(ParsedMetrics(
+                resources=(ResourceMetrics(resource.attributes, tuple(rest)),),
+                total_points=0, rejected_points=0, stale_points=0,
+            ).series())
+    for item in others:
+        if not item.timestamps_ms:
+            continue
+        ident = (item.name, item.labels)
+        found = index_of.get(ident)
+        if found is None:
+            found = index_of[ident] = len(items)
+            items.append(item)
+        parts_idx.append(np.full(len(item.timestamps_ms), found, dtype=np.int64))
+        parts_ts.append(np.array(item.timestamps_ms, dtype=np.uint64) * 1_000_000)
+        parts_val.append(np.array(item.values, dtype=np.float64))
+    if not items:
+        return MetricsLoaded(0, 0, 0, 0)
+    return _points_store(
+        cluster=cluster, items=items, index=np.concatenate(parts_idx),
+        ts=(np.concatenate(parts_ts) // 1_000_000).astype(np.int64),
+        val=np.concatenate(parts_val), now=now,
+    )
+
+
+def _points_store(
+    *, cluster: Cluster, items: Sequence[Series], index: np.ndarray[Any, Any],
+    ts: np.ndarray[Any, Any], val: np.ndarray[Any, Any], now: datetime,
+) -> MetricsLoaded:
+    """Points as columns (series position in `items`, milliseconds, value) to minutes."""
+    id_of_index, new_series = _series_ids(cluster=cluster, items=items, now=now)
+    sid = id_of_index[index]
     minute = ts // _MINUTE_MS
 
     # Group points by (series, minute): sort by series, minute, time; reduce each run.
@@ -245,17 +368,13 @@ def series_store(
     epoch = date(1970, 1, 1)
     days = {epoch + timedelta(days=int(d)) for d in np.unique(g_minute * _MINUTE_MS // _DAY_MS)}
     minutes_partition_ensure(days=days)
-    with connection.cursor() as cur:
-        for at in range(0, len(g_sid), _CHUNK):
-            cut = slice(at, at + _CHUNK)
-            cur.execute(_UPSERT, [
-                g_sid[cut].tolist(), g_minute[cut].tolist(), g_min[cut].tolist(),
-                g_max[cut].tolist(), g_sum[cut].tolist(), g_count[cut].tolist(),
-                g_last[cut].tolist(), g_last_ms[cut].tolist(),
-            ])
+    _minutes_merge({
+        "series_id": g_sid, "minute": g_minute, "min": g_min, "max": g_max, "sum": g_sum,
+        "count": g_count, "last": g_last, "last_ms": g_last_ms,
+    })
     Cluster.objects.filter(pk=cluster.pk).update(metrics_at=now)
     return MetricsLoaded(
-        series=len(wanted), new_series=new_series, points=len(sid), minutes=len(g_sid)
+        series=len(items), new_series=new_series, points=len(sid), minutes=len(g_sid)
     )
 
 
