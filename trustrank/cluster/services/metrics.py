@@ -20,6 +20,7 @@ import numpy as np
 import orjson
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from trustrank.cluster.models import Cluster, MetricSeries
@@ -238,7 +239,9 @@ def _minutes_merge(columns: dict[str, np.ndarray[Any, Any]]) -> None:
         raw = connection.connection
         with raw.cursor() as cur:
             cur.execute(_BATCH_CREATE)
-            cur.execute(f"TRUNCATE {_BATCH}")
+            # DELETE, not TRUNCATE: the table is empty unless this transaction stored another
+            # cluster already, and TRUNCATE would swap its file on every load.
+            cur.execute(f"DELETE FROM {_BATCH}")  # noqa: S608 (a constant name)
             with cur.copy(f"COPY {_BATCH} FROM STDIN (FORMAT BINARY)") as copy:
                 copy.write(_copy_buffer(columns))
             cur.execute(_MERGE)
@@ -372,7 +375,11 @@ def _points_store(
         "series_id": g_sid, "minute": g_minute, "min": g_min, "max": g_max, "sum": g_sum,
         "count": g_count, "last": g_last, "last_ms": g_last_ms,
     })
-    Cluster.objects.filter(pk=cluster.pk).update(metrics_at=now)
+    # Every load of a cluster would otherwise update its one row: concurrent workers would
+    # queue on that row lock. A minute's precision is enough for "metrics last seen".
+    Cluster.objects.filter(pk=cluster.pk).filter(
+        Q(metrics_at__isnull=True) | Q(metrics_at__lt=now - timedelta(minutes=1))
+    ).update(metrics_at=now)
     return MetricsLoaded(
         series=len(items), new_series=new_series, points=len(sid), minutes=len(g_sid)
     )
