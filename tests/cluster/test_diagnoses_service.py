@@ -81,3 +81,16 @@ def test_diagnosing_twice_changes_nothing_but_last_seen(cluster, team):
     again = cluster_diagnose(cluster_id=cluster.pk, now=NOW)
     assert again.created == 0 and again.resolved == 0
     assert Finding.objects.filter(team=team).count() == count
+
+
+def test_two_clusters_with_the_same_pod_names_keep_separate_findings(cluster, team):
+    twin = Cluster.objects.create(team=team, name="gpu-dr")
+    objects_load(cluster=twin, snapshot=kubernetes_parse(body=k8s.listing(
+        k8s.node("n1"),
+        k8s.pod("train-0", node="n1", gpus=2, qos="BestEffort", owner=("Job", "train")),
+    )))
+    cluster_diagnose(cluster_id=cluster.pk, now=NOW)
+    cluster_diagnose(cluster_id=twin.pk, now=NOW)
+    evictable = Finding.objects.filter(team=team, category="gpu_training_evictable")
+    assert sorted(f.evidence["cluster"] for f in evictable) == ["gpu-dr", "gpu-prod"]
+    assert all(f.state != TriageState.RESOLVED for f in evictable)

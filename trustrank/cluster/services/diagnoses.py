@@ -23,7 +23,11 @@ from trustrank.cluster.services.metrics import series_window
 from trustrank.cluster.services.objects import snapshot_current
 from trustrank.findings.models import Finding, FindingKind, FindingSource
 from trustrank.findings.services.audit import Actor
-from trustrank.findings.services.reconcile import FindingSpec, findings_reconcile
+from trustrank.findings.services.reconcile import (
+    FindingSpec,
+    finding_fingerprint,
+    findings_reconcile,
+)
 from trustrank.parsers.series import Series
 from trustrank.ranking.services import ranking_after_load
 from trustrank.risk.cluster import gpu, inputs, priorities, scheduling, vllm
@@ -105,10 +109,13 @@ def _spec(*, cluster: Cluster, diagnosis: Diagnosis, now: datetime) -> FindingSp
         "subject": diagnosis.subject,
         "workload": diagnosis.workload,
         "discriminator": diagnosis.discriminator,
+        "fingerprint": diagnosis.fingerprint,
         "inputs": diagnosis.evidence_dict(),
     }
     return FindingSpec(
-        fingerprint=diagnosis.fingerprint,
+        # The engine's fingerprint names the subject within a cluster; one team's clusters
+        # may well share namespaces and pod names.
+        fingerprint=finding_fingerprint("cluster", cluster.name, diagnosis.fingerprint),
         title=f"{diagnosis.title} ({cluster.name})"[:2000],
         severity=_SEVERITY.get(diagnosis.severity.value, "medium"),
         category=diagnosis.kind[:40],
