@@ -74,3 +74,19 @@ def test_cluster_page_draws_gpu_charts_and_lists_pending_pods(client, make_user,
     page = client.get("/clusters/gpu-prod/workloads/ml/StatefulSet/infer/")
     assert page.status_code == 200
     assert b"DCGM_FI_DEV_GPU_UTIL" in page.content and b"<polyline" in page.content
+
+
+def test_gpu_charts_pick_the_least_utilised_gpus(team):
+    from trustrank.cluster.selectors import gpu_lines
+
+    big = Cluster.objects.create(team=team, name="big")
+    now = timezone.now()
+    stamps = tuple(int((now - timedelta(minutes=m)).timestamp() * 1000) for m in (3, 2, 1))
+    series_store(cluster=big, series=[
+        Series("DCGM_FI_DEV_GPU_UTIL", (("Hostname", f"n{g // 4}"), ("gpu", str(g % 4))),
+               MetricKind.GAUGE, stamps, (float(g * 5),) * 3)
+        for g in range(12)
+    ])
+    util, _fi, seen = gpu_lines(cluster=big, since=now - timedelta(hours=1), limit=3)
+    assert seen == 12
+    assert sorted(util) == ["n0/gpu0", "n0/gpu1", "n0/gpu2"]
