@@ -94,3 +94,17 @@ def test_two_clusters_with_the_same_pod_names_keep_separate_findings(cluster, te
     evictable = Finding.objects.filter(team=team, category="gpu_training_evictable")
     assert sorted(f.evidence["cluster"] for f in evictable) == ["gpu-dr", "gpu-prod"]
     assert all(f.state != TriageState.RESOLVED for f in evictable)
+
+
+def test_an_inference_workload_behind_an_ingress_in_the_trace_graph_ranks_first(cluster, team):
+    from trustrank.runtime.models import Environment, Service
+
+    env = Environment.objects.create(team=team, name="prod", first_seen=NOW, last_seen=NOW)
+    Service.objects.create(environment=env, name="infer", namespace="ml",
+                           ingress_override=True, first_seen=NOW, last_seen=NOW)
+    cluster_diagnose(cluster_id=cluster.pk, now=NOW)
+    infer = ClusterWorkload.objects.get(cluster=cluster, key="ml/StatefulSet/infer")
+    train = ClusterWorkload.objects.get(cluster=cluster, key="ml/Job/train")
+    assert infer.tier == "latency-critical" and infer.direction == "raise"
+    assert infer.recommended_priority > train.recommended_priority
+    assert any("internet" in r["detail"] for r in infer.reasons)

@@ -28,11 +28,13 @@ from trustrank.findings.services.reconcile import (
     finding_fingerprint,
     findings_reconcile,
 )
+from trustrank.parsers.kubernetes import Pod
 from trustrank.parsers.series import Series
 from trustrank.ranking.services import ranking_after_load
 from trustrank.risk.cluster import gpu, inputs, priorities, scheduling, vllm
-from trustrank.risk.cluster.findings import Diagnosis
+from trustrank.risk.cluster.findings import Diagnosis, workload_key
 from trustrank.risk.cluster.gpu import UTILISATION_METRICS
+from trustrank.runtime.models import NodeKind, Service
 
 # Series the diagnoses read; anything else stored is only charted.
 DIAGNOSIS_METRICS = (
@@ -97,8 +99,57 @@ def cluster_diagnoses_compute(
     found += inversions
     # One finding per fingerprint, whichever function saw it first.
     unique = list({d.fingerprint: d for d in found}.values())
-    workloads = priorities.workloads_from_pods(pods=snapshot.pods)
+    serving, internet = trace_flags(cluster=cluster, pods=snapshot.pods)
+    workloads = priorities.workloads_from_pods(
+        pods=snapshot.pods, latency_sensitive=serving, internet_path=internet
+    )
     return unique, priorities.workload_priorities(workloads=workloads, diagnoses=unique)
+
+
+# Pod labels that usually carry the name a workload's traces report as service.name.
+_SERVICE_NAME_LABELS = ("app.kubernetes.io/name", "app", "service.name")
+
+
+def trace_flags(
+    *, cluster: Cluster, pods: Iterable[Pod]
+) -> tuple[dict[str, bool], dict[str, bool]]:
+    """What the trace graph says about each workload (keyed by workload key): whether it
+    serves traced requests (a traced service of the team carries its name: the owner's
+    name or the pod's app label) and whether that service takes internet traffic (an
+    ingress, by the evidence or a person's override). A first approximation of "on an
+    internet path": ingress services only, not what they call."""
+    names: dict[str, set[tuple[str, str]]] = {}
+    for pod in pods:
+        key = workload_key(pod)
+        wanted = names.setdefault(key, set())
+        wanted.add((pod.namespace, key.split("/", 2)[2]))
+        for label in _SERVICE_NAME_LABELS:
+            if pod.labels.get(label):
+                wanted.add((pod.namespace, pod.labels[label]))
+    all_names = {name for wanted in names.values() for _, name in wanted}
+    if not all_names:
+        return {}, {}
+    services = Service.objects.filter(
+        environment__team_id=cluster.team_id, kind=NodeKind.SERVICE, name__in=all_names,
+    ).values_list("namespace", "name", "ingress_candidate", "ingress_override")
+    by_name: dict[str, list[tuple[str, bool]]] = {}
+    for namespace, name, candidate, override in services:
+        ingress = override if override is not None else candidate
+        by_name.setdefault(name, []).append((namespace, bool(ingress)))
+    serving: dict[str, bool] = {}
+    internet: dict[str, bool] = {}
+    for key, wanted in names.items():
+        # A service recorded without a namespace matches a workload of any namespace.
+        matches = [
+            ingress
+            for namespace, name in wanted
+            for service_namespace, ingress in by_name.get(name, [])
+            if service_namespace in ("", namespace)
+        ]
+        if matches:
+            serving[key] = True
+            internet[key] = any(matches)
+    return serving, internet
 
 
 def _spec(*, cluster: Cluster, diagnosis: Diagnosis, now: datetime) -> FindingSpec:
