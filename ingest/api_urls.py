@@ -8,4 +8,5 @@ urlpatterns = [
     path("", include("ingest.apis.otlp")),
     path("", include("ingest.apis.feeds")),
     path("", include("ingest.apis.certs")),
+    path("", include("ingest.apis.metrics")),
 ]

@@ -29,4 +29,6 @@ HANDLERS: dict[str, Handler] = {
     "traces": Handler("ingest.loaders.traces.traces_load"),
     "certificates": Handler("ingest.loaders.certificates.certificates_load"),
     "trust_bundle": Handler("ingest.loaders.trust_bundle.trust_bundle_load"),
+    # Cluster metrics and Kubernetes objects; params["format"] picks the loader.
+    "telemetry": Handler("ingest.loaders.cluster.telemetry_load"),
 }

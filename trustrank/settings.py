@@ -379,6 +379,30 @@ CELERY_BEAT_SCHEDULE["ranking-runs-sweep"] = {
     "schedule": timedelta(seconds=TRUSTRANK_RANKING_SWEEP_SECONDS),
 }
 
+# --- Cluster and GPU evidence (issue 11) ---------------------------------------------------
+# Per-minute metric points are kept this many days; older day partitions are dropped whole.
+TRUSTRANK_CLUSTER_RETENTION_DAYS = envint("TRUSTRANK_CLUSTER_RETENTION_DAYS", 14, minimum=1)
+# How far back the diagnoses read stored series (over-reserved needs an hour of samples).
+TRUSTRANK_CLUSTER_DIAGNOSE_WINDOW_MINUTES = envint(
+    "TRUSTRANK_CLUSTER_DIAGNOSE_WINDOW_MINUTES", 90, minimum=5
+)
+# A load asks for diagnoses of its cluster this long after it; loads within the delay share
+# one run (a Prometheus remote-writes every few seconds).
+TRUSTRANK_CLUSTER_DIAGNOSE_DEBOUNCE_SECONDS = envint(
+    "TRUSTRANK_CLUSTER_DIAGNOSE_DEBOUNCE_SECONDS", 30, minimum=0
+)
+CELERY_BEAT_SCHEDULE["cluster-metrics-retention"] = {
+    "task": "trustrank.cluster.tasks.cluster_metrics_retention",
+    "schedule": timedelta(hours=envint("TRUSTRANK_CLUSTER_RETENTION_CHECK_HOURS", 6, minimum=1)),
+}
+# Diagnoses also age (a queue stops growing, utilisation leaves the window) without loads.
+CELERY_BEAT_SCHEDULE["cluster-diagnose-all"] = {
+    "task": "trustrank.cluster.tasks.clusters_diagnose",
+    "schedule": timedelta(
+        seconds=envint("TRUSTRANK_CLUSTER_DIAGNOSE_SECONDS", 600, minimum=10)
+    ),
+}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

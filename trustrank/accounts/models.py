@@ -31,6 +31,8 @@ class Scope(models.TextChoices):
     SBOM_WRITE = "sbom:write", "Upload SBOMs"
     TRACES_WRITE = "traces:write", "Export traces"
     CERTS_WRITE = "certs:write", "Upload certificates and trust bundles"
+    METRICS_WRITE = "metrics:write", "Push cluster metrics and Kubernetes objects"
+    # The earlier name of metrics:write; keys made with it keep working.
     TELEMETRY_WRITE = "telemetry:write", "Push cluster and GPU telemetry"
     TRIAGE = "triage", "Change triage state"
     ADMIN = "admin", "Administer the team (feeds, keys)"
@@ -51,6 +53,7 @@ ROLE_SCOPES: dict[str, frozenset[str]] = {
             Scope.SBOM_WRITE,
             Scope.TRACES_WRITE,
             Scope.CERTS_WRITE,
+            Scope.METRICS_WRITE,
             Scope.TELEMETRY_WRITE,
         }
     ),

@@ -10,9 +10,18 @@ from rest_framework.response import Response
 
 from trustrank.accounts.principal import principal_for_request
 from trustrank.cluster import services
-from trustrank.cluster.models import ReplayRun
-from trustrank.cluster.selectors import replay_run_get_for_principal, replay_run_list
-from trustrank.cluster.serializers import ReplayRunCreateSerializer, ReplayRunSerializer
+from trustrank.cluster.models import ClusterWorkload, ReplayRun
+from trustrank.cluster.selectors import (
+    cluster_get_for_principal,
+    replay_run_get_for_principal,
+    replay_run_list,
+    workload_list,
+)
+from trustrank.cluster.serializers import (
+    ClusterWorkloadSerializer,
+    ReplayRunCreateSerializer,
+    ReplayRunSerializer,
+)
 from trustrank.lib.api import problem
 
 
@@ -66,4 +75,22 @@ class ReplayRunDetailApi(RetrieveAPIView[ReplayRun]):
     def get_object(self) -> ReplayRun:
         return replay_run_get_for_principal(
             principal=principal_for_request(self.request), run_id=self.kwargs["run_id"]
+        )
+
+
+class ClusterWorkloadListApi(ListAPIView[ClusterWorkload]):
+    """Workloads of one cluster: declared and recommended priorities, reasons, diagnoses.
+    `ordering` = declared, -declared, recommended or -recommended (default: disagreements
+    first); `team` picks the team when several of yours name a cluster alike."""
+
+    serializer_class = ClusterWorkloadSerializer
+    queryset = ClusterWorkload.objects.none()  # for the schema; get_queryset scopes the real one
+
+    def get_queryset(self) -> Any:
+        cluster = cluster_get_for_principal(
+            principal=principal_for_request(self.request), name=self.kwargs["cluster"],
+            team=self.request.query_params.get("team", ""),
+        )
+        return workload_list(
+            cluster=cluster, ordering=self.request.query_params.get("ordering", "")
         )

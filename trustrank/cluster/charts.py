@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 # Colour-blind-safe palette (Okabe-Ito), one per strategy in a fixed order.
 COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#000000")
@@ -93,3 +94,51 @@ def _nice_ceiling(value: float) -> float:
         if value <= step:
             return float(step)
     return float(int(value) + 1)
+
+
+def time_chart(
+    lines: Mapping[str, Sequence[tuple[float, float]]], *, y_label: str,
+    y_max: float | None = None, width: int = 720, height: int = 260,
+) -> LineChart | None:
+    """Values against wall-clock time (unix seconds), one line per label; None when there
+    is nothing to draw. `y_max` fixes the scale (100 for percentages, 1 for FI)."""
+    lines = {name: points for name, points in lines.items() if points}
+    if not lines:
+        return None
+    left, top, right, bottom = 56, 12, 140, 44
+    plot_w, plot_h = width - left - right, height - top - bottom
+    t0 = min(p[0][0] for p in lines.values())
+    t1 = max(p[-1][0] for p in lines.values())
+    span = max(t1 - t0, 60.0)
+    top_value = y_max if y_max is not None else _nice_ceiling(
+        max(max(v for _, v in p) for p in lines.values()) or 1.0
+    )
+
+    def sx(t: float) -> float:
+        return left + plot_w * (t - t0) / span
+
+    def sy(v: float) -> float:
+        return top + plot_h * (1 - max(0.0, min(v, top_value)) / top_value)
+
+    series = [
+        Series(name, COLOURS[i % len(COLOURS)],
+               " ".join(f"{sx(t):.1f},{sy(v):.1f}" for t, v in points), sy(points[-1][1]))
+        for i, (name, points) in enumerate(lines.items())
+    ]
+    placed: list[Series] = []
+    for s in sorted(series, key=lambda s: s.final_label_y):
+        y = s.final_label_y
+        if placed and y - placed[-1].final_label_y < 13:
+            y = placed[-1].final_label_y + 13
+        placed.append(Series(s.name, s.colour, s.points, y))
+    x_ticks = tuple(
+        Tick(sx(t0 + span * k / 4), datetime.fromtimestamp(t0 + span * k / 4, tz=UTC)
+             .strftime("%H:%M"))
+        for k in range(5)
+    )
+    y_ticks = tuple(Tick(sy(top_value * k / 4), f"{top_value * k / 4:g}") for k in range(5))
+    return LineChart(
+        width=width, height=height, left=left, top=top, plot_w=plot_w, plot_h=plot_h,
+        series=tuple(placed), x_ticks=x_ticks, y_ticks=y_ticks, x_label="time (UTC)",
+        y_label=y_label, marker_x=None,
+    )

@@ -75,3 +75,208 @@ class ReplayRun(models.Model):
         if self.started_at and self.finished_at:
             return (self.finished_at - self.started_at).total_seconds()
         return None
+
+
+# --- Cluster evidence (issue 11) -----------------------------------------------------------
+
+
+class Cluster(models.Model):
+    """A Kubernetes cluster of one team, named by the `k8s.cluster.name` resource attribute,
+    a remote-write external label, or the URL. Created on first evidence."""
+
+    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="clusters")
+    name = models.CharField(max_length=120)
+    created_at = models.DateTimeField(auto_now_add=True)
+    objects_at = models.DateTimeField(null=True, blank=True)
+    metrics_at = models.DateTimeField(null=True, blank=True)
+    diagnosed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "name"], name="cluster_team_name"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ClusterPod(models.Model):
+    """The latest known state of a pod. `state` is the parser's `Pod` as JSON (see
+    `services.objects.pod_from_state`) so diagnoses read exactly what was uploaded; the
+    columns beside it are for listing and joining series by namespace/pod."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="pods")
+    key = models.CharField(max_length=300, help_text="uid, or namespace/name without one")
+    namespace = models.CharField(max_length=253)
+    name = models.CharField(max_length=253)
+    node = models.CharField(max_length=253, blank=True)
+    phase = models.CharField(max_length=20, blank=True)
+    qos_class = models.CharField(max_length=20, blank=True)
+    priority_class = models.CharField(max_length=253, blank=True)
+    priority = models.IntegerField(null=True, blank=True)
+    gpus = models.FloatField(default=0)
+    workload = models.CharField(max_length=600, blank=True)
+    state = models.JSONField(default=dict)
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["namespace", "name"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "key"], name="clusterpod_key")]
+        indexes = [
+            models.Index(fields=["cluster", "namespace", "name"], name="clusterpod_ns_name"),
+            models.Index(fields=["cluster", "workload"], name="clusterpod_workload"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class ClusterPodChange(models.Model):
+    """One step of a pod's history (created, deleted, phase, node) between two snapshots."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="pod_changes")
+    pod_key = models.CharField(max_length=300)
+    namespace = models.CharField(max_length=253)
+    name = models.CharField(max_length=253)
+    change = models.CharField(max_length=12)
+    before = models.CharField(max_length=253, blank=True)
+    after = models.CharField(max_length=253, blank=True)
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["at", "pk"]
+        indexes = [
+            models.Index(fields=["cluster", "namespace", "name"], name="podchange_ns_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name} {self.change} {self.before}→{self.after}"
+
+
+class ClusterNode(models.Model):
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(max_length=253)
+    gpu_product = models.CharField(max_length=200, blank=True)
+    allocatable_gpus = models.FloatField(default=0)
+    state = models.JSONField(default=dict)
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="clusternode_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ClusterPriorityClass(models.Model):
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="priority_classes")
+    name = models.CharField(max_length=253)
+    value = models.IntegerField()
+    state = models.JSONField(default=dict)
+    last_seen = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-value", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="clusterprioclass_name")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.value})"
+
+
+class ClusterEvent(models.Model):
+    """A Kubernetes event, upserted by namespace/name (kubectl reports a repeating event
+    once with a growing count)."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="events")
+    key = models.CharField(max_length=510)
+    reason = models.CharField(max_length=128)
+    type = models.CharField(max_length=16, blank=True)
+    message = models.TextField(blank=True)
+    object_kind = models.CharField(max_length=64, blank=True)
+    object_namespace = models.CharField(max_length=253, blank=True)
+    object_name = models.CharField(max_length=253, blank=True)
+    count = models.IntegerField(default=1)
+    state = models.JSONField(default=dict)
+    first_seen = models.DateTimeField(null=True, blank=True)
+    last_seen = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-last_seen", "pk"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "key"], name="clusterevent_key")]
+
+    def __str__(self) -> str:
+        return f"{self.reason} {self.object_namespace}/{self.object_name}"
+
+
+class MetricSeries(models.Model):
+    """One metric name with one label set in one cluster. Its per-minute points live in the
+    day-partitioned table `cluster_metricminute` (raw SQL, see migration 0003). The columns
+    beside the labels link it to cluster objects: dcgm-exporter's `Hostname`/`gpu`/`UUID`,
+    Kubernetes' `namespace`/`pod`/`container`, or the OTLP `k8s.*` resource attributes."""
+
+    id = models.BigAutoField(primary_key=True)
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="series")
+    key = models.CharField(max_length=32, help_text="MD5 of name and labels")
+    name = models.CharField(max_length=255)
+    labels = models.JSONField(default=dict)
+    kind = models.CharField(max_length=16)
+    unit = models.CharField(max_length=64, blank=True)
+    namespace = models.CharField(max_length=253, blank=True)
+    pod = models.CharField(max_length=253, blank=True)
+    container = models.CharField(max_length=253, blank=True)
+    node = models.CharField(max_length=253, blank=True)
+    gpu = models.CharField(max_length=64, blank=True)
+    gpu_uuid = models.CharField(max_length=128, blank=True)
+    first_seen = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["cluster", "key"], name="metricseries_key")]
+        indexes = [
+            models.Index(fields=["cluster", "name"], name="metricseries_name"),
+            models.Index(fields=["cluster", "namespace", "pod"], name="metricseries_pod"),
+            models.Index(fields=["cluster", "node", "gpu"], name="metricseries_gpu"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ClusterWorkload(models.Model):
+    """A workload (pod owner) with its declared priority beside the recommended one, as the
+    last diagnosis run computed it (`risk.cluster.priorities.workload_priorities`)."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="workloads")
+    key = models.CharField(max_length=600, help_text="namespace/Kind/name")
+    namespace = models.CharField(max_length=253)
+    kind = models.CharField(max_length=64)
+    name = models.CharField(max_length=253)
+    declared_priority = models.IntegerField(default=0)
+    declared_priority_class = models.CharField(max_length=253, blank=True)
+    declared_qos = models.CharField(max_length=20, blank=True)
+    gpus = models.FloatField(default=0)
+    score = models.FloatField(default=0)
+    tier = models.CharField(max_length=40)
+    recommended_priority = models.IntegerField(default=0)
+    recommended_qos = models.CharField(max_length=20, blank=True)
+    direction = models.CharField(max_length=8)
+    disagrees = models.BooleanField(default=False)
+    reasons = models.JSONField(default=list)
+    diagnoses = models.JSONField(default=list)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-disagrees", "-recommended_priority", "key"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "key"], name="clusterworkload_key")
+        ]
+
+    def __str__(self) -> str:
+        return self.key

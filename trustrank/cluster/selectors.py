@@ -1,12 +1,27 @@
-"""Reads of replay runs; every one is scoped to the principal's teams."""
+"""Reads of replay runs and cluster evidence; every one is scoped to the principal's
+teams."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import datetime
+
+from django.db import connection
 from django.db.models import QuerySet
 from django.http import Http404
 
 from trustrank.accounts.principal import Principal
-from trustrank.cluster.models import ReplayRun
+from trustrank.cluster.models import (
+    Cluster,
+    ClusterPod,
+    ClusterWorkload,
+    MetricSeries,
+    ReplayRun,
+)
+from trustrank.cluster.services.metrics import series_window
+from trustrank.findings.models import OPEN_STATES, Finding, FindingKind, FindingSource
+from trustrank.parsers.series import Series
+from trustrank.risk.cluster.gpu import UTILISATION_METRICS, utilisation_percent
 
 
 def replay_run_list(*, principal: Principal) -> QuerySet[ReplayRun]:
@@ -30,3 +45,173 @@ def replay_run_get_for_principal(*, principal: Principal, run_id: int) -> Replay
     if run is None:
         raise Http404("No such replay run.")
     return run
+
+
+# --- Cluster evidence ---------------------------------------------------------------------
+
+WORKLOAD_ORDERINGS = {
+    "declared": ["declared_priority", "key"],
+    "-declared": ["-declared_priority", "key"],
+    "recommended": ["recommended_priority", "key"],
+    "-recommended": ["-recommended_priority", "key"],
+}
+
+
+def cluster_list(*, principal: Principal) -> QuerySet[Cluster]:
+    return Cluster.objects.filter(team_id__in=principal.team_ids).select_related("team")
+
+
+def cluster_get_for_principal(*, principal: Principal, name: str, team: str = "") -> Cluster:
+    """The one access helper for a cluster by name: clusters are named per team, so a
+    person in several teams with the same cluster name picks one with `team`."""
+    clusters = cluster_list(principal=principal).filter(name=name)
+    if team:
+        clusters = clusters.filter(team__name=team)
+    cluster = clusters.order_by("team_id").first()
+    if cluster is None:
+        raise Http404("No such cluster.")
+    return cluster
+
+
+def workload_list(*, cluster: Cluster, ordering: str = "") -> QuerySet[ClusterWorkload]:
+    """Disagreements between declared and recommended priorities first, unless an ordering
+    by either is asked for."""
+    rows = ClusterWorkload.objects.filter(cluster=cluster)
+    if ordering in WORKLOAD_ORDERINGS:
+        return rows.order_by(*WORKLOAD_ORDERINGS[ordering])
+    return rows.order_by("-disagrees", "-recommended_priority", "key")
+
+
+def workload_get(*, cluster: Cluster, key: str) -> ClusterWorkload:
+    workload = ClusterWorkload.objects.filter(cluster=cluster, key=key).first()
+    if workload is None:
+        raise Http404("No such workload.")
+    return workload
+
+
+def pending_pods(*, cluster: Cluster) -> QuerySet[ClusterPod]:
+    return ClusterPod.objects.filter(
+        cluster=cluster, deleted_at__isnull=True, phase="Pending"
+    ).order_by("-priority", "first_seen")
+
+
+def workload_pods(*, cluster: Cluster, key: str) -> QuerySet[ClusterPod]:
+    return ClusterPod.objects.filter(cluster=cluster, workload=key).order_by(
+        "deleted_at", "namespace", "name"
+    )
+
+
+def cluster_findings(*, cluster: Cluster) -> QuerySet[Finding]:
+    return Finding.objects.filter(
+        team_id=cluster.team_id, kind=FindingKind.RELIABILITY, source=FindingSource.CLUSTER,
+        evidence__cluster=cluster.name, state__in=OPEN_STATES,
+    ).order_by("-severity_score", "category")
+
+
+_FB_METRICS = ("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_RESERVED")
+
+
+def _gpu_label(item: Series) -> str:
+    node = item.label("Hostname") or item.label("k8s.node.name")
+    return f"{node}/gpu{item.label('gpu') or item.label('UUID')}"
+
+
+def gpu_lines(
+    *, cluster: Cluster, since: datetime, limit: int = 8
+) -> tuple[dict[str, list[tuple[float, float]]], dict[str, list[tuple[float, float]]], int]:
+    """Utilisation (%) and FI per GPU over time, for the cluster page: FI = 1 − FB free /
+    FB total at each minute (formula 2 at GPU level). At most `limit` GPUs, the least
+    utilised first (the over-reserved ones are the point of the chart); also the number
+    of GPUs seen."""
+    # A large cluster has thousands of GPUs: pick the `limit` least utilised ones in SQL
+    # and read only their series, instead of every GPU's hours of minutes.
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT s.node, s.gpu FROM cluster_metricseries s "
+            "JOIN cluster_metricminute m ON m.series_id = s.id "
+            "WHERE s.cluster_id = %s AND s.name = ANY(%s) AND m.minute >= %s "
+            "GROUP BY s.node, s.gpu "
+            "ORDER BY avg(m.sum / m.count * CASE WHEN s.name = %s THEN 100 ELSE 1 END), "
+            "s.node, s.gpu",
+            [cluster.pk, list(UTILISATION_METRICS), since, "DCGM_FI_PROF_GR_ENGINE_ACTIVE"],
+        )
+        ranked = [(node, gpu) for node, gpu in cur.fetchall()]
+    chosen_pairs = set(ranked[:limit])
+    if not chosen_pairs:
+        chosen_pairs = set(
+            MetricSeries.objects.filter(cluster=cluster, name="DCGM_FI_DEV_FB_FREE")
+            .values_list("node", "gpu").distinct()[:limit]
+        )
+    ids = [
+        pk for pk, node, gpu in MetricSeries.objects.filter(
+            cluster=cluster, node__in={n for n, _ in chosen_pairs},
+            name__in=[*UTILISATION_METRICS, *_FB_METRICS],
+        ).values_list("pk", "node", "gpu")
+        if (node, gpu) in chosen_pairs
+    ]
+    series = series_window(cluster=cluster, since=since, series_ids=ids) if ids else []
+    util: dict[str, list[tuple[float, float]]] = {}
+    memory: dict[str, dict[str, dict[float, float]]] = {}
+    for item in series:
+        label = _gpu_label(item)
+        points = list(zip((t / 1000 for t in item.timestamps_ms), item.values, strict=True))
+        if item.name in UTILISATION_METRICS:
+            util.setdefault(label, []).extend(
+                (t, utilisation_percent(metric=item.name, value=v)) for t, v in points
+            )
+        else:
+            by_minute = memory.setdefault(label, {}).setdefault(item.name, {})
+            for t, v in points:
+                by_minute[t // 60 * 60] = v
+    fi: dict[str, list[tuple[float, float]]] = {}
+    for label, fields in memory.items():
+        free = fields.get("DCGM_FI_DEV_FB_FREE", {})
+        used = fields.get("DCGM_FI_DEV_FB_USED", {})
+        reserved = fields.get("DCGM_FI_DEV_FB_RESERVED", {})
+        fi[label] = [
+            (t, 1 - free[t] / total)
+            for t in sorted(free) if t in used
+            for total in [free[t] + used[t] + reserved.get(t, 0.0)] if total > 0
+        ]
+    seen = max(len(ranked), len(set(util) | set(fi)))
+
+    def mean(points: list[tuple[float, float]]) -> float:
+        return sum(v for _, v in points) / len(points) if points else 0.0
+
+    chosen = sorted(set(util) | set(fi), key=lambda g: (mean(util.get(g, [])), g))[:limit]
+    return (
+        {g: sorted(util[g]) for g in chosen if g in util},
+        {g: fi[g] for g in chosen if g in fi},
+        seen,
+    )
+
+
+def workload_series_lines(
+    *, cluster: Cluster, pods: Iterable[ClusterPod], since: datetime, max_metrics: int = 12,
+    max_lines: int = 6,
+) -> dict[str, dict[str, list[tuple[float, float]]]]:
+    """metric name -> line label -> points, for the workload page's charts."""
+    wanted = {(p.namespace, p.name) for p in pods}
+    if not wanted:
+        return {}
+    ids = list(
+        MetricSeries.objects.filter(
+            cluster=cluster, pod__in=[name for _, name in wanted],
+            namespace__in=[ns for ns, _ in wanted],
+        ).values_list("pk", flat=True)[:2000]
+    )
+    if not ids:
+        return {}
+    charts: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    for item in series_window(cluster=cluster, since=since, series_ids=ids):
+        if item.name not in charts and len(charts) >= max_metrics:
+            continue
+        lines = charts.setdefault(item.name, {})
+        if len(lines) >= max_lines:
+            continue
+        extra = ",".join(f"{k}={v}" for k, v in item.labels
+                         if k in ("pod", "gpu", "model_name", "le", "finished_reason"))
+        lines[extra or item.name] = [
+            (t / 1000, v) for t, v in zip(item.timestamps_ms, item.values, strict=True)
+        ]
+    return charts

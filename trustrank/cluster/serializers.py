@@ -5,7 +5,7 @@ from typing import Any
 from django.urls import reverse
 from rest_framework import serializers
 
-from trustrank.cluster.models import ReplayMode, ReplayRun
+from trustrank.cluster.models import ClusterWorkload, ReplayMode, ReplayRun
 from trustrank.risk.scheduling.strategies import STRATEGIES
 from trustrank.risk.scheduling.timeline import POLICIES
 
@@ -60,3 +60,24 @@ class ReplayRunSerializer(serializers.ModelSerializer[ReplayRun]):
 
     def get_status_url(self, run: ReplayRun) -> str:
         return reverse("api-replay-run", kwargs={"run_id": run.pk})
+
+
+class ClusterWorkloadSerializer(serializers.ModelSerializer[ClusterWorkload]):
+    """A workload's declared priority beside the recommended one, with the reasons and the
+    fingerprints of the diagnoses that counted."""
+
+    declared = serializers.SerializerMethodField()
+    recommended = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ClusterWorkload
+        fields = ["key", "namespace", "kind", "name", "gpus", "declared", "recommended",
+                  "score", "tier", "direction", "disagrees", "reasons", "diagnoses",
+                  "updated_at"]
+
+    def get_declared(self, obj: ClusterWorkload) -> dict[str, Any]:
+        return {"priority": obj.declared_priority,
+                "priority_class": obj.declared_priority_class, "qos_class": obj.declared_qos}
+
+    def get_recommended(self, obj: ClusterWorkload) -> dict[str, Any]:
+        return {"priority": obj.recommended_priority, "qos_class": obj.recommended_qos}

@@ -17,3 +17,30 @@ def replay_run(self: Task, run_id: int) -> str:
     if outcome == services.Outcome.BUSY:
         raise self.retry(countdown=settings.TRUSTRANK_JOB_LEASE_SECONDS)
     return outcome.value
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def cluster_diagnose_task(cluster_id: int, requested: str) -> dict[str, int] | None:
+    """Debounced diagnosis after a load; a second delivery finds the run done and skips."""
+    from datetime import datetime
+
+    from trustrank.cluster.services.diagnoses import cluster_diagnose_if_due
+
+    result = cluster_diagnose_if_due(
+        cluster_id=cluster_id, requested=datetime.fromisoformat(requested)
+    )
+    return None if result is None else result.as_dict()
+
+
+@shared_task(acks_late=True)
+def clusters_diagnose() -> int:
+    from trustrank.cluster.services.diagnoses import clusters_diagnose_all
+
+    return clusters_diagnose_all()
+
+
+@shared_task(acks_late=True)
+def cluster_metrics_retention() -> list[str]:
+    from trustrank.cluster.services.metrics import metrics_retention_apply
+
+    return metrics_retention_apply()

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.contrib import messages
@@ -7,13 +8,26 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 
 from trustrank.accounts.principal import principal_for_request
 from trustrank.cluster import services
-from trustrank.cluster.charts import unallocated_chart
+from trustrank.cluster.charts import time_chart, unallocated_chart
 from trustrank.cluster.forms import ReplayRunForm
 from trustrank.cluster.models import ReplayMode, ReplayRun
-from trustrank.cluster.selectors import replay_run_get_for_principal, replay_run_list
+from trustrank.cluster.selectors import (
+    cluster_findings,
+    cluster_get_for_principal,
+    cluster_list,
+    gpu_lines,
+    pending_pods,
+    replay_run_get_for_principal,
+    replay_run_list,
+    workload_get,
+    workload_list,
+    workload_pods,
+    workload_series_lines,
+)
 from trustrank.lib.pages import HtmxHttpRequest, paginate
 
 POLICY_LABELS = {
@@ -105,3 +119,55 @@ def _result_context(run: ReplayRun) -> dict[str, Any]:
             {"name": POLICY_LABELS.get(name, name), **row} for name, row in rows.items()
         ]
     }
+
+
+# --- Cluster evidence pages -------------------------------------------------------------------
+
+CHART_HOURS = 6
+
+
+@login_required
+def cluster_list_page(request: HtmxHttpRequest) -> HttpResponse:
+    clusters = cluster_list(principal=principal_for_request(request)).order_by("name")
+    return render(request, "cluster/cluster_list.html", paginate(request, clusters))
+
+
+@login_required
+def cluster_detail(request: HtmxHttpRequest, cluster: str) -> HttpResponse:
+    found = cluster_get_for_principal(
+        principal=principal_for_request(request), name=cluster, team=request.GET.get("team", "")
+    )
+    since = timezone.now() - timedelta(hours=CHART_HOURS)
+    util, fi, gpus_seen = gpu_lines(cluster=found, since=since)
+    context = {
+        "cluster": found,
+        "util_chart": time_chart(util, y_label="GPU utilisation %", y_max=100.0),
+        "fi_chart": time_chart(fi, y_label="FI (1 − free/total)", y_max=1.0),
+        "gpus_seen": gpus_seen,
+        "gpus_charted": len(set(util) | set(fi)),
+        "chart_hours": CHART_HOURS,
+        "pending": pending_pods(cluster=found)[:50],
+        "findings": cluster_findings(cluster=found)[:50],
+        **paginate(request, workload_list(cluster=found, ordering=request.GET.get("ordering", ""))),
+    }
+    return render(request, "cluster/cluster_detail.html", context)
+
+
+@login_required
+def workload_detail(request: HtmxHttpRequest, cluster: str, key: str) -> HttpResponse:
+    found = cluster_get_for_principal(
+        principal=principal_for_request(request), name=cluster, team=request.GET.get("team", "")
+    )
+    workload = workload_get(cluster=found, key=key)
+    pods = list(workload_pods(cluster=found, key=key)[:100])
+    since = timezone.now() - timedelta(hours=CHART_HOURS)
+    charts = [
+        (name, time_chart(lines, y_label=name[:40]))
+        for name, lines in workload_series_lines(cluster=found, pods=pods, since=since).items()
+    ]
+    context = {
+        "cluster": found, "workload": workload, "pods": pods,
+        "charts": [(name, chart) for name, chart in charts if chart is not None],
+        "chart_hours": CHART_HOURS,
+    }
+    return render(request, "cluster/workload_detail.html", context)

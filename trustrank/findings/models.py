@@ -78,6 +78,7 @@ class FindingSource(models.TextChoices):
     CERTIFICATE = "certificate", "Certificate and identity evidence"
     POLICY = "policy", "Caller policy check"
     TRACES = "traces", "Trace evidence"
+    CLUSTER = "cluster", "Cluster and GPU telemetry"
 
 
 # Labels of the categories each kind reports (identity problems, reliability diagnoses).
@@ -90,6 +91,23 @@ CATEGORY_LABELS = {
     "unmapped": "Identity not mapped to a service",
     "policy_violation": "Caller policy violation",
     "broken_context": "Lost trace context",
+    # Cluster and GPU diagnoses (trustrank/risk/cluster/).
+    "gpu_over_reserved": "GPU over-reserved",
+    "gpu_training_evictable": "Evictable GPU training",
+    "gpu_fragmentation": "GPU fragmentation",
+    "gpu_fragmentation_blocks_pod": "Pod blocked by GPU fragmentation",
+    "inference_latency": "Inference latency above threshold",
+    "inference_throughput_unstable": "Unstable inference throughput",
+    "inference_queue_imbalance": "Inference queue growing",
+    "inference_kv_cache_pressure": "KV-cache pressure",
+    "pod_preempted": "Pod preempted",
+    "pod_evicted": "Pod evicted",
+    "pod_oom_killed": "Pod OOM-killed",
+    "pod_nomination_lost": "Preemption commitment lost",
+    "priority_inversion": "Priority inversion",
+    "io_throttling": "I/O throttling",
+    "rdma_congestion": "RDMA congestion",
+    "rdma_metadata_retries": "RDMA metadata retries",
 }
 
 

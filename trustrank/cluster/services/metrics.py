@@ -1,0 +1,466 @@
+"""Metric storage: parsed series in, per-minute points out, day partitions, retention.
+
+Every point is folded into its series' minute (min, max, sum, count, last). Histograms
+arrive as the classic `_bucket{le=…}`/`_sum`/`_count` series (every parser flattens them
+so), so buckets merge per minute like any other series: cumulative ones keep their last
+value, delta ones add up in `sum`. Points are grouped in numpy, sent by binary COPY
+and merged set-based (`INSERT … SELECT … ON CONFLICT DO UPDATE`), never one ORM save
+per point.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import orjson
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from trustrank.cluster.models import Cluster
+from trustrank.parsers.otlp_metrics import RESOURCE_LABELS, ParsedMetrics, ResourceMetrics
+from trustrank.parsers.series import Labels, MetricKind, Series
+
+TABLE = "cluster_metricminute"
+_MINUTE_MS = 60_000
+_DAY_MS = 86_400_000
+
+# (cluster id, name, labels) -> series id. Series are created once and never change their
+# id, so a worker keeps what it has looked up; bounded so a churning cluster cannot grow
+# it without limit. Filled only after commit (a rolled-back insert leaves no stale id).
+_SERIES_IDS: dict[tuple[int, str, Labels], int] = {}
+_SERIES_IDS_MAX = 2_000_000
+_PARTITIONS: set[date] = set()
+
+# Labels that link a series to cluster objects (dcgm-exporter, kube-state-metrics, vLLM,
+# and the OTLP resource attributes `ParsedMetrics.series()` copies).
+_LINKS: dict[str, tuple[str, ...]] = {
+    "namespace": ("namespace", "k8s.namespace.name", "exported_namespace"),
+    "pod": ("pod", "k8s.pod.name", "exported_pod"),
+    "container": ("container", "k8s.container.name", "exported_container"),
+    "node": ("Hostname", "k8s.node.name", "node"),
+    "gpu": ("gpu",),
+    "gpu_uuid": ("UUID", "uuid"),
+}
+_MAX = {"namespace": 253, "pod": 253, "container": 253, "node": 253, "gpu": 64, "gpu_uuid": 128}
+
+
+def series_key(*, name: str, labels: Sequence[tuple[str, str]]) -> str:
+    text = name + "\x1f" + "\x1e".join(f"{k}\x1d{v}" for k, v in labels)
+    return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
+
+
+@dataclass(frozen=True)
+class MetricsLoaded:
+    series: int
+    new_series: int
+    points: int
+    minutes: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {"series": self.series, "new_series": self.new_series, "points": self.points,
+                "minutes": self.minutes}
+
+
+def partition_name(day: date) -> str:
+    return f"{TABLE}_p{day:%Y%m%d}"
+
+
+def minutes_partition_ensure(*, days: Iterable[date]) -> None:
+    """Create the day partitions the points need. Concurrent loads serialise on an
+    advisory lock so two never race on CREATE TABLE of the same day."""
+    missing = sorted(set(days) - _PARTITIONS)
+    if not missing:
+        return
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [TABLE])
+        for day in missing:
+            start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+            cur.execute(
+                f"CREATE TABLE IF NOT EXISTS {partition_name(day)} PARTITION OF {TABLE} "
+                "FOR VALUES FROM (%s) TO (%s)",
+                [start, start + timedelta(days=1)],
+            )
+    transaction.on_commit(lambda: _PARTITIONS.update(missing))
+
+
+def minute_partitions() -> list[tuple[str, date]]:
+    """Existing day partitions, oldest first."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = %s::regclass ORDER BY c.relname",
+            [TABLE],
+        )
+        names = [row[0] for row in cur.fetchall()]
+    found = []
+    for name in names:
+        try:
+            day = datetime.strptime(name.rsplit("_p", 1)[1], "%Y%m%d").date()  # noqa: DTZ007
+        except (IndexError, ValueError):
+            continue
+        found.append((name, day))
+    return found
+
+
+def metrics_retention_apply(*, now: datetime | None = None) -> list[str]:
+    """Drop whole day partitions older than TRUSTRANK_CLUSTER_RETENTION_DAYS; returns
+    their names. Series rows stay (they are small and come back with the next scrape)."""
+    now = now or timezone.now()
+    cutoff = (now - timedelta(days=settings.TRUSTRANK_CLUSTER_RETENTION_DAYS)).date()
+    dropped = []
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [TABLE])
+        for name, day in minute_partitions():
+            # A partition holds [day, day + 1): drop it once all of it is past the cutoff.
+            if day < cutoff:
+                cur.execute(f"DROP TABLE IF EXISTS {name}")
+                dropped.append(name)
+                _PARTITIONS.discard(day)
+    return dropped
+
+
+def _link_columns(labels: Sequence[tuple[str, str]]) -> dict[str, str]:
+    mapping = dict(labels)
+    found = {}
+    for column, names in _LINKS.items():
+        value = next((mapping[n] for n in names if mapping.get(n)), "")
+        found[column] = value[: _MAX[column]]
+    return found
+
+
+_SERIES_BATCH = "cluster_series_batch"
+_SERIES_COLUMNS = ("key", "name", "labels", "kind", "unit", "namespace", "pod", "container",
+                   "node", "gpu", "gpu_uuid")
+_SERIES_BATCH_CREATE = f"""
+CREATE TEMP TABLE IF NOT EXISTS {_SERIES_BATCH} (
+    key varchar(32), name varchar(255), labels jsonb, kind varchar(16), unit varchar(64),
+    namespace varchar(253), pod varchar(253), container varchar(253), node varchar(253),
+    gpu varchar(64), gpu_uuid varchar(128)
+) ON COMMIT DELETE ROWS
+"""
+_SERIES_INSERT = f"""
+INSERT INTO cluster_metricseries (cluster_id, first_seen, {", ".join(_SERIES_COLUMNS)})
+SELECT %s, %s, {", ".join(_SERIES_COLUMNS)} FROM {_SERIES_BATCH}
+ON CONFLICT (cluster_id, key) DO NOTHING
+"""  # noqa: S608 (constant names only)
+_SERIES_FOUND = f"""
+SELECT s.key, s.id FROM cluster_metricseries s JOIN {_SERIES_BATCH} b ON b.key = s.key
+WHERE s.cluster_id = %s
+"""  # noqa: S608 (constant names only)
+
+
+def _series_upsert(
+    *, cluster: Cluster, unknown: dict[str, int], items: Sequence[Series], now: datetime
+) -> tuple[dict[str, int], int]:
+    """Ids of the series keyed in `unknown`, creating those that do not exist. Through a
+    COPY into a session table and two set-based statements, on psycopg's own cursor:
+    Django's client-side binding rewrites every placeholder of a bulk INSERT with a regex,
+    which cost more than the insert itself for a scrape's new series."""
+    import psycopg
+
+    with transaction.atomic():
+        connection.ensure_connection()
+        with psycopg.Cursor(connection.connection) as cur:
+            cur.execute(_SERIES_BATCH_CREATE)
+            cur.execute(f"DELETE FROM {_SERIES_BATCH}")  # noqa: S608 (a constant name)
+            with cur.copy(
+                f"COPY {_SERIES_BATCH} ({', '.join(_SERIES_COLUMNS)}) FROM STDIN"
+            ) as copy:
+                for key, position in unknown.items():
+                    item = items[position]
+                    links = _link_columns(item.labels)
+                    copy.write_row((
+                        key, item.name[:255], orjson.dumps(dict(item.labels)).decode(),
+                        str(item.kind)[:16], item.unit[:64], links["namespace"], links["pod"],
+                        links["container"], links["node"], links["gpu"], links["gpu_uuid"],
+                    ))
+            cur.execute(_SERIES_INSERT, [cluster.pk, now])
+            created = cur.rowcount
+            cur.execute(_SERIES_FOUND, [cluster.pk])
+            found = {key: int(series_id) for key, series_id in cur.fetchall()}
+    return found, max(created, 0)
+
+
+def _series_ids(
+    *, cluster: Cluster, items: Sequence[Series], now: datetime
+) -> tuple[np.ndarray[Any, Any], int]:
+    """The ids of the series (in order), creating the missing ones."""
+    ids = np.empty(len(items), dtype=np.int64)
+    unknown: dict[str, int] = {}
+    for position, item in enumerate(items):
+        known = _SERIES_IDS.get((cluster.pk, item.name, item.labels))
+        if known is None:
+            unknown[series_key(name=item.name, labels=item.labels)] = position
+        else:
+            ids[position] = known
+    if not unknown:
+        return ids, 0
+    found, created = _series_upsert(cluster=cluster, unknown=unknown, items=items, now=now)
+    new: dict[tuple[int, str, Labels], int] = {}
+    for key, position in unknown.items():
+        ids[position] = found[key]
+        item = items[position]
+        new[(cluster.pk, item.name, item.labels)] = found[key]
+
+    def remember() -> None:
+        if len(_SERIES_IDS) + len(new) > _SERIES_IDS_MAX:
+            _SERIES_IDS.clear()
+        _SERIES_IDS.update(new)
+
+    transaction.on_commit(remember)
+    return ids, created
+
+
+# Minute rows reach PostgreSQL by binary COPY into a temporary table, built by numpy as
+# one buffer (no Python object per row), then merge into the partitioned table in one
+# statement. Binding arrays instead costs more in psycopg's list dumping than the insert.
+_BATCH = "cluster_minute_batch"
+_BATCH_CREATE = f"""
+CREATE TEMP TABLE IF NOT EXISTS {_BATCH} (
+    series_id bigint, minute bigint, min float8, max float8, sum float8, count int4,
+    last float8, last_ms bigint
+) ON COMMIT DELETE ROWS
+"""
+_MERGE = f"""
+INSERT INTO {TABLE} AS m (series_id, minute, min, max, sum, count, last, last_ms)
+SELECT series_id, to_timestamp(minute * 60), min, max, sum, count, last, last_ms
+FROM {_BATCH}
+ON CONFLICT (series_id, minute) DO UPDATE SET
+    min = LEAST(m.min, EXCLUDED.min),
+    max = GREATEST(m.max, EXCLUDED.max),
+    sum = m.sum + EXCLUDED.sum,
+    count = m.count + EXCLUDED.count,
+    last = CASE WHEN EXCLUDED.last_ms >= m.last_ms THEN EXCLUDED.last ELSE m.last END,
+    last_ms = GREATEST(m.last_ms, EXCLUDED.last_ms)
+"""  # noqa: S608 (constant table names only)
+_COPY_ROW = np.dtype([
+    ("fields", ">i2"),
+    ("l1", ">i4"), ("series_id", ">i8"), ("l2", ">i4"), ("minute", ">i8"),
+    ("l3", ">i4"), ("min", ">f8"), ("l4", ">i4"), ("max", ">f8"),
+    ("l5", ">i4"), ("sum", ">f8"), ("l6", ">i4"), ("count", ">i4"),
+    ("l7", ">i4"), ("last", ">f8"), ("l8", ">i4"), ("last_ms", ">i8"),
+])
+_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + b"\x00" * 8
+_COPY_TRAILER = b"\xff\xff"
+
+
+def _copy_buffer(columns: dict[str, np.ndarray[Any, Any]]) -> bytes:
+    rows = np.empty(len(columns["series_id"]), dtype=_COPY_ROW)
+    rows["fields"] = 8
+    for index, name in enumerate(
+        ("series_id", "minute", "min", "max", "sum", "count", "last", "last_ms"), start=1
+    ):
+        rows[f"l{index}"] = 4 if name == "count" else 8
+        rows[name] = columns[name]
+    return _COPY_HEADER + rows.tobytes() + _COPY_TRAILER
+
+
+def _minutes_merge(columns: dict[str, np.ndarray[Any, Any]]) -> None:
+    with transaction.atomic():
+        connection.ensure_connection()
+        raw = connection.connection
+        with raw.cursor() as cur:
+            cur.execute(_BATCH_CREATE)
+            # DELETE, not TRUNCATE: the table is empty unless this transaction stored another
+            # cluster already, and TRUNCATE would swap its file on every load.
+            cur.execute(f"DELETE FROM {_BATCH}")  # noqa: S608 (a constant name)
+            with cur.copy(f"COPY {_BATCH} FROM STDIN (FORMAT BINARY)") as copy:
+                copy.write(_copy_buffer(columns))
+            cur.execute(_MERGE)
+
+
+def series_store(
+    *, cluster: Cluster, series: Iterable[Series], now: datetime | None = None
+) -> MetricsLoaded:
+    """Store parsed series (any of the three metric parsers) as per-minute points.
+    Run it inside the job's transaction: a load is then all or nothing, and a job run
+    again after a crash cannot count its points twice."""
+    now = now or timezone.now()
+    items: list[Series] = []
+    index_of: dict[tuple[str, Labels], int] = {}
+    parts_idx: list[int] = []
+    parts_ts: list[tuple[int, ...]] = []
+    parts_val: list[tuple[float, ...]] = []
+    for item in series:
+        if not item.timestamps_ms:
+            continue
+        ident = (item.name, item.labels)
+        index = index_of.get(ident)
+        if index is None:
+            index = index_of[ident] = len(items)
+            items.append(item)
+        parts_idx.append(index)
+        parts_ts.append(item.timestamps_ms)
+        parts_val.append(item.values)
+    if not items:
+        return MetricsLoaded(0, 0, 0, 0)
+    positions = np.repeat(np.array(parts_idx, dtype=np.int64),
+                          np.array([len(p) for p in parts_ts], dtype=np.int64))
+    ts = np.fromiter((t for part in parts_ts for t in part), dtype=np.int64,
+                     count=len(positions))
+    val = np.fromiter((v for part in parts_val for v in part), dtype=np.float64,
+                      count=len(positions))
+    return _points_store(cluster=cluster, items=items, index=positions, ts=ts, val=val,
+                         now=now)
+
+
+def parsed_metrics_store(
+    *, cluster: Cluster, resources: Iterable[ResourceMetrics], now: datetime | None = None
+) -> MetricsLoaded:
+    """Store OTLP resources (the parser's `ResourceMetrics`) as per-minute points.
+
+    Gauges and sums go straight from the parser's columns to numpy (times and values are
+    C arrays), with each distinct label set merged with the resource attributes once:
+    the per-point work of building a `Series` is what limits a dcgm scrape otherwise.
+    Histograms take the `Series` path (their classic bucket shape)."""
+    now = now or timezone.now()
+    items: list[Series] = []
+    index_of: dict[tuple[str, Labels], int] = {}
+    parts_idx: list[np.ndarray[Any, Any]] = []
+    parts_ts: list[np.ndarray[Any, Any]] = []
+    parts_val: list[np.ndarray[Any, Any]] = []
+    others: list[Series] = []
+    for resource in resources:
+        extra = {k: resource.attributes[k] for k in RESOURCE_LABELS if k in resource.attributes}
+        merged: dict[Labels, Labels] = {}
+        rest = []
+        for metric in resource.metrics:
+            numbers = metric.numbers
+            if numbers is None or not numbers.size:
+                if metric.histograms:
+                    rest.append(metric)
+                continue
+            positions = np.empty(numbers.size, dtype=np.int64)
+            for at, raw in enumerate(numbers.labels):
+                labels = merged.get(raw)
+                if labels is None:
+                    labels = merged[raw] = tuple(sorted({**extra, **dict(raw)}.items()))
+                ident = (metric.name, labels)
+                found = index_of.get(ident)
+                if found is None:
+                    found = index_of[ident] = len(items)
+                    items.append(Series(metric.name, labels, metric.kind, (), (), metric.unit))
+                positions[at] = found
+            parts_idx.append(positions)
+            parts_ts.append(np.frombuffer(numbers.time_ns, dtype=np.uint64))
+            parts_val.append(np.frombuffer(numbers.values, dtype=np.float64))
+        if rest:
+            others.extend(ParsedMetrics(
+                resources=(ResourceMetrics(resource.attributes, tuple(rest)),),
+                total_points=0, rejected_points=0, stale_points=0,
+            ).series())
+    for item in others:
+        if not item.timestamps_ms:
+            continue
+        ident = (item.name, item.labels)
+        found = index_of.get(ident)
+        if found is None:
+            found = index_of[ident] = len(items)
+            items.append(item)
+        parts_idx.append(np.full(len(item.timestamps_ms), found, dtype=np.int64))
+        parts_ts.append(np.array(item.timestamps_ms, dtype=np.uint64) * 1_000_000)
+        parts_val.append(np.array(item.values, dtype=np.float64))
+    if not items:
+        return MetricsLoaded(0, 0, 0, 0)
+    return _points_store(
+        cluster=cluster, items=items, index=np.concatenate(parts_idx),
+        ts=(np.concatenate(parts_ts) // 1_000_000).astype(np.int64),
+        val=np.concatenate(parts_val), now=now,
+    )
+
+
+def _points_store(
+    *, cluster: Cluster, items: Sequence[Series], index: np.ndarray[Any, Any],
+    ts: np.ndarray[Any, Any], val: np.ndarray[Any, Any], now: datetime,
+) -> MetricsLoaded:
+    """Points as columns (series position in `items`, milliseconds, value) to minutes."""
+    id_of_index, new_series = _series_ids(cluster=cluster, items=items, now=now)
+    sid = id_of_index[index]
+    minute = ts // _MINUTE_MS
+
+    # Group points by (series, minute): sort by series, minute, time; reduce each run.
+    order = np.lexsort((ts, minute, sid))
+    sid, minute, ts, val = sid[order], minute[order], ts[order], val[order]
+    starts = np.flatnonzero(np.r_[True, (sid[1:] != sid[:-1]) | (minute[1:] != minute[:-1])])
+    ends = np.r_[starts[1:], len(sid)] - 1
+    g_sid, g_minute = sid[starts], minute[starts]
+    g_min = np.minimum.reduceat(val, starts)
+    g_max = np.maximum.reduceat(val, starts)
+    g_sum = np.add.reduceat(val, starts)
+    g_count = np.diff(np.r_[starts, len(sid)])
+    g_last, g_last_ms = val[ends], ts[ends]
+
+    epoch = date(1970, 1, 1)
+    days = {epoch + timedelta(days=int(d)) for d in np.unique(g_minute * _MINUTE_MS // _DAY_MS)}
+    minutes_partition_ensure(days=days)
+    _minutes_merge({
+        "series_id": g_sid, "minute": g_minute, "min": g_min, "max": g_max, "sum": g_sum,
+        "count": g_count, "last": g_last, "last_ms": g_last_ms,
+    })
+    # Every load of a cluster would otherwise update its one row: concurrent workers would
+    # queue on that row lock. A minute's precision is enough for "metrics last seen".
+    Cluster.objects.filter(pk=cluster.pk).filter(
+        Q(metrics_at__isnull=True) | Q(metrics_at__lt=now - timedelta(minutes=1))
+    ).update(metrics_at=now)
+    return MetricsLoaded(
+        series=len(items), new_series=new_series, points=len(sid), minutes=len(g_sid)
+    )
+
+
+# Kinds whose per-minute value is the last one (cumulative counters and histogram
+# buckets); gauges read as the minute's mean.
+_LAST_KINDS = {MetricKind.COUNTER, MetricKind.HISTOGRAM, MetricKind.SUMMARY}
+
+
+def series_window(
+    *, cluster: Cluster, since: datetime, names: Iterable[str] | None = None,
+    prefixes: Iterable[str] = (), series_ids: Iterable[int] | None = None,
+) -> list[Series]:
+    """Stored series as parser `Series` (one sample per minute, at the minute's last
+    timestamp), for the diagnoses' input builders and the charts."""
+    where = ["s.cluster_id = %s", "m.minute >= %s"]
+    params: list[Any] = [cluster.pk, since.replace(second=0, microsecond=0)]
+    name_filters = []
+    if names is not None:
+        name_filters.append("s.name = ANY(%s)")
+        params.append(list(names))
+    for prefix in prefixes:
+        name_filters.append("s.name LIKE %s")
+        params.append(prefix.replace("%", r"\%").replace("_", r"\_") + "%")
+    if name_filters:
+        where.append("(" + " OR ".join(name_filters) + ")")
+    if series_ids is not None:
+        where.append("s.id = ANY(%s)")
+        params.append(list(series_ids))
+    # Only constant SQL fragments are joined; values are bound parameters.
+    sql = (
+        "SELECT s.id, s.name, s.labels, s.kind, s.unit, "  # noqa: S608
+        "array_agg(m.last_ms ORDER BY m.minute), "
+        "array_agg(m.last ORDER BY m.minute), array_agg(m.sum / m.count ORDER BY m.minute) "
+        f"FROM cluster_metricseries s JOIN {TABLE} m ON m.series_id = s.id "
+        f"WHERE {' AND '.join(where)} GROUP BY s.id ORDER BY s.name, s.id"
+    )
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        rows = cur.fetchall()
+    found = []
+    for _, name, raw_labels, kind, unit, times, lasts, means in rows:
+        # Django's psycopg setup hands jsonb to raw cursors as text.
+        labels = orjson.loads(raw_labels) if isinstance(raw_labels, str | bytes) else raw_labels
+        kind_enum = MetricKind(kind) if kind in MetricKind._value2member_map_ else (
+            MetricKind.UNKNOWN)
+        values = lasts if kind_enum in _LAST_KINDS or name.endswith(
+            ("_bucket", "_sum", "_count", "_total")) else means
+        found.append(Series(
+            name=name, labels=tuple(sorted(labels.items())), kind=kind_enum,
+            timestamps_ms=tuple(int(t) for t in times), values=tuple(float(v) for v in values),
+            unit=unit,
+        ))
+    return found
