@@ -15,6 +15,7 @@ import orjson
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
+from django.http.request import RawPostDataException
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
@@ -258,8 +259,16 @@ class _ClusterReceiver(ReceiverMixin, APIView):
 
     def _body(self, request: Request) -> bytes:
         try:
+            raw = request.body
+        except RawPostDataException as exc:
+            # A form body was read as form fields before the view: it is no metrics payload.
+            raise UploadRefused(
+                415, "Unsupported media type",
+                f"{request.content_type or 'this media type'} is not a metrics payload.",
+            ) from exc
+        try:
             return decode_body(
-                request.body, content_encoding=request.headers.get("Content-Encoding", ""),
+                raw, content_encoding=request.headers.get("Content-Encoding", ""),
                 limit=settings.TRUSTRANK_MAX_UPLOAD_BYTES,
             )
         except (RequestDataTooBig, BodyTooLarge) as exc:

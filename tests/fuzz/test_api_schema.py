@@ -171,6 +171,9 @@ def _real_path_parameters(team: Any) -> dict[str, Any]:
     identity = Identity.objects.filter(team=team).first()
     run = RankingRun.objects.create(team=team, trigger="test")
     replay = ReplayRun.objects.create(team=team, mode="inflation")
+    from trustrank.cluster.models import Cluster
+
+    Cluster.objects.get_or_create(team=team, name="gpu-a")
     deployment_set(
         team=team, environment="production", service="api",
         request=DeploymentRequest(project="app", version="1.0"), source="api",
@@ -179,6 +182,7 @@ def _real_path_parameters(team: Any) -> dict[str, Any]:
     return {
         "name": "production",
         "service": "api",
+        "cluster": "gpu-a",
         "run_id": {"ranking-runs": run.pk, "replay-runs": replay.pk},
         "environment": "prod",
         "finding_id": Finding.objects.filter(team=team).first().pk,  # type: ignore[union-attr]
