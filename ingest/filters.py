@@ -5,7 +5,7 @@ import django_filters
 from ingest.models import IngestJob, JobKind, JobStatus
 
 
-class IngestJobFilter(django_filters.FilterSet):
+class IngestJobFilterSet(django_filters.FilterSet):
     """Shared by the jobs page and GET /api/v1/jobs."""
 
     kind = django_filters.ChoiceFilter(choices=JobKind.choices)

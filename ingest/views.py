@@ -6,7 +6,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from ingest.errors import SubmitRefused
-from ingest.filters import IngestJobFilter
+from ingest.filters import IngestJobFilterSet
 from ingest.models import JobStatus
 from ingest.receivers import SUBMIT_STATUS
 from ingest.selectors import job_get, job_list
@@ -21,7 +21,7 @@ from trustrank.lib.pages import HtmxHttpRequest, paginate
 @login_required
 def job_list_page(request: HtmxHttpRequest) -> HttpResponse:
     jobs = job_list(principal=principal_for_request(request)).defer("params", "result")
-    filterset = IngestJobFilter(request.GET, queryset=jobs)
+    filterset = IngestJobFilterSet(request.GET, queryset=jobs)
     context = {"filter": filterset, "hx_target": "#jobs", **paginate(request, filterset.qs)}
     # Keep polling while anything shown is still moving.
     context["live"] = any(

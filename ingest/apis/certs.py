@@ -31,7 +31,7 @@ from ingest.submit import certificates_submit, trust_bundle_submit
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_request
 from trustrank.identity import selectors
-from trustrank.identity.filters import CertificateFilter
+from trustrank.identity.filters import CertificateFilterSet
 from trustrank.identity.models import Certificate
 from trustrank.identity.serializers import CertificateSerializer, TrustBundleSerializer
 
@@ -53,7 +53,7 @@ class CertificatesApi(ReceiverMixin, ListAPIView[Certificate]):
     parser_classes = [MultiPartParser, FormParser, RawBodyParser]
     required_scopes = {"GET": Scope.READ, "POST": Scope.CERTS_WRITE}
     serializer_class = CertificateSerializer
-    filterset_class = CertificateFilter
+    filterset_class = CertificateFilterSet
 
     def get_queryset(self) -> Any:
         return selectors.certificate_list(principal=principal_for_request(self.request))

@@ -5,7 +5,7 @@ from typing import Any
 from django.urls import path
 from rest_framework.generics import ListAPIView, RetrieveAPIView
 
-from ingest.filters import IngestJobFilter
+from ingest.filters import IngestJobFilterSet
 from ingest.models import IngestJob
 from ingest.selectors import job_get, job_list
 from ingest.serializers import IngestJobSerializer
@@ -18,7 +18,7 @@ ANY_SCOPE = (*Scope.values, FEEDS_WRITE)
 
 class JobListApi(ListAPIView[IngestJob]):
     serializer_class = IngestJobSerializer
-    filterset_class = IngestJobFilter
+    filterset_class = IngestJobFilterSet
     required_scope = ANY_SCOPE
 
     def get_queryset(self) -> Any:

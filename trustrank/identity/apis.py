@@ -9,7 +9,7 @@ from rest_framework.generics import ListAPIView, RetrieveAPIView
 from trustrank.accounts.principal import principal_for_request
 from trustrank.findings.models import Finding
 from trustrank.identity import selectors
-from trustrank.identity.filters import IdentityFilter, IdentityFindingFilter
+from trustrank.identity.filters import IdentityFilterSet, IdentityFindingFilterSet
 from trustrank.identity.models import Certificate, Identity
 from trustrank.identity.serializers import (
     CertificateSerializer,
@@ -29,7 +29,7 @@ class CertificateDetailApi(RetrieveAPIView[Certificate]):
 
 class IdentityListApi(ListAPIView[Identity]):
     serializer_class = IdentitySerializer
-    filterset_class = IdentityFilter
+    filterset_class = IdentityFilterSet
 
     def get_queryset(self) -> Any:
         return selectors.identity_list(principal=principal_for_request(self.request))
@@ -46,7 +46,7 @@ class IdentityDetailApi(RetrieveAPIView[Identity]):
 
 class IdentityFindingListApi(ListAPIView[Finding]):
     serializer_class = IdentityFindingSerializer
-    filterset_class = IdentityFindingFilter
+    filterset_class = IdentityFindingFilterSet
 
     def get_queryset(self) -> Any:
         return selectors.finding_list(principal=principal_for_request(self.request))

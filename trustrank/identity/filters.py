@@ -16,7 +16,7 @@ from trustrank.identity.models import (
 )
 
 
-class CertificateFilter(django_filters.FilterSet):
+class CertificateFilterSet(django_filters.FilterSet):
     environment = django_filters.CharFilter()
     spiffe_id = django_filters.CharFilter()
     trust_domain = django_filters.CharFilter()
@@ -36,7 +36,7 @@ class CertificateFilter(django_filters.FilterSet):
         ]
 
 
-class IdentityFilter(django_filters.FilterSet):
+class IdentityFilterSet(django_filters.FilterSet):
     environment = django_filters.CharFilter()
     trust_domain = django_filters.CharFilter()
     service = django_filters.CharFilter(field_name="service_name")
@@ -49,7 +49,7 @@ class IdentityFilter(django_filters.FilterSet):
         fields = ["environment", "trust_domain", "service", "mapping_source", "min_strength", "q"]
 
 
-class IdentityFindingFilter(django_filters.FilterSet):
+class IdentityFindingFilterSet(django_filters.FilterSet):
     environment = django_filters.CharFilter()
     kind = django_filters.ChoiceFilter(field_name="category", choices=IdentityCategory.choices)
     status = django_filters.ChoiceFilter(

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from trustrank.accounts.principal import principal_for_request
 from trustrank.identity import selectors, services
-from trustrank.identity.filters import IdentityFilter
+from trustrank.identity.filters import IdentityFilterSet
 from trustrank.identity.forms import MappingForm, PolicyForm
 from trustrank.lib.pages import HtmxHttpRequest, paginate
 
@@ -63,7 +63,7 @@ def identities_page(request: HtmxHttpRequest) -> HttpResponse:
     environments = selectors.environment_names(principal=principal)
     environment = request.GET.get("environment") or (environments[0] if environments else "")
     identities = selectors.identity_list(principal=principal).filter(environment=environment)
-    filterset = IdentityFilter(request.GET, queryset=identities)
+    filterset = IdentityFilterSet(request.GET, queryset=identities)
     context: dict[str, Any] = {
         "environment": environment,
         "environments": environments,

@@ -5,7 +5,7 @@ from typing import Any
 from rest_framework.generics import ListAPIView, RetrieveAPIView
 
 from trustrank.accounts.principal import principal_for_request
-from trustrank.inventory.filters import ComponentFilter, ProjectFilter
+from trustrank.inventory.filters import ComponentFilterSet, ProjectFilterSet
 from trustrank.inventory.models import Component, Project
 from trustrank.inventory.selectors import project_components, project_get, project_list
 from trustrank.inventory.serializers import ComponentSerializer, ProjectSerializer
@@ -13,7 +13,7 @@ from trustrank.inventory.serializers import ComponentSerializer, ProjectSerializ
 
 class ProjectListApi(ListAPIView[Project]):
     serializer_class = ProjectSerializer
-    filterset_class = ProjectFilter
+    filterset_class = ProjectFilterSet
 
     def get_queryset(self) -> Any:
         return project_list(principal=principal_for_request(self.request))
@@ -32,7 +32,7 @@ class ProjectComponentListApi(ListAPIView[Component]):
     """Components of the project's current SBOMs (one per version); filter by name/purl/version."""
 
     serializer_class = ComponentSerializer
-    filterset_class = ComponentFilter
+    filterset_class = ComponentFilterSet
     queryset = Component.objects.none()  # for the schema; get_queryset scopes the real one
 
     def get_queryset(self) -> Any:

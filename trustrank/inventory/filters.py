@@ -6,7 +6,7 @@ from django.db.models import Q, QuerySet
 from trustrank.inventory.models import Component, Project
 
 
-class ProjectFilter(django_filters.FilterSet):
+class ProjectFilterSet(django_filters.FilterSet):
     name = django_filters.CharFilter(field_name="name", lookup_expr="icontains")
 
     class Meta:
@@ -14,7 +14,7 @@ class ProjectFilter(django_filters.FilterSet):
         fields = ["name"]
 
 
-class ComponentFilter(django_filters.FilterSet):
+class ComponentFilterSet(django_filters.FilterSet):
     """Shared by the project page and GET /api/v1/projects/<id>/components."""
 
     q = django_filters.CharFilter(method="search", label="Name or purl")

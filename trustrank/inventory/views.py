@@ -5,7 +5,7 @@ from django.http import HttpResponse
 from django.shortcuts import render
 
 from trustrank.accounts.principal import principal_for_request
-from trustrank.inventory.filters import ComponentFilter, ProjectFilter
+from trustrank.inventory.filters import ComponentFilterSet, ProjectFilterSet
 from trustrank.inventory.selectors import (
     project_components,
     project_get,
@@ -18,7 +18,7 @@ from trustrank.lib.pages import HtmxHttpRequest, paginate
 @login_required
 def project_list_page(request: HtmxHttpRequest) -> HttpResponse:
     principal = principal_for_request(request)
-    filterset = ProjectFilter(request.GET, queryset=project_list(principal=principal))
+    filterset = ProjectFilterSet(request.GET, queryset=project_list(principal=principal))
     context = {"filter": filterset, **paginate(request, filterset.qs)}
     return render(request, "inventory/project_list.html", context)
 
@@ -26,7 +26,7 @@ def project_list_page(request: HtmxHttpRequest) -> HttpResponse:
 @login_required
 def project_page(request: HtmxHttpRequest, project_id: int) -> HttpResponse:
     project = project_get(principal=principal_for_request(request), project_id=project_id)
-    filterset = ComponentFilter(request.GET, queryset=project_components(project=project))
+    filterset = ComponentFilterSet(request.GET, queryset=project_components(project=project))
     context = {
         "project": project,
         "filter": filterset,
