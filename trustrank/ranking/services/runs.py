@@ -160,6 +160,9 @@ def _execute(run: RankingRun) -> None:
             before=cached.rows if incremental and cached is not None else None,
         )
         t3 = time.perf_counter()
+        digest = _rows_digest(rows)
+        services = services_json(result)
+        t4 = time.perf_counter()
         RankingRun.objects.filter(pk=run.pk).update(
             status=RunStatus.DONE,
             phase="",
@@ -168,8 +171,8 @@ def _execute(run: RankingRun) -> None:
             weights=orjson.loads(orjson.dumps(rs)),
             weights_version=rs.version,
             inputs_digest=result.inputs_digest,
-            results_digest=_rows_digest(rows),
-            services=services_json(result),
+            results_digest=digest,
+            services=services,
             counts={
                 "findings": len(result.findings),
                 "services": len(gathered.inputs.services),
@@ -181,6 +184,7 @@ def _execute(run: RankingRun) -> None:
                 "gather_s": round(t1 - t0, 3),
                 "rank_s": round(t2 - t1, 3),
                 "store_s": round(t3 - t2, 3),
+                "digest_s": round(t4 - t3, 3),
             },
             finished_at=timezone.now(),
         )
@@ -196,7 +200,9 @@ def _rows_digest(rows: dict[int, tuple[int, int, str, float, str, str]]) -> str:
     """SHA-256 of what the run stored: each finding's rank, score, decision and the digest
     of its context (which covers the explanation). Equal results, equal digest."""
     h = hashlib.sha256()
-    for fid in sorted(rows):
-        h.update(orjson.dumps([fid, *rows[fid]]))
+    ids = sorted(rows)
+    # In chunks: one serialisation per 100,000 rows instead of one call per row.
+    for i in range(0, len(ids), 100_000):
+        h.update(orjson.dumps([(fid, *rows[fid]) for fid in ids[i : i + 100_000]]))
     return h.hexdigest()
 

@@ -49,7 +49,7 @@ def context_of(r: RankedFinding) -> dict[str, Any]:
 
 # Above this many changed ranks a run rewrites the team's queue whole (delete + COPY) rather
 # than row by row.
-_REWRITE_ABOVE = 20_000
+_REWRITE_ABOVE = 250_000
 
 
 def _store(
