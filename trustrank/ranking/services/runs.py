@@ -161,7 +161,7 @@ def _execute(run: RankingRun) -> None:
         )
         t3 = time.perf_counter()
         digest = _rows_digest(rows)
-        services = services_json(result)
+        service_results = services_json(result)
         t4 = time.perf_counter()
         RankingRun.objects.filter(pk=run.pk).update(
             status=RunStatus.DONE,
@@ -172,7 +172,7 @@ def _execute(run: RankingRun) -> None:
             weights_version=rs.version,
             inputs_digest=result.inputs_digest,
             results_digest=digest,
-            services=services,
+            services=service_results,
             counts={
                 "findings": len(result.findings),
                 "services": len(gathered.inputs.services),
