@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from trustrank.accounts.models import Scope, Team
 from trustrank.accounts.principal import principal_for_request
+from trustrank.accounts.selectors import TeamNotAllowed, TeamRequired, team_for_upload
 from trustrank.lib.api import Pagination, problem
 from trustrank.ranking import selectors
 from trustrank.ranking.filters import PriorityFilterSet
@@ -104,19 +105,15 @@ class PriorityListApi(APIView):
 
 
 def _team_for_request(request: Request, hint: str) -> Team:
-    principal = principal_for_request(request)
-    if principal.api_key is not None:
-        return principal.api_key.team
-    allowed = Team.objects.filter(pk__in=principal.teams_with(Scope.TRIAGE))
-    if hint:
-        team = allowed.filter(name=hint).first()
-        if team is None:
-            raise ValidationError({"team": f"you may not rank team {hint!r}"})
-        return team
-    teams = list(allowed[:2])
-    if len(teams) != 1:
-        raise ValidationError({"team": "name the team to rank"})
-    return teams[0]
+    try:
+        return team_for_upload(
+            principal=principal_for_request(request), scope=Scope.TRIAGE,
+            what="ranking runs", team_hint=hint,
+        )
+    except TeamNotAllowed as exc:
+        raise PermissionDenied(str(exc)) from exc
+    except TeamRequired as exc:
+        raise ValidationError({"team": str(exc)}) from exc
 
 
 class RankingRunListApi(APIView):

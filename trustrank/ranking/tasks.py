@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.db import OperationalError
 
-from trustrank.lib.queues import IngestQueueTask
+from trustrank.lib.tasks import IngestQueueTask
 
 
 @shared_task(

@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from trustrank.accounts.models import Scope, Team
 from trustrank.accounts.principal import Principal, principal_for_request
+from trustrank.accounts.selectors import TeamNotAllowed, TeamRequired, team_for_upload
 from trustrank.lib.api import Pagination, problem
 from trustrank.ranking import selectors as ranking_selectors
 from trustrank.runtime import engine, selectors
@@ -282,21 +283,15 @@ TEAM_PARAM = OpenApiParameter(
 
 
 def _deployment_team(request: Request, principal: Principal) -> Team:
-    if principal.api_key is not None:
-        return principal.api_key.team
-    allowed = Team.objects.filter(pk__in=principal.teams_with(Scope.SBOM_WRITE))
-    hint = request.query_params.get("team", "")
-    if hint:
-        team = allowed.filter(name=hint).first()
-        if team is None:
-            raise PermissionDenied(f"you may not record deployments for team {hint!r}")
-        return team
-    teams = list(allowed[:2])
-    if not teams:
-        raise PermissionDenied("recording a deployment needs the 'sbom:write' scope")
-    if len(teams) > 1:
-        raise ValidationError({"team": "you belong to several teams: name one"})
-    return teams[0]
+    try:
+        return team_for_upload(
+            principal=principal, scope=Scope.SBOM_WRITE, what="deployments",
+            team_hint=request.query_params.get("team", ""),
+        )
+    except TeamNotAllowed as exc:
+        raise PermissionDenied(str(exc)) from exc
+    except TeamRequired as exc:
+        raise ValidationError({"team": str(exc)}) from exc
 
 
 class DeploymentApi(APIView):
