@@ -188,6 +188,16 @@ class Finding(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     # Every write sets it (raw SQL updates too): incremental ranking runs read what changed.
     updated_at = models.DateTimeField(auto_now=True)
+    # Optimistic concurrency: every change to triage, owner or due date adds one, and a change
+    # made against an older version is refused (API: If-Match / `version`, 412 / 409).
+    version = models.PositiveIntegerField(default=1)
+    # --- who owns it and by when (issue: triage at team scale) ---
+    assignee = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # From the ranking decision by the team's TriagePolicy, unless a person set it by hand.
+    due_date = models.DateField(null=True, blank=True)
+    due_date_manual = models.BooleanField(default=False)
 
     # --- what the finding is about (every reference optional) ---
     # Environments are names: identity evidence names environments that traces never saw.
@@ -291,6 +301,13 @@ class Finding(models.Model):
             ),
             # What changed since a time: incremental ranking runs read only these.
             models.Index(fields=["team", "updated_at"], name="findings_team_updated"),
+            # Overdue counts and "my findings" lists.
+            models.Index(
+                fields=["team", "due_date"],
+                condition=Q(state__in=OPEN_STATES),
+                name="findings_team_due_open",
+            ),
+            models.Index(fields=["team", "assignee"], name="findings_team_assignee"),
             models.Index(fields=["project_version", "state"], name="findings_pv_state"),
             models.Index(fields=["project", "state"], name="findings_project_state"),
             models.Index(fields=["team", "environment", "kind"], name="findings_team_env_kind"),
@@ -368,6 +385,21 @@ class Finding(models.Model):
         return CATEGORY_LABELS.get(self.category, self.category or self.get_kind_display())
 
 
+class TriagePolicy(models.Model):
+    """A team's due dates by ranking decision, in days from when the decision was first given;
+    no days means no due date. A team without a row uses the defaults below."""
+
+    team = models.OneToOneField("accounts.Team", on_delete=models.CASCADE, related_name="+")
+    immediate_days = models.PositiveIntegerField(null=True, blank=True, default=1)
+    out_of_cycle_days = models.PositiveIntegerField(null=True, blank=True, default=7)
+    scheduled_days = models.PositiveIntegerField(null=True, blank=True, default=30)
+    defer_days = models.PositiveIntegerField(null=True, blank=True, default=None)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"triage policy of team {self.team_id}"
+
+
 class Comment(models.Model):
     finding = models.ForeignKey(Finding, on_delete=models.CASCADE, related_name="comments")
     author = models.ForeignKey(
@@ -424,6 +456,10 @@ class AuditEvent(models.Model):
     after = models.JSONField(default=dict, blank=True)
     reason = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # Hash chain per team (site-wide events form their own chain): the digest of the team's
+    # previous event and this event's own digest over its content and that predecessor.
+    prev_digest = models.CharField(max_length=64, blank=True)
+    digest = models.CharField(max_length=64, blank=True)
 
     class Meta:
         ordering = ["created_at", "id"]
