@@ -1,6 +1,6 @@
 from django.urls import path
 
-from trustrank.findings import apis
+from trustrank.findings import apis, audit_apis
 
 urlpatterns = [
     path("findings", apis.FindingListApi.as_view(), name="api-findings"),
@@ -15,4 +15,6 @@ urlpatterns = [
         apis.FindingCommentApi.as_view(),
         name="api-finding-comments",
     ),
+    # Audit log (audit_apis.py).
+    path("audit-events", audit_apis.AuditEventListApi.as_view(), name="api-audit-events"),
 ]

@@ -469,6 +469,9 @@ class AuditEvent(models.Model):
             models.Index(
                 fields=["team", "environment", "-created_at"], name="auditevent_team_env_at"
             ),
+            # The chain's order (verification streams it) and the audit log's keyset pages.
+            models.Index(fields=["team", "id"], name="auditevent_team_id"),
+            models.Index(fields=["team", "action", "id"], name="auditevent_team_action_id"),
         ]
 
     def __str__(self) -> str:

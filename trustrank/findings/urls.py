@@ -1,6 +1,6 @@
 from django.urls import path
 
-from trustrank.findings import views
+from trustrank.findings import audit_views, views
 
 app_name = "findings"
 urlpatterns = [
@@ -8,4 +8,7 @@ urlpatterns = [
     path("findings/<int:finding_id>/", views.finding_page, name="finding"),
     path("findings/<int:finding_id>/triage", views.finding_triage_submit, name="finding-triage"),
     path("findings/<int:finding_id>/comment", views.finding_comment_submit, name="finding-comment"),
+    # Audit log (audit_views.py).
+    path("audit/", audit_views.audit_log_page, name="audit-log"),
+    path("audit/chain/", audit_views.audit_chain_status, name="audit-chain"),
 ]
