@@ -33,6 +33,7 @@ KNOWN_ACTIONS = (
 
 _ACTION = re.compile(r"^[a-z0-9_.:-]{1,40}$")
 _ACTOR_REF = re.compile(r"^(user|key):(.*)$")
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 class ActorField(forms.Field):
@@ -77,8 +78,9 @@ class MomentField(forms.Field):
         if not text:
             return None
         try:
-            at = parse_datetime(text)
-            day = None if at is not None else parse_date(text)
+            # A bare date first: parse_datetime would read it as midnight.
+            day = parse_date(text) if _DATE.match(text) else None
+            at = None if day is not None else parse_datetime(text)
         except ValueError as exc:
             raise ValidationError(f"'{text}' is not a valid date or time", code="invalid") from exc
         if at is not None:
