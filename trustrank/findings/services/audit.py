@@ -92,13 +92,14 @@ class Actor:
 
 
 def _json_value(value: Any) -> Any:
-    """A JSON value as it comes back from PostgreSQL's jsonb: jsonb prints a number written in
-    exponent form in full (1e+16 comes back as 10000000000000000, read as an int), so a digest
-    computed at write time must see that int too."""
+    """A JSON value as PostgreSQL's jsonb gives it back, so that what is stored and what was
+    digested are the same: jsonb prints a number written in exponent form in full (1e+16
+    comes back as 10000000000000000, read as an int) and has no negative zero. Writers store
+    the normalised value; verification then reads it as it is."""
     if isinstance(value, float):
         if value.is_integer() and abs(value) >= 1e16:
             return int(value)
-        return value
+        return 0.0 if value == 0 else value
     if isinstance(value, dict):
         return {str(k): _json_value(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -110,6 +111,26 @@ def _iso(at: datetime) -> str:
     if timezone.is_naive(at):
         at = timezone.make_aware(at)
     return at.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+# The columns a digest covers, in the order audit_chain reads them.
+DIGEST_FIELDS = (
+    "team",
+    "finding",
+    "subject_type",
+    "subject_id",
+    "environment",
+    "action",
+    "actor_kind",
+    "actor_label",
+    "actor_user",
+    "actor_key",
+    "before",
+    "after",
+    "reason",
+    "created_at",
+    "prev_digest",
+)
 
 
 def audit_event_content(event: AuditEvent) -> dict[str, Any]:
@@ -125,26 +146,27 @@ def audit_event_content(event: AuditEvent) -> dict[str, Any]:
         "actor_label": event.actor_label,
         "actor_user": event.actor_user_id,
         "actor_key": event.actor_key_id,
-        # A round trip through JSON first: tuples become lists, as they do in the database.
-        "before": _json_value(json.loads(json.dumps(event.before or {}))),
-        "after": _json_value(json.loads(json.dumps(event.after or {}))),
+        "before": event.before,
+        "after": event.after,
         "reason": event.reason,
         "created_at": _iso(event.created_at),
         "prev_digest": event.prev_digest,
     }
 
 
-def audit_event_digest(event: AuditEvent) -> str:
-    """SHA-256 (hex) of the canonical JSON of the event's content: keys sorted, no spaces,
-    UTF-8. The same function verifies (audit_chain) and writes."""
+def audit_content_digest(content: dict[str, Any]) -> str:
+    """SHA-256 (hex) of the canonical JSON of an event's content (DIGEST_FIELDS; `created_at`
+    as ISO 8601 in UTC with microseconds, `before`/`after` as decoded JSON): keys sorted, no
+    spaces, UTF-8 unescaped."""
     canonical = json.dumps(
-        audit_event_content(event),
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
+        content, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     )
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def audit_event_digest(event: AuditEvent) -> str:
+    """The digest of an event (saved or not). The same function verifies and writes."""
+    return audit_content_digest(audit_event_content(event))
 
 
 def audit_chain_of(team_id: int | None) -> Q:
@@ -174,6 +196,9 @@ def _chain_append(team_id: int | None, events: list[AuditEvent]) -> None:
     audit_chain_lock(team_id)
     prev = audit_chain_head(team_id)
     for event in events:
+        # Stored as jsonb will give it back (tuples as lists, numbers as jsonb spells them).
+        event.before = _json_value(json.loads(json.dumps(event.before, allow_nan=False)))
+        event.after = _json_value(json.loads(json.dumps(event.after, allow_nan=False)))
         event.prev_digest = prev
         event.digest = audit_event_digest(event)
         prev = event.digest

@@ -7,11 +7,14 @@ Exports put `audit_chain_verify(team_id=…).as_dict()` beside what they export.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from trustrank.findings.models import AuditEvent
-from trustrank.findings.services.audit import audit_chain_of, audit_event_digest
+import orjson
+from django.db import connection, transaction
+
+from trustrank.findings.services.audit import DIGEST_FIELDS, audit_content_digest
 
 _CHUNK = 2000
 
@@ -31,6 +34,24 @@ class ChainReport:
         return asdict(self)
 
 
+# The chain read as plain rows (a model instance per event costs more than its digest):
+# created_at formatted by PostgreSQL as audit._iso does, JSON decoded here.
+_CHAIN_SQL = """
+SELECT id, team_id, finding_id, subject_type, subject_id, environment, action, actor_kind,
+       actor_label, actor_user_id, actor_key_id, before::text, after::text, reason,
+       to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'),
+       prev_digest, digest
+FROM findings_auditevent WHERE {where} ORDER BY id
+"""
+
+
+def _json(text: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:  # integers past 64 bits
+        return json.loads(text)
+
+
 def audit_chain_verify(*, team_id: int | None) -> ChainReport:
     """Check the chain of `team_id` (None: the site-wide chain). The first event's predecessor
     is the empty string; every later one names the digest stored on the event before it; every
@@ -40,14 +61,22 @@ def audit_chain_verify(*, team_id: int | None) -> ChainReport:
     head = ""
     first_broken_id: int | None = None
     reason = ""
-    qs = AuditEvent.objects.filter(audit_chain_of(team_id)).order_by("id")
-    for event in qs.iterator(chunk_size=_CHUNK):
-        events += 1
-        if first_broken_id is None:
-            problem = _link_problem(event, prev)
-            if problem:
-                first_broken_id, reason = event.pk, problem
-        prev = head = event.digest
+    where = "team_id IS NULL" if team_id is None else "team_id = %s"
+    params = [] if team_id is None else [team_id]
+    # A named (server-side) cursor streams the chain in chunks, inside one transaction (one
+    # snapshot) so no event committed meanwhile is seen half-way.
+    with transaction.atomic(), connection.chunked_cursor() as cur:
+        cur.cursor.itersize = _CHUNK
+        cur.execute(_CHAIN_SQL.format(where=where), params)
+        for row in cur:
+            events += 1
+            pk, digest = row[0], row[-1]
+            if first_broken_id is None:
+                content = dict(zip(DIGEST_FIELDS, row[1:-1], strict=True))
+                problem = _link_problem(pk, content, digest, prev)
+                if problem:
+                    first_broken_id, reason = pk, problem
+            prev = head = digest
     return ChainReport(
         intact=first_broken_id is None,
         events=events,
@@ -57,16 +86,18 @@ def audit_chain_verify(*, team_id: int | None) -> ChainReport:
     )
 
 
-def _link_problem(event: AuditEvent, prev: str) -> str:
-    if not event.digest:
-        return f"event {event.pk} has no digest"
-    if event.prev_digest != prev:
+def _link_problem(pk: int, content: dict[str, Any], digest: str, prev: str) -> str:
+    if not digest:
+        return f"event {pk} has no digest"
+    if content["prev_digest"] != prev:
         if not prev:
-            return f"event {event.pk} names a predecessor, but none precedes it (events removed)"
+            return f"event {pk} names a predecessor, but none precedes it (events removed)"
         return (
-            f"event {event.pk} does not follow the event before it "
+            f"event {pk} does not follow the event before it "
             "(an event was removed, inserted or re-sealed)"
         )
-    if audit_event_digest(event) != event.digest:
-        return f"event {event.pk} was changed after it was written (its digest does not match)"
+    content["before"] = _json(content["before"])
+    content["after"] = _json(content["after"])
+    if audit_content_digest(content) != digest:
+        return f"event {pk} was changed after it was written (its digest does not match)"
     return ""
