@@ -13,7 +13,7 @@ from trustrank.accounts.models import Team
 from trustrank.accounts.principal import principal_for_request
 from trustrank.findings.audit_filters import KNOWN_ACTIONS, AuditEventFilterSet
 from trustrank.findings.audit_selectors import audit_chains_for_principal, audit_event_list
-from trustrank.findings.models import FindingKind
+from trustrank.findings.models import AuditEvent, FindingKind
 from trustrank.findings.selectors import capped_count
 from trustrank.inventory.models import Project
 
@@ -21,6 +21,14 @@ PAGE_SIZE = 50
 # Up to this many events the page verifies the chains as it renders; past it the status is
 # fetched by htmx after the log is shown (verifying streams every event of the team).
 INLINE_VERIFY_LIMIT = 20_000
+
+
+def _changes(event: AuditEvent) -> list[tuple[str, Any, Any]]:
+    """(field, before, after) for what the event changed; unchanged fields are left out."""
+    before = event.before if isinstance(event.before, dict) else {}
+    after = event.after if isinstance(event.after, dict) else {}
+    keys = [*before, *(k for k in after if k not in before)]
+    return [(k, before.get(k), after.get(k)) for k in keys if before.get(k) != after.get(k)]
 
 
 def _after(value: str) -> int | None:
@@ -42,6 +50,8 @@ def audit_log_page(request: HttpRequest) -> HttpResponse:
     rows = list(page_qs[: PAGE_SIZE + 1])
     has_next = len(rows) > PAGE_SIZE
     rows = rows[:PAGE_SIZE]
+    for event in rows:
+        event.changes = _changes(event)  # type: ignore[attr-defined]
     params = request.GET.copy()
     params.pop("after", None)
     first_query = params.urlencode()
