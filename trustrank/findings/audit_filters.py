@@ -13,6 +13,8 @@ from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 
 from trustrank.findings.models import AuditEvent, FindingKind
 
@@ -95,14 +97,17 @@ class MomentField(forms.Field):
         return (start, True)
 
 
+@extend_schema_field(OpenApiTypes.STR)
 class ActorFilter(django_filters.Filter):
     field_class = ActorField
 
 
+@extend_schema_field({"type": "array", "items": {"type": "string"}})
 class ActionsFilter(django_filters.Filter):
     field_class = ActionsField
 
 
+@extend_schema_field(OpenApiTypes.STR)
 class MomentFilter(django_filters.Filter):
     field_class = MomentField
 
