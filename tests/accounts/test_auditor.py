@@ -145,15 +145,20 @@ def test_auditor_session_cannot_triage_or_comment_on_the_pages(client, world):
     assert f'action="/findings/{fid}/triage"' not in page
 
 
-def test_auditor_cannot_issue_or_revoke_keys(client, world, team):
-    existing = api_key_issue(team=team, name="ci", scopes=["sbom:write"]).api_key
+def test_auditor_cannot_issue_or_revoke_keys_but_sees_them(client, world, team, other_team):
+    existing = api_key_issue(team=team, name="ci-uploader", scopes=["sbom:write"]).api_key
+    api_key_issue(team=other_team, name="their-key", scopes=["read"])
     client.force_login(world["auditor"])
     page = client.post("/settings/keys/", {"team": team.pk, "name": "mine",
                                            "scopes": ["audit:read"]})
-    assert page.status_code == 200 and b"Only team admins manage keys" in page.content
+    html = page.content.decode()
+    assert page.status_code == 200 and "Only team admins manage keys" in html
+    assert "ci-uploader" in html and "sbom:write" in html and "their-key" not in html
+    assert "/revoke/" not in html
     revoke = client.post(f"/settings/keys/{existing.pk}/revoke/")
     assert revoke.status_code == 404
-    assert list(ApiKey.objects.values_list("name", "revoked_at")) == [("ci", None)]
+    assert sorted(ApiKey.objects.values_list("name", "revoked_at")) == [
+        ("ci-uploader", None), ("their-key", None)]
 
 
 def test_admin_issues_an_audit_read_key_on_the_keys_page(client, world, team):

@@ -50,9 +50,20 @@ def api_keys_page(request: HttpRequest) -> HttpResponse:
             form = ApiKeyForm(teams=teams)
     else:
         form = ApiKeyForm(teams=teams)
-    keys = ApiKey.objects.filter(team__in=teams).select_related("team", "created_by")
+    # Auditors see their teams' keys too (names, scopes, use; never a secret), without the
+    # means to issue or revoke one.
+    principal = principal_for_request(request)
+    readable = {*principal.teams_with(Scope.ADMIN), *principal.teams_with(Scope.AUDIT_READ)}
+    keys = ApiKey.objects.filter(team_id__in=readable).select_related("team", "created_by")
     return render(
-        request, "accounts/api_keys.html", {"form": form, "keys": keys, "issued": issued}
+        request,
+        "accounts/api_keys.html",
+        {
+            "form": form,
+            "keys": keys,
+            "issued": issued,
+            "admin_team_ids": set(principal.teams_with(Scope.ADMIN)),
+        },
     )
 
 
