@@ -72,11 +72,14 @@ class TestChain:
 
     def test_the_digest_covers_what_jsonb_gives_back(self, team):
         # Exponent-form and tuple values come back from jsonb in another spelling.
-        e = record(team.pk, after={"big": 1e16, "small": 1.5e-7, "pair": (1, 2), "ü": "é"},
+        e = record(team.pk, after={"big": 1e16, "small": 1.5e-7, "pair": (1, 2), "ü": "é",
+                                   "neg_zero": -0.0, "huge": 2**70, "deep": [{"x": 1e20}]},
                    subject_id="x" * 300, environment="prod")
         assert audit_chain_verify(team_id=team.pk).intact
         e.refresh_from_db()
         assert e.after["big"] == 10**16 and len(e.subject_id) == 255
+        assert e.after["huge"] == 2**70 and e.after["deep"] == [{"x": 10**20}]
+        assert e.digest == audit_event_digest(e)
 
     def test_bulk_writes_chain_in_order_across_teams(self, team, other_team):
         first = record(team.pk)

@@ -250,3 +250,14 @@ def test_deep_page_uses_the_team_id_index(team):
     assert "Seq Scan on findings_auditevent" not in plan, plan
     assert AuditEvent.objects.filter(team=team).count() == 200_000
     _ = timedelta  # (imported for readers adapting the fixture's days)
+
+
+def test_page_loads_a_long_chains_status_after_the_log(client, trail, monkeypatch):
+    from trustrank.findings import audit_views
+
+    monkeypatch.setattr(audit_views, "INLINE_VERIFY_LIMIT", 2)
+    client.force_login(trail["ann"])
+    html = client.get("/audit/").content.decode()
+    assert 'hx-get="/audit/chain/"' in html and "Verifying the chains" in html
+    assert "unused code" in html
+    assert "intact" in client.get("/audit/chain/").content.decode()

@@ -11,7 +11,6 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import orjson
 from django.db import connection, transaction
 
 from trustrank.findings.services.audit import DIGEST_FIELDS, audit_content_digest
@@ -43,13 +42,6 @@ SELECT id, team_id, finding_id, subject_type, subject_id, environment, action, a
        prev_digest, digest
 FROM findings_auditevent WHERE {where} ORDER BY id
 """
-
-
-def _json(text: str) -> Any:
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:  # integers past 64 bits
-        return json.loads(text)
 
 
 def audit_chain_verify(*, team_id: int | None) -> ChainReport:
@@ -96,8 +88,10 @@ def _link_problem(pk: int, content: dict[str, Any], digest: str, prev: str) -> s
             f"event {pk} does not follow the event before it "
             "(an event was removed, inserted or re-sealed)"
         )
-    content["before"] = _json(content["before"])
-    content["after"] = _json(content["after"])
+    # The standard library's decoder, as Django's JSONField uses: orjson would read integers
+    # past 64 bits as floats.
+    content["before"] = json.loads(content["before"])
+    content["after"] = json.loads(content["after"])
     if audit_content_digest(content) != digest:
         return f"event {pk} was changed after it was written (its digest does not match)"
     return ""
