@@ -201,3 +201,21 @@ def test_auditor_pages_show_nothing_of_another_team(client, world, other_team):
         html = client.get(url).content.decode()
         assert "their expired cert" not in html and other_team.name not in html, url
     assert "my expired cert" in client.get("/audit/").content.decode()
+
+
+def test_auditor_session_cannot_upload_or_rank_on_the_pages(client, world, team):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from ingest.models import IngestJob
+    from trustrank.ranking.models import RankingRun
+    from trustrank.runtime.models import Environment
+
+    client.force_login(world["auditor"])
+    pem = SimpleUploadedFile("c.pem", b"-----BEGIN CERTIFICATE-----\nMIIB\n"
+                                      b"-----END CERTIFICATE-----\n")
+    upload = client.post("/identities/upload/", {"kind": "cert", "cert-file": pem,
+                                                 "cert-environment": "prod"})
+    rank = client.post("/priorities/rank", {"team": team.pk})
+    assert upload.status_code == 403 and rank.status_code == 403
+    assert not IngestJob.objects.exists() and not RankingRun.objects.exists()
+    assert not Environment.objects.exists()
