@@ -403,6 +403,11 @@ CELERY_BEAT_SCHEDULE["cluster-diagnose-all"] = {
     ),
 }
 
+# --- Findings list at scale (trustrank/findings/paging.py) ------------------------------------
+# A filter's total is kept under the team's findings generation; this bounds how long a total
+# can outlive a deletion (which leaves the generation alone).
+TRUSTRANK_FINDINGS_COUNT_TTL = envint("TRUSTRANK_FINDINGS_COUNT_TTL", 60, minimum=0)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
