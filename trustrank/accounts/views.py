@@ -10,7 +10,9 @@ from django.contrib.auth.views import LoginView
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
+from django.templatetags.static import static
+from django.views.decorators.cache import cache_control
+from django.views.decorators.http import require_GET, require_POST
 
 from trustrank.accounts.forms import ThrottledAuthenticationForm
 from trustrank.accounts.models import ApiKey, Scope, Team
@@ -95,3 +97,12 @@ class ThrottledLoginView(LoginView):
         if getattr(form, "throttled", False):
             response.status_code = 429
         return response
+
+
+@require_GET
+@cache_control(max_age=86_400, public=True)
+def favicon(request: HttpRequest) -> HttpResponse:
+    """`/favicon.ico` for browsers and tools that ask for it without reading the page's
+    <link rel="icon">: a temporary redirect, since the static URL changes with the file."""
+    return redirect(static("favicon.svg"))
+
