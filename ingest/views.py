@@ -87,6 +87,8 @@ def certificates_upload_page(request: HttpRequest) -> HttpResponse:
                         filename=data["file"].name or "",
                     )
                     messages.success(request, f"Trust bundle queued as job {job.pk}.")
+                    for warning in job.params.get("warnings", []):
+                        messages.warning(request, warning)
                     return redirect(f"/identities/?environment={job.params['environment']}")
             else:
                 cert_form = CertificateUploadForm(request.POST, request.FILES, prefix="cert")

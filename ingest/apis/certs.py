@@ -135,7 +135,12 @@ class TrustBundleApi(ReceiverMixin, APIView):
             content_type=request.content_type or "",
             filename=filename,
         )
-        return accepted(job, anchors=job.params.get("anchors"))
+        return accepted(
+            job,
+            anchors=job.params.get("anchors"),
+            trust_domains=job.params.get("trust_domains", []),
+            warnings=job.params.get("warnings", []),
+        )
 
 
 urlpatterns = [

@@ -15,7 +15,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 
 View = TypeVar("View", bound=Callable[..., Any])
 
-SECURITY = [{"ApiKey": []}]
+SECURITY: list[dict[str, list[str]]] = [{"ApiKey": []}]
 BINARY = {"type": "string", "format": "binary"}
 GZIP_HEADER = {
     "in": "header",
