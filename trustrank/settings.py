@@ -212,6 +212,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # The default hook, then the plain-Django receivers (/v1/traces, /v1/metrics, /api/v1/write).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "ingest.apis.schema.plain_receivers_document",
+    ],
 }
 
 # --- Celery ---------------------------------------------------------------------------------
