@@ -88,6 +88,8 @@ CATEGORY_LABELS = {
     "weak_key": "Weak key",
     "weak_signature": "Weak signature",
     "chain_invalid": "Chain does not verify",
+    "anchor_expired": "Trust anchor expired",
+    "anchor_expiring": "Trust anchor expiring soon",
     "unmapped": "Identity not mapped to a service",
     "policy_violation": "Caller policy violation",
     "broken_context": "Lost trace context",
