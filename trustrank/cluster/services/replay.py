@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -24,9 +24,15 @@ from django.utils import timezone
 
 from trustrank.accounts.models import Scope, Team
 from trustrank.accounts.principal import Principal
-from trustrank.cluster.models import ReplayMode, ReplayRun, ReplayStatus
+from trustrank.cluster.models import Cluster, ReplayMode, ReplayRun, ReplayStatus
+from trustrank.cluster.services.replay_cluster import (
+    SEMANTIC_SOURCE,
+    cluster_replay_input,
+    cluster_trace_load,
+)
 from trustrank.parsers.openb import OpenbError, parse_openb_nodes, parse_openb_pods
 from trustrank.risk.scheduling.inflation import replay_inflation
+from trustrank.risk.scheduling.snapshot import SnapshotError
 from trustrank.risk.scheduling.state import (
     ClusterSpec,
     Workload,
@@ -46,12 +52,22 @@ MAX_SEEDS = 20
 MAX_CSV_BYTES = 16 * 1024 * 1024
 # The DB is written at most this often while a run reports progress.
 PROGRESS_INTERVAL_S = 0.5
+# Where the semantic-aware policy's priorities came from (`result["semantic_source"]`).
+STAND_IN_SOURCE = "trace stand-in"
+SUPPLIED_SOURCE = "supplied hints"
+# Pod names listed per policy in the order they started (the page shows the first ones).
+START_ORDER_LIMIT = 100
 # Which scope starts a run: a replay costs minutes of worker time, so it is an admin's call.
 CREATE_SCOPE = Scope.ADMIN
 
 
 class ReplayError(ValueError):
-    """Bad parameters or a bad trace; the message is safe to show to the user."""
+    """Bad parameters or a bad trace; the message is safe to show to the user. `field`
+    names the input at fault when one is (the API and the page attach the message to it)."""
+
+    def __init__(self, message: str, *, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -194,13 +210,24 @@ def replay_compute(
     workload: Workload,
     spec: ClusterSpec,
     progress: ProgressFn | None = None,
+    hints: Mapping[str, SemanticHint] | None = None,
+    semantic_source: str = "",
+    source: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run the replay; returns the JSON stored on the row (curves included)."""
+    """Run the replay; returns the JSON stored on the row (curves included). `hints`,
+    `semantic_source` and `source` come with a team's cluster (its recommendations, and a
+    description of what was read); without them the semantic-aware policy takes the
+    supplied hints or the trace stand-in."""
     spec = _node_subset(spec, params.node_fraction)
     if spec.gpu_capacity_milli == 0:
         raise ReplayError("the sampled nodes have no GPU; raise node_fraction")
     started = time.monotonic()
     trace = {"pods": len(workload), "nodes": len(spec), "gpus": int(spec.gpus.sum())}
+    source_info = dict(source) if source is not None else {"source": "trace"}
+    if hints is None and params.hints:
+        hints, semantic_source = params.hints, SUPPLIED_SOURCE
+    elif hints is None:
+        semantic_source = STAND_IN_SOURCE
     if params.mode == ReplayMode.INFLATION:
         result = replay_inflation(
             spec=spec,
@@ -225,6 +252,7 @@ def replay_compute(
             "strategies": strategies,
             "fgd_reduction": result.fgd_reduction(),
             "placements": result.placements,
+            "input": source_info,
             "seconds": round(time.monotonic() - started, 3),
         }
     rows: dict[str, Any] = {}
@@ -236,7 +264,7 @@ def replay_compute(
             policy=policy,
             strategy=params.placement,
             compress=params.compress,
-            hints=params.hints or None,
+            hints=hints,
             progress=_phase_progress(progress, phase),
         )
         rows[policy] = {
@@ -250,6 +278,7 @@ def replay_compute(
             "pairs": outcome.pairs,
             "placed": outcome.placed,
             "pods": outcome.pods,
+            "start_order": [workload.names[i] for i in outcome.start_order[:START_ORDER_LIMIT]],
         }
     return {
         "mode": params.mode,
@@ -257,7 +286,11 @@ def replay_compute(
         "placement": params.placement,
         "compress": params.compress,
         "node_fraction": params.node_fraction,
-        "priorities": "supplied" if params.hints else "stand-in from the trace",
+        "priorities": {SUPPLIED_SOURCE: "supplied", STAND_IN_SOURCE: "stand-in from the trace"}.get(
+            semantic_source, semantic_source
+        ),
+        "semantic_source": semantic_source,
+        "input": source_info,
         "strategies": rows,
         "seconds": round(time.monotonic() - started, 3),
     }
@@ -285,6 +318,8 @@ def replay_summary(result: dict[str, Any]) -> dict[str, Any]:
     }
     if "placement" in result:
         summary["placement"] = result["placement"]
+    if "semantic_source" in result:
+        summary["semantic_source"] = result["semantic_source"]
     if result.get("fgd_reduction") is not None:
         summary["fgd_reduction"] = result["fgd_reduction"]
     return summary
@@ -310,6 +345,48 @@ def team_for_replay(*, principal: Principal, team_hint: str = "") -> Team:
     return teams.get()
 
 
+def cluster_for_replay(*, principal: Principal, name: str, team_hint: str = "") -> Cluster:
+    """The cluster a run replays: one of a team the principal may start runs for. Without a
+    team hint, the name must be unambiguous among those teams. Never says whether another
+    team has a cluster of that name."""
+    allowed = principal.teams_with(CREATE_SCOPE)
+    if not allowed:
+        raise PermissionDenied("Starting a replay needs the 'admin' scope in a team.")
+    clusters = Cluster.objects.filter(team_id__in=allowed, name=name).select_related("team")
+    if team_hint:
+        clusters = clusters.filter(team__name=team_hint)
+    found = list(clusters[:2])
+    where = f"team {team_hint!r}" if team_hint else "your teams"
+    if not found:
+        raise ReplayError(
+            f"cluster: no cluster named {name!r} in {where}; its objects arrive at "
+            f"POST /api/v1/clusters/<cluster>/objects",
+            field="cluster",
+        )
+    if len(found) > 1:
+        raise ReplayError(
+            f"cluster: several of your teams have a cluster {name!r}; say which team",
+            field="team",
+        )
+    return found[0]
+
+
+def cluster_input_check(*, cluster: Cluster) -> dict[str, int]:
+    """Convert the stored cluster now, so a cluster with nothing to replay is refused when
+    the run is asked for; the counts found."""
+    try:
+        return cluster_trace_load(cluster=cluster).describe()
+    except SnapshotError as exc:
+        raise ReplayError(f"cluster {cluster.name!r}: {exc}", field="cluster") from exc
+
+
+CLUSTER_LABEL_TAIL = "'s stored pods and nodes"
+
+
+def cluster_label(cluster: Cluster) -> str:
+    return f"cluster {cluster.name}{CLUSTER_LABEL_TAIL}"
+
+
 def replay_run_create(
     *,
     principal: Principal,
@@ -318,17 +395,34 @@ def replay_run_create(
     pods_csv: bytes | None = None,
     nodes_csv: bytes | None = None,
     trace_label: str = "",
+    cluster_name: str = "",
 ) -> ReplayRun:
-    """Validate the upload now (so a bad file is refused, not failed later), store the row,
-    and enqueue the task once the row is committed."""
-    team = team_for_replay(principal=principal, team_hint=team_hint)
-    if (pods_csv is None) != (nodes_csv is None):
-        raise ReplayError("upload both a pods CSV and a nodes CSV, or neither")
-    if pods_csv is not None and nodes_csv is not None:
-        trace_load(pods_csv=pods_csv, nodes_csv=nodes_csv)
-        label = trace_label or "uploaded CSVs"
+    """Validate the input now (so a bad file or an empty cluster is refused, not failed
+    later), store the row, and enqueue the task once the row is committed."""
+    cluster = None
+    if cluster_name:
+        if pods_csv is not None or nodes_csv is not None:
+            raise ReplayError(
+                "cluster: replay a stored cluster or uploaded CSVs, not both", field="cluster"
+            )
+        if params.hints:
+            raise ReplayError(
+                "hints: a cluster's semantic priorities are its recommendations; leave hints out",
+                field="hints",
+            )
+        cluster = cluster_for_replay(principal=principal, name=cluster_name, team_hint=team_hint)
+        team = cluster.team
+        cluster_input_check(cluster=cluster)
+        label = cluster_label(cluster)
     else:
-        label = DEFAULT_TRACE_LABEL
+        team = team_for_replay(principal=principal, team_hint=team_hint)
+        if (pods_csv is None) != (nodes_csv is None):
+            raise ReplayError("upload both a pods CSV and a nodes CSV, or neither")
+        if pods_csv is not None and nodes_csv is not None:
+            trace_load(pods_csv=pods_csv, nodes_csv=nodes_csv)
+            label = trace_label or "uploaded CSVs"
+        else:
+            label = DEFAULT_TRACE_LABEL
     user = principal.user if principal.user is not None and principal.api_key is None else None
     with transaction.atomic():
         run = ReplayRun.objects.create(
@@ -336,6 +430,7 @@ def replay_run_create(
             mode=params.mode,
             parameters=params.to_json(),
             trace_label=label[:255],
+            cluster=cluster,
             pods_csv=pods_csv,
             nodes_csv=nodes_csv,
             created_by=user,
@@ -403,12 +498,20 @@ def replay_run_execute(*, run_id: int) -> Outcome:
 
     try:
         params = replay_params_validate(**run.parameters)
-        if run.pods_csv is not None and run.nodes_csv is not None:
-            pods_csv, nodes_csv = bytes(run.pods_csv), bytes(run.nodes_csv)
+        if run.cluster_id is not None:
+            result = _cluster_replay(run=run, params=params, progress=progress)
+        elif run.pods_csv is None and run.trace_label.endswith(CLUSTER_LABEL_TAIL):
+            raise ReplayError("the cluster this run replays has been deleted")
         else:
-            pods_csv, nodes_csv = default_trace()
-        workload, spec = trace_load(pods_csv=pods_csv, nodes_csv=nodes_csv)
-        result = replay_compute(params=params, workload=workload, spec=spec, progress=progress)
+            if run.pods_csv is not None and run.nodes_csv is not None:
+                pods_csv, nodes_csv = bytes(run.pods_csv), bytes(run.nodes_csv)
+            else:
+                pods_csv, nodes_csv = default_trace()
+            workload, spec = trace_load(pods_csv=pods_csv, nodes_csv=nodes_csv)
+            source = {"source": "csv" if run.pods_csv is not None else "openb"}
+            result = replay_compute(
+                params=params, workload=workload, spec=spec, progress=progress, source=source
+            )
     except (ReplayError, TypeError) as exc:
         _finish(run_id, status=ReplayStatus.FAILED, error=str(exc))
         return Outcome.FAILED
@@ -419,6 +522,38 @@ def replay_run_execute(*, run_id: int) -> Outcome:
         return Outcome.FAILED
     _finish(run_id, status=ReplayStatus.DONE, result=result)
     return Outcome.DONE
+
+
+def _cluster_replay(
+    *, run: ReplayRun, params: ReplayParams, progress: ProgressFn | None
+) -> dict[str, Any]:
+    cluster = run.cluster
+    if cluster is None:
+        raise ReplayError("the cluster this run replays has been deleted")
+    return replay_cluster_compute(cluster=cluster, params=params, progress=progress)
+
+
+def replay_cluster_compute(
+    *, cluster: Cluster, params: ReplayParams, progress: ProgressFn | None = None
+) -> dict[str, Any]:
+    """In-process replay of a stored cluster (the `replay_schedule --cluster` command)."""
+    if params.hints:
+        raise ReplayError(
+            "hints: a cluster's semantic priorities are its recommendations; leave hints out"
+        )
+    try:
+        loaded = cluster_replay_input(cluster=cluster)
+    except SnapshotError as exc:
+        raise ReplayError(f"cluster {cluster.name!r}: {exc}") from exc
+    return replay_compute(
+        params=params,
+        workload=loaded.trace.workload,
+        spec=loaded.trace.spec,
+        progress=progress,
+        hints=loaded.semantic.hints,
+        semantic_source=SEMANTIC_SOURCE,
+        source=loaded.describe(cluster=cluster),
+    )
 
 
 def _finish(
