@@ -36,7 +36,9 @@ class ReplayRunCreateSerializer(serializers.Serializer[dict[str, Any]]):
 
 class ReplayRunSerializer(serializers.ModelSerializer[ReplayRun]):
     team = serializers.CharField(source="team.name", read_only=True)
-    cluster = serializers.CharField(source="cluster.name", read_only=True, default=None)
+    cluster = serializers.CharField(
+        source="cluster.name", read_only=True, allow_null=True, default=None
+    )
     progress_pct = serializers.IntegerField(read_only=True)
     status_url = serializers.SerializerMethodField()
 
