@@ -129,7 +129,8 @@ def test_command_replays_a_stored_cluster(lab, team):
     inflation = io.StringIO()
     call_command("replay_schedule", "--cluster", "lab", "--team", team.name, "--seeds", "1",
                  "--json", stdout=inflation)
-    assert json.loads(inflation.getvalue())["mode"] == "inflation"
+    doc = json.loads(inflation.getvalue())
+    assert doc["mode"] == "inflation" and doc["semantic_source"] == "cluster recommendations"
 
 
 @pytest.mark.parametrize(

@@ -239,6 +239,9 @@ def replay_compute(
             "strategies": strategies,
             "fgd_reduction": result.fgd_reduction(),
             "placements": result.placements,
+            # No priority policy runs in this mode; kept so every result says what its
+            # semantic priorities are (the same input replayed in timeline mode uses them).
+            "semantic_source": semantic_source,
             "input": source_info,
             "seconds": round(time.monotonic() - started, 3),
         }

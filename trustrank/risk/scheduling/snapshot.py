@@ -14,10 +14,11 @@ GPU requests become the replay's shape `(num_gpu, gpu_milli)` — `gpu_milli` th
 | `gpu-fraction` annotation f | one GPU at f |
 | `nvidia.com/gpucores` c (HAMi) | one GPU at c % (with `nvidia.com/gpu: 1`, the same) |
 | `nvidia.com/mig-<g>g.*` | one GPU at g/7 |
-| GPU memory only (`nvidia.com/gpumem`, | memory / the cluster's GPU memory (the |
-| `aliyun.com/gpu-mem`, `gpu-memory`) | `nvidia.com/gpu.memory` node label) |
-| `nvidia.com/gpu.shared` (time-slicing) | 1/replicas of one GPU per replica |
-|  | (`nvidia.com/gpu.replicas` node label) |
+| GPU memory only (1) | one GPU at memory / the cluster's GPU memory (2) |
+| `nvidia.com/gpu.shared` | one GPU at 1/replicas per replica (3) |
+
+(1) `nvidia.com/gpumem`, `aliyun.com/gpu-mem`, the `gpu-memory` annotation; (2) the median
+`nvidia.com/gpu.memory` node label; (3) time-slicing, `nvidia.com/gpu.replicas` node label.
 
 A share whose size no node label gives counts as a whole GPU (over-reserving, never
 over-packing).
