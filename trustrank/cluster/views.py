@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib import messages
@@ -101,7 +101,9 @@ def _result_context(run: ReplayRun) -> dict[str, Any]:
     if not rows:
         return {}
     source = result.get("input") or {}
-    cluster_input = source if source.get("source") == "cluster" else None
+    cluster_input = None
+    if source.get("source") == "cluster":
+        cluster_input = {**source, "snapshot_time": _parse_time(source.get("snapshot_at"))}
     if result.get("mode") == ReplayMode.INFLATION:
         curves = {name: row.get("curve") or [] for name, row in rows.items()}
         ranking = sorted(rows.items(), key=lambda kv: kv[1]["unallocated_at_100"])
@@ -132,6 +134,13 @@ def _result_context(run: ReplayRun) -> dict[str, Any]:
         ],
         "cluster_input": cluster_input,
     }
+
+
+def _parse_time(value: object) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(value)) if value else None
+    except ValueError:
+        return None
 
 
 # --- Cluster evidence pages -------------------------------------------------------------------
