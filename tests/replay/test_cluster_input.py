@@ -135,7 +135,7 @@ def test_command_replays_a_stored_cluster(lab, team):
 
 @pytest.mark.parametrize(
     ("body", "missing"),
-    [(pods_only_objects(), "no nodes are stored"), (gpu_less_objects(), "requests a GPU")],
+    [(pods_only_objects(), "no nodes are stored"), (gpu_less_objects(), "no GPU pods: none of the 1 stored pods")],
 )
 def test_command_refuses_a_cluster_with_nothing_to_replay(api, team, body, missing):
     load(api, team, body)
@@ -176,7 +176,7 @@ def test_api_replays_a_stored_cluster(lab, team, api, django_capture_on_commit_c
 
 @pytest.mark.parametrize(
     ("body", "missing"),
-    [(pods_only_objects(), "no nodes are stored"), (gpu_less_objects(), "requests a GPU")],
+    [(pods_only_objects(), "no nodes are stored"), (gpu_less_objects(), "no GPU pods: none of the 1 stored pods")],
 )
 def test_api_refuses_a_cluster_with_nothing_to_replay(api, team, body, missing):
     load(api, team, body)

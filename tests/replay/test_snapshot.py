@@ -97,10 +97,10 @@ def test_a_cluster_with_nothing_to_replay_says_what_is_missing():
     gpu_node = parsed(k8s.node("n1")).nodes
     with pytest.raises(SnapshotError, match="no nodes are stored"):
         cluster_trace(pods=[gpu_pod], nodes=[], snapshot_at=SNAPSHOT)
-    with pytest.raises(SnapshotError, match="no stored node has an allocatable GPU"):
+    with pytest.raises(SnapshotError, match="no GPU nodes: no stored node has an allocatable GPU"):
         cluster_trace(pods=[gpu_pod], nodes=parsed(k8s.node("c", gpus=0)).nodes,
                       snapshot_at=SNAPSHOT)
-    with pytest.raises(SnapshotError, match="no pods are stored"):
+    with pytest.raises(SnapshotError, match="no GPU pods: no pods are stored"):
         cluster_trace(pods=[], nodes=gpu_node, snapshot_at=SNAPSHOT)
     with pytest.raises(SnapshotError, match="none of the 1 stored pods requests a GPU"):
         cluster_trace(pods=[cpu_pod], nodes=gpu_node, snapshot_at=SNAPSHOT)

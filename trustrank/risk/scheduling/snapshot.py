@@ -202,8 +202,8 @@ def cluster_trace(
     gpus = np.array([node_gpus(n) for n in usable], dtype=np.int64)
     if int(gpus.sum()) == 0:
         raise SnapshotError(
-            "no stored node has an allocatable GPU (nvidia.com/gpu); the replay measures GPU "
-            "placement"
+            "no GPU nodes: no stored node has an allocatable GPU (nvidia.com/gpu); the replay "
+            "measures GPU placement"
         )
     memories = [n.gpu_memory_mib for n in usable if n.gpu_memory_mib > 0]
     gpu_memory = float(np.median(memories)) if memories else 0.0
@@ -217,12 +217,13 @@ def cluster_trace(
     gpu_pods = sum(1 for k, _ in shapes if k > 0)
     if not pods:
         raise SnapshotError(
-            "no pods are stored for this cluster; upload `kubectl get pods -A -o json`"
+            "no GPU pods: no pods are stored for this cluster; upload "
+            "`kubectl get pods -A -o json`"
         )
     if gpu_pods == 0:
         raise SnapshotError(
-            f"none of the {len(pods)} stored pods requests a GPU; the replay measures GPU "
-            "placement"
+            f"no GPU pods: none of the {len(pods)} stored pods requests a GPU; the replay "
+            "measures GPU placement"
         )
     lifetimes = [pod_lifetime(p, snapshot_at=snapshot_at) for p in pods]
     origin = min(created for created, _, _ in lifetimes)
