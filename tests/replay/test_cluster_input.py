@@ -13,6 +13,7 @@ from ingest.models import IngestJob, JobStatus
 from ingest.services import job_run
 from tests.cluster import k8s_build as k8s
 from trustrank.accounts.models import Role
+from trustrank.accounts.services import membership_set
 from trustrank.cluster.models import Cluster, ReplayRun
 from trustrank.cluster.services import replay_cluster_compute, replay_params_validate
 from trustrank.cluster.services.diagnoses import cluster_diagnose
@@ -236,3 +237,14 @@ def test_page_does_not_offer_another_teams_cluster(client, make_user, lab, other
     assert "cluster lab" not in client.get("/replay/").content.decode()
     response = client.post("/replay/", {**FORM, "cluster": "lab"})
     assert response.status_code == 200 and not ReplayRun.objects.exists()
+
+
+def test_a_viewer_of_the_clusters_team_is_told_it_needs_admin(client, make_user, lab, team,
+                                                                 other_team):
+    user = make_user("two-hats", team=other_team, role=Role.ADMIN)
+    membership_set(team=team, user=user, role=Role.VIEWER)
+    client.force_login(user)
+    response = client.post("/replay/", {**FORM, "cluster": "lab"})
+    assert response.status_code == 200
+    assert "needs the &#x27;admin&#x27; scope in its team" in response.content.decode()
+    assert not ReplayRun.objects.exists()

@@ -68,6 +68,11 @@ def cluster_for_replay(*, principal: Principal, name: str, team_hint: str = "") 
         clusters = clusters.filter(team__name=team_hint)
     found = list(clusters[:2])
     where = f"team {team_hint!r}" if team_hint else "your teams"
+    if not found and Cluster.objects.filter(team_id__in=principal.team_ids, name=name).exists():
+        # Visible to the principal, but only in teams where it may not start runs.
+        raise PermissionDenied(
+            f"Replaying cluster {name!r} needs the 'admin' scope in its team."
+        )
     if not found:
         raise ReplayError(
             f"cluster: no cluster named {name!r} in {where}; its objects arrive at "
