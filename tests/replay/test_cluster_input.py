@@ -212,14 +212,14 @@ def test_page_offers_the_teams_clusters_and_replays_one(
 ):
     client.force_login(make_user("admin", team=team, role=Role.ADMIN))
     html = client.get("/replay/").content.decode()
-    assert "the openb trace" in html and "cluster lab&#x27;s stored pods and nodes" in html
+    assert "the openb trace" in html and "cluster lab's stored pods and nodes" in html
     with django_capture_on_commit_callbacks(execute=False):
         response = client.post("/replay/", {**FORM, "cluster": "lab"})
     run = ReplayRun.objects.get()
     assert response.status_code == 302 and run.cluster == lab
     replay_run(run.pk)
     page = client.get(f"/replay/{run.pk}/").content.decode()
-    assert "cluster lab&#x27;s stored pods and nodes" in page
+    assert "cluster lab's stored pods and nodes" in page
     assert "cluster recommendations" in page and "ml/web-5d9f-abcde" in page
 
 
@@ -248,3 +248,11 @@ def test_a_viewer_of_the_clusters_team_is_told_it_needs_admin(client, make_user,
     assert response.status_code == 200
     assert "needs the &#x27;admin&#x27; scope in its team" in response.content.decode()
     assert not ReplayRun.objects.exists()
+
+
+def test_a_cluster_name_is_escaped_in_the_choice(client, make_user, team):
+    Cluster.objects.create(team=team, name="<i>x</i>")
+    client.force_login(make_user("admin", team=team, role=Role.ADMIN))
+    html = client.get("/replay/").content.decode()
+    assert "cluster &lt;i&gt;x&lt;/i&gt;'s stored pods and nodes" in html
+    assert "<i>x</i>" not in html

@@ -81,7 +81,7 @@ def test_replay_of_a_stored_cluster_runs_on_the_worker(
     finished = wait_for(_finished(page_run.pk), timeout=120)
     assert finished.status == ReplayStatus.DONE, finished.error
     html = client.get(f"/replay/{page_run.pk}/").content.decode()
-    assert "cluster lab&#x27;s stored pods and nodes" in html
+    assert "cluster lab's stored pods and nodes" in html
     assert "cluster recommendations" in html and "ml/web-5d9f-abcde" in html
 
     # Another team sees neither run nor the cluster.

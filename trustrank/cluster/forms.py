@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any, cast
 
 from django import forms
+from django.utils.html import format_html
 
 from trustrank.cluster.models import ReplayMode
 from trustrank.risk.scheduling.strategies import STRATEGIES
@@ -62,5 +63,6 @@ class ReplayRunForm(forms.Form):
         field = cast(forms.ChoiceField, self.fields["cluster"])
         field.choices = [
             OPENB_CHOICE,
-            *((name, f"cluster {name}'s stored pods and nodes") for name in names),
+            # format_html: the name is escaped, the apostrophe is kept as typed.
+            *((name, format_html("cluster {}'s stored pods and nodes", name)) for name in names),
         ]
