@@ -256,3 +256,15 @@ def test_a_cluster_name_is_escaped_in_the_choice(client, make_user, team):
     html = client.get("/replay/").content.decode()
     assert "cluster &lt;i&gt;x&lt;/i&gt;'s stored pods and nodes" in html
     assert "<i>x</i>" not in html
+
+
+def test_a_run_whose_cluster_was_deleted_fails_saying_so(lab, team, api,
+                                                         django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False):
+        response = api(team, "admin").post("/api/v1/replay-runs", {"cluster": "lab"},
+                                           format="json")
+    run_id = response.json()["id"]
+    lab.delete()
+    assert replay_run(run_id) == "failed"
+    run = ReplayRun.objects.get(pk=run_id)
+    assert run.status == "failed" and "has been deleted" in run.error
