@@ -98,13 +98,14 @@ def test_mttr_is_the_mean_of_resolution_times_in_the_last_90_days_by_severity(sh
     assert mttr.by_severity == {"critical": {"days": 1.0, "resolved": 1},
                                 "high": {"days": 8.0, "resolved": 2}}
     assert mttr.days == pytest.approx((10 + 6 + 1) / 3, abs=0.01)
-    summary = project_risk_summary(project=shop, now=now).as_dict()
+    summary = project_risk_summary(shop, now=now)
     assert summary["open"] == 4 and summary["mttr"]["by_severity"]["high"]["days"] == 8.0
+    assert summary.kev == 1 and summary.overdue == 2 and summary.open_total == 4
 
 
 def test_open_over_time_matches_a_day_by_day_count(shop, now):
     today = now.date()
-    series = project_open_over_time(project=shop, days=30, today=today)
+    series = project_open_over_time(shop, days=30, today=today)
     assert len(series) == 30 and series[0].day == today - timedelta(days=29)
     assert series[-1].day == today
     by_day = {p.day: p.open for p in series}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connection
 from django.db.models import (
@@ -123,11 +123,37 @@ class Mttr:
 
 @dataclass(frozen=True)
 class ProjectRiskSummary:
+    """The risk and the MTTR; also readable as a mapping (`summary["kev"]`), the shape the
+    API returns."""
+
     risk: ProjectRisk
     mttr: Mttr
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.risk.as_dict(), "mttr": self.mttr.as_dict()}
+
+    def __getitem__(self, key: str) -> Any:
+        return self.as_dict()[key]
+
+    @property
+    def open_total(self) -> int:
+        return self.risk.open_total
+
+    @property
+    def by_decision(self) -> dict[str, int]:
+        return self.risk.by_decision
+
+    @property
+    def by_severity(self) -> dict[str, int]:
+        return self.risk.by_severity
+
+    @property
+    def kev(self) -> int:
+        return self.risk.kev
+
+    @property
+    def overdue(self) -> int:
+        return self.risk.overdue
 
 
 def _risk_aggregates(today: date) -> dict[str, Any]:
@@ -207,7 +233,9 @@ def project_mttr(
     )
 
 
-def project_risk_summary(*, project: Project, now: datetime | None = None) -> ProjectRiskSummary:
+def project_risk_summary(
+    project: Project, *, now: datetime | None = None
+) -> ProjectRiskSummary:
     """Open findings by decision, by severity, KEV and overdue counts, and MTTR by severity:
     two aggregate queries, whatever the number of findings."""
     now = now or timezone.now()
@@ -217,14 +245,13 @@ def project_risk_summary(*, project: Project, now: datetime | None = None) -> Pr
     )
 
 
-@dataclass(frozen=True)
-class OpenPoint:
+class OpenPoint(NamedTuple):
     day: date
     open: int
 
 
 def project_open_over_time(
-    *, project: Project, days: int = 90, today: date | None = None
+    project: Project, days: int = 90, *, today: date | None = None
 ) -> list[OpenPoint]:
     """Findings open at the end of each of the last `days` days (UTC), today included: opened
     (first_seen) by then and not resolved (resolved_at) by then. Computed in SQL over the
