@@ -61,6 +61,8 @@ def vf(team, proj, *, eco: str, pkg: str, version: str, fixed: list[str], vuln: 
         ("Maven", "2.17.0-rc1", ["2.17.0", "2.17.1"], "2.17.0"),
         ("Unheard-of", "1.0", ["2.0"], None),  # no scheme: not comparable
         ("npm", "1.0.0", [], None),
+        # An installed version the scheme cannot read: only the greatest fix surely closes it.
+        ("npm", "not-a-version", ["1.2.3", "2.0.0", "0.9.0"], "2.0.0"),
     ],
 )
 def test_smallest_fix_above_the_installed_version(ecosystem, installed, fixed, expected):
@@ -150,6 +152,27 @@ def test_groups_take_the_findings_list_filters(api, team, estate):
     assert [g["package"] for g in q["results"]] == ["django"]
     bad = client.get("/api/v1/findings/groups?by=fix&severity=apocalyptic")
     assert bad.status_code == 400 and "severity" in bad.json()["errors"]
+
+
+def test_a_multiple_choice_filter_does_not_change_the_counts(api, team, estate):
+    body = api(team, "read").get(
+        "/api/v1/findings/groups?by=fix&decision=out-of-cycle&decision=scheduled"
+    ).json()
+    m = _by_package(body["results"])["minimist"]
+    assert m["findings_closed"] == 2 and m["target_version"] == "1.2.6"
+
+
+def test_a_filter_across_a_to_many_relation_counts_each_finding_once(team, estate):
+    from trustrank.findings.groups import fix_groups
+    from trustrank.findings.models import Comment
+
+    f = Finding.objects.get(pk=estate["m1"])
+    for body in ("first look", "second look"):
+        Comment.objects.create(finding=f, author_label="alice", body=body)
+    qs = Finding.objects.filter(team=team, comments__body__contains="look")
+    page = fix_groups(qs=qs, limit=10, offset=0)
+    assert page.count == 1 and page.groups[0].findings_closed == 1
+    assert page.groups[0].finding_ids == (estate["m1"],)
 
 
 def test_groups_are_paginated_with_a_count(api, team, estate):
