@@ -23,6 +23,7 @@ from django.db.models import F, QuerySet
 
 from trustrank.findings.models import OPEN_STATES, Finding, FindingKind, Severity, TriageState
 from trustrank.inventory.models import Project
+from trustrank.ranking.models import RankedFinding
 from trustrank.risk.inputs import DECISIONS
 from trustrank.vulns.engine.versions import parse, scheme_for
 
@@ -217,9 +218,14 @@ def _plain(qs: QuerySet[Finding]) -> QuerySet[Finding]:
 
 
 def _base_sql(qs: QuerySet[Finding]) -> tuple[str, tuple[Any, ...]]:
-    """The filtered findings as a subquery of the columns the groupings read."""
+    """The filtered findings as a subquery of the columns the groupings read, with their rank.
+
+    The rank is joined here on (finding, team) rather than through the ORM's `ranked__`: with
+    the team in the join, PostgreSQL reads only that team's ranks through their (team, rank)
+    index instead of hashing the whole ranks table, which other teams may fill."""
     values = _plain(qs).values(
         "id",
+        "team_id",
         "ecosystem",
         "package_name",
         "component_name",
@@ -232,11 +238,14 @@ def _base_sql(qs: QuerySet[Finding]) -> tuple[str, tuple[Any, ...]]:
         "in_kev",
         g_fixed=F("fixed_versions"),
         g_aliases=F("aliases"),
-        g_rank=F("ranked__rank"),
-        g_decision=F("ranked__decision"),
     )
     sql, params = values.query.sql_with_params()
-    return sql, tuple(params)
+    ranks = RankedFinding._meta.db_table
+    wrapped = (
+        f"SELECT f.*, r.rank AS g_rank, r.decision AS g_decision FROM ({sql}) f "  # noqa: S608
+        f"LEFT JOIN {ranks} r ON r.finding_id = f.id AND r.team_id = f.team_id"
+    )
+    return wrapped, tuple(params)
 
 
 def _tune(cursor: Any) -> None:
