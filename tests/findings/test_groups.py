@@ -255,3 +255,7 @@ def test_groups_page_renders_both_groupings_with_links(client, make_user, team, 
     fragment = client.get("/findings/groups/?by=fix", HTTP_HX_REQUEST="true").content.decode()
     assert "<table" in fragment and "<html" not in fragment
     assert client.get("/findings/groups/?by=nonsense").status_code == 400
+    shop = Project.objects.get(team=team, name="shop")
+    filtered = client.get(f"/findings/groups/?by=fix&project={shop.pk}").content.decode()
+    assert "closes 2 findings in 1 project" in filtered
+    assert f"/findings/?project={shop.pk}&amp;q=minimist&amp;open=true" in filtered

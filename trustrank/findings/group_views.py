@@ -76,5 +76,11 @@ def finding_groups_page(request: HtmxHttpRequest) -> HttpResponse:
             encoded = params.urlencode()
             context["querystring_without_page"] = f"{encoded}&" if encoded else ""
             context["hx_target"] = "#groups"
+            # Links to the findings list keep the page's filters and add the group's own.
+            keep = request.GET.copy()
+            for name in ("by", "page", "page_size", "q", "open"):
+                keep.pop(name, None)
+            encoded_keep = keep.urlencode()
+            context["list_query"] = f"{encoded_keep}&" if encoded_keep else ""
     template = "findings/_groups_table.html" if request.htmx else "findings/groups.html"
     return render(request, template, context, status=status)
