@@ -120,6 +120,7 @@ def test_groups_by_fix_name_the_smallest_version_that_fixes_every_finding(api, t
     assert m["sentence"] == "upgrade minimist to 1.2.6 closes 4 findings in 3 projects"
     assert sorted(m["finding_ids"]) == sorted(estate[k] for k in ("m1", "m2", "m3", "m4"))
     assert {p["name"] for p in m["projects"]} == {"shop", "billing", "search"}
+    assert m["project_names"] == ["billing", "search", "shop"] and m["no_fix_count"] == 1
     assert m["highest_decision"] == "out-of-cycle" and m["kev_count"] == 1
     assert m["no_fix"]["count"] == 1 and m["no_fix"]["finding_ids"] == [estate["m5"]]
     j = groups["com.fasterxml.jackson.core:jackson-databind"]
