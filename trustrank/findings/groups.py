@@ -340,7 +340,8 @@ def _fix_group(
         closed = _Bucket()
     return FixGroup(
         ecosystem=ecosystem,
-        package=package,
+        # SBOM-reported findings without a purl name no package.
+        package=package or "(unnamed package)",
         target_version=target,
         findings_closed=closed.count,
         projects=tuple(ProjectRef(p, "") for p in sorted(closed.project_ids)),
