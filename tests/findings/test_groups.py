@@ -203,6 +203,8 @@ def test_groups_by_vulnerability_across_projects(api, team, estate):
         "/api/v1/findings/groups?by=vulnerability&state=resolved"
     ).json()
     assert every["count"] == 1 and every["results"][0]["states"] == {"resolved": 1}
+    every = api(team, "read").get("/api/v1/findings/groups?by=vulnerability&open=").json()
+    assert sum(x["findings_count"] for x in every["results"]) == 11
 
 
 def test_other_teams_findings_are_never_grouped(api, team, other_team, estate):

@@ -188,8 +188,8 @@ def groups_filterset(*, request: Any, by: str) -> FindingFilterSet:
     alike). `by=vulnerability` lists open findings unless the request chooses states itself
     (`state` or `open`); `by=fix` groups open findings only (the selector narrows it)."""
     params = request.GET.copy()
-    if by == "vulnerability" and not params.get("state") and params.get("open") in (None, ""):
-        params["open"] = "true"
+    if by == "vulnerability" and "open" not in params and not params.get("state"):
+        params["open"] = "true"  # `open=` (empty) asks for every state
     return FindingFilterSet(
         params, queryset=selectors.finding_list(principal=principal_for_request(request))
     )
