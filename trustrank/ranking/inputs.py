@@ -160,7 +160,8 @@ def _graph(team_id: int, since: datetime, minutes: float, rates: _Rates) -> tupl
         CallEdgeBucket.objects.filter(environment__team_id=team_id, bucket_start__gte=since)
         .values("caller_id", "callee_id")
         .annotate(
-            calls=Sum("calls"), errors=Sum("errors"), mtls=Sum("mtls_calls"),
+            # Not named `calls`: the aggregates below read the column of that name.
+            total=Sum("calls"), errors=Sum("errors"), mtls=Sum("mtls_calls"),
             # One row per (caller, callee, bucket): the busiest bucket is Max(calls).
             recent=Sum("calls", filter=Q(bucket_start__gte=rates.recent_since)),
             peak=Max("calls"),
@@ -171,7 +172,7 @@ def _graph(team_id: int, since: datetime, minutes: float, rates: _Rates) -> tupl
         if callee not in names or caller not in names:
             continue
         env, callee_name = names[callee]
-        calls = int(row["calls"] or 0)
+        calls = int(row["total"] or 0)
         if kinds[caller] == NodeKind.INTERNET:
             # Root server spans whose caller is outside: the aggregation only records an
             # internet edge for public or absent client addresses.
