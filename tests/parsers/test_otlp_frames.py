@@ -81,3 +81,10 @@ def test_json_exports_carry_frames_too():
     (batch,) = otlp_span_batches(body, encoding=JSON)
     libs = batch.resources[0].scopes[0].spans[0][11]
     assert ("js_frame", "@nestjs/core/router/router-proxy.js") in libs
+
+
+def test_a_zero_bound_turns_frame_evidence_off():
+    f = SpanFactory()
+    f.span(service="svc", name="x", kind=SpanKind.SERVER, trace_id=f.trace_id(),
+           events=[exception_event(JAVA)])
+    assert _libraries(f.request(), max_span_frames=0) == [None]

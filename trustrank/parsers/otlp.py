@@ -342,6 +342,9 @@ def spans_from_request(
     }
     peers: dict[str, str] = {}
     stacks: dict[str, tuple[tuple[str, str], ...]] = {}
+    # Reading `span.events` costs ~0.2 µs a span even when empty (a few % of this loop);
+    # a zero bound skips it altogether.
+    read_events = max_stack_frames > 0 and max_span_frames > 0
     tls_schemes = _TLS_SCHEMES
     zero_trace, zero_span, status_error = _ZERO_TRACE, _ZERO_SPAN, _STATUS_ERROR
     seen = bad = 0
@@ -440,7 +443,7 @@ def spans_from_request(
                             )
                         if one:
                             libraries = one if libraries is None else (*libraries, *one)
-                if span.events:
+                if read_events and span.events:
                     frames = _exception_frames(
                         span.events, stacks, max_stack_frames, max_span_frames
                     )
