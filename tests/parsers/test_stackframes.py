@@ -142,3 +142,21 @@ def test_a_huge_trace_is_read_only_up_to_the_scan_limit():
     long_name = "\tat org." + "a" * 300 + ".B.c(B.java:1)"
     (frame,) = stack_frames(long_name)
     assert len(frame[1]) == 200
+
+
+def test_pathological_lines_stay_cheap():
+    import time
+
+    texts = [
+        "    at " + "/node_modules/" * 4000 + "x",
+        "    at (" + "/node_modules/a:1" * 3000,
+        "\tat " + "a." * 30000 + "(",
+        '  File "' + "/site-packages/" * 4000 + '", line 1, in x',
+        ("    at f (/app/node_modules/" + "a/" * 700 + "b.js:1:2)\n") * 200,
+    ]
+    started = time.process_time()
+    for text in texts:
+        stack_frames(text, max_frames=10_000)
+    assert time.process_time() - started < 0.5
+    # A file directly in node_modules names no package.
+    assert stack_frames("    at f (/app/node_modules/a.js:1:2)") == ()

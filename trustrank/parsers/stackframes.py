@@ -37,10 +37,15 @@ FRAME_KINDS = (JAVA_FRAME, PYTHON_FRAME, JS_FRAME)
 MAX_SCAN_CHARS = 65_536
 # Stored in a column of this length (runtime LibraryBucket.name).
 NAME_MAX = 200
+# No real frame line is this long; longer lines are skipped unread, which also keeps every
+# pattern below linear in practice.
+LINE_MAX = 2000
 
-# One pattern per frame syntax, tried on each line in this order (a V8 frame with a
-# node_modules path also starts with "at ", so it is tried before the Java one).
-_JS = re.compile(r"^\s*at\s.*?[/\\]node_modules[/\\](.+?)(?::\d+){1,2}\)?\s*$")
+# One pattern per frame syntax. A V8 frame with a node_modules path also starts with
+# "at ", so it is looked for first, with plain string search (a regex with two lazy parts
+# backtracks quadratically on a line of repeated node_modules/).
+_NODE_MODULES = re.compile(r"[/\\]node_modules[/\\]")
+_JS_POSITION = re.compile(r"(?::\d+){1,2}$")
 _JAVA = re.compile(
     r"^\s*at\s+(?:[\w.$@-]*/)*"  # optional module / class-loader prefix: java.base@17/ app//
     r"((?:[A-Za-z_$][\w$]*\.)+[A-Za-z_$<][\w$<>-]*)"  # package.Class.method
@@ -79,13 +84,28 @@ def _python(path: str, function: str | None) -> str | None:
     return dotted
 
 
+def _js_path(line: str) -> str | None:
+    """The path below the innermost node_modules of a V8 frame line, position dropped."""
+    parts = _NODE_MODULES.split(line)
+    if len(parts) < 2:
+        return None
+    rest = parts[-1].rstrip()
+    if rest.endswith(")"):
+        rest = rest[:-1]
+    position = _JS_POSITION.search(rest)
+    if position is None or position.start() == 0:
+        return None
+    return rest[: position.start()]
+
+
 def _js(rest: str) -> str | None:
-    path = re.split(r"[/\\]node_modules[/\\]", rest)[-1].replace("\\", "/")
+    path = rest.replace("\\", "/")
+    # A package folder, then a file in it: `express/index.js`, `@scope/name/index.js`.
     head = path.split("/", 2)
     if path.startswith("@"):
-        if len(head) < 2 or not head[1]:
+        if len(head) < 3 or not head[1]:
             return None
-    elif not head[0] or head[0].startswith("."):
+    elif len(head) < 2 or not head[0] or head[0].startswith("."):
         return None
     return path
 
@@ -101,11 +121,13 @@ def stack_frames(text: str, *, max_frames: int = 20) -> tuple[tuple[str, str], .
     frames = 0
     for line in text[:MAX_SCAN_CHARS].splitlines():
         stripped = line.lstrip()
+        if len(stripped) > LINE_MAX:
+            continue
         found: tuple[str, str | None] | None = None
         if stripped.startswith("at "):
-            m = _JS.match(line)
-            if m:
-                found = (JS_FRAME, _js(m.group(1)))
+            js_path = _js_path(stripped)
+            if js_path is not None:
+                found = (JS_FRAME, _js(js_path))
             else:
                 m = _JAVA.match(line)
                 if m:
