@@ -289,6 +289,10 @@ TRUSTRANK_TRACE_BROKEN_CONTEXT_RESOLVE_HOURS = envint(
 TRUSTRANK_TRACE_KEEP_PAYLOAD = envbool("TRUSTRANK_TRACE_KEEP_PAYLOAD", False)
 # A large export is decoded and aggregated in parts of about this size (bounded memory).
 TRUSTRANK_TRACE_PART_BYTES = envint("TRUSTRANK_TRACE_PART_BYTES", 4 * 1024 * 1024, minimum=1024)
+# Stack frames of span `exception` events read as library evidence: at most this many
+# frames from the top of each stack trace, and this many distinct frames per span.
+TRUSTRANK_TRACE_STACK_FRAMES = envint("TRUSTRANK_TRACE_STACK_FRAMES", 20, minimum=0)
+TRUSTRANK_TRACE_SPAN_FRAMES = envint("TRUSTRANK_TRACE_SPAN_FRAMES", 40, minimum=0)
 # Receivers re-read the ingest queue depth (a COUNT) at most this often per process.
 TRUSTRANK_INGEST_OVERLOAD_CACHE_SECONDS = envfloat(
     "TRUSTRANK_INGEST_OVERLOAD_CACHE_SECONDS", 1.0
