@@ -227,6 +227,12 @@ def test_an_unknown_by_is_refused_naming_it(api, team, estate, by):
     assert "by" in r.json()["errors"] and "`by`" in r.json()["detail"]
 
 
+def test_groups_default_to_fix_when_by_is_absent(api, team, estate):
+    bare = api(team, "read").get("/api/v1/findings/groups").json()
+    assert bare["by"] == "fix"
+    assert bare == api(team, "read").get("/api/v1/findings/groups?by=fix").json()
+
+
 def test_groups_need_a_read_key(client, api, team, estate):
     assert client.get("/api/v1/findings/groups?by=fix").status_code in (401, 403)
     assert api(team, "sbom:write").get("/api/v1/findings/groups?by=fix").status_code == 403

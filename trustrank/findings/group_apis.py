@@ -123,20 +123,20 @@ def group_page_data(page: GroupPage) -> list[dict[str, Any]]:
 class FindingGroupListApi(APIView):
     """Open vulnerability findings grouped by the upgrade that fixes them (`by=fix`) or by
     advisory across projects (`by=vulnerability`); every filter of GET /api/v1/findings
-    applies. Paginated: `count` is the number of groups."""
+    applies; `by` defaults to `fix`. Paginated: `count` is the number of groups."""
 
     required_scope = Scope.READ
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("by", str, enum=list(GROUP_BY_CHOICES), required=True),
+            OpenApiParameter("by", str, enum=list(GROUP_BY_CHOICES), default="fix"),
             OpenApiParameter("page", int),
             OpenApiParameter("page_size", int),
         ],
         responses={200: None},
     )
     def get(self, request: Request) -> Response:
-        by = request.query_params.get("by", "")
+        by = request.query_params.get("by", "fix")
         if by not in GROUP_BY_CHOICES:
             return problem(
                 400,
