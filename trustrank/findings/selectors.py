@@ -18,7 +18,7 @@ COUNT_CAP = 10_000
 def finding_list(*, principal: Principal) -> QuerySet[Finding]:
     return (
         Finding.objects.filter(team_id__in=principal.team_ids)
-        .select_related("project", "project_version", "service", "ranked__context")
+        .select_related("project", "project_version", "service", "ranked__context", "assignee")
         .order_by("-baseline_priority", "-id")
     )
 
@@ -32,7 +32,7 @@ def finding_get_for_principal(*, principal: Principal, finding_id: Any) -> Findi
         Finding.objects.filter(pk=pk, team_id__in=principal.team_ids)
         .select_related(
             "project", "project_version", "advisory", "component", "service", "certificate",
-            "ranked__context",
+            "ranked__context", "assignee",
         )
         .defer("certificate__der")
         .first()
@@ -46,6 +46,53 @@ def finding_audit_trail(*, finding: Finding) -> QuerySet[AuditEvent]:
     return AuditEvent.objects.filter(finding=finding, team_id=finding.team_id).order_by(
         "created_at", "id"
     )
+
+
+TRIAGE_KEYS = ("state", "justification", "response", "detail", "assignee", "due_date")
+
+
+def finding_changes_since(*, finding: Finding, version: int) -> list[dict[str, Any]]:
+    """Who changed what on the finding after the caller's version: the audit events whose
+    `after` carries a newer version, each with the triage fields it changed."""
+    from django.contrib.auth import get_user_model
+
+    events = list(
+        AuditEvent.objects.filter(
+            finding=finding, team_id=finding.team_id, after__version__gt=version
+        ).order_by("created_at", "id")
+    )
+    user_ids = {
+        e.get(key, {}).get("assignee")
+        for ev in events
+        for key, e in (("before", ev.before), ("after", ev.after))
+    } - {None}
+    names = dict(
+        get_user_model().objects.filter(pk__in=user_ids).values_list("pk", "username")
+    )
+
+    def show(key: str, value: Any) -> Any:
+        if key == "assignee":
+            return names.get(value, value)
+        return value
+
+    out = []
+    for ev in events:
+        fields = [
+            {"field": k, "before": show(k, ev.before.get(k)), "after": show(k, ev.after.get(k))}
+            for k in TRIAGE_KEYS
+            if k in ev.after and ev.before.get(k) != ev.after.get(k)
+        ]
+        out.append(
+            {
+                "actor": ev.actor_label,
+                "action": ev.action,
+                "at": ev.created_at.isoformat(),
+                "version": ev.after.get("version"),
+                "reason": ev.reason,
+                "fields": fields,
+            }
+        )
+    return out
 
 
 def finding_comments(*, finding: Finding) -> QuerySet[Comment]:
