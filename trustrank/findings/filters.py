@@ -57,6 +57,45 @@ class OpenFilter(django_filters.ChoiceFilter):
     field_class = OpenField
 
 
+_TRUE = {"true", "1", "yes", "on", "2"}
+_FALSE = {"false", "0", "no", "off", "3"}
+
+
+class StrictNullBooleanField(forms.NullBooleanField):
+    """true/false (and 1/0, yes/no); empty means any. Anything else is an error naming the
+    field, where Django's NullBooleanField would quietly read it as 'any'."""
+
+    # A plain select: NullBooleanSelect would read an unknown value as 'any' before the
+    # field sees it.
+    widget = forms.Select(choices=[("", "Any"), ("true", "Yes"), ("false", "No")])
+
+    def prepare_value(self, value: Any) -> Any:
+        if value is True:
+            return "true"
+        if value is False:
+            return "false"
+        return value
+
+    def to_python(self, value: Any) -> bool | None:
+        if value in (None, "") or (isinstance(value, str) and value.lower() == "unknown"):
+            return None
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+        raise forms.ValidationError("must be true or false")
+
+    def validate(self, value: Any) -> None:
+        return None
+
+
+class StrictBooleanFilter(django_filters.BooleanFilter):
+    field_class = StrictNullBooleanField
+
+
 class AssigneeField(forms.CharField):
     """A user id, `me`, or `none` (unassigned)."""
 
@@ -105,17 +144,19 @@ class FindingFilterSet(django_filters.FilterSet):
         method="filter_open", choices=OPEN_CHOICES, empty_label=None, label="Show"
     )
     kind = django_filters.MultipleChoiceFilter(choices=FindingKind.choices, distinct=False)
+    project = django_filters.NumberFilter(field_name="project_id")
+    severity = django_filters.MultipleChoiceFilter(choices=Severity.choices, distinct=False)
+    state = django_filters.MultipleChoiceFilter(choices=TriageState.choices, distinct=False)
+    kev = StrictBooleanFilter(field_name="in_kev", label="KEV")
+    assignee = AssigneeFilter(method="filter_assignee", label="Assignee")
+    overdue = StrictBooleanFilter(method="filter_overdue", label="Overdue")
     category = django_filters.CharFilter()
     environment = django_filters.CharFilter()
     service = django_filters.NumberFilter(field_name="service_id")
-    project = django_filters.NumberFilter(field_name="project_id")
     project_version = django_filters.NumberFilter(field_name="project_version_id")
-    severity = django_filters.MultipleChoiceFilter(choices=Severity.choices, distinct=False)
-    state = django_filters.MultipleChoiceFilter(choices=TriageState.choices, distinct=False)
     match_status = django_filters.MultipleChoiceFilter(
         choices=MatchStatus.choices, distinct=False
     )
-    kev = django_filters.BooleanFilter(field_name="in_kev", label="KEV")
     epss_min = django_filters.NumberFilter(
         field_name="epss", lookup_expr="gte", min_value=0, max_value=1, label="EPSS from"
     )
@@ -125,8 +166,6 @@ class FindingFilterSet(django_filters.FilterSet):
     decision = django_filters.MultipleChoiceFilter(
         field_name="ranked__decision", choices=DECISIONS, distinct=False
     )
-    assignee = AssigneeFilter(method="filter_assignee", label="Assignee")
-    overdue = django_filters.BooleanFilter(method="filter_overdue", label="Overdue")
     due_before = django_filters.DateFilter(
         field_name="due_date", lookup_expr="lt", label="Due before"
     )

@@ -87,7 +87,8 @@ class FindingSerializer(serializers.ModelSerializer[Finding]):
         return data
 
     def get_assignee_name(self, obj: Finding) -> str | None:
-        return None if obj.assignee_id is None else obj.assignee.get_username()
+        user = obj.assignee if obj.assignee_id is not None else None
+        return None if user is None else user.get_username()
 
     def get_advisory(self, obj: Finding) -> dict[str, Any] | None:
         if not obj.vuln_id:

@@ -5,6 +5,11 @@ from trustrank.findings import views
 app_name = "findings"
 urlpatterns = [
     path("findings/", views.finding_list_page, name="finding-list"),
+    path("findings/bulk-triage", views.finding_bulk_triage_submit, name="bulk-triage"),
+    path(
+        "findings/bulk-triage/<int:job_id>/", views.bulk_triage_job_page, name="bulk-triage-job"
+    ),
+    path("findings/triage-policy/", views.triage_policy_page, name="triage-policy"),
     path("findings/<int:finding_id>/", views.finding_page, name="finding"),
     path("findings/<int:finding_id>/triage", views.finding_triage_submit, name="finding-triage"),
     path("findings/<int:finding_id>/comment", views.finding_comment_submit, name="finding-comment"),
