@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
-from drf_spectacular.utils import OpenApiParameter
-
 from django.db.models import QuerySet
+from drf_spectacular.utils import OpenApiParameter
 
 from trustrank.findings.filters import OPEN_CHOICES, OpenFilter, StrictBooleanFilter
 from trustrank.findings.models import OPEN_STATES, Finding, FindingKind, TriageState
