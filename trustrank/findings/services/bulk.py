@@ -75,7 +75,7 @@ class BulkResult:
 
 
 def bulk_sync_max() -> int:
-    return int(getattr(settings, "TRUSTRANK_BULK_TRIAGE_SYNC_MAX", 500))
+    return int(settings.TRUSTRANK_BULK_TRIAGE_SYNC_MAX)
 
 
 def bulk_changes_validate(*, changes: dict[str, Any], reason: str) -> dict[str, Any]:
