@@ -76,7 +76,7 @@ class StrictNullBooleanField(forms.NullBooleanField):
             return "false"
         return value
 
-    def to_python(self, value: Any) -> bool | None:
+    def to_python(self, value: Any) -> bool | None:  # type: ignore[override]
         if value in (None, "") or (isinstance(value, str) and value.lower() == "unknown"):
             return None
         if isinstance(value, bool):
