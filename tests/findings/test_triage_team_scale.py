@@ -552,3 +552,39 @@ def test_finding_page_conflict_shows_the_other_change_and_reapplies(
     assert r.status_code == 302
     f.refresh_from_db()
     assert f.state == "false_positive" and f.version == 3
+
+
+def test_large_bulk_from_the_page_becomes_a_job_with_a_progress_page(
+    client, make_user, team, settings
+):
+    from trustrank.findings.models import BulkTriageJob
+    from trustrank.findings.services.bulk import bulk_triage_job_run
+
+    settings.TRUSTRANK_BULK_TRIAGE_SYNC_MAX = 5
+    ids = many_findings(team, 12, prefix="pj", package_name="big-pkg")
+    client.force_login(make_user("pj", team=team, role=Role.TRIAGER))
+    r = client.post("/findings/bulk-triage", {
+        "select_all": "1", "filter_query": "q=big-pkg", "state": "exploitable",
+        "reason": "all of them"})
+    job = BulkTriageJob.objects.get()
+    assert r.status_code == 302 and r["Location"] == f"/findings/bulk-triage/{job.pk}/"
+    html = client.get(r["Location"]).content.decode()
+    assert 'data-status="queued"' in html and "0 / 12" in html and "every 1s" in html
+    assert bulk_triage_job_run(job_id=job.pk) == "done"
+    html = client.get(r["Location"], HTTP_HX_REQUEST="true").content.decode()
+    assert 'data-status="done"' in html and "12 / 12" in html and "every 1s" not in html
+    assert Finding.objects.filter(pk__in=ids, state="exploitable").count() == 12
+
+
+def test_list_page_and_api_read_a_bounded_number_of_queries(
+    api, client, make_user, team, django_assert_max_num_queries
+):
+    user = make_user("q", team=team, role=Role.TRIAGER)
+    ids = many_findings(team, 60, prefix="nq")
+    Finding.objects.filter(pk__in=ids).update(assignee=user, due_date="2020-01-01")
+    client.force_login(user)
+    with django_assert_max_num_queries(16):
+        assert client.get("/findings/").status_code == 200
+    key_client = api(team, "read")
+    with django_assert_max_num_queries(12):
+        assert key_client.get("/api/v1/findings?page_size=60").status_code == 200
