@@ -26,7 +26,7 @@ from trustrank.findings.models import (
     TriageState,
     severity_score_for,
 )
-from trustrank.findings.services.audit import Actor
+from trustrank.findings.services.audit import Actor, audit_events_record_bulk
 
 
 def finding_fingerprint(*parts: object) -> str:
@@ -235,9 +235,7 @@ def findings_reconcile(
             Finding.objects.bulk_update(
                 to_update, list(dict.fromkeys(update_fields)), batch_size=500
             )
-        from trustrank.findings.models import AuditEvent
-
-        AuditEvent.objects.bulk_create(events, batch_size=1000)
+        audit_events_record_bulk(events)
         counts.created = len(to_create)
         counts.updated = len(to_update) - counts.resolved
         counts.findings = [*to_create, *to_update]
