@@ -588,3 +588,16 @@ def test_list_page_and_api_read_a_bounded_number_of_queries(
     key_client = api(team, "read")
     with django_assert_max_num_queries(12):
         assert key_client.get("/api/v1/findings?page_size=60").status_code == 200
+
+
+def test_finding_page_audit_trail_names_the_new_assignee(client, make_user, team, searchable):
+    from trustrank.accounts.principal import principal_for_user
+    from trustrank.findings.services.triage import finding_triage
+
+    erin = make_user("erin", team=team, role=Role.TRIAGER)
+    f = searchable["minimist"]
+    finding_triage(finding=f, principal=principal_for_user(erin), assignee=erin.pk,
+                   reason="mine now")
+    client.force_login(erin)
+    html = client.get(f"/findings/{f.pk}/").content.decode()
+    assert "assignee → erin" in html and "triage_changed" in html

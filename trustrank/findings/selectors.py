@@ -48,6 +48,20 @@ def finding_audit_trail(*, finding: Finding) -> QuerySet[AuditEvent]:
     )
 
 
+def audit_usernames(*, events: list[AuditEvent]) -> dict[str, str]:
+    """Usernames of the assignees the events name, by id as text (for templates)."""
+    from django.contrib.auth import get_user_model
+
+    ids: set[int] = {
+        int(side["assignee"]) for ev in events for side in (ev.before, ev.after)
+        if isinstance(side, dict) and isinstance(side.get("assignee"), int)
+    }
+    return {
+        str(pk): name
+        for pk, name in get_user_model().objects.filter(pk__in=ids).values_list("pk", "username")
+    }
+
+
 TRIAGE_KEYS = ("state", "justification", "response", "detail", "assignee", "due_date")
 
 

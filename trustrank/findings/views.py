@@ -168,6 +168,17 @@ def _finding_page_render(
     principal = principal_for_request(request)
     finding = selectors.finding_get_for_principal(principal=principal, finding_id=finding_id)
     is_vulnerability = finding.kind == FindingKind.VULNERABILITY
+    audit = list(selectors.finding_audit_trail(finding=finding))
+    usernames = selectors.audit_usernames(events=audit)
+    for e in audit:
+        after = e.after if isinstance(e.after, dict) else {}
+        before = e.before if isinstance(e.before, dict) else {}
+        e.assignee_changed = (  # type: ignore[attr-defined]
+            "version" in after and before.get("assignee") != after.get("assignee")
+        )
+        e.assignee_name = usernames.get(  # type: ignore[attr-defined]
+            str(after.get("assignee")), "nobody"
+        )
     advisories = (
         vuln_selectors.advisories_for_finding(finding=finding) if is_vulnerability else []
     )
@@ -186,7 +197,7 @@ def _finding_page_render(
         "epss_history": (
             vuln_selectors.epss_history_for(cve_id=finding.cve_id) if is_vulnerability else []
         ),
-        "audit": selectors.finding_audit_trail(finding=finding),
+        "audit": audit,
         "comments": selectors.finding_comments(finding=finding),
         "can_triage": principal.can("triage", finding.team_id),
         "states": TriageState.choices,

@@ -68,6 +68,7 @@ class BulkResult:
         return {
             "matched": self.matched,
             "changed": self.changed,
+            "updated": self.changed,
             "unchanged": self.unchanged,
             "conflicts": len(self.conflicts),
             "conflict_ids": self.conflicts[:1000],
