@@ -28,7 +28,6 @@ from trustrank.findings.serializers import (
 from trustrank.findings.services.bulk import (
     BulkFilterError,
     BulkSelectionError,
-    bulk_triage_job_get_for_principal,
     bulk_triage_submit,
 )
 from trustrank.findings.services.due_dates import triage_policy_for, triage_policy_set
@@ -287,7 +286,7 @@ class BulkTriageJobApi(APIView):
 
     @extend_schema(responses=BulkTriageJobSerializer)
     def get(self, request: Request, job_id: int) -> Response:
-        job = bulk_triage_job_get_for_principal(
+        job = selectors.bulk_triage_job_get_for_principal(
             principal=principal_for_request(request), job_id=job_id
         )
         return Response(BulkTriageJobSerializer(job).data)

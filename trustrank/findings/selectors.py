@@ -8,7 +8,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from trustrank.accounts.principal import Principal
-from trustrank.findings.models import AuditEvent, Comment, Finding
+from trustrank.findings.models import AuditEvent, BulkTriageJob, Comment, Finding
 
 # Counting stops here on the list page: "10,000+" is as useful as the exact figure and
 # costs a bounded index scan instead of a full count over a million rows.
@@ -117,3 +117,17 @@ def capped_count(qs: QuerySet[Any], *, cap: int = COUNT_CAP) -> tuple[int, bool]
     """(count, capped): counts at most cap + 1 rows."""
     n = qs.order_by()[: cap + 1].count()
     return min(n, cap), n > cap
+
+
+def bulk_triage_job_get_for_principal(*, principal: Principal, job_id: Any) -> BulkTriageJob:
+    """A bulk triage job whose teams are all the principal's."""
+    try:
+        pk = int(job_id)
+    except (TypeError, ValueError) as exc:
+        raise Http404("no such bulk triage job") from exc
+    job = BulkTriageJob.objects.filter(
+        pk=pk, team_ids__contained_by=list(principal.team_ids)
+    ).first()
+    if job is None:
+        raise Http404("no such bulk triage job")
+    return job

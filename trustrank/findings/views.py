@@ -32,7 +32,6 @@ from trustrank.findings.models import (
 from trustrank.findings.services.bulk import (
     BulkFilterError,
     BulkSelectionError,
-    bulk_triage_job_get_for_principal,
     bulk_triage_submit,
 )
 from trustrank.findings.services.due_dates import (
@@ -347,7 +346,7 @@ def finding_bulk_triage_submit(request: HttpRequest) -> HttpResponse:
 @login_required
 def bulk_triage_job_page(request: HttpRequest, job_id: int) -> HttpResponse:
     """A bulk triage job's progress; the htmx fragment polls while it runs."""
-    job = bulk_triage_job_get_for_principal(
+    job = selectors.bulk_triage_job_get_for_principal(
         principal=principal_for_request(request), job_id=job_id
     )
     context = {

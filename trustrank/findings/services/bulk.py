@@ -442,17 +442,3 @@ def _job_finish(job: BulkTriageJob, counts: dict[str, Any]) -> None:
         status=JobStatus.DONE, finished_at=timezone.now(),
         progress_total=job.progress_done, counts=counts,
     )
-
-
-def bulk_triage_job_get_for_principal(*, principal: Principal, job_id: Any) -> BulkTriageJob:
-    from django.http import Http404
-
-    try:
-        pk = int(job_id)
-    except (TypeError, ValueError) as exc:
-        raise Http404("no such bulk triage job") from exc
-    job = BulkTriageJob.objects.filter(pk=pk, team_ids__contained_by=list(principal.team_ids)
-                                       ).first()
-    if job is None:
-        raise Http404("no such bulk triage job")
-    return job

@@ -69,21 +69,28 @@ WITH c AS (
     WHERE r.team_id = %(team)s AND f.team_id = %(team)s AND f.state = ANY(%(open)s)
 ), d AS (
     SELECT finding_id, decision, since, since + days AS due FROM c
+), todo AS (
+    -- Only the rows that change, locked in id order as bulk triage and reconciliation lock
+    -- theirs, so the three never deadlock.
+    SELECT f.id, d.decision, d.since, d.due
+    FROM findings_finding f JOIN d ON d.finding_id = f.id
+    WHERE f.due_decision IS DISTINCT FROM d.decision
+       OR f.due_decision_since IS DISTINCT FROM d.since
+       OR (NOT f.due_date_manual AND f.due_date IS DISTINCT FROM d.due)
+    ORDER BY f.id
+    FOR UPDATE OF f
 )
 UPDATE findings_finding f SET
-    due_decision = d.decision,
-    due_decision_since = d.since,
-    due_date = CASE WHEN f.due_date_manual THEN f.due_date ELSE d.due END,
+    due_decision = t.decision,
+    due_decision_since = t.since,
+    due_date = CASE WHEN f.due_date_manual THEN f.due_date ELSE t.due END,
     version = f.version + CASE
-        WHEN NOT f.due_date_manual AND f.due_date IS DISTINCT FROM d.due THEN 1 ELSE 0 END,
+        WHEN NOT f.due_date_manual AND f.due_date IS DISTINCT FROM t.due THEN 1 ELSE 0 END,
     updated_at = CASE
-        WHEN NOT f.due_date_manual AND f.due_date IS DISTINCT FROM d.due THEN %(now)s
+        WHEN NOT f.due_date_manual AND f.due_date IS DISTINCT FROM t.due THEN %(now)s
         ELSE f.updated_at END
-FROM d
-WHERE f.id = d.finding_id
-  AND (f.due_decision IS DISTINCT FROM d.decision
-       OR f.due_decision_since IS DISTINCT FROM d.since
-       OR (NOT f.due_date_manual AND f.due_date IS DISTINCT FROM d.due))
+FROM todo t
+WHERE f.id = t.id
 """
 
 
