@@ -601,3 +601,46 @@ def test_finding_page_audit_trail_names_the_new_assignee(client, make_user, team
     client.force_login(erin)
     html = client.get(f"/findings/{f.pk}/").content.decode()
     assert "assignee → erin" in html and "triage_changed" in html
+
+
+def test_pages_keep_other_teams_findings_and_jobs_out_of_reach(
+    client, make_user, team, other_team, settings
+):
+    from trustrank.findings.models import BulkTriageJob
+
+    mine = many_findings(team, 2, prefix="iso")
+    theirs = many_findings(other_team, 2, prefix="iso", package_name="their-secret")
+    job = BulkTriageJob.objects.create(
+        team_ids=[other_team.pk], changes={"state": "exploitable"}, reason="theirs",
+        actor_kind="system", actor_label="system: x",
+    )
+    client.force_login(make_user("iso", team=team, role=Role.TRIAGER))
+    html = client.get("/findings/?open=all").content.decode()
+    assert "their-secret" not in html and f'value="{mine[0]}:1"' in html
+    r = client.post("/findings/bulk-triage", {
+        "ids": [f"{theirs[0]}:1", f"{mine[0]}:1"], "state": "false_positive", "reason": "x"},
+        follow=True)
+    assert "no such finding in your teams" in r.content.decode()
+    assert not Finding.objects.filter(pk__in=mine + theirs, state="false_positive").exists()
+    r = client.post("/findings/bulk-triage", {
+        "select_all": "1", "filter_query": "q=their-secret", "state": "resolved",
+        "reason": "x"}, follow=True)
+    assert not Finding.objects.filter(pk__in=theirs, state="resolved").exists()
+    assert client.get(f"/findings/bulk-triage/{job.pk}/").status_code == 404
+    assert client.get(f"/findings/{theirs[0]}/").status_code == 404
+    r = client.post(f"/findings/{theirs[0]}/triage", {"state": "resolved", "reason": "x"})
+    assert r.status_code == 404
+
+
+def test_if_match_any_applies_and_a_malformed_one_is_a_400(api, team, searchable):
+    f = searchable["log4j"]
+    client = api(team, "read", "triage")
+    r = client.post(f"/api/v1/findings/{f.pk}/triage", {"state": "exploitable", "reason": "x"},
+                    format="json", HTTP_IF_MATCH="*")
+    assert r.status_code == 200
+    r = client.post(f"/api/v1/findings/{f.pk}/triage", {"state": "resolved", "reason": "x"},
+                    format="json", HTTP_IF_MATCH='W/"2"')
+    assert r.status_code == 200 and r.json()["version"] == 3
+    r = client.post(f"/api/v1/findings/{f.pk}/triage", {"state": "resolved", "reason": "x"},
+                    format="json", HTTP_IF_MATCH="yesterday")
+    assert r.status_code == 400 and "If-Match" in r.json()["errors"]
