@@ -10,6 +10,7 @@ event per team.
 
 from __future__ import annotations
 
+import bisect
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -361,7 +362,9 @@ def _job_actor(job: BulkTriageJob) -> Actor:
 
 def _job_next_ids(job: BulkTriageJob) -> list[int]:
     if job.ids is not None:
-        return [i for i in sorted(job.ids) if i > job.cursor][:BATCH_SIZE]
+        # Stored sorted (bulk_triage_submit): the next batch starts right after the cursor.
+        start = bisect.bisect_right(job.ids, job.cursor)
+        return [int(i) for i in job.ids[start : start + BATCH_SIZE]]
     filterset = FindingFilterSet(
         job.filter or {}, queryset=Finding.objects.filter(team_id__in=job.team_ids)
     )
