@@ -212,6 +212,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # The default hook, then the plain-Django receivers (/v1/traces, /v1/metrics, /api/v1/write).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "ingest.apis.schema.plain_receivers_document",
+    ],
 }
 
 # --- Celery ---------------------------------------------------------------------------------
@@ -284,6 +289,10 @@ TRUSTRANK_TRACE_BROKEN_CONTEXT_RESOLVE_HOURS = envint(
 TRUSTRANK_TRACE_KEEP_PAYLOAD = envbool("TRUSTRANK_TRACE_KEEP_PAYLOAD", False)
 # A large export is decoded and aggregated in parts of about this size (bounded memory).
 TRUSTRANK_TRACE_PART_BYTES = envint("TRUSTRANK_TRACE_PART_BYTES", 4 * 1024 * 1024, minimum=1024)
+# Stack frames of span `exception` events read as library evidence: at most this many
+# frames from the top of each stack trace, and this many distinct frames per span.
+TRUSTRANK_TRACE_STACK_FRAMES = envint("TRUSTRANK_TRACE_STACK_FRAMES", 20, minimum=0)
+TRUSTRANK_TRACE_SPAN_FRAMES = envint("TRUSTRANK_TRACE_SPAN_FRAMES", 40, minimum=0)
 # Receivers re-read the ingest queue depth (a COUNT) at most this often per process.
 TRUSTRANK_INGEST_OVERLOAD_CACHE_SECONDS = envfloat(
     "TRUSTRANK_INGEST_OVERLOAD_CACHE_SECONDS", 1.0
@@ -405,6 +414,11 @@ CELERY_BEAT_SCHEDULE["cluster-diagnose-all"] = {
         seconds=envint("TRUSTRANK_CLUSTER_DIAGNOSE_SECONDS", 600, minimum=10)
     ),
 }
+
+# --- Findings list at scale (trustrank/findings/paging.py) ------------------------------------
+# A filter's total is kept under the team's findings generation; this bounds how long a total
+# can outlive a deletion (which leaves the generation alone).
+TRUSTRANK_FINDINGS_COUNT_TTL = envint("TRUSTRANK_FINDINGS_COUNT_TTL", 60, minimum=0)
 
 LOGGING = {
     "version": 1,

@@ -93,9 +93,11 @@ def _served_schema() -> dict[str, Any]:
     return dict(SchemaGenerator().get_schema(request=None, public=True))
 
 
-# Certificate uploads are raw bytes under their own media types: send generated bodies as is.
+# Certificate uploads and the protobuf receivers (/v1/traces, /v1/metrics, /api/v1/write)
+# take raw bytes under their own media types: send generated bodies as is.
 schemathesis.serializer.alias(
-    ["application/x-pem-file", "application/pkix-cert"], "application/octet-stream"
+    ["application/x-pem-file", "application/pkix-cert", "application/x-protobuf"],
+    "application/octet-stream",
 )
 schema = schemathesis.openapi.from_dict(orjson.loads(orjson.dumps(_served_schema())))
 schema.app = get_wsgi_application()

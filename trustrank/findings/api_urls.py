@@ -1,9 +1,11 @@
 from django.urls import path
 
-from trustrank.findings import apis
+from trustrank.findings import apis, group_apis
 
 urlpatterns = [
     path("findings", apis.FindingListApi.as_view(), name="api-findings"),
+    # Groups (by fix, by vulnerability): before the findings/<int:...> routes.
+    path("findings/groups", group_apis.FindingGroupListApi.as_view(), name="api-finding-groups"),
     path("findings/bulk-triage", apis.BulkTriageApi.as_view(), name="api-findings-bulk-triage"),
     path(
         "findings/bulk-triage/<int:job_id>",

@@ -5,7 +5,7 @@ invalid value with 400 naming the field (DRF's DjangoFilterBackend raises on an 
 and a bulk triage job stores the same parameters and evaluates them again in the worker.
 
 Open findings are the default: without `open` or `state`, only open findings match;
-`open=all` shows every state.
+`open=all` (or an explicit empty `open=`) shows every state.
 """
 
 from __future__ import annotations
@@ -202,9 +202,15 @@ class FindingFilterSet(django_filters.FilterSet):
             return any(v not in (None, "") for v in value)
         return value not in (None, "")
 
+    def _open_by_default(self) -> bool:
+        # No `open` at all and no `state`: open findings. An explicit empty `open=` asks for
+        # every state, as the project page and the groups have it.
+        data = self.data or {}
+        return "open" not in data and not self._given("state")
+
     def filter_queryset(self, queryset: QuerySet[Finding]) -> QuerySet[Finding]:
         qs = super().filter_queryset(queryset)
-        if not self._given("open") and not self._given("state"):
+        if self._open_by_default():
             qs = qs.filter(state__in=OPEN_STATES)
         return qs
 

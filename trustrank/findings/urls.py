@@ -1,10 +1,12 @@
 from django.urls import path
 
-from trustrank.findings import views
+from trustrank.findings import group_views, views
 
 app_name = "findings"
 urlpatterns = [
     path("findings/", views.finding_list_page, name="finding-list"),
+    # Groups (by fix, by vulnerability): before the findings/<int:...> routes.
+    path("findings/groups/", group_views.finding_groups_page, name="finding-groups"),
     path("findings/bulk-triage", views.finding_bulk_triage_submit, name="bulk-triage"),
     path(
         "findings/bulk-triage/<int:job_id>/", views.bulk_triage_job_page, name="bulk-triage-job"

@@ -64,7 +64,7 @@ class PriorityFilterSet(django_filters.FilterSet):
 
     def filter_queryset(self, queryset: QuerySet[Finding]) -> QuerySet[Finding]:
         qs = super().filter_queryset(queryset)
-        if not self._given("open") and not self._given("state"):
+        if "open" not in (self.data or {}) and not self._given("state"):
             qs = qs.filter(state__in=OPEN_STATES)
         return qs
 

@@ -62,7 +62,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='finding',
             name='due_decision',
-            field=models.CharField(blank=True, max_length=16),
+            field=models.CharField(blank=True, db_default='', max_length=16),
         ),
         migrations.AddField(
             model_name='finding',
