@@ -110,6 +110,7 @@ def test_list_shows_open_findings_by_default_and_every_state_on_request(
     log4j = searchable["log4j"].pk
     assert _ids(api_client, "") == {log4j}
     assert _ids(api_client, "open=all") == {log4j, minimist.pk}
+    assert _ids(api_client, "open=") == {log4j, minimist.pk}  # as on the project page
     assert _ids(api_client, "open=false") == {minimist.pk}
     assert _ids(api_client, "state=resolved") == {minimist.pk}
     assert _ids(api_client, "open=true") == {log4j}
