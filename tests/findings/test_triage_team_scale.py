@@ -458,6 +458,12 @@ def test_bulk_triage_by_filter_and_validation(api, team, other_team, make_user):
         format="json")
     assert r.status_code == 200 and r.json()["changed"] == 5
     assert Finding.objects.filter(team=team, state="exploitable").count() == 5
+    # Scalars, lists and booleans alike, as JSON gives them.
+    r = client.post("/api/v1/findings/bulk-triage", {
+        "filter": {"q": "lodash", "kind": "vulnerability", "state": ["exploitable"],
+                   "kev": False}, "detail": "pinned", "reason": "note it"}, format="json")
+    assert r.status_code == 200 and r.json()["changed"] == 5, r.content
+    assert Finding.objects.filter(team=team, detail="pinned").count() == 5
     assert not Finding.objects.filter(pk__in=others + theirs, state="exploitable").exists()
 
     bad = [

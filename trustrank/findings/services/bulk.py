@@ -20,6 +20,7 @@ from typing import Any
 from django.conf import settings
 from django.db import OperationalError, transaction
 from django.db.models import F
+from django.http import QueryDict
 from django.utils import timezone
 
 from trustrank.accounts.models import Scope
@@ -243,6 +244,22 @@ class BulkSubmitted:
     ref: str = ""
 
 
+def filter_querydict(params: Any) -> QueryDict:
+    """A filter given as JSON ({"kind": "identity"}, {"state": ["a", "b"]}, {"kev": true}) as
+    the query string the FilterSet reads on the page and the API."""
+    if isinstance(params, QueryDict):
+        return params
+    query = QueryDict(mutable=True)
+    for key, value in (params or {}).items():
+        values = value if isinstance(value, list | tuple) else [value]
+        query.setlist(
+            str(key),
+            ["true" if v is True else "false" if v is False else "" if v is None else str(v)
+             for v in values],
+        )
+    return query
+
+
 def _selection(
     *, principal: Principal, ids: list[int] | None, filter_params: dict[str, Any] | None,
     user_id: int | None,
@@ -273,8 +290,8 @@ def _selection(
     if not triage_teams:
         raise TriageForbidden("changing triage state needs the 'triage' scope")
     filterset = FindingFilterSet(
-        filter_params or {}, queryset=Finding.objects.filter(team_id__in=triage_teams),
-        user_id=user_id,
+        filter_querydict(filter_params),
+        queryset=Finding.objects.filter(team_id__in=triage_teams), user_id=user_id,
     )
     if not filterset.is_valid():
         raise BulkFilterError({k: list(v) for k, v in filterset.errors.items()})
@@ -366,7 +383,7 @@ def _job_next_ids(job: BulkTriageJob) -> list[int]:
         start = bisect.bisect_right(job.ids, job.cursor)
         return [int(i) for i in job.ids[start : start + BATCH_SIZE]]
     filterset = FindingFilterSet(
-        job.filter or {}, queryset=Finding.objects.filter(team_id__in=job.team_ids)
+        filter_querydict(job.filter), queryset=Finding.objects.filter(team_id__in=job.team_ids)
     )
     return list(
         filterset.qs.filter(pk__gt=job.cursor).order_by("pk").values_list("pk", flat=True)[
