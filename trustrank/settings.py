@@ -378,6 +378,9 @@ TRUSTRANK_RANKING_WINDOW_MINUTES = envint("TRUSTRANK_RANKING_WINDOW_MINUTES", 14
 # A load (SBOM, traces, certificates, feeds) starts a ranking run this long after it; loads
 # that follow within the delay share the run.
 TRUSTRANK_RANKING_DEBOUNCE_SECONDS = envint("TRUSTRANK_RANKING_DEBOUNCE_SECONDS", 60, minimum=0)
+# Bulk triage of up to this many findings is applied within the request (200); more becomes a
+# job run by the findings_bulk_triage task (202).
+TRUSTRANK_BULK_TRIAGE_SYNC_MAX = envint("TRUSTRANK_BULK_TRIAGE_SYNC_MAX", 500, minimum=1)
 # Extra library-evidence rules (table, name, component key): see trustrank/risk/libraries.py.
 TRUSTRANK_LIBRARY_MAP: list[tuple[str, str, str]] = []
 # Evidence ages while nothing is uploaded (certificates expire, telemetry leaves the window):

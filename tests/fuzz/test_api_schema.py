@@ -159,6 +159,15 @@ def test_every_operation_answers_without_5xx_and_as_documented(
         stats.SCHEMATHESIS["seconds"] += time.perf_counter() - started
 
 
+def _bulk_triage_job(team: Any) -> int:
+    from trustrank.findings.models import BulkTriageJob
+
+    return BulkTriageJob.objects.create(
+        team_ids=[team.pk], changes={"state": "exploitable"}, reason="fuzz",
+        actor_kind="system", actor_label="system: fuzz", status="done",
+    ).pk
+
+
 def _real_path_parameters(team: Any) -> dict[str, Any]:
     from ingest.models import IngestJob
     from trustrank.accounts.principal import Principal
@@ -189,7 +198,8 @@ def _real_path_parameters(team: Any) -> dict[str, Any]:
         "environment": "prod",
         "finding_id": Finding.objects.filter(team=team).first().pk,  # type: ignore[union-attr]
         "project_id": Project.objects.filter(team=team).first().pk,  # type: ignore[union-attr]
-        "job_id": str(job.pk) if job else "",
+        # An ingest job's id (uuid) or a bulk triage job's (int), by path.
+        "job_id": {"bulk-triage": _bulk_triage_job(team), "jobs": str(job.pk) if job else ""},
         "token": str(job.pk) if job else "",
         "kind": "osv",
         "id": {
