@@ -83,9 +83,28 @@ def test_search_never_shows_another_teams_findings(api, other_team, searchable):
     assert [f["vuln_id"] for f in found] == ["CVE-2021-44832"]
 
 
+def _has_trigram_index() -> bool:
+    with connection.cursor() as cur:
+        cur.execute("SELECT 1 FROM pg_indexes WHERE indexname = 'findings_search_trgm'")
+        return cur.fetchone() is not None
+
+
+def _trgm_available() -> bool:
+    with connection.cursor() as cur:
+        cur.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'pg_trgm'")
+        return cur.fetchone() is not None
+
+
+def test_the_trigram_index_exists_wherever_pg_trgm_does(team):
+    assert _has_trigram_index() == _trgm_available()
+
+
 def test_search_uses_the_trigram_index(team):
     """With enough rows for the planner to care, a substring search reads the trigram GIN
-    index instead of the table (docs/findings-search.md has the run at a million rows)."""
+    index instead of the table (docs/triage.md has the run at a million rows). The embedded
+    PostgreSQL has no pg_trgm: there the search scans, and this test has nothing to check."""
+    if not _trgm_available():
+        pytest.skip("this PostgreSQL has no pg_trgm (the embedded server)")
     many_findings(team, 20_000, prefix="s")
     with connection.cursor() as cur:
         cur.execute("ANALYZE findings_finding")

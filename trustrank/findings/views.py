@@ -29,6 +29,7 @@ from trustrank.findings.models import (
     Justification,
     TriageState,
 )
+from trustrank.findings.paging import RankOrderedRows, capped_cached_count
 from trustrank.findings.services.bulk import (
     BulkFilterError,
     BulkSelectionError,
@@ -54,6 +55,16 @@ from trustrank.vulns import selectors as vuln_selectors
 PAGE_SIZE = 50
 
 
+def _offset_cursor(value: str) -> int:
+    """`@<n>`: the position of a page in an order no index walks by key."""
+    if not value.startswith("@"):
+        return 0
+    try:
+        return min(max(0, int(value[1:])), 10_000_000)
+    except ValueError:
+        return 0
+
+
 def _cursor(value: str) -> tuple[float, int] | None:
     try:
         prio, _, pk = value.partition(":")
@@ -74,24 +85,41 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
     # A bad value is a form error on the page (the API answers 400): no rows until it is
     # fixed, rather than a list that silently ignores what was asked.
     qs = filterset.qs if filterset.is_valid() else filterset.queryset.none()
-    count, capped = selectors.capped_count(qs)
-    overdue_count, overdue_capped = selectors.capped_count(
-        qs.filter(state__in=OPEN_STATES, due_date__lt=timezone.localdate())
+    team_ids = principal.team_ids
+    count, capped = capped_cached_count(qs, team_ids=team_ids)
+    overdue_count, overdue_capped = capped_cached_count(
+        qs.filter(state__in=OPEN_STATES, due_date__lt=timezone.localdate()), team_ids=team_ids
     )
-    after = _cursor(request.GET.get("after", ""))
-    page_qs = qs
-    if after is not None:
-        prio, pk = after
-        # A row comparison, not (a < x OR a = x AND b < y): PostgreSQL turns it into one
-        # index range on (team, baseline_priority, id), so a deep page starts where it should.
-        page_qs = qs.filter(
-            RawSQL(
-                '("findings_finding"."baseline_priority", "findings_finding"."id") < (%s, %s)',
-                (prio, pk),
-                output_field=BooleanField(),
+    ordering = request.GET.get("ordering", "") if filterset.is_valid() else ""
+    raw_after = request.GET.get("after", "")
+    if ordering:
+        # Other orders than the baseline index's page by position; the contextual order reads
+        # the rank index (paging.RankOrderedRows), so a page costs its depth, not a team sort.
+        offset = _offset_cursor(raw_after)
+        ordered: Any = RankOrderedRows(qs, team_ids=team_ids) if ordering == "rank" else qs
+        rows = list(ordered[offset : offset + PAGE_SIZE + 1])
+        next_after = f"@{offset + PAGE_SIZE}"
+        is_first = offset == 0
+    else:
+        after = _cursor(raw_after)
+        page_qs = qs
+        if after is not None:
+            prio, pk = after
+            # A row comparison, not (a < x OR a = x AND b < y): PostgreSQL turns it into one
+            # index range on (team, baseline_priority, id), so a deep page starts where it
+            # should.
+            page_qs = qs.filter(
+                RawSQL(
+                    '("findings_finding"."baseline_priority", "findings_finding"."id") < (%s, %s)',
+                    (prio, pk),
+                    output_field=BooleanField(),
+                )
             )
-        )
-    rows = list(page_qs[: PAGE_SIZE + 1])
+        rows = list(page_qs[: PAGE_SIZE + 1])
+        next_after = f"{rows[PAGE_SIZE - 1].baseline_priority!r}:{rows[PAGE_SIZE - 1].pk}" if (
+            len(rows) > PAGE_SIZE
+        ) else ""
+        is_first = after is None
     has_next = len(rows) > PAGE_SIZE
     rows = rows[:PAGE_SIZE]
     params = request.GET.copy()
@@ -99,8 +127,7 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
     base_query = params.urlencode()
     next_query = ""
     if has_next:
-        last = rows[-1]
-        params["after"] = f"{last.baseline_priority!r}:{last.pk}"
+        params["after"] = next_after
         next_query = params.urlencode()
     context: dict[str, Any] = {
         "filter": filterset,
@@ -111,7 +138,7 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
         "overdue_capped": overdue_capped,
         "next_query": next_query,
         "first_query": base_query,
-        "is_first_page": after is None,
+        "is_first_page": is_first,
         "can_triage": principal.can(Scope.TRIAGE),
         "states": TriageState.choices,
         "justifications": Justification.choices,

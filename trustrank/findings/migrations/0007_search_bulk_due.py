@@ -7,8 +7,29 @@ import django.db.models.functions.text
 import django.utils.timezone
 import trustrank.findings.models
 from django.conf import settings
-from django.contrib.postgres.operations import TrigramExtension
 from django.db import migrations, models
+
+# pg_trgm is a contrib module: Debian's and the Docker image's PostgreSQL carry it, the
+# embedded server of a fresh clone (pgserver) does not. Search matches substrings either way
+# (LIKE on search_text); with pg_trgm the GIN index answers it at a million rows, without it
+# the search scans (fine at demo scale). The index is in the model's state in both cases.
+TRGM_INDEX = (
+    "CREATE INDEX IF NOT EXISTS findings_search_trgm ON findings_finding "
+    "USING gin (search_text gin_trgm_ops)"
+)
+
+
+def trigram_index_create(apps, schema_editor):
+    with schema_editor.connection.cursor() as cur:
+        cur.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'pg_trgm'")
+        if cur.fetchone() is None:
+            return
+        cur.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+        cur.execute(TRGM_INDEX)
+
+
+def trigram_index_drop(apps, schema_editor):
+    schema_editor.execute("DROP INDEX IF EXISTS findings_search_trgm")
 
 
 class Migration(migrations.Migration):
@@ -24,7 +45,6 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        TrigramExtension(),
         migrations.RunSQL(
             # array_to_string is STABLE (element output functions could be); for a varchar
             # array it cannot change, so this wrapper is declared IMMUTABLE for the
@@ -74,9 +94,16 @@ class Migration(migrations.Migration):
             name='search_text',
             field=models.GeneratedField(db_persist=True, expression=django.db.models.functions.text.Lower(models.Func(models.F('vuln_id'), models.F('cve_id'), trustrank.findings.models.AliasesText(models.F('aliases')), models.F('package_name'), models.F('component_name'), models.F('component_purl'), arg_joiner=" || ' ' || ", output_field=models.TextField(), template='(%(expressions)s)')), output_field=models.TextField()),
         ),
-        migrations.AddIndex(
-            model_name='finding',
-            index=django.contrib.postgres.indexes.GinIndex(fields=['search_text'], name='findings_search_trgm', opclasses=['gin_trgm_ops']),
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+                migrations.AddIndex(
+                    model_name='finding',
+                    index=django.contrib.postgres.indexes.GinIndex(fields=['search_text'], name='findings_search_trgm', opclasses=['gin_trgm_ops']),
+                ),
+            ],
+            database_operations=[
+                migrations.RunPython(trigram_index_create, trigram_index_drop),
+            ],
         ),
         migrations.AddField(
             model_name='bulktriagejob',

@@ -54,7 +54,7 @@ def _write(connection: Any, batch: list[tuple[int, str, str]]) -> None:
 
 
 class Migration(migrations.Migration):
-    dependencies = [("findings", "0006_triage_owner_due_chain")]
+    dependencies = [("findings", "0007_search_bulk_due")]
 
     operations = [
         migrations.AddIndex(
