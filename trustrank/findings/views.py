@@ -53,6 +53,7 @@ from trustrank.ranking.explain import finding_rank_explain
 from trustrank.vulns import selectors as vuln_selectors
 
 PAGE_SIZE = 50
+PROJECT_CHOICES_MAX = 300
 
 
 def _offset_cursor(value: str) -> int:
@@ -168,10 +169,17 @@ def _filter_form_choices(filterset: FindingFilterSet, principal: Principal) -> N
     from django import forms
 
     form = filterset.form
-    projects = Project.objects.filter(team_id__in=principal.team_ids).order_by("name")
-    form.fields["project"].widget = forms.Select(
-        choices=[("", "All"), *((p.pk, p.name) for p in projects)]
+    projects = list(
+        Project.objects.filter(team_id__in=principal.team_ids)
+        .order_by("name")
+        .values_list("pk", "name")[: PROJECT_CHOICES_MAX + 1]
     )
+    if len(projects) <= PROJECT_CHOICES_MAX:
+        form.fields["project"].widget = forms.Select(choices=[("", "All"), *projects])
+    else:
+        # Thousands of options would weigh more than the page's rows; the project page links
+        # here with ?project=<id>, and the field takes an id.
+        form.fields["project"].widget = forms.NumberInput(attrs={"placeholder": "project id"})
     members = _members(principal.team_ids)
     form.fields["assignee"].widget = forms.Select(
         choices=[("", "Anyone"), ("me", "Me"), ("none", "Unassigned"),
