@@ -260,7 +260,11 @@ class FindingFilterSet(django_filters.FilterSet):
         if not value:
             return qs
         lowered = value.lower()
-        spellings = {lowered, normalize_name("PyPI", value).lower()}
+        spellings = {lowered}
+        if not any(c in value for c in ":/@"):
+            # A bare package name may be written as PyPI normalises it (a purl or an id is
+            # not a package name: its normalised spelling would only cost a second scan).
+            spellings.add(normalize_name("PyPI", value).lower())
         if len(lowered) < SEARCH_MIN_SUBSTRING:
             cond = Q()
             for s in spellings:

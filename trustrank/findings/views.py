@@ -29,7 +29,7 @@ from trustrank.findings.models import (
     Justification,
     TriageState,
 )
-from trustrank.findings.paging import RankOrderedRows, capped_cached_count
+from trustrank.findings.paging import RankOrderedRows, capped_cached_count, rows_by_id
 from trustrank.findings.services.bulk import (
     BulkFilterError,
     BulkSelectionError,
@@ -98,7 +98,8 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
         # the rank index (paging.RankOrderedRows), so a page costs its depth, not a team sort.
         offset = _offset_cursor(raw_after)
         ordered: Any = RankOrderedRows(qs, team_ids=team_ids) if ordering == "rank" else qs
-        rows = list(ordered[offset : offset + PAGE_SIZE + 1])
+        window = slice(offset, offset + PAGE_SIZE + 1)
+        rows = ordered[window] if ordering == "rank" else rows_by_id(qs, window)
         next_after = f"@{offset + PAGE_SIZE}"
         is_first = offset == 0
     else:
@@ -116,7 +117,7 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
                     output_field=BooleanField(),
                 )
             )
-        rows = list(page_qs[: PAGE_SIZE + 1])
+        rows = rows_by_id(page_qs, slice(0, PAGE_SIZE + 1))
         next_after = f"{rows[PAGE_SIZE - 1].baseline_priority!r}:{rows[PAGE_SIZE - 1].pk}" if (
             len(rows) > PAGE_SIZE
         ) else ""
