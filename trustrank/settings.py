@@ -419,6 +419,23 @@ CELERY_BEAT_SCHEDULE["cluster-diagnose-all"] = {
 # A filter's total is kept under the team's findings generation; this bounds how long a total
 # can outlive a deletion (which leaves the generation alone).
 TRUSTRANK_FINDINGS_COUNT_TTL = envint("TRUSTRANK_FINDINGS_COUNT_TTL", 60, minimum=0)
+# What the totals (and nothing else yet) are kept in. "file": one directory every web worker
+# of this host shares, so a total is counted once per host rather than once per process;
+# "locmem": per process (the tests' default: no state outlives a test database).
+_CACHE_KIND = envstr("TRUSTRANK_CACHE", "locmem" if TESTING else "file")
+if _CACHE_KIND not in ("file", "locmem"):
+    raise ImproperlyConfigured("TRUSTRANK_CACHE must be 'file' or 'locmem'")
+CACHES = {
+    "default": (
+        {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": str(VAR_DIR / "cache"),
+            "OPTIONS": {"MAX_ENTRIES": 20_000},
+        }
+        if _CACHE_KIND == "file"
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
 
 LOGGING = {
     "version": 1,
