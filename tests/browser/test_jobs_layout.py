@@ -35,3 +35,42 @@ def test_jobs_page_fits_a_1400px_window(team, make_user, web_server, browser_pag
     assert page.locator("tr[data-job]").count() == 2
     scroll_width = page.evaluate("document.documentElement.scrollWidth")
     assert scroll_width <= 1400, f"the jobs page is {scroll_width} px wide"
+
+
+def test_findings_priorities_and_audit_pages_fit_a_1400px_window(
+    team, make_user, web_server, browser_page
+):
+    """An identity finding about a long SPIFFE ID (and its audit event) must wrap in its cell
+    rather than push the lists wider than the window."""
+    from trustrank.findings.models import Finding, FindingKind, FindingSource
+    from trustrank.findings.services.audit import Actor, audit_event_record
+    from trustrank.ranking.models import RankContext, RankedFinding
+
+    spiffe = "spiffe://shop.example/ns/" + "payments-" * 12 + "/sa/storefront-" + "x" * 60
+    finding = Finding.objects.create(
+        team=team, kind=FindingKind.IDENTITY, category="expired", source=FindingSource.OSV,
+        fingerprint="f" * 64, title=f"Certificate for {spiffe} expired on 2026-11-01",
+        spiffe_id=spiffe, environment="shop",
+    )
+    context = RankContext.objects.create(digest="d" * 64, data={})
+    RankedFinding.objects.create(
+        finding=finding, team=team, rank=1, env_rank=1, environment="shop", score=70.0,
+        decision="out-of-cycle", context=context,
+    )
+    audit_event_record(
+        actor=Actor.system("layout test"), action="created", team_id=team.pk,
+        finding_id=finding.pk, after={"title": finding.title}, reason=finding.title,
+    )
+    make_user("alice", team=team)
+    page = browser_page
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.goto(f"{web_server.url}/findings/")
+    page.fill("#id_username", "alice")
+    page.fill("#id_password", "pw-alice")
+    page.click("button[type=submit]")
+    for path in ("/", "/findings/", "/audit/"):
+        page.goto(f"{web_server.url}{path}")
+        page.wait_for_selector("table tbody tr")
+        assert "shop.example" in page.content(), path
+        scroll_width = page.evaluate("document.documentElement.scrollWidth")
+        assert scroll_width <= 1400, f"{path} is {scroll_width} px wide"
