@@ -46,7 +46,19 @@ def test_findings_priorities_and_audit_pages_fit_a_1400px_window(
     from trustrank.findings.services.audit import Actor, audit_event_record
     from trustrank.ranking.models import RankContext, RankedFinding
 
+    from trustrank.inventory.models import Project, ProjectVersion
+
     spiffe = "spiffe://shop.example/ns/" + "payments-" * 12 + "/sa/storefront-" + "x" * 60
+    # A container image's project version is its digest: one 71-character word.
+    project = Project.objects.create(team=team, name="docker.io/library/" + "alpine" * 8)
+    version = ProjectVersion.objects.create(project=project, version="sha256:" + "cbaa390e" * 8)
+    vulnerable = Finding.objects.create(
+        team=team, kind=FindingKind.VULNERABILITY, source=FindingSource.OSV,
+        fingerprint="v" * 64, title="busybox flaw", project=project, project_version=version,
+        component_name="busybox", component_version="1.36.1-r2" + "+build" * 10,
+        component_purl="pkg:apk/alpine/busybox@1.36.1-r2?arch=x86_64&distro=" + "3" * 60,
+        vuln_id="CVE-2024-0001",
+    )
     finding = Finding.objects.create(
         team=team, kind=FindingKind.IDENTITY, category="expired", source=FindingSource.OSV,
         fingerprint="f" * 64, title=f"Certificate for {spiffe} expired on 2026-11-01",
@@ -56,6 +68,10 @@ def test_findings_priorities_and_audit_pages_fit_a_1400px_window(
     RankedFinding.objects.create(
         finding=finding, team=team, rank=1, env_rank=1, environment="shop", score=70.0,
         decision="out-of-cycle", context=context,
+    )
+    RankedFinding.objects.create(
+        finding=vulnerable, team=team, rank=2, env_rank=1, environment="", score=40.0,
+        decision="scheduled", context=context,
     )
     audit_event_record(
         actor=Actor.system("layout test"), action="created", team_id=team.pk,
