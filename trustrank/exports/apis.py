@@ -9,6 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.http import FileResponse, HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions
@@ -66,7 +67,7 @@ def export_response(
     params: Any,
     default_format: str | None = None,
     always_stream: bool = False,
-) -> HttpResponse | Response:
+) -> HttpResponseBase:
     """Shared by the API and the report page: parse, then stream or queue."""
     try:
         req = export_request_parse(

@@ -9,6 +9,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.urls import reverse
 
@@ -92,14 +93,11 @@ def export_download(request: HttpRequest, export_id: int) -> HttpResponse:
 
 
 @login_required
-def export_report(request: HttpRequest) -> HttpResponse:
+def export_report(request: HttpRequest) -> HttpResponseBase:
     """The report as an HTML page for the browser's print (same template as the PDF);
     recorded as an export like any other."""
     params = request.GET.copy()
     params["format"] = ExportFormat.HTML
-    response = export_response(
+    return export_response(
         principal=principal_for_request(request), params=params, always_stream=True
     )
-    if isinstance(response, HttpResponse):
-        return response
-    return HttpResponse(status=500)
