@@ -74,7 +74,8 @@ def export_response(
             principal=principal, params=params, default_format=default_format
         )
     except ExportParamError as exc:
-        return problem_plain(400, "Invalid export parameter", str(exc), param=exc.param)
+        detail = str(exc) if str(exc).startswith(exc.param) else f"{exc.param}: {exc}"
+        return problem_plain(400, "Invalid export parameter", detail, param=exc.param)
     selection = export_selection_for(req)
     cap = settings.TRUSTRANK_EXPORT_STREAM_MAX_ROWS
     matched = export_count(selection, cap=None if always_stream else cap)
