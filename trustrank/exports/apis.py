@@ -133,7 +133,7 @@ class ExportDetailApi(APIView):
         return Response(export_status_data(export))
 
 
-def export_file_response(export: Any) -> HttpResponse:
+def export_file_response(export: Any) -> HttpResponseBase:
     if export.streamed or export.status != ExportStatus.DONE:
         return problem_plain(409, "Not ready", f"export {export.pk} has no file to download")
     path = export_path(export)
@@ -156,7 +156,7 @@ class ExportDownloadApi(APIView):
     content_negotiation_class = FileFormatNegotiation
 
     @extend_schema(responses={200: OpenApiTypes.BINARY})
-    def get(self, request: Request, export_id: int) -> HttpResponse:
+    def get(self, request: Request, export_id: int) -> HttpResponseBase:
         export = selectors.export_get_for_principal(
             principal=principal_for_request(request), export_id=export_id
         )

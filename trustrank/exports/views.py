@@ -85,7 +85,7 @@ def export_detail_page(request: HttpRequest, export_id: int) -> HttpResponse:
 
 
 @login_required
-def export_download(request: HttpRequest, export_id: int) -> HttpResponse:
+def export_download(request: HttpRequest, export_id: int) -> HttpResponseBase:
     export = selectors.export_get_for_principal(
         principal=principal_for_request(request), export_id=export_id
     )

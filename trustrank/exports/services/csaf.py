@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 from django.utils import timezone
 from jsonschema import Draft202012Validator
-from referencing import Registry, Resource
+from referencing import Registry
 from referencing.jsonschema import DRAFT4, DRAFT7, DRAFT202012
 
 from trustrank.exports.services.formats import Progress, explanation_text
@@ -82,7 +82,7 @@ def csaf_validator() -> Draft202012Validator:
         ]
     )
     schema = load("csaf_json_schema.json")
-    registry = registry.with_resource(CSAF_SCHEMA_ID, Resource(schema, DRAFT202012))
+    registry = registry.with_resource(CSAF_SCHEMA_ID, DRAFT202012.create_resource(schema))
     return Draft202012Validator(
         schema, registry=registry, format_checker=Draft202012Validator.FORMAT_CHECKER
     )
@@ -254,7 +254,7 @@ def csaf_vex_chunks(
         for vuln_id, group in groupby(vulns_only, key=lambda r: r["vuln_id"] or r["cve"]):
             rows_ = list(group)
             vulnerability = _vulnerability(vuln_id or f"finding-{rows_[0]['finding_id']}", rows_)
-            named = {}
+            named: dict[str, dict[str, Any]] = {}
             for row in rows_:
                 named.setdefault(product_id(row), _product(row))
             validate_csaf(

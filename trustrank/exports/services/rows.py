@@ -105,6 +105,7 @@ def _latest_done_run(team_id: int, *, before: datetime | None = None) -> Ranking
 
 def _rank_source(req: ExportRequest) -> tuple[RankSource, RankingRun | None]:
     latest = _latest_done_run(req.team_id)
+    run: RankingRun | None
     if req.ranking_run_id is not None:
         run = RankingRun.objects.get(pk=req.ranking_run_id)
     elif req.as_of is not None:
@@ -293,7 +294,8 @@ def export_rows(
     if limit is not None:
         qs = qs[:limit]
     explanations = _Explanations()
-    for v in qs.iterator(chunk_size=CHUNK_ROWS):
+    values: Iterator[dict[str, Any]] = qs.iterator(chunk_size=CHUNK_ROWS)  # type: ignore[assignment]
+    for v in values:
         yield _row(v, explanations)
 
 
