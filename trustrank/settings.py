@@ -412,6 +412,11 @@ TRUSTRANK_EXPORT_DIR = Path(envstr("TRUSTRANK_EXPORT_DIR", str(VAR_DIR / "media"
 # The printable report (HTML and PDF) lists at most this many findings; its counts cover all.
 TRUSTRANK_EXPORT_REPORT_MAX_ROWS = envint("TRUSTRANK_EXPORT_REPORT_MAX_ROWS", 2_000, minimum=1)
 
+# --- Findings list at scale (trustrank/findings/paging.py) ------------------------------------
+# A filter's total is kept under the team's findings generation; this bounds how long a total
+# can outlive a deletion (which leaves the generation alone).
+TRUSTRANK_FINDINGS_COUNT_TTL = envint("TRUSTRANK_FINDINGS_COUNT_TTL", 60, minimum=0)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

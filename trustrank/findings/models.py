@@ -188,16 +188,17 @@ class Finding(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     # Every write sets it (raw SQL updates too): incremental ranking runs read what changed.
     updated_at = models.DateTimeField(auto_now=True)
+    # Database defaults too: bulk COPY and raw INSERTs that predate these columns keep working.
     # Optimistic concurrency: every change to triage, owner or due date adds one, and a change
     # made against an older version is refused (API: If-Match / `version`, 412 / 409).
-    version = models.PositiveIntegerField(default=1)
+    version = models.PositiveIntegerField(default=1, db_default=1)
     # --- who owns it and by when (issue: triage at team scale) ---
     assignee = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     # From the ranking decision by the team's TriagePolicy, unless a person set it by hand.
     due_date = models.DateField(null=True, blank=True)
-    due_date_manual = models.BooleanField(default=False)
+    due_date_manual = models.BooleanField(default=False, db_default=False)
 
     # --- what the finding is about (every reference optional) ---
     # Environments are names: identity evidence names environments that traces never saw.
@@ -458,8 +459,8 @@ class AuditEvent(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     # Hash chain per team (site-wide events form their own chain): the digest of the team's
     # previous event and this event's own digest over its content and that predecessor.
-    prev_digest = models.CharField(max_length=64, blank=True)
-    digest = models.CharField(max_length=64, blank=True)
+    prev_digest = models.CharField(max_length=64, blank=True, db_default="")
+    digest = models.CharField(max_length=64, blank=True, db_default="")
 
     class Meta:
         ordering = ["created_at", "id"]

@@ -1,0 +1,350 @@
+"""The findings list under a security team's load, and the auditor's full CSV export.
+
+1,000,000 findings of one team in PostgreSQL (the ranking bench's generator, then a ranking
+run so `ordering=rank` and the decision filter have ranks). 20 concurrent clients page and
+filter `GET /api/v1/findings` and the `/findings/` page against gunicorn: default pages,
+deep pages, severity / KEV / state / decision filters, substring search on ids, package
+names and purls, contextual order. Each client is an analyst (or a script of one): it reads
+an answer before asking again, `--think` seconds on average (uniform over 0.5–1.5 times it;
+default 1 s; `--think 0` is a closed loop, which on 2 cores measures queueing, not a page). Then one CSV export of all 1,000,000 findings through
+`GET /api/v1/exports?format=csv`, run by a real Celery worker; its time (request to file
+ready) and the worker's peak RSS.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python bench/findings_list.py \
+        [--findings 1000000] [--clients 20] [--seconds 60] [--reuse]
+
+`--reuse` keeps the bench database of an earlier run (it is built once: ~3 min).
+Last line: {"p95_ms": …, "export_seconds": …, "export_peak_mb": …}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+BENCH_DB = "trustrank_bench_findings"
+BENCH_TEAM = "bench-rerank"  # the name bench/rerank.py's generator gives its team
+
+# (label, path): what analysts and their scripts ask for.
+SCENARIOS: list[tuple[str, str]] = [
+    ("api default", "/api/v1/findings"),
+    ("api deep page", "/api/v1/findings?page={page}"),
+    ("api by rank", "/api/v1/findings?ordering=rank"),
+    ("api critical", "/api/v1/findings?severity=critical"),
+    ("api kev", "/api/v1/findings?kev=true"),
+    ("api decision", "/api/v1/findings?decision=immediate&ordering=rank"),
+    ("api search id", "/api/v1/findings?q=CVE-2024-0{n2}"),
+    ("api search pkg", "/api/v1/findings?q=pkg{n3}"),
+    ("api search purl", "/api/v1/findings?q=pkg:maven/org.bench/pkg{n2}"),
+    ("api high, rank", "/api/v1/findings?severity=high&state=in_triage&ordering=rank"),
+    ("page default", "/findings/"),
+    ("page deep", "/findings/?page={page}"),
+    ("page search", "/findings/?q=CVE-2024-00{n1}"),
+    ("page critical kev", "/findings/?severity=critical&kev=true"),
+    ("page by rank", "/findings/?ordering=rank&severity=medium"),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def bench_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    env.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "trustrank.settings",
+            "TRUSTRANK_DB_NAME": BENCH_DB,
+            "TRUSTRANK_QUEUE_PREFIX": f"bench-findings-{os.getpid()}",
+            "TRUSTRANK_TESTING": "1",
+            "LOG_LEVEL": "WARNING",
+        }
+    )
+    return env
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def database_prepare(env: dict[str, str], *, findings: int, reuse: bool) -> None:
+    import psycopg
+
+    url = env["DATABASE_URL"].rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(url, autocommit=True) as conn:
+        exists = conn.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", [BENCH_DB]
+        ).fetchone()
+        if exists and not reuse:
+            conn.execute(f'DROP DATABASE "{BENCH_DB}" WITH (FORCE)')
+        if not exists or not reuse:
+            conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True
+    )
+    os.environ.update(env)
+    import django
+
+    django.setup()
+    from trustrank.accounts.models import Team
+    from trustrank.findings.models import Finding
+
+    team = Team.objects.filter(name=BENCH_TEAM).first()
+    if reuse and team and Finding.objects.filter(team=team).count() == findings:
+        print(f"reusing {findings} findings of team {team.pk}")
+        return
+    from bench.rerank import build
+    from trustrank.ranking.services.requests import ranking_run_request
+    from trustrank.ranking.services.runs import ranking_run_execute
+
+    started = time.perf_counter()
+    team_id = build(findings=findings, services=10_000, edges=50_000, versions=2_000, seed=7)
+    print(f"built {findings} findings in {time.perf_counter() - started:.0f} s")
+    started = time.perf_counter()
+    run = ranking_run_request(team_id=team_id, trigger="bench", delay_seconds=0)
+    status = ranking_run_execute(run_id=run.pk)
+    print(f"ranking run {status} in {time.perf_counter() - started:.0f} s")
+
+
+def credentials() -> tuple[str, str]:
+    """An API key with `read` and a signed-in session of a team member, for the two clients."""
+    from django.contrib.auth import (
+        BACKEND_SESSION_KEY,
+        HASH_SESSION_KEY,
+        SESSION_KEY,
+        get_user_model,
+    )
+    from django.contrib.sessions.backends.db import SessionStore
+
+    from trustrank.accounts.models import Membership, Role, Team
+    from trustrank.accounts.services import api_key_issue
+
+    team = Team.objects.get(name=BENCH_TEAM)
+    user, _ = get_user_model().objects.get_or_create(username="bench-analyst")
+    user.set_password(os.urandom(12).hex())
+    user.save()
+    Membership.objects.get_or_create(team=team, user=user, defaults={"role": Role.TRIAGER})
+    key = api_key_issue(team=team, name="bench", scopes=["read"]).secret
+    session = SessionStore()
+    session[SESSION_KEY] = str(user.pk)
+    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    session.create()
+    return key, session.session_key or ""
+
+
+def start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        argv, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def wait_http(url: str, proc: subprocess.Popen[bytes], seconds: float = 60) -> None:
+    import requests
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited with {proc.returncode}")
+        try:
+            requests.get(url, timeout=2)
+            return
+        except requests.RequestException:
+            time.sleep(0.3)
+    raise SystemExit(f"{url} did not answer within {seconds} s")
+
+
+def load(
+    base: str, *, key: str, session_id: str, clients: int, seconds: float, think: float
+) -> dict[str, Any]:
+    """Concurrent clients; latencies of the measured window, by scenario."""
+    import requests
+
+    stop_at = time.monotonic() + seconds
+    results: list[tuple[str, float, int]] = []
+    lock = threading.Lock()
+
+    def client(number: int) -> None:
+        rnd = random.Random(number)
+        http = requests.Session()
+        http.headers["X-Api-Key"] = key
+        pages = requests.Session()
+        pages.cookies.set("sessionid", session_id, domain="127.0.0.1")
+        mine: list[tuple[str, float, int]] = []
+        while time.monotonic() < stop_at:
+            label, template = rnd.choice(SCENARIOS)
+            path = template.format(
+                page=rnd.randint(2, 100), n1=rnd.randint(0, 9), n2=rnd.randint(10, 49),
+                n3=rnd.randint(0, 499),
+            )
+            session = pages if label.startswith("page") else http
+            started = time.perf_counter()
+            response = session.get(base + path, timeout=60, allow_redirects=False)
+            took = (time.perf_counter() - started) * 1000
+            if response.status_code != 200:
+                raise SystemExit(f"{path}: {response.status_code} {response.text[:300]}")
+            mine.append((label, took, len(response.content)))
+            if think:
+                time.sleep(rnd.uniform(0.5 * think, 1.5 * think))
+        with lock:
+            results.extend(mine)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    by_label: dict[str, list[float]] = {}
+    for label, took, _ in results:
+        by_label.setdefault(label, []).append(took)
+    for label, values in sorted(by_label.items()):
+        print(f"  {label:18s} n={len(values):5d} p50 {percentile(values, 0.5):7.1f} ms  "
+              f"p95 {percentile(values, 0.95):7.1f} ms")
+    latencies = [took for _, took, _ in results]
+    return {
+        "requests": len(latencies),
+        "p50_ms": round(percentile(latencies, 0.5), 1),
+        "p95_ms": round(percentile(latencies, 0.95), 1),
+        "p99_ms": round(percentile(latencies, 0.99), 1),
+        "per_s": round(len(latencies) / seconds, 1),
+    }
+
+
+def vm_hwm_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def export_all(base: str, *, key: str, worker: subprocess.Popen[bytes]) -> dict[str, Any]:
+    """CSV of every finding through the API, as an auditor's script would fetch it."""
+    import requests
+
+    http = requests.Session()
+    http.headers["X-Api-Key"] = key
+    started = time.perf_counter()
+    response = http.get(base + "/api/v1/exports?format=csv&state=all", timeout=600, stream=True)
+    if response.status_code == 202:
+        status_url = response.json()["status_url"]
+        while True:
+            job = http.get(base + status_url if status_url.startswith("/") else status_url,
+                           timeout=30).json()
+            if job["status"] in ("done", "failed"):
+                break
+            time.sleep(0.5)
+        if job["status"] != "done":
+            raise SystemExit(f"export failed: {job}")
+        ready = time.perf_counter() - started
+        download = job["download_url"]
+        response = http.get(base + download if download.startswith("/") else download,
+                            timeout=600, stream=True)
+    elif response.status_code != 200:
+        raise SystemExit(f"export: {response.status_code} {response.text[:300]}")
+    else:
+        ready = None
+    lines = 0
+    size = 0
+    for chunk in response.iter_content(chunk_size=1 << 20):
+        lines += chunk.count(b"\n")
+        size += len(chunk)
+    total = time.perf_counter() - started
+    return {
+        "export_seconds": round(total, 1),
+        "export_ready_seconds": None if ready is None else round(ready, 1),
+        "export_rows": lines - 1,
+        "export_mb": round(size / 1e6, 1),
+        "export_peak_mb": round(vm_hwm_mb(worker.pid), 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--findings", type=int, default=1_000_000)
+    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--think", type=float, default=1.0)
+    parser.add_argument("--web-workers", type=int, default=4)
+    parser.add_argument("--reuse", action="store_true")
+    parser.add_argument("--skip-export", action="store_true")
+    args = parser.parse_args()
+
+    env = bench_env()
+    database_prepare(env, findings=args.findings, reuse=args.reuse)
+    key, session_id = credentials()
+    from django.db import connections
+
+    connections.close_all()
+
+    logs = ROOT / "var" / "bench-findings"
+    logs.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    web = start([sys.executable, "-m", "gunicorn", "trustrank.wsgi:application",
+                 "--bind", f"127.0.0.1:{port}", "--workers", str(args.web_workers),
+                 "--timeout", "300"], env, logs / "gunicorn.log")
+    from django.conf import settings
+
+    # --pool solo: the export runs in the worker's main process, whose VmHWM is its peak.
+    worker = start([sys.executable, "-m", "celery", "-A", "trustrank", "worker", "--pool",
+                    "solo", "-Q", f"{settings.INGEST_HIGH_QUEUE},{settings.INGEST_QUEUE}", "-l",
+                    "warning",
+                    "-n", f"bench-findings-{os.getpid()}@%h", "--without-gossip",
+                    "--without-mingle"], env, logs / "worker.log")
+    try:
+        wait_http(base + "/login/", web)
+        warm = load(base, key=key, session_id=session_id, clients=args.clients, seconds=10,
+                    think=args.think)
+        print(f"warm-up: {warm}")
+        print(f"{args.clients} clients for {args.seconds:.0f} s:")
+        figures = load(base, key=key, session_id=session_id, clients=args.clients,
+                       seconds=args.seconds, think=args.think)
+        print(figures)
+        exported: dict[str, Any] = {}
+        if not args.skip_export:
+            exported = export_all(base, key=key, worker=worker)
+            print(exported)
+    finally:
+        stop(web)
+        stop(worker)
+    print(json.dumps({
+        "p95_ms": figures["p95_ms"],
+        "p50_ms": figures["p50_ms"],
+        "requests_per_s": figures["per_s"],
+        "clients": args.clients,
+        "think_s": args.think,
+        "findings": args.findings,
+        **{k: exported.get(k) for k in ("export_seconds", "export_peak_mb", "export_rows")},
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""Paging the findings list: contextual order without a team-wide sort, totals kept under the
+team's generation and never stale after a write."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.cache import cache
+from django.db.models import F
+from django.utils import timezone
+
+from trustrank.accounts.models import Team
+from trustrank.findings.models import Finding, FindingKind, FindingSource
+from trustrank.findings.paging import RankOrderedRows, cached_count, findings_generation
+from trustrank.ranking.models import RankContext, RankedFinding, RankingRun
+
+pytestmark = pytest.mark.django_db
+
+
+def _findings(team: Team, n: int, *, prefix: str = "f") -> list[Finding]:
+    return [
+        Finding.objects.create(
+            team=team,
+            kind=FindingKind.VULNERABILITY,
+            source=FindingSource.OSV,
+            fingerprint=f"{prefix}{i:04d}",
+            title=f"finding {i}",
+            severity_score=float(i % 10),
+        )
+        for i in range(n)
+    ]
+
+
+def _rank(team: Team, findings: list[Finding]) -> None:
+    context = RankContext.objects.create(digest="c" * 64, data={})
+    for place, finding in enumerate(findings, start=1):
+        RankedFinding.objects.create(
+            finding=finding, team=team, rank=place, env_rank=place, score=50.0,
+            decision="scheduled", context=context,
+        )
+
+
+def _reference(team_ids: list[int]) -> list[int]:
+    return list(
+        Finding.objects.filter(team_id__in=team_ids)
+        .order_by(F("ranked__rank").asc(nulls_last=True), "-baseline_priority", "-id")
+        .values_list("id", flat=True)
+    )
+
+
+def test_rank_order_pages_match_the_sorted_query_across_the_ranked_boundary(team: Team) -> None:
+    cache.clear()
+    findings = _findings(team, 23)
+    # Ranked in an order unrelated to creation; 8 findings stay unranked.
+    _rank(team, sorted(findings[:15], key=lambda f: (f.pk * 7) % 15))
+    rows = RankOrderedRows(Finding.objects.filter(team=team), team_ids=[team.pk])
+    expected = _reference([team.pk])
+    assert rows.count() == 23
+    paged = [f.pk for start in range(0, 23, 5) for f in rows[start : start + 5]]
+    assert paged == expected
+    assert [f.pk for f in rows[13:17]] == expected[13:17]  # a page across the boundary
+    assert rows[30:35] == []
+
+
+def test_rank_order_applies_the_filter_to_both_parts(team: Team) -> None:
+    cache.clear()
+    findings = _findings(team, 12)
+    _rank(team, findings[:6])
+    qs = Finding.objects.filter(team=team, severity_score__gte=5)
+    rows = RankOrderedRows(qs, team_ids=[team.pk])
+    expected = [
+        pk
+        for pk in _reference([team.pk])
+        if Finding.objects.get(pk=pk).severity_score >= 5
+    ]
+    assert [f.pk for f in rows[0:50]] == expected
+    assert rows.count() == len(expected)
+
+
+def test_a_total_follows_every_write_and_every_ranking_run(team: Team, other_team: Team) -> None:
+    cache.clear()
+    findings = _findings(team, 5)
+    qs = Finding.objects.filter(team=team, title__startswith="finding")
+    assert cached_count(qs, team_ids=[team.pk]) == 5
+    before = findings_generation(team_ids=[team.pk])
+    Finding.objects.filter(pk=findings[0].pk).update(
+        title="renamed", updated_at=timezone.now()
+    )
+    assert findings_generation(team_ids=[team.pk]) != before
+    assert cached_count(qs, team_ids=[team.pk]) == 4
+    # Another team's writes leave this team's totals (and generation) alone.
+    generation = findings_generation(team_ids=[team.pk])
+    _findings(other_team, 2, prefix="o")
+    assert findings_generation(team_ids=[team.pk]) == generation
+    # A finished ranking run makes a new generation: decisions and ranks changed.
+    RankingRun.objects.create(team=team, status="done")
+    assert findings_generation(team_ids=[team.pk]) != generation
+
+
+def test_capped_totals_are_kept_apart_from_exact_ones(team: Team) -> None:
+    cache.clear()
+    _findings(team, 7)
+    qs = Finding.objects.filter(team=team)
+    assert cached_count(qs, team_ids=[team.pk], cap=3) == 4
+    assert cached_count(qs, team_ids=[team.pk]) == 7
