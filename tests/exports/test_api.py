@@ -180,3 +180,21 @@ def test_an_abandoned_stream_records_no_export_event(api, team):
     export = Export.objects.get(pk=int(response["X-Export-Id"]))
     assert export.status == "failed" and "went away" in export.error
     assert not AuditEvent.objects.filter(action="export").exists()
+
+
+def test_every_state_unless_the_caller_chooses(api, team, data, make_user):
+    alice = make_user("alice", team=team)
+    finding_triage(
+        finding=data["etcd"], principal=principal_for_user(alice), state="false_positive",
+        reason="not ours",
+    )
+    client = api(team, "read")
+    both = {data["log4j"].pk, data["etcd"].pk}
+    assert ids_of(client.get("/api/v1/exports", {"format": "csv"})) == both
+    assert ids_of(client.get("/api/v1/exports", {"format": "csv", "state": "all"})) == both
+    assert ids_of(client.get("/api/v1/exports", {"format": "csv", "open": "true"})) == {
+        data["log4j"].pk
+    }
+    assert ids_of(
+        client.get("/api/v1/exports", {"format": "csv", "state": "false_positive"})
+    ) == {data["etcd"].pk}

@@ -58,6 +58,14 @@ def _as_of(raw: str) -> datetime:
     return value
 
 
+def _principal_user_id(principal: Principal) -> int | None:
+    if principal.api_key is not None:
+        return getattr(principal.api_key, "created_by_id", None)
+    if principal.user is not None and principal.user.is_authenticated:
+        return int(principal.user.pk)
+    return None
+
+
 def export_teams(principal: Principal) -> list[int]:
     return sorted({t for s in EXPORT_SCOPES for t in principal.teams_with(s)})
 
@@ -140,6 +148,16 @@ def export_request_parse(
         values = [v for v in getlist(name) if v != ""]
         if values:
             filters[name] = values
+    if "all" in filters.get("state", []):
+        # `state=all`: every state, as `open=all` says on the findings list.
+        del filters["state"]
+        filters["open"] = ["all"]
+    if filters.get("assignee") == ["me"]:
+        # Resolved now: the job that writes a big export has no request to ask who "me" is.
+        me = _principal_user_id(principal)
+        if me is None:
+            raise ExportParamError("assignee", "assignee=me needs a signed-in user or their key")
+        filters["assignee"] = [str(me)]
     filter_params_check(filters)
     return ExportRequest(
         format=fmt, team_id=team_id, filters=filters, as_of=as_of, ranking_run_id=run_id

@@ -151,8 +151,14 @@ def export_selection(req: ExportRequest) -> ExportSelection:
     must say about where states and ranks come from."""
     base = Finding.objects.filter(team_id=req.team_id).order_by("-baseline_priority", "-id")
     notes: list[str] = []
-    skip = _STATE_FILTERS if req.as_of is not None else ()
-    qs = FindingFilterSet(_filter_data(req.filters, skip=skip), queryset=base).qs
+    data = _filter_data(req.filters, skip=_STATE_FILTERS if req.as_of is not None else ())
+    if req.as_of is not None or not ({"state", "open"} & req.filters.keys()):
+        # An export has every state unless the caller chose (a VEX document without its
+        # not_affected statements would say little), and with as_of the states of that
+        # time are filtered below, not today's. `open=all` keeps a FilterSet that shows
+        # open findings by default from narrowing.
+        data["open"] = "all"
+    qs = FindingFilterSet(data, queryset=base).qs
     if req.as_of is not None:
         # The triage state of that time: the last audit event that set a state, at or before
         # it; findings TrustRank had not yet seen are left out.
