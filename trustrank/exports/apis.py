@@ -113,7 +113,14 @@ class ExportsApi(APIView):
             OpenApiParameter("ranking_run", OpenApiTypes.INT),
             OpenApiParameter("team", OpenApiTypes.INT),
         ],
-        responses={200: OpenApiTypes.BINARY, 202: OpenApiTypes.OBJECT},
+        responses={
+            (200, "text/csv"): OpenApiTypes.BINARY,
+            (200, "application/json"): OpenApiTypes.OBJECT,
+            (200, "application/vnd.cyclonedx+json"): OpenApiTypes.OBJECT,
+            (200, "application/pdf"): OpenApiTypes.BINARY,
+            (200, "text/html"): OpenApiTypes.BINARY,
+            (202, "application/json"): OpenApiTypes.OBJECT,
+        },
     )
     def get(self, request: Request) -> Any:
         return export_response(
@@ -155,7 +162,15 @@ class ExportDownloadApi(APIView):
     required_scope = EXPORT_SCOPES
     content_negotiation_class = FileFormatNegotiation
 
-    @extend_schema(responses={200: OpenApiTypes.BINARY})
+    @extend_schema(
+        responses={
+            (200, "text/csv"): OpenApiTypes.BINARY,
+            (200, "application/json"): OpenApiTypes.OBJECT,
+            (200, "application/vnd.cyclonedx+json"): OpenApiTypes.OBJECT,
+            (200, "application/pdf"): OpenApiTypes.BINARY,
+            (200, "text/html"): OpenApiTypes.BINARY,
+        }
+    )
     def get(self, request: Request, export_id: int) -> HttpResponseBase:
         export = selectors.export_get_for_principal(
             principal=principal_for_request(request), export_id=export_id
