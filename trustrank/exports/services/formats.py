@@ -19,13 +19,24 @@ def public_row(row: dict[str, Any]) -> dict[str, Any]:
     return {k: row[k] for k in COLUMNS}
 
 
+def _factor_value(value: Any) -> str:
+    # As PostgreSQL's ->> writes a JSON value (the CSV export formats it there).
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, dict)):
+        return orjson.dumps(value).decode()
+    return str(value)
+
+
 def explanation_text(factors: list[dict[str, Any]] | None) -> str:
     """The factors, compact: `name=value (+effect); …`, largest effect first."""
     if not factors:
         return ""
     ordered = sorted(factors, key=lambda f: -abs(float(f.get("effect") or 0.0)))
     return "; ".join(
-        f"{f.get('name')}={f.get('value')} ({float(f.get('effect') or 0.0):+.2f})"
+        f"{f.get('name')}={_factor_value(f.get('value'))} ({float(f.get('effect') or 0.0):+.2f})"
         for f in ordered
     )
 

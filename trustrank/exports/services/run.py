@@ -30,7 +30,8 @@ from trustrank.accounts.models import Team
 from trustrank.accounts.principal import Principal
 from trustrank.exports.models import Export, ExportFormat, ExportStatus
 from trustrank.exports.services.csaf import csaf_vex_chunks
-from trustrank.exports.services.formats import Progress, csv_chunks, json_chunks
+from trustrank.exports.services.csv_copy import csv_copy_chunks
+from trustrank.exports.services.formats import Progress, json_chunks
 from trustrank.exports.services.params import ExportRequest
 from trustrank.exports.services.report import report_html_chunks, report_pdf_chunks
 from trustrank.exports.services.rows import (
@@ -136,9 +137,10 @@ def export_chunks(
         return report_pdf_chunks(selection, meta, progress)
     if fmt == ExportFormat.HTML:
         return report_html_chunks(selection, meta, progress)
+    if fmt == ExportFormat.CSV:
+        return csv_copy_chunks(selection, meta, progress)
     rows = export_rows(selection)
     writer: Callable[..., Iterator[bytes]] = {
-        ExportFormat.CSV: csv_chunks,
         ExportFormat.JSON: json_chunks,
         ExportFormat.CYCLONEDX_VEX: cyclonedx_vex_chunks,
         ExportFormat.CSAF_VEX: csaf_vex_chunks,
@@ -250,6 +252,8 @@ def _recorded(export: Export, chunks: Iterator[bytes], counter: _Counter) -> Ite
         if held is not None:
             yield held
     except GeneratorExit:
+        # Close the writer first: a CSV export is mid-COPY on the connection _fail uses.
+        _close(chunks)
         if not completed:
             _fail(export.pk, "the client went away before the end of the file")
         raise
@@ -257,6 +261,12 @@ def _recorded(export: Export, chunks: Iterator[bytes], counter: _Counter) -> Ite
         if not completed:
             _fail(export.pk, f"{type(exc).__name__}: {exc}")
         raise
+
+
+def _close(chunks: Iterator[bytes]) -> None:
+    close = getattr(chunks, "close", None)
+    if close is not None:
+        close()
 
 
 def export_path(export: Export) -> Path:
