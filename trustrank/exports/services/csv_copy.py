@@ -148,16 +148,37 @@ class _AsOfResolved(Func):
 
 
 def csv_copy_chunks(
-    selection: ExportSelection, meta: dict[str, Any], progress: Progress | None = None
+    selection: ExportSelection,
+    meta: dict[str, Any],
+    progress: Progress | None = None,
+    *,
+    own_connection: bool = False,
 ) -> Iterator[bytes]:
+    """`own_connection`: run the COPY on a connection of its own, so `progress` may write to
+    the database while it runs (a connection in COPY answers nothing else). The job does so;
+    a streamed export must not (its progress only counts, and in a test transaction a second
+    connection would not see the rows)."""
     header = io.StringIO()
     csv.writer(header, lineterminator="\n").writerow(COLUMNS)
     yield header.getvalue().encode()
     sql, params = copy_sql(selection)
+    if own_connection:
+        raw = connection.get_new_connection(connection.get_connection_params())
+        try:
+            yield from _copy(raw.cursor(), sql, params, progress)
+        finally:
+            raw.close()
+    else:
+        with connection.cursor() as wrapper:
+            yield from _copy(wrapper.cursor, sql, params, progress)
+
+
+def _copy(
+    cur: Any, sql: str, params: tuple[Any, ...], progress: Progress | None
+) -> Iterator[bytes]:
     lines = 0
     since = 0
-    with connection.cursor() as wrapper:
-        cur = wrapper.cursor
+    with cur:
         with cur.copy(f"COPY ({sql}) TO STDOUT WITH (FORMAT csv)", params) as copy:
             for block in copy:
                 data = bytes(block)
@@ -167,7 +188,7 @@ def csv_copy_chunks(
                     n = data.count(b"\n")
                     lines += n
                     since += n
-                    if since >= 5000:
+                    if since >= 1000:
                         since = 0
                         progress(lines)
         if progress is not None:

@@ -130,7 +130,12 @@ def export_metadata(export: Export, selection: ExportSelection) -> dict[str, Any
 
 
 def export_chunks(
-    export: Export, selection: ExportSelection, meta: dict[str, Any], progress: Progress | None
+    export: Export,
+    selection: ExportSelection,
+    meta: dict[str, Any],
+    progress: Progress | None,
+    *,
+    job: bool = False,
 ) -> Iterator[bytes]:
     fmt = ExportFormat(export.format)
     if fmt == ExportFormat.PDF:
@@ -138,7 +143,7 @@ def export_chunks(
     if fmt == ExportFormat.HTML:
         return report_html_chunks(selection, meta, progress)
     if fmt == ExportFormat.CSV:
-        return csv_copy_chunks(selection, meta, progress)
+        return csv_copy_chunks(selection, meta, progress, own_connection=job)
     rows = export_rows(selection)
     writer: Callable[..., Iterator[bytes]] = {
         ExportFormat.JSON: json_chunks,
@@ -309,7 +314,7 @@ def export_run_execute(*, export_id: int) -> str:
         digest = hashlib.sha256()
         size = 0
         with partial.open("wb") as out:
-            for chunk in export_chunks(export, selection, meta, both):
+            for chunk in export_chunks(export, selection, meta, both, job=True):
                 out.write(chunk)
                 digest.update(chunk)
                 size += len(chunk)
