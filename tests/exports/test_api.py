@@ -63,6 +63,12 @@ def test_as_of_gives_the_triage_state_of_that_time(api, team, data, make_user):
     assert log4j_now["state"] == "exploitable"
     assert log4j_then["state"] == "in_triage" and log4j_then["detail"] == ""
     assert doc["export"]["as_of"] is not None and doc["export"]["notes"]
+    then_csv = csv_rows(
+        body_of(client.get("/api/v1/exports", {"format": "csv", "as_of": before.isoformat()}))
+    )
+    log4j_csv = next(r for r in then_csv if int(r["finding_id"]) == data["log4j"].pk)
+    assert log4j_csv["state"] == "in_triage" and log4j_csv["resolved_at"] == ""
+    assert log4j_csv["explanation"] == log4j_now["explanation"] != ""
     # The state filter reads the state of that time, too.
     then_open = client.get(
         "/api/v1/exports", {"format": "csv", "as_of": before.isoformat(), "state": "in_triage"}

@@ -147,3 +147,20 @@ def test_printable_report_page(client, team, data, make_user):
     html = body_of(response).decode()
     assert "@page" in html and "CVE-2021-44228" in html and "Audit chain" in html
     assert AuditEvent.objects.filter(action="export", after__format="html").exists()
+
+
+def test_csv_written_by_postgresql_says_what_the_json_says(api, team, data):
+    from trustrank.exports.services.formats import explanation_text
+
+    client = api(team, "read")
+    rows = {int(r["finding_id"]): r for r in csv_rows(body_of(
+        client.get("/api/v1/exports", {"format": "csv"})
+    ))}
+    doc = orjson.loads(body_of(client.get("/api/v1/exports", {"format": "json"})))
+    for f in doc["findings"]:
+        row = rows[f["finding_id"]]
+        assert row["explanation"] == explanation_text(f["explanation"])
+        assert row["state"] == f["state"] and row["title"] == f["title"]
+        assert row["aliases"] == ";".join(f["aliases"])
+        assert row["rank"] == str(f["rank"]) and row["decision"] == f["decision"]
+        assert row["first_seen"][:19] == f["first_seen"][:19]
