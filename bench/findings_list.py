@@ -74,6 +74,10 @@ def bench_env() -> dict[str, str]:
             "TRUSTRANK_DB_NAME": BENCH_DB,
             "TRUSTRANK_QUEUE_PREFIX": f"bench-findings-{os.getpid()}",
             "TRUSTRANK_TESTING": "1",
+            # As deployed: web workers share the totals they count (TESTING would keep them
+            # per process).
+            "TRUSTRANK_CACHE": "file",
+            "TRUSTRANK_VAR_DIR": str(ROOT / "var" / "bench-findings"),
             "LOG_LEVEL": "WARNING",
         }
     )

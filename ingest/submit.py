@@ -17,7 +17,12 @@ from ingest.models import IngestJob, JobKind
 from ingest.services import job_create
 from trustrank.accounts.models import FEEDS_WRITE, SITE_SCOPES, Scope, Team
 from trustrank.accounts.principal import Principal
-from trustrank.identity.services.environments import InvalidEnvironment, environment_validate
+from trustrank.identity.engine import trust_bundle_warnings
+from trustrank.identity.services.environments import (
+    InvalidEnvironment,
+    environment_validate,
+    strength_rules,
+)
 from trustrank.inventory.services import ProjectNotFound, project_version_resolve
 from trustrank.parsers.cyclonedx import parse_cyclonedx
 from trustrank.parsers.x509 import (
@@ -251,6 +256,11 @@ def trust_bundle_submit(
             "trust_domain": trust_domain.strip(),
             "format": bundle.format,
             "anchors": len(bundle.anchors),
+            "trust_domains": list(bundle.trust_domains),
+            # Accepted, but the uploader should know (said in the answer and on the page).
+            "warnings": trust_bundle_warnings(
+                trust_domains=bundle.trust_domains, rules=strength_rules()
+            ),
         },
         priority=priority,
         content_type=content_type,

@@ -8,7 +8,7 @@ import re
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 
-OPEN = {"login/", "logout/", ""}
+OPEN = {"login/", "logout/", "", "favicon.ico"}
 
 
 def _routes(patterns: list, prefix: str = "") -> list[str]:

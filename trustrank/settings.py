@@ -213,6 +213,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # The default hook, then the plain-Django receivers (/v1/traces, /v1/metrics, /api/v1/write).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "ingest.apis.schema.plain_receivers_document",
+    ],
 }
 
 # --- Celery ---------------------------------------------------------------------------------
@@ -285,6 +290,10 @@ TRUSTRANK_TRACE_BROKEN_CONTEXT_RESOLVE_HOURS = envint(
 TRUSTRANK_TRACE_KEEP_PAYLOAD = envbool("TRUSTRANK_TRACE_KEEP_PAYLOAD", False)
 # A large export is decoded and aggregated in parts of about this size (bounded memory).
 TRUSTRANK_TRACE_PART_BYTES = envint("TRUSTRANK_TRACE_PART_BYTES", 4 * 1024 * 1024, minimum=1024)
+# Stack frames of span `exception` events read as library evidence: at most this many
+# frames from the top of each stack trace, and this many distinct frames per span.
+TRUSTRANK_TRACE_STACK_FRAMES = envint("TRUSTRANK_TRACE_STACK_FRAMES", 20, minimum=0)
+TRUSTRANK_TRACE_SPAN_FRAMES = envint("TRUSTRANK_TRACE_SPAN_FRAMES", 40, minimum=0)
 # Receivers re-read the ingest queue depth (a COUNT) at most this often per process.
 TRUSTRANK_INGEST_OVERLOAD_CACHE_SECONDS = envfloat(
     "TRUSTRANK_INGEST_OVERLOAD_CACHE_SECONDS", 1.0
@@ -370,6 +379,9 @@ TRUSTRANK_RANKING_WINDOW_MINUTES = envint("TRUSTRANK_RANKING_WINDOW_MINUTES", 14
 # A load (SBOM, traces, certificates, feeds) starts a ranking run this long after it; loads
 # that follow within the delay share the run.
 TRUSTRANK_RANKING_DEBOUNCE_SECONDS = envint("TRUSTRANK_RANKING_DEBOUNCE_SECONDS", 60, minimum=0)
+# Bulk triage of up to this many findings is applied within the request (200); more becomes a
+# job run by the findings_bulk_triage task (202).
+TRUSTRANK_BULK_TRIAGE_SYNC_MAX = envint("TRUSTRANK_BULK_TRIAGE_SYNC_MAX", 500, minimum=1)
 # Extra library-evidence rules (table, name, component key): see trustrank/risk/libraries.py.
 TRUSTRANK_LIBRARY_MAP: list[tuple[str, str, str]] = []
 # Evidence ages while nothing is uploaded (certificates expire, telemetry leaves the window):
@@ -416,6 +428,23 @@ TRUSTRANK_EXPORT_REPORT_MAX_ROWS = envint("TRUSTRANK_EXPORT_REPORT_MAX_ROWS", 2_
 # A filter's total is kept under the team's findings generation; this bounds how long a total
 # can outlive a deletion (which leaves the generation alone).
 TRUSTRANK_FINDINGS_COUNT_TTL = envint("TRUSTRANK_FINDINGS_COUNT_TTL", 60, minimum=0)
+# What the totals (and nothing else yet) are kept in. "file": one directory every web worker
+# of this host shares, so a total is counted once per host rather than once per process;
+# "locmem": per process (the tests' default: no state outlives a test database).
+_CACHE_KIND = envstr("TRUSTRANK_CACHE", "locmem" if TESTING else "file")
+if _CACHE_KIND not in ("file", "locmem"):
+    raise ImproperlyConfigured("TRUSTRANK_CACHE must be 'file' or 'locmem'")
+CACHES = {
+    "default": (
+        {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": str(VAR_DIR / "cache"),
+            "OPTIONS": {"MAX_ENTRIES": 20_000},
+        }
+        if _CACHE_KIND == "file"
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
 
 LOGGING = {
     "version": 1,

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.urls import path
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
 from rest_framework.generics import ListAPIView
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
@@ -91,6 +92,22 @@ class CertificatesApi(ReceiverMixin, ListAPIView[Certificate]):
         return accepted(job, certificates=job.params.get("certificates"))
 
 
+_BUNDLE_ACCEPTED = inline_serializer(
+    "TrustBundleAccepted",
+    fields={
+        "id": serializers.UUIDField(),
+        "token": serializers.UUIDField(),
+        "status": serializers.CharField(),
+        "status_url": serializers.CharField(),
+        "anchors": serializers.IntegerField(),
+        "trust_domains": serializers.ListField(child=serializers.CharField()),
+        # E.g. a bundle naming no trust domain: accepted, but every SPIFFE certificate in the
+        # environment will count as from a foreign trust domain.
+        "warnings": serializers.ListField(child=serializers.CharField()),
+    },
+)
+
+
 @extend_schema(
     parameters=[
         OpenApiParameter("trust_domain", str, description="the trust domain this bundle serves"),
@@ -114,7 +131,7 @@ class TrustBundleApi(ReceiverMixin, APIView):
     @extend_schema(
         summary="Replace an environment's trust bundle",
         request={"application/x-pem-file": {}, "application/json": {}},
-        responses={202: None},
+        responses={202: _BUNDLE_ACCEPTED},
     )
     def put(self, request: Request, environment: str) -> Response:
         principal = principal_for_request(request)
@@ -135,7 +152,12 @@ class TrustBundleApi(ReceiverMixin, APIView):
             content_type=request.content_type or "",
             filename=filename,
         )
-        return accepted(job, anchors=job.params.get("anchors"))
+        return accepted(
+            job,
+            anchors=job.params.get("anchors"),
+            trust_domains=job.params.get("trust_domains", []),
+            warnings=job.params.get("warnings", []),
+        )
 
 
 urlpatterns = [

@@ -27,6 +27,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ingest import services as ingest_services
+from ingest.apis.schema import METRICS_OPERATION, REMOTE_WRITE_OPERATION, openapi_operation
 from ingest.bodies import BodyTooLarge, BodyUndecodable, decode_body
 from ingest.loaders.cluster import OBJECTS, OTLP, REMOTE_WRITE, SCRAPE
 from ingest.models import JobKind
@@ -105,6 +106,7 @@ def _otlp_response(*, encoding: str, rejected: int, message: str) -> bytes:
     return response.SerializeToString()
 
 
+@openapi_operation(**METRICS_OPERATION)
 @csrf_exempt
 @require_POST
 def metrics_export(request: HttpRequest) -> HttpResponse:
@@ -184,6 +186,7 @@ def _plain(status: int, message: str) -> HttpResponse:
     return HttpResponse(message + "\n", status=status, content_type="text/plain")
 
 
+@openapi_operation(**REMOTE_WRITE_OPERATION)
 @csrf_exempt
 @require_POST
 def remote_write(request: HttpRequest) -> HttpResponse:

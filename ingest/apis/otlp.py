@@ -17,6 +17,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from ingest import services as ingest_services
+from ingest.apis.schema import TRACES_OPERATION, openapi_operation
 from ingest.bodies import BodyTooLarge, BodyUndecodable, decode_body
 from ingest.submit import traces_submit
 from trustrank.accounts.auth import key_from_headers
@@ -48,6 +49,7 @@ def _error(encoding: str, status: int, rpc_code: int, message: str) -> HttpRespo
     )
 
 
+@openapi_operation(**TRACES_OPERATION)
 @csrf_exempt
 @require_POST
 def traces_export(request: HttpRequest) -> HttpResponse:

@@ -38,6 +38,8 @@ def traces_load(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> dict
             name_sample_rate=settings.TRUSTRANK_TRACE_SAMPLE_RATE,
             # Anchored at the upload, so the receiver's count and a re-run agree.
             window=span_window(now=job.created_at),
+            max_stack_frames=settings.TRUSTRANK_TRACE_STACK_FRAMES,
+            max_span_frames=settings.TRUSTRANK_TRACE_SPAN_FRAMES,
         ):
             part = traces_aggregate_store(
                 team_id=job.team_id, batch=batch, received_at=received_at

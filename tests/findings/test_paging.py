@@ -102,3 +102,37 @@ def test_capped_totals_are_kept_apart_from_exact_ones(team: Team) -> None:
     qs = Finding.objects.filter(team=team)
     assert cached_count(qs, team_ids=[team.pk], cap=3) == 4
     assert cached_count(qs, team_ids=[team.pk]) == 7
+
+
+def test_a_queryset_that_matches_nothing_counts_zero(team: Team) -> None:
+    _findings(team, 3)
+    assert cached_count(Finding.objects.none(), team_ids=[team.pk]) == 0
+    assert RankOrderedRows(Finding.objects.none(), team_ids=[team.pk]).count() == 0
+
+
+def test_the_page_walks_the_contextual_order_page_by_page(team: Team, make_user, client) -> None:
+    cache.clear()
+    findings = _findings(team, 120)
+    _rank(team, sorted(findings[:70], key=lambda f: (f.pk * 13) % 70))
+    client.force_login(make_user("walker", team=team))
+    seen: list[int] = []
+    url = "/findings/?ordering=rank&open=all"
+    for _ in range(5):
+        response = client.get(url)
+        assert response.status_code == 200
+        seen.extend(f.pk for f in response.context["findings"])
+        if not response.context["next_query"]:
+            break
+        url = "/findings/?" + response.context["next_query"]
+    assert seen == _reference([team.pk])
+
+
+def test_the_api_pages_the_contextual_order_with_exact_totals(team: Team, api) -> None:
+    cache.clear()
+    findings = _findings(team, 30)
+    _rank(team, findings[10:25])
+    client = api(team, "read")
+    first = client.get("/api/v1/findings?ordering=rank&open=all&page_size=20").json()
+    second = client.get("/api/v1/findings?ordering=rank&open=all&page_size=20&page=2").json()
+    assert first["count"] == 30
+    assert [f["id"] for f in first["results"] + second["results"]] == _reference([team.pk])

@@ -93,9 +93,11 @@ def _served_schema() -> dict[str, Any]:
     return dict(SchemaGenerator().get_schema(request=None, public=True))
 
 
-# Certificate uploads are raw bytes under their own media types: send generated bodies as is.
+# Certificate uploads and the protobuf receivers (/v1/traces, /v1/metrics, /api/v1/write)
+# take raw bytes under their own media types: send generated bodies as is.
 schemathesis.serializer.alias(
-    ["application/x-pem-file", "application/pkix-cert"], "application/octet-stream"
+    ["application/x-pem-file", "application/pkix-cert", "application/x-protobuf"],
+    "application/octet-stream",
 )
 schema = schemathesis.openapi.from_dict(orjson.loads(orjson.dumps(_served_schema())))
 schema.app = get_wsgi_application()
@@ -157,6 +159,15 @@ def test_every_operation_answers_without_5xx_and_as_documented(
         stats.SCHEMATHESIS["seconds"] += time.perf_counter() - started
 
 
+def _bulk_triage_job(team: Any) -> int:
+    from trustrank.findings.models import BulkTriageJob
+
+    return BulkTriageJob.objects.create(
+        team_ids=[team.pk], changes={"state": "exploitable"}, reason="fuzz",
+        actor_kind="system", actor_label="system: fuzz", status="done",
+    ).pk
+
+
 def _real_path_parameters(team: Any) -> dict[str, Any]:
     from ingest.models import IngestJob
     from trustrank.accounts.principal import Principal
@@ -187,7 +198,8 @@ def _real_path_parameters(team: Any) -> dict[str, Any]:
         "environment": "prod",
         "finding_id": Finding.objects.filter(team=team).first().pk,  # type: ignore[union-attr]
         "project_id": Project.objects.filter(team=team).first().pk,  # type: ignore[union-attr]
-        "job_id": str(job.pk) if job else "",
+        # An ingest job's id (uuid) or a bulk triage job's (int), by path.
+        "job_id": {"bulk-triage": _bulk_triage_job(team), "jobs": str(job.pk) if job else ""},
         "token": str(job.pk) if job else "",
         "kind": "osv",
         "id": {

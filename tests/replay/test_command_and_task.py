@@ -130,6 +130,7 @@ def test_timeline_takes_supplied_priorities(tmp_path, small_trace):
     )
     doc = json.loads(out.getvalue())
     assert doc["strategies"]["semantic_aware"]["violation_rate"] == 0.0
+    assert doc["semantic_source"] == "supplied hints"
 
 
 def test_malformed_hints_are_refused():

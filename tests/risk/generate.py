@@ -33,9 +33,18 @@ SUB_KINDS = [("identity", "expired"), ("identity", "expiring"), ("identity", "we
 _ = EXPOSURES
 
 
+def _rates(extra: random.Random) -> dict[str, float]:
+    if extra.random() < 0.3:
+        return {}
+    return {"recent_calls_per_minute": extra.uniform(0, 600),
+            "peak_calls_per_minute": extra.uniform(0, 6000)}
+
+
 def generate(seed: int, *, services: int = 25, versions: int = 10, findings: int = 80,
              environments: int = 2) -> RankInputs:
     rng = random.Random(seed)
+    # Rates and names for explanations only, drawn apart so the graphs stay as they were.
+    extra = random.Random(seed + 7_919)
     envs = [f"env{i}" for i in range(environments)]
     svc: list[Service] = []
     edges: list[CallEdge] = []
@@ -66,18 +75,22 @@ def generate(seed: int, *, services: int = 25, versions: int = 10, findings: int
             edges.append(CallEdge(environment=env, caller=a, callee=b,
                                   calls_per_minute=rng.uniform(0, 500),
                                   error_rate=rng.random() / 10, mtls_share=rng.random(),
-                                  sig=rng.choice([0, 50, 80, 100, rng.uniform(0, 100)])))
+                                  sig=rng.choice([0, 50, 80, 100, rng.uniform(0, 100)]),
+                                  **_rates(extra)))
         peers.append(ExternalPeer(environment=env, name="partner"))
         edges.append(CallEdge(environment=env, caller="partner", callee=rng.choice(names)))
         for name in names:
             if rng.random() < 0.8:
                 v = rng.choice(version_keys)
                 deployments.append(Deployment(environment=env, service=name, project_version=v,
-                                              human_impact=rng.choice(HUMAN_IMPACTS)))
+                                              human_impact=rng.choice(HUMAN_IMPACTS),
+                                              source=extra.choice(["sbom upload", "API", ""]),
+                                              project_version_name=f"{v}@1.{extra.randint(0, 9)}"))
                 traced = rng.random() < 0.7
                 observed = tuple(
                     ObservedComponent(component_key=k, calls_per_minute=rng.uniform(0, 100),
-                                      evidence=f"scope opentelemetry.instrumentation.{k[9:]}")
+                                      evidence=f"scope opentelemetry.instrumentation.{k[9:]}",
+                                      **_rates(extra))
                     for k in comps[v] if traced and rng.random() < 0.4
                 )
                 libraries.append(ServiceLibraries(environment=env, service=name, traced=traced,

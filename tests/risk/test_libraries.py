@@ -119,3 +119,26 @@ def test_component_keys_and_group_matching():
     assert component_key_from_purl("pkg:npm/%40nestjs/core@10.0.0") == "pkg:npm/%40nestjs/core"
     assert component_matches(LOG4J, "pkg:maven/org.apache.logging.log4j")
     assert not component_matches(LOG4J, "pkg:maven/org.apache.logging")
+
+
+def test_recorded_stack_frames_map_like_code_namespaces():
+    from trustrank.risk.libraries import map_frame
+
+    hit = map_evidence(kind="java_frame", name="org.apache.logging.log4j.core.Logger.log")
+    assert _keys(hit) == [LOG4J]
+    assert hit[0].evidence == "exception frame org.apache.logging.log4j.core.Logger.log"
+    assert hit[0].confidence == "high"
+    # An unlisted Java package names no Maven group; JDK packages name nothing.
+    assert map_frame(kind="java_frame", name="com.shop.PaymentController.pay") == ()
+    assert map_frame(kind="java_frame", name="javax.servlet.http.HttpServlet.service") == ()
+    assert _keys(map_frame(kind="python_frame", name="requests.sessions.request")) == [
+        "pkg:pypi/requests"]
+    assert _keys(map_frame(kind="python_frame", name="yaml.load")) == ["pkg:pypi/pyyaml"]
+    assert _keys(map_frame(kind="js_frame", name="express/lib/router/index.js")) == [
+        "pkg:npm/express"]
+    assert _keys(map_frame(kind="js_frame", name="@nestjs/core/router/router-proxy.js")) == [
+        "pkg:npm/%40nestjs/core"]
+    # Configurable through the same tables as code.namespace.
+    rules = library_map((("java_package", "com.shop", "pkg:maven/com.shop/payments"),))
+    assert _keys(map_frame(kind="java_frame", name="com.shop.PaymentController.pay",
+                           rules=rules)) == ["pkg:maven/com.shop/payments"]

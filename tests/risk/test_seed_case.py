@@ -39,7 +39,9 @@ def test_explanation_names_its_sources():
     assert "mTLS 100%" in factors["exposure"].source
     assert "203.0.113.7" in factors["exposure"].source
     assert "log4j-context-data" in factors["reachability"].source
-    assert "600 calls/min" in factors["reachability"].source
+    # The rate names its window (the seed has no per-minute buckets: the average).
+    assert "called 10/s (average over 24 h)" in factors["reachability"].source
+    assert "called 10/s (average over 24 h), mTLS 100%" in factors["exposure"].source
     assert all(f.confidence in ("high", "medium", "low") for f in r.explanation)
     assert r.score == round(50 + sum(f.effect for f in r.explanation), 4)
 

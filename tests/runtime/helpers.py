@@ -14,12 +14,19 @@ from typing import Any
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "traces"
 NEZHA_CSV = DATA / "nezha_onlineboutique_2022-08-23_17-00_trace_first120traces.csv"
+
+
+def exception_event(stacktrace: str, *, type_: str = "java.lang.RuntimeException") -> tuple[
+        str, dict[str, Any]]:
+    """A span `exception` event as the SDKs record one (`span.record_exception`)."""
+    return ("exception", {"exception.type": type_, "exception.message": "boom",
+                          "exception.stacktrace": stacktrace, "exception.escaped": "False"})
 
 
 class SpanFactory:
@@ -53,6 +60,7 @@ class SpanFactory:
         error: bool = False,
         scope: tuple[str, str] = ("opentelemetry.instrumentation.test", "1.0"),
         resource: Resource | None = None,
+        events: list[tuple[str, dict[str, Any]]] | None = None,
     ) -> SpanContext:
         context = SpanContext(
             trace_id, self.rng.getrandbits(64) | 1, is_remote=False, trace_flags=TraceFlags(1)
@@ -70,6 +78,10 @@ class SpanFactory:
                 start_time=start,
                 end_time=start + int(duration_ms * 1e6),
                 instrumentation_scope=InstrumentationScope(*scope),
+                events=[
+                    Event(event_name, attributes=event_attributes, timestamp=start)
+                    for event_name, event_attributes in events or []
+                ],
             )
         )
         return context

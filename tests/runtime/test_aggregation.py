@@ -363,3 +363,32 @@ def test_root_spans_are_ingress_only_from_outside(team, address, origin):
         assert internet_calls == 3 and origins == {}
     else:
         assert internet_calls == 0 and origins == {origin: 3}
+
+
+def test_exception_stack_frames_are_counted_as_library_evidence(team, settings):
+    from tests.parsers.test_stackframes import JAVA, NODE
+    from tests.runtime.helpers import exception_event
+
+    f = SpanFactory(env="prod")
+    for i in range(3):
+        f.span(service="gateway", name="POST /pay", kind=SpanKind.SERVER,
+               trace_id=f.trace_id(), start_offset_ms=i, error=True,
+               events=[exception_event(JAVA)])
+    f.span(service="web", name="GET /", kind=SpanKind.SERVER, trace_id=f.trace_id(),
+           events=[exception_event(NODE), ("log", {"exception.stacktrace": JAVA})])
+    settings.TRUSTRANK_TRACE_STACK_FRAMES = 3
+    job = IngestJob.objects.create(team=team, kind="traces", digest="-",
+                                   params={"encoding": "protobuf"})
+    traces_load(job=job, payload=f.body(), progress=lambda **_: None)
+    rows = {
+        (b.service.name, b.kind, b.name): b.spans
+        for b in LibraryBucket.objects.filter(kind__endswith="_frame").select_related("service")
+    }
+    # The setting bounds the frames read per trace: the first three frame lines.
+    assert rows == {
+        ("gateway", "java_frame", "org.apache.logging.log4j.core.Logger.log"): 3,
+        ("gateway", "java_frame", "org.apache.logging.log4j.spi.AbstractLogger.logMessage"): 3,
+        ("web", "js_frame", "express/lib/router/index.js"): 1,
+        ("web", "js_frame", "express/lib/router/layer.js"): 1,
+        ("web", "js_frame", "body-parser/lib/read.js"): 1,
+    }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.conf import settings
 from django.db import models
 
@@ -36,12 +38,26 @@ class Scope(models.TextChoices):
     TELEMETRY_WRITE = "telemetry:write", "Push cluster and GPU telemetry"
     TRIAGE = "triage", "Change triage state"
     ADMIN = "admin", "Administer the team (feeds, keys)"
+    # Everything of the team to read and export, the audit log and its chain included;
+    # grants no write. Holding it counts as holding `read` (IMPLIED_SCOPES).
+    AUDIT_READ = "audit:read", "Audit: read and export everything, change nothing"
 
 
 # Site-wide scopes: they change data every team shares (the advisory feeds), so no team role
 # holds them and only the command line (`issue_api_key --scope feeds:write`) grants them.
 FEEDS_WRITE = "feeds:write"
 SITE_SCOPES = frozenset({FEEDS_WRITE})
+
+# Scopes that grant others with them: an auditor's key opens every route that asks for `read`.
+# Nothing else is implied; no scope implies a write.
+IMPLIED_SCOPES: dict[str, frozenset[str]] = {Scope.AUDIT_READ: frozenset({Scope.READ})}
+
+
+def scopes_with_implied(scopes: Iterable[str]) -> frozenset[str]:
+    """The scopes a credential holds, with those they imply."""
+    held = frozenset(str(s) for s in scopes)
+    return held.union(*(IMPLIED_SCOPES.get(s, frozenset()) for s in held))
+
 
 # What each role may do, expressed in API scopes so sessions and keys share one check.
 ROLE_SCOPES: dict[str, frozenset[str]] = {
@@ -57,7 +73,7 @@ ROLE_SCOPES: dict[str, frozenset[str]] = {
             Scope.TELEMETRY_WRITE,
         }
     ),
-    Role.AUDITOR: frozenset({Scope.READ}),
+    Role.AUDITOR: frozenset({Scope.READ, Scope.AUDIT_READ}),
     Role.VIEWER: frozenset({Scope.READ}),
 }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from trustrank.accounts.models import ROLE_SCOPES, ApiKey, Membership
+from trustrank.accounts.models import ROLE_SCOPES, ApiKey, Membership, scopes_with_implied
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,9 @@ def principal_for_user(user: Any) -> Principal:
 
 
 def principal_for_key(api_key: ApiKey) -> Principal:
-    return Principal(scopes_by_team={api_key.team_id: frozenset(api_key.scopes)}, api_key=api_key)
+    return Principal(
+        scopes_by_team={api_key.team_id: scopes_with_implied(api_key.scopes)}, api_key=api_key
+    )
 
 
 def principal_for_request(request: Any) -> Principal:

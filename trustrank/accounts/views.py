@@ -10,24 +10,44 @@ from django.contrib.auth.views import LoginView
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
+from django.templatetags.static import static
+from django.views.decorators.cache import cache_control
+from django.views.decorators.http import require_GET, require_POST
 
 from trustrank.accounts.forms import ThrottledAuthenticationForm
 from trustrank.accounts.models import ApiKey, Scope, Team
 from trustrank.accounts.principal import principal_for_request
 from trustrank.accounts.services import api_key_issue, api_key_revoke
 
+# Offered for new keys: every team scope but the earlier name of metrics:write (keys that
+# hold telemetry:write keep working; a new key should carry the current name).
+NEW_KEY_SCOPES = [
+    (value, f"{label} ({value})")
+    for value, label in Scope.choices
+    if value != Scope.TELEMETRY_WRITE
+]
+# Checked when the page opens: reading is what most integrations start with.
+DEFAULT_SCOPES = [Scope.READ]
+
 
 class ApiKeyForm(forms.Form):
     team = forms.ModelChoiceField(queryset=Team.objects.none())
     name = forms.CharField(max_length=120)
     scopes = forms.MultipleChoiceField(
-        choices=Scope.choices, widget=forms.CheckboxSelectMultiple
+        choices=NEW_KEY_SCOPES, widget=forms.CheckboxSelectMultiple, initial=DEFAULT_SCOPES,
+        help_text="Give a key only what its job needs: a CI pipeline sbom:write, a collector "
+        "traces:write or metrics:write, a dashboard read.",
     )
 
-    def __init__(self, *args: object, teams: object, **kwargs: object) -> None:
+    def __init__(self, *args: object, teams: QuerySet[Team], **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.fields["team"].queryset = teams  # type: ignore[attr-defined]
+        team_field: Any = self.fields["team"]
+        team_field.queryset = teams
+        only = list(teams[:2])
+        if len(only) == 1:
+            # One team to choose from: choose it (no empty "---------" option to pick first).
+            team_field.empty_label = None
+            team_field.initial = only[0].pk
 
 
 def _admin_teams(request: HttpRequest) -> QuerySet[Team]:
@@ -50,9 +70,20 @@ def api_keys_page(request: HttpRequest) -> HttpResponse:
             form = ApiKeyForm(teams=teams)
     else:
         form = ApiKeyForm(teams=teams)
-    keys = ApiKey.objects.filter(team__in=teams).select_related("team", "created_by")
+    # Auditors see their teams' keys too (names, scopes, use; never a secret), without the
+    # means to issue or revoke one.
+    principal = principal_for_request(request)
+    readable = {*principal.teams_with(Scope.ADMIN), *principal.teams_with(Scope.AUDIT_READ)}
+    keys = ApiKey.objects.filter(team_id__in=readable).select_related("team", "created_by")
     return render(
-        request, "accounts/api_keys.html", {"form": form, "keys": keys, "issued": issued}
+        request,
+        "accounts/api_keys.html",
+        {
+            "form": form,
+            "keys": keys,
+            "issued": issued,
+            "admin_team_ids": set(principal.teams_with(Scope.ADMIN)),
+        },
     )
 
 
@@ -77,3 +108,12 @@ class ThrottledLoginView(LoginView):
         if getattr(form, "throttled", False):
             response.status_code = 429
         return response
+
+
+@require_GET
+@cache_control(max_age=86_400, public=True)
+def favicon(request: HttpRequest) -> HttpResponse:
+    """`/favicon.ico` for browsers and tools that ask for it without reading the page's
+    <link rel="icon">: a temporary redirect, since the static URL changes with the file."""
+    return redirect(static("favicon.svg"))
+

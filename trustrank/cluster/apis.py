@@ -58,9 +58,11 @@ class ReplayRunListCreateApi(ListAPIView[ReplayRun]):
                 pods_csv=pods.read() if pods else None,
                 nodes_csv=nodes.read() if nodes else None,
                 trace_label=f"{pods.name} + {nodes.name}" if pods and nodes else "",
+                cluster_name=data["cluster"],
             )
         except services.ReplayError as exc:
-            return problem(status.HTTP_400_BAD_REQUEST, "Bad request", str(exc))
+            extra = {"errors": {exc.field: [str(exc)]}} if exc.field else {}
+            return problem(status.HTTP_400_BAD_REQUEST, "Bad request", str(exc), **extra)
         status_url = reverse("api-replay-run", kwargs={"run_id": run.pk})
         return Response(
             {"id": run.pk, "status": run.status, "status_url": status_url},

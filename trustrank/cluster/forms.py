@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any, cast
+
 from django import forms
+from django.utils.html import format_html
 
 from trustrank.cluster.models import ReplayMode
 from trustrank.risk.scheduling.strategies import STRATEGIES
@@ -12,7 +16,17 @@ STRATEGY_CHOICES = [(s, s.replace("_", " ")) for s in STRATEGIES]
 POLICY_CHOICES = [(p, p.replace("_", " ")) for p in POLICIES]
 
 
+OPENB_CHOICE = ("", "the openb trace (or the CSVs uploaded below)")
+
+
 class ReplayRunForm(forms.Form):
+    cluster = forms.ChoiceField(
+        label="Input",
+        choices=[OPENB_CHOICE],
+        required=False,
+        help_text="a cluster of your teams: its stored pods and nodes, and its recommended "
+        "priorities and diagnoses for the semantic-aware policy",
+    )
     mode = forms.ChoiceField(choices=ReplayMode.choices, initial=ReplayMode.INFLATION)
     strategies = forms.MultipleChoiceField(
         choices=STRATEGY_CHOICES,
@@ -42,3 +56,13 @@ class ReplayRunForm(forms.Form):
     pods_file = forms.FileField(required=False, help_text="openb pods CSV (empty: bundled openb)")
     nodes_file = forms.FileField(required=False, help_text="openb nodes CSV")
     team = forms.CharField(max_length=120, required=False, help_text="if you are in several teams")
+
+    def __init__(self, *args: Any, clusters: Iterable[str] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        names = sorted(set(clusters))
+        field = cast(forms.ChoiceField, self.fields["cluster"])
+        field.choices = [
+            OPENB_CHOICE,
+            # format_html: the name is escaped, the apostrophe is kept as typed.
+            *((name, format_html("cluster {}'s stored pods and nodes", name)) for name in names),
+        ]

@@ -21,8 +21,9 @@ class ReplayStatus(models.TextChoices):
 class ReplayRun(models.Model):
     """A replay of a pod/node trace through placement strategies or priority policies.
 
-    The uploaded CSVs are kept on the row (empty = the bundled openb trace) so the worker,
-    a retry, or a re-run reads the very bytes that were validated when the run was made.
+    The uploaded CSVs are kept on the row (empty, and no cluster: the bundled openb trace) so
+    the worker, a retry, or a re-run reads the very bytes that were validated when the run
+    was made.
     A worker claims the row with a conditional UPDATE on `status='queued'` (or on a running
     row whose lease has lapsed: its worker died) and renews the lease as it reports progress.
     """
@@ -35,6 +36,11 @@ class ReplayRun(models.Model):
     # JSON only: strategies, seeds, policies, placement, compress, node_fraction.
     parameters = models.JSONField(default=dict, blank=True)
     trace_label = models.CharField(max_length=255, blank=True)
+    # Replay the team's own cluster as stored from its snapshots (instead of CSVs). The
+    # worker reads the stored pods and nodes when it runs; a deleted cluster fails the run.
+    cluster = models.ForeignKey(
+        "Cluster", null=True, blank=True, on_delete=models.SET_NULL, related_name="replay_runs"
+    )
     pods_csv = models.BinaryField(null=True, blank=True)
     nodes_csv = models.BinaryField(null=True, blank=True)
     created_by = models.ForeignKey(

@@ -28,7 +28,7 @@ def replay_run_list(*, principal: Principal) -> QuerySet[ReplayRun]:
     # The uploaded CSVs can be megabytes; lists never need them.
     return (
         ReplayRun.objects.filter(team_id__in=principal.team_ids)
-        .select_related("team")
+        .select_related("team", "cluster")
         .defer("pods_csv", "nodes_csv", "result")
         .order_by("-created_at", "-pk")
     )
@@ -38,7 +38,7 @@ def replay_run_get_for_principal(*, principal: Principal, run_id: int) -> Replay
     """The one access helper for a run: 404 for anything outside the principal's teams."""
     run = (
         ReplayRun.objects.filter(team_id__in=principal.team_ids, pk=run_id)
-        .select_related("team")
+        .select_related("team", "cluster")
         .defer("pods_csv", "nodes_csv")
         .first()
     )
@@ -106,6 +106,18 @@ def cluster_findings(*, cluster: Cluster) -> QuerySet[Finding]:
         team_id=cluster.team_id, kind=FindingKind.RELIABILITY, source=FindingSource.CLUSTER,
         evidence__cluster=cluster.name, state__in=OPEN_STATES,
     ).order_by("-severity_score", "category")
+
+
+def workload_diagnosis_kinds(*, cluster: Cluster) -> dict[str, set[str]]:
+    """workload key -> kinds of the open diagnoses on it (the scheduling replay's
+    semantic-aware policy reads them beside the recommended priorities)."""
+    kinds: dict[str, set[str]] = {}
+    for workload, kind in cluster_findings(cluster=cluster).values_list(
+        "evidence__workload", "evidence__diagnosis"
+    ):
+        if workload and kind:
+            kinds.setdefault(str(workload), set()).add(str(kind))
+    return kinds
 
 
 _FB_METRICS = ("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_RESERVED")

@@ -11,7 +11,8 @@ from trustrank.risk.scheduling.timeline import POLICIES
 
 
 class ReplayRunCreateSerializer(serializers.Serializer[dict[str, Any]]):
-    """Input of `POST /api/v1/replay-runs` (JSON, or multipart with `pods` and `nodes` files)."""
+    """Input of `POST /api/v1/replay-runs` (JSON, or multipart with `pods` and `nodes` files).
+    `cluster` replays that cluster's stored pods and nodes instead of a trace."""
 
     mode = serializers.ChoiceField(choices=ReplayMode.choices, default=ReplayMode.INFLATION)
     strategies = serializers.ListField(
@@ -26,12 +27,18 @@ class ReplayRunCreateSerializer(serializers.Serializer[dict[str, Any]]):
     node_fraction = serializers.FloatField(min_value=0.001, max_value=1.0, default=1.0)
     hints = serializers.JSONField(required=False, default=None)
     team = serializers.CharField(max_length=120, required=False, default="", allow_blank=True)
+    cluster = serializers.CharField(
+        max_length=120, required=False, default="", allow_blank=True
+    )
     pods = serializers.FileField(required=False)
     nodes = serializers.FileField(required=False)
 
 
 class ReplayRunSerializer(serializers.ModelSerializer[ReplayRun]):
     team = serializers.CharField(source="team.name", read_only=True)
+    cluster = serializers.CharField(
+        source="cluster.name", read_only=True, allow_null=True, default=None
+    )
     progress_pct = serializers.IntegerField(read_only=True)
     status_url = serializers.SerializerMethodField()
 
@@ -48,6 +55,7 @@ class ReplayRunSerializer(serializers.ModelSerializer[ReplayRun]):
             "progress_pct",
             "parameters",
             "trace_label",
+            "cluster",
             "submitter_label",
             "created_at",
             "started_at",

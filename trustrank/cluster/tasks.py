@@ -6,9 +6,12 @@ from celery import Task, shared_task
 from django.conf import settings
 
 from trustrank.cluster import services
+from trustrank.lib.tasks import IngestQueueTask
 
 
-@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=24)
+@shared_task(
+    bind=True, base=IngestQueueTask, acks_late=True, reject_on_worker_lost=True, max_retries=24
+)
 def replay_run(self: Task, run_id: int) -> str:
     """Safe to deliver twice: the service claims the row only while it is queued or its
     lease has lapsed. A message redelivered after a worker died finds the dead worker's

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib import messages
@@ -30,6 +30,8 @@ from trustrank.cluster.selectors import (
 )
 from trustrank.lib.pages import HtmxHttpRequest, paginate
 
+# Pods listed per policy, in the order they started, on a cluster run's page.
+FIRST_STARTED = 8
 POLICY_LABELS = {
     "static_weight_rr": "Static weight round-robin (by QoS class)",
     "gpu_mem_reservation": "GPU memory reservation priority",
@@ -40,8 +42,9 @@ POLICY_LABELS = {
 @login_required
 def replay_list(request: HtmxHttpRequest) -> HttpResponse:
     principal = principal_for_request(request)
+    clusters = cluster_list(principal=principal).values_list("name", flat=True)
     if request.method == "POST":
-        form = ReplayRunForm(request.POST, request.FILES)
+        form = ReplayRunForm(request.POST, request.FILES, clusters=clusters)
         if form.is_valid():
             data = form.cleaned_data
             try:
@@ -68,16 +71,17 @@ def replay_list(request: HtmxHttpRequest) -> HttpResponse:
                     pods_csv=pods,
                     nodes_csv=nodes,
                     trace_label=label,
+                    cluster_name=data["cluster"],
                 )
             except services.ReplayError as exc:
-                form.add_error(None, str(exc))
+                form.add_error(exc.field if exc.field in form.fields else None, str(exc))
             except PermissionDenied as exc:
                 form.add_error(None, str(exc))
             else:
                 messages.success(request, f"Replay run {run.pk} queued.")
                 return redirect("cluster:replay-detail", run_id=run.pk)
     else:
-        form = ReplayRunForm()
+        form = ReplayRunForm(clusters=clusters)
     context = {"form": form, **paginate(request, replay_run_list(principal=principal))}
     return render(request, "cluster/replay_list.html", context)
 
@@ -96,10 +100,15 @@ def _result_context(run: ReplayRun) -> dict[str, Any]:
     rows = result.get("strategies") or {}
     if not rows:
         return {}
+    source = result.get("input") or {}
+    cluster_input = None
+    if source.get("source") == "cluster":
+        cluster_input = {**source, "snapshot_time": _parse_time(source.get("snapshot_at"))}
     if result.get("mode") == ReplayMode.INFLATION:
         curves = {name: row.get("curve") or [] for name, row in rows.items()}
         ranking = sorted(rows.items(), key=lambda kv: kv[1]["unallocated_at_100"])
         return {
+            "cluster_input": cluster_input,
             "chart": unallocated_chart(curves),
             "inflation_rows": [
                 {
@@ -116,9 +125,22 @@ def _result_context(run: ReplayRun) -> dict[str, Any]:
         }
     return {
         "timeline_rows": [
-            {"name": POLICY_LABELS.get(name, name), **row} for name, row in rows.items()
-        ]
+            {
+                "name": POLICY_LABELS.get(name, name),
+                **row,
+                "first_started": (row.get("start_order") or [])[:FIRST_STARTED],
+            }
+            for name, row in rows.items()
+        ],
+        "cluster_input": cluster_input,
     }
+
+
+def _parse_time(value: object) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(value)) if value else None
+    except ValueError:
+        return None
 
 
 # --- Cluster evidence pages -------------------------------------------------------------------

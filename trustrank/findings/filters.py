@@ -1,12 +1,22 @@
-"""One FilterSet for findings, shared by the list page and the API."""
+"""One FilterSet for findings, shared by the list page, the API, bulk triage and exports.
+
+Every filter is a form field: the page renders the FilterSet's form, the API answers an
+invalid value with 400 naming the field (DRF's DjangoFilterBackend raises on an invalid form),
+and a bulk triage job stores the same parameters and evaluates them again in the worker.
+
+Open findings are the default: without `open` or `state`, only open findings match;
+`open=all` (or an explicit empty `open=`) shows every state.
+"""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import django_filters
+import django_filters.fields
+from django import forms
 from django.db.models import F, Q, QuerySet
+from django.utils import timezone
 
 from trustrank.findings.models import (
     OPEN_STATES,
@@ -18,43 +28,146 @@ from trustrank.findings.models import (
 )
 from trustrank.vulns.engine.ecosystems import normalize_name
 
-_ID = re.compile(r"^[A-Za-z]+(-[A-Za-z0-9._:]+)+$")
+DECISIONS = [
+    ("immediate", "Immediate"),
+    ("out-of-cycle", "Out-of-cycle"),
+    ("scheduled", "Scheduled"),
+    ("defer", "Defer"),
+]
+
+OPEN_CHOICES = [("true", "Open"), ("false", "Closed"), ("all", "All states")]
+_OPEN_ALIASES = {"1": "true", "True": "true", "yes": "true", "0": "false", "False": "false",
+                 "no": "false"}
+
+# Trigrams need three characters: a shorter search could not use the index, so it matches
+# prefixes of ids and names through their btree indexes instead.
+SEARCH_MIN_SUBSTRING = 3
 
 
-def _id_spellings(value: str) -> list[str]:
-    """Advisory ids as databases write them: CVE-… upper case, GHSA-xxxx lower case after
-    the prefix, most others upper case."""
-    prefix, _, rest = value.partition("-")
-    return list(
-        {value, value.upper(), f"{prefix.upper()}-{rest.lower()}", f"{prefix.upper()}-{rest}"}
-    )
+class OpenField(django_filters.fields.ChoiceField):
+    """true (open, the default), false (closed) or all; 1/0 and True/False are accepted as
+    the BooleanFilter that came before took them."""
+
+    def to_python(self, value: Any) -> str:
+        value = super().to_python(value)
+        return _OPEN_ALIASES.get(value, value)
+
+
+class OpenFilter(django_filters.ChoiceFilter):
+    field_class = OpenField
+
+
+_TRUE = {"true", "1", "yes", "on", "2"}
+_FALSE = {"false", "0", "no", "off", "3"}
+
+
+class StrictNullBooleanField(forms.NullBooleanField):
+    """true/false (and 1/0, yes/no); empty means any. Anything else is an error naming the
+    field, where Django's NullBooleanField would quietly read it as 'any'."""
+
+    # A plain select: NullBooleanSelect would read an unknown value as 'any' before the
+    # field sees it.
+    widget = forms.Select(choices=[("", "Any"), ("true", "Yes"), ("false", "No")])
+
+    def prepare_value(self, value: Any) -> Any:
+        if value is True:
+            return "true"
+        if value is False:
+            return "false"
+        return value
+
+    def to_python(self, value: Any) -> bool | None:  # type: ignore[override]
+        if value in (None, "") or (isinstance(value, str) and value.lower() == "unknown"):
+            return None
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+        raise forms.ValidationError("must be true or false")
+
+    def validate(self, value: Any) -> None:
+        return None
+
+
+class StrictBooleanFilter(django_filters.BooleanFilter):
+    field_class = StrictNullBooleanField
+
+
+class AssigneeField(forms.CharField):
+    """A user id, `me`, or `none` (unassigned)."""
+
+    def clean(self, value: Any) -> Any:
+        value = super().clean(value)
+        if value in (None, ""):
+            return value
+        value = str(value).strip()
+        if value.lower() in ("me", "none"):
+            return value.lower()
+        if not value.isdigit():
+            raise forms.ValidationError("must be a user id, 'me' or 'none'")
+        return value
+
+
+class AssigneeFilter(django_filters.Filter):
+    field_class = AssigneeField
+
+
+def _request_user_id(request: Any) -> int | None:
+    """The user `assignee=me` means: the signed-in user, or the person who created the key."""
+    if request is None:
+        return None
+    auth = getattr(request, "auth", None)
+    if auth is not None and hasattr(auth, "created_by_id"):
+        return auth.created_by_id  # type: ignore[no-any-return]
+    user = getattr(request, "user", None)
+    if user is not None and user.is_authenticated:
+        return int(user.pk)
+    return None
+
+
+def _like_escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 class FindingFilterSet(django_filters.FilterSet):
-    """The findings list's filters, for the page and the API alike."""
+    """The findings list's filters, for the page and the API alike.
 
-    kind = django_filters.MultipleChoiceFilter(choices=FindingKind.choices)
+    distinct=False on the multiple-choice filters: none of them joins a to-many relation, and
+    SELECT DISTINCT would make PostgreSQL read and sort every match before the first page.
+    """
+
+    q = django_filters.CharFilter(method="filter_q", label="Search")
+    open = OpenFilter(
+        method="filter_open", choices=OPEN_CHOICES, empty_label=None, label="Show"
+    )
+    kind = django_filters.MultipleChoiceFilter(choices=FindingKind.choices, distinct=False)
+    project = django_filters.NumberFilter(field_name="project_id")
+    severity = django_filters.MultipleChoiceFilter(choices=Severity.choices, distinct=False)
+    state = django_filters.MultipleChoiceFilter(choices=TriageState.choices, distinct=False)
+    kev = StrictBooleanFilter(field_name="in_kev", label="KEV")
+    assignee = AssigneeFilter(method="filter_assignee", label="Assignee")
+    overdue = StrictBooleanFilter(method="filter_overdue", label="Overdue")
     category = django_filters.CharFilter()
     environment = django_filters.CharFilter()
     service = django_filters.NumberFilter(field_name="service_id")
-    project = django_filters.NumberFilter(field_name="project_id")
     project_version = django_filters.NumberFilter(field_name="project_version_id")
-    severity = django_filters.MultipleChoiceFilter(choices=Severity.choices)
-    state = django_filters.MultipleChoiceFilter(choices=TriageState.choices)
-    match_status = django_filters.MultipleChoiceFilter(choices=MatchStatus.choices)
-    kev = django_filters.BooleanFilter(field_name="in_kev")
-    epss_min = django_filters.NumberFilter(field_name="epss", lookup_expr="gte")
-    epss_max = django_filters.NumberFilter(field_name="epss", lookup_expr="lte")
-    open = django_filters.BooleanFilter(method="filter_open")
-    q = django_filters.CharFilter(method="filter_q", label="CVE, GHSA or package")
+    match_status = django_filters.MultipleChoiceFilter(
+        choices=MatchStatus.choices, distinct=False
+    )
+    epss_min = django_filters.NumberFilter(
+        field_name="epss", lookup_expr="gte", min_value=0, max_value=1, label="EPSS from"
+    )
+    epss_max = django_filters.NumberFilter(
+        field_name="epss", lookup_expr="lte", min_value=0, max_value=1, label="EPSS to"
+    )
     decision = django_filters.MultipleChoiceFilter(
-        field_name="ranked__decision",
-        choices=[
-            ("immediate", "Immediate"),
-            ("out-of-cycle", "Out-of-cycle"),
-            ("scheduled", "Scheduled"),
-            ("defer", "Defer"),
-        ]
+        field_name="ranked__decision", choices=DECISIONS, distinct=False
+    )
+    due_before = django_filters.DateFilter(
+        field_name="due_date", lookup_expr="lt", label="Due before"
     )
     ordering = django_filters.ChoiceFilter(
         method="filter_ordering",
@@ -62,6 +175,7 @@ class FindingFilterSet(django_filters.FilterSet):
             ("rank", "Contextual rank"),
             ("-rank", "Contextual rank, last first"),
             ("baseline", "Baseline priority"),
+            ("due", "Due date, soonest first"),
         ],
         label="Order",
     )
@@ -70,6 +184,42 @@ class FindingFilterSet(django_filters.FilterSet):
         model = Finding
         fields: list[str] = []
 
+    def __init__(self, data: Any = None, *args: Any, user_id: int | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(data, *args, **kwargs)
+        # `assignee=me` needs to know who asks: the request's user, or (in a bulk triage job,
+        # which has no request) the id the submitting request resolved.
+        self.user_id = user_id if user_id is not None else _request_user_id(self.request)
+
+    # --- the default: open findings unless the caller chose states ---
+
+    def _given(self, name: str) -> bool:
+        data = self.data or {}
+        if hasattr(data, "getlist"):
+            return any(v not in (None, "") for v in data.getlist(name))
+        value = data.get(name)
+        if isinstance(value, list | tuple):
+            return any(v not in (None, "") for v in value)
+        return value not in (None, "")
+
+    def _open_by_default(self) -> bool:
+        # No `open` at all and no `state`: open findings. An explicit empty `open=` asks for
+        # every state, as the project page and the groups have it.
+        data = self.data or {}
+        return "open" not in data and not self._given("state")
+
+    def filter_queryset(self, queryset: QuerySet[Finding]) -> QuerySet[Finding]:
+        qs = super().filter_queryset(queryset)
+        if self._open_by_default():
+            qs = qs.filter(state__in=OPEN_STATES)
+        return qs
+
+    def is_filtered(self) -> bool:
+        """Whether the caller narrowed the list beyond the default (open findings)."""
+        return any(self._given(name) for name in self.filters if name != "ordering")
+
+    # --- filter methods ---
+
     def filter_ordering(self, qs: QuerySet[Finding], name: str, value: str) -> QuerySet[Finding]:
         if value == "rank":
             return qs.order_by(
@@ -77,23 +227,78 @@ class FindingFilterSet(django_filters.FilterSet):
             )
         if value == "-rank":
             return qs.order_by(F("ranked__rank").desc(nulls_first=True), "id")
+        if value == "due":
+            return qs.order_by(F("due_date").asc(nulls_last=True), "-baseline_priority", "-id")
         return qs
 
     def filter_open(self, qs: QuerySet[Finding], name: str, value: Any) -> QuerySet[Finding]:
+        if value == "true":
+            return qs.filter(state__in=OPEN_STATES)
+        if value == "false":
+            return qs.exclude(state__in=OPEN_STATES)
+        return qs
+
+    def filter_assignee(self, qs: QuerySet[Finding], name: str, value: str) -> QuerySet[Finding]:
+        if not value:
+            return qs
+        if value == "none":
+            return qs.filter(assignee__isnull=True)
+        if value == "me":
+            if self.user_id is None:
+                return qs.none()
+            return qs.filter(assignee_id=self.user_id)
+        return qs.filter(assignee_id=int(value))
+
+    def filter_overdue(self, qs: QuerySet[Finding], name: str, value: Any) -> QuerySet[Finding]:
         if value is None:
             return qs
-        return qs.filter(state__in=OPEN_STATES) if value else qs.exclude(state__in=OPEN_STATES)
+        overdue = Q(state__in=OPEN_STATES, due_date__lt=timezone.localdate())
+        return qs.filter(overdue) if value else qs.exclude(overdue)
 
     def filter_q(self, qs: QuerySet[Finding], name: str, value: str) -> QuerySet[Finding]:
         value = (value or "").strip()
         if not value:
             return qs
-        # Ids use the GIN index on aliases; packages a prefix index on the normalised name.
-        cond = (
-            Q(package_name__startswith=value.lower())
-            | Q(package_name__startswith=normalize_name("PyPI", value))
-            | Q(component_name__startswith=value)
-        )
-        if _ID.match(value):
-            cond |= Q(aliases__overlap=_id_spellings(value))
+        lowered = value.lower()
+        spellings = {lowered}
+        if not any(c in value for c in ":/@"):
+            # A bare package name may be written as PyPI normalises it (a purl or an id is
+            # not a package name: its normalised spelling would only cost a second scan).
+            spellings.add(normalize_name("PyPI", value).lower())
+        if len(lowered) < SEARCH_MIN_SUBSTRING:
+            cond = Q()
+            for s in spellings:
+                cond |= Q(package_name__startswith=s) | Q(component_name__startswith=s)
+            return qs.filter(cond)
+        # One LIKE per spelling on the generated, lower-cased search text: the trigram GIN
+        # index (findings_search_trgm) answers substrings and prefixes of ids, aliases,
+        # package and component names and purls alike.
+        cond = Q()
+        for s in spellings:
+            cond |= Q(search_text__contains=s)
         return qs.filter(cond)
+
+    # --- for the page ---
+
+    def cleaned_params(self) -> dict[str, Any]:
+        """The valid, non-empty filter values as JSON (lists for multiple choices): what a
+        bulk triage job stores to evaluate the same selection again."""
+        out: dict[str, Any] = {}
+        if not self.is_valid():
+            return out
+        for name in self.filters:
+            if name == "ordering" or not self._given(name):
+                continue
+            data = self.data
+            if hasattr(data, "getlist"):
+                values = [v for v in data.getlist(name) if v not in (None, "")]
+            else:
+                raw = data.get(name)
+                values = list(raw) if isinstance(raw, list | tuple) else [raw]
+            if isinstance(self.filters[name], django_filters.MultipleChoiceFilter):
+                out[name] = [str(v) for v in values]
+            elif name == "assignee" and str(values[0]).lower() == "me":
+                out[name] = str(self.user_id) if self.user_id is not None else "0"
+            else:
+                out[name] = str(values[-1])
+        return out

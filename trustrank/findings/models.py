@@ -19,8 +19,8 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.core.exceptions import ObjectDoesNotExist
 from django.db import models
-from django.db.models import Case, F, Q, Value, When
-from django.db.models.functions import Coalesce, Least
+from django.db.models import Case, F, Func, Q, Value, When
+from django.db.models.functions import Coalesce, Least, Lower
 from django.utils import timezone
 
 
@@ -88,6 +88,8 @@ CATEGORY_LABELS = {
     "weak_key": "Weak key",
     "weak_signature": "Weak signature",
     "chain_invalid": "Chain does not verify",
+    "anchor_expired": "Trust anchor expired",
+    "anchor_expiring": "Trust anchor expiring soon",
     "unmapped": "Identity not mapped to a service",
     "policy_violation": "Caller policy violation",
     "broken_context": "Lost trace context",
@@ -151,6 +153,32 @@ def baseline_priority_expression() -> Any:
     )
 
 
+class AliasesText(Func):
+    """`findings_aliases_text(aliases)`: the aliases joined by spaces. PostgreSQL marks
+    array_to_string STABLE, which a generated column refuses; migration 0007 declares this
+    wrapper IMMUTABLE (true for a varchar array)."""
+
+    function = "findings_aliases_text"
+    output_field = models.TextField()
+
+
+def search_text_expression() -> Any:
+    """Lower-cased ids, aliases, package and component names and the purl, space-separated:
+    what the list's search matches substrings of, through a trigram GIN index."""
+    parts = [
+        F("vuln_id"),
+        F("cve_id"),
+        AliasesText(F("aliases")),
+        F("package_name"),
+        F("component_name"),
+        F("component_purl"),
+    ]
+    return Lower(
+        Func(*parts, template="(%(expressions)s)", arg_joiner=" || ' ' || ",
+             output_field=models.TextField())
+    )
+
+
 class Finding(models.Model):
     """One problem a team should look at, of any kind, identified by `fingerprint` (unique per
     team): for a vulnerability the (project version, component, advisory group) triple, for an
@@ -199,6 +227,10 @@ class Finding(models.Model):
     # From the ranking decision by the team's TriagePolicy, unless a person set it by hand.
     due_date = models.DateField(null=True, blank=True)
     due_date_manual = models.BooleanField(default=False, db_default=False)
+    # The ranking decision the due date counts from, and the day the finding first got it
+    # (kept by findings.services.due_dates after each ranking run).
+    due_decision = models.CharField(max_length=16, blank=True, db_default="")
+    due_decision_since = models.DateField(null=True, blank=True)
 
     # --- what the finding is about (every reference optional) ---
     # Environments are names: identity evidence names environments that traces never saw.
@@ -260,6 +292,12 @@ class Finding(models.Model):
         output_field=models.FloatField(),
         db_persist=True,
     )
+    # What the search box matches substrings of (see search_text_expression).
+    search_text = models.GeneratedField(
+        expression=search_text_expression(),
+        output_field=models.TextField(),
+        db_persist=True,
+    )
 
     class Meta:
         ordering = ["-baseline_priority", "-id"]
@@ -316,6 +354,10 @@ class Finding(models.Model):
             models.Index(fields=["cve_id"], name="findings_cve"),
             models.Index(fields=["ecosystem", "package_name"], name="findings_package"),
             GinIndex(fields=["aliases"], name="findings_aliases_gin"),
+            # Substring and prefix search over ids, packages and purls (pg_trgm).
+            GinIndex(
+                fields=["search_text"], opclasses=["gin_trgm_ops"], name="findings_search_trgm"
+            ),
             # Package search is a prefix match on the normalised and the component name.
             models.Index(
                 fields=["package_name"],
@@ -376,6 +418,15 @@ class Finding(models.Model):
     def rank_context(self) -> Any:
         r = self.ranked_or_none
         return None if r is None else r.context
+
+    @property
+    def overdue(self) -> bool:
+        """Open with a due date in the past (today is not overdue yet)."""
+        return (
+            self.due_date is not None
+            and self.state in OPEN_STATES
+            and self.due_date < timezone.localdate()
+        )
 
     @property
     def open_status(self) -> str:
@@ -470,6 +521,9 @@ class AuditEvent(models.Model):
             models.Index(
                 fields=["team", "environment", "-created_at"], name="auditevent_team_env_at"
             ),
+            # The chain's order (verification streams it) and the audit log's keyset pages.
+            models.Index(fields=["team", "id"], name="auditevent_team_id"),
+            models.Index(fields=["team", "action", "id"], name="auditevent_team_action_id"),
         ]
 
     def __str__(self) -> str:
@@ -479,3 +533,49 @@ class AuditEvent(models.Model):
         if self.pk is not None and not kwargs.get("force_insert"):
             raise ValueError("audit events are append-only")
         super().save(*args, **kwargs)
+
+
+class JobStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
+class BulkTriageJob(models.Model):
+    """One bulk triage too large to apply within the request: which findings (explicit `ids`,
+    with optional versions, or a `filter` of the findings list, re-evaluated by the worker
+    within `team_ids`), what to set, who asked and why, and how far it got. The worker walks
+    the selection by id from `cursor`, one transaction per batch, so a second delivery picks
+    up where the first stopped."""
+
+    status = models.CharField(max_length=8, choices=JobStatus.choices, default=JobStatus.QUEUED)
+    team_ids = ArrayField(models.BigIntegerField(), default=list)
+    ids = models.JSONField(null=True, blank=True)
+    versions = models.JSONField(default=dict, blank=True)
+    filter = models.JSONField(null=True, blank=True)
+    changes = models.JSONField(default=dict)
+    reason = models.TextField()
+    actor_kind = models.CharField(max_length=8, choices=ActorKind.choices)
+    actor_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_key = models.ForeignKey(
+        "accounts.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_label = models.CharField(max_length=160)
+    progress_done = models.PositiveIntegerField(default=0)
+    progress_total = models.PositiveIntegerField(default=0)
+    cursor = models.BigIntegerField(default=0)
+    counts = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["status", "created_at"], name="bulktriage_status")]
+
+    def __str__(self) -> str:
+        return f"bulk triage {self.pk} ({self.status})"

@@ -6,7 +6,14 @@ from typing import Any
 
 from rest_framework import serializers
 
-from trustrank.findings.models import VEX_RESPONSES, Finding, Justification, TriageState
+from trustrank.findings.models import (
+    VEX_RESPONSES,
+    BulkTriageJob,
+    Finding,
+    Justification,
+    TriagePolicy,
+    TriageState,
+)
 
 
 class FindingSerializer(serializers.ModelSerializer[Finding]):
@@ -16,6 +23,9 @@ class FindingSerializer(serializers.ModelSerializer[Finding]):
     project_version = serializers.SerializerMethodField()
     kev = serializers.SerializerMethodField()
     epss = serializers.SerializerMethodField()
+    assignee = serializers.IntegerField(source="assignee_id", allow_null=True, read_only=True)
+    assignee_name = serializers.SerializerMethodField()
+    overdue = serializers.BooleanField(read_only=True)
 
     class Meta:
         model = Finding
@@ -54,6 +64,12 @@ class FindingSerializer(serializers.ModelSerializer[Finding]):
             "last_seen",
             "resolved_at",
             "auto_resolved",
+            "assignee",
+            "assignee_name",
+            "due_date",
+            "due_date_manual",
+            "overdue",
+            "version",
         ]
         # Present on every finding (blank for kinds other than vulnerability).
         extra_kwargs = {"vuln_id": {"required": True}, "match_status": {"required": True}}
@@ -69,6 +85,10 @@ class FindingSerializer(serializers.ModelSerializer[Finding]):
         data["rank_service"] = ranking.pop("service")
         data.update(ranking)
         return data
+
+    def get_assignee_name(self, obj: Finding) -> str | None:
+        user = obj.assignee if obj.assignee_id is not None else None
+        return None if user is None else user.get_username()
 
     def get_advisory(self, obj: Finding) -> dict[str, Any] | None:
         if not obj.vuln_id:
@@ -113,16 +133,103 @@ class FindingSerializer(serializers.ModelSerializer[Finding]):
         return {"probability": obj.epss, "percentile": obj.epss_percentile}
 
 
-class TriageSerializer(serializers.Serializer[Any]):
-    state = serializers.ChoiceField(choices=TriageState.choices)
+class UserRefField(serializers.Field[Any, Any, Any, Any]):
+    """A user id or a username (null clears)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, bool) or not isinstance(data, int | str):
+            raise serializers.ValidationError("a user id or a username")
+        return data
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class TriageChangeFields(serializers.Serializer[Any]):
+    """What one triage change may set; absent fields are left as they are (except that a
+    new state clears the justification, response and detail it is not given)."""
+
+    state = serializers.ChoiceField(choices=TriageState.choices, required=False)
     justification = serializers.ChoiceField(
-        choices=Justification.choices, required=False, allow_blank=True, default=""
+        choices=Justification.choices, required=False, allow_blank=True
     )
     response = serializers.ListField(
-        child=serializers.ChoiceField(choices=VEX_RESPONSES), required=False, default=list
+        child=serializers.ChoiceField(choices=VEX_RESPONSES), required=False
     )
-    detail = serializers.CharField(required=False, allow_blank=True, default="")
+    detail = serializers.CharField(required=False, allow_blank=True)
+    assignee = UserRefField(required=False, allow_null=True)
+    due_date = serializers.DateField(required=False, allow_null=True)
     reason = serializers.CharField()
+
+
+class TriageSerializer(TriageChangeFields):
+    # The version the caller read (GET's `version` / ETag): a newer one answers 409.
+    version = serializers.IntegerField(required=False, min_value=1)
+
+
+class BulkTriageSerializer(TriageChangeFields):
+    """`ids` (finding ids, or {"id", "version"} objects) or `filter` (the findings list's
+    filter names and values)."""
+
+    ids = serializers.ListField(child=serializers.JSONField(), required=False,
+                                allow_empty=False, max_length=1_000_000)
+    filter = serializers.DictField(required=False)
+
+    def validate_ids(self, value: list[Any]) -> list[Any]:
+        for item in value:
+            if isinstance(item, dict):
+                pk, version = item.get("id"), item.get("version")
+                if not isinstance(pk, int) or isinstance(pk, bool) or (
+                    version is not None and (not isinstance(version, int) or version < 1)
+                ):
+                    raise serializers.ValidationError(
+                        'each item is a finding id or {"id": <int>, "version": <int>}'
+                    )
+            elif not isinstance(item, int) or isinstance(item, bool):
+                raise serializers.ValidationError(
+                    'each item is a finding id or {"id": <int>, "version": <int>}'
+                )
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if ("ids" in attrs) == ("filter" in attrs):
+            raise serializers.ValidationError({"ids": "give either `ids` or `filter`"})
+        return attrs
+
+
+class BulkTriageJobSerializer(serializers.ModelSerializer[BulkTriageJob]):
+    status_url = serializers.SerializerMethodField()
+    selection = serializers.SerializerMethodField()
+
+    class Meta:
+        model = BulkTriageJob
+        fields = [
+            "id", "status", "progress_done", "progress_total", "counts", "error", "changes",
+            "reason", "selection", "actor_label", "created_at", "started_at", "finished_at",
+            "status_url",
+        ]
+
+    def get_status_url(self, obj: BulkTriageJob) -> str:
+        return f"/api/v1/findings/bulk-triage/{obj.pk}"
+
+    def get_selection(self, obj: BulkTriageJob) -> dict[str, Any]:
+        if obj.ids is not None:
+            return {"ids": len(obj.ids)}
+        return {"filter": obj.filter}
+
+
+class TriagePolicySerializer(serializers.ModelSerializer[TriagePolicy]):
+    team = serializers.IntegerField(source="team_id", read_only=True)
+
+    class Meta:
+        model = TriagePolicy
+        fields = [
+            "team", "immediate_days", "out_of_cycle_days", "scheduled_days", "defer_days",
+        ]
+        extra_kwargs = {
+            name: {"required": False, "allow_null": True, "min_value": 0, "max_value": 3650}
+            for name in ("immediate_days", "out_of_cycle_days", "scheduled_days", "defer_days")
+        }
 
 
 class CommentSerializer(serializers.Serializer[Any]):

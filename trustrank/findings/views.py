@@ -1,30 +1,48 @@
-"""Pages: the findings list (keyset-paginated, htmx table fragment) and a finding's page with
-its evidence, history and triage form."""
+"""Pages: the findings list (keyset-paginated, htmx table fragment, bulk triage), a finding's
+page with its evidence, history and triage form (version-checked: a conflict shows the other
+analyst's change and offers to re-apply), bulk triage jobs and the team's triage policy."""
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from trustrank.accounts.principal import principal_for_request
+from trustrank.accounts.models import Membership, Scope, Team
+from trustrank.accounts.principal import Principal, principal_for_request
 from trustrank.findings import selectors
 from trustrank.findings.filters import FindingFilterSet
 from trustrank.findings.models import (
+    OPEN_STATES,
     VEX_RESPONSES,
     FindingKind,
+    JobStatus,
     Justification,
-    Severity,
     TriageState,
 )
+from trustrank.findings.paging import RankOrderedRows, capped_cached_count, rows_by_id
+from trustrank.findings.services.bulk import (
+    BulkFilterError,
+    BulkSelectionError,
+    bulk_triage_submit,
+)
+from trustrank.findings.services.due_dates import (
+    DECISION_FIELDS,
+    triage_policy_for,
+    triage_policy_set,
+)
 from trustrank.findings.services.triage import (
+    UNSET,
+    TriageConflict,
     TriageError,
     TriageForbidden,
     finding_comment_add,
@@ -35,6 +53,17 @@ from trustrank.ranking.explain import finding_rank_explain
 from trustrank.vulns import selectors as vuln_selectors
 
 PAGE_SIZE = 50
+PROJECT_CHOICES_MAX = 300
+
+
+def _offset_cursor(value: str) -> int:
+    """`@<n>`: the position of a page in an order no index walks by key."""
+    if not value.startswith("@"):
+        return 0
+    try:
+        return min(max(0, int(value[1:])), 10_000_000)
+    except ValueError:
+        return 0
 
 
 def _cursor(value: str) -> tuple[float, int] | None:
@@ -50,23 +79,49 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
     """Keyset pagination on (baseline_priority, id) — the index's order — so page 1,000 costs
     what page 1 costs; the total is counted up to a cap, never over the whole table."""
     principal = principal_for_request(request)
-    filterset = FindingFilterSet(request.GET, queryset=selectors.finding_list(principal=principal))
-    qs = filterset.qs
-    count, capped = selectors.capped_count(qs)
-    after = _cursor(request.GET.get("after", ""))
-    page_qs = qs
-    if after is not None:
-        prio, pk = after
-        # A row comparison, not (a < x OR a = x AND b < y): PostgreSQL turns it into one
-        # index range on (team, baseline_priority, id), so a deep page starts where it should.
-        page_qs = qs.filter(
-            RawSQL(
-                '("findings_finding"."baseline_priority", "findings_finding"."id") < (%s, %s)',
-                (prio, pk),
-                output_field=BooleanField(),
+    filterset = FindingFilterSet(
+        request.GET, queryset=selectors.finding_list(principal=principal), request=request
+    )
+    _filter_form_choices(filterset, principal)
+    # A bad value is a form error on the page (the API answers 400): no rows until it is
+    # fixed, rather than a list that silently ignores what was asked.
+    qs = filterset.qs if filterset.is_valid() else filterset.queryset.none()
+    team_ids = principal.team_ids
+    count, capped = capped_cached_count(qs, team_ids=team_ids)
+    overdue_count, overdue_capped = capped_cached_count(
+        qs.filter(state__in=OPEN_STATES, due_date__lt=timezone.localdate()), team_ids=team_ids
+    )
+    ordering = request.GET.get("ordering", "") if filterset.is_valid() else ""
+    raw_after = request.GET.get("after", "")
+    if ordering:
+        # Other orders than the baseline index's page by position; the contextual order reads
+        # the rank index (paging.RankOrderedRows), so a page costs its depth, not a team sort.
+        offset = _offset_cursor(raw_after)
+        ordered: Any = RankOrderedRows(qs, team_ids=team_ids) if ordering == "rank" else qs
+        window = slice(offset, offset + PAGE_SIZE + 1)
+        rows = ordered[window] if ordering == "rank" else rows_by_id(qs, window)
+        next_after = f"@{offset + PAGE_SIZE}"
+        is_first = offset == 0
+    else:
+        after = _cursor(raw_after)
+        page_qs = qs
+        if after is not None:
+            prio, pk = after
+            # A row comparison, not (a < x OR a = x AND b < y): PostgreSQL turns it into one
+            # index range on (team, baseline_priority, id), so a deep page starts where it
+            # should.
+            page_qs = qs.filter(
+                RawSQL(
+                    '("findings_finding"."baseline_priority", "findings_finding"."id") < (%s, %s)',
+                    (prio, pk),
+                    output_field=BooleanField(),
+                )
             )
-        )
-    rows = list(page_qs[: PAGE_SIZE + 1])
+        rows = rows_by_id(page_qs, slice(0, PAGE_SIZE + 1))
+        next_after = f"{rows[PAGE_SIZE - 1].baseline_priority!r}:{rows[PAGE_SIZE - 1].pk}" if (
+            len(rows) > PAGE_SIZE
+        ) else ""
+        is_first = after is None
     has_next = len(rows) > PAGE_SIZE
     rows = rows[:PAGE_SIZE]
     params = request.GET.copy()
@@ -74,35 +129,91 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
     base_query = params.urlencode()
     next_query = ""
     if has_next:
-        last = rows[-1]
-        params["after"] = f"{last.baseline_priority!r}:{last.pk}"
+        params["after"] = next_after
         next_query = params.urlencode()
     context: dict[str, Any] = {
         "filter": filterset,
         "findings": rows,
         "count": count,
         "capped": capped,
+        "overdue_count": overdue_count,
+        "overdue_capped": overdue_capped,
         "next_query": next_query,
         "first_query": base_query,
-        "is_first_page": after is None,
-        "projects": Project.objects.filter(team_id__in=principal.team_ids).order_by("name"),
-        "severities": Severity.choices,
-        "kinds": FindingKind.choices,
-        "selected_kind": request.GET.getlist("kind"),
+        "is_first_page": is_first,
+        "can_triage": principal.can(Scope.TRIAGE),
         "states": TriageState.choices,
-        "selected_severity": request.GET.getlist("severity"),
-        "selected_state": request.GET.getlist("state"),
+        "justifications": Justification.choices,
+        "members": _members(principal.teams_with(Scope.TRIAGE)),
+        "today": timezone.localdate(),
     }
     if getattr(request, "htmx", False):
         return render(request, "findings/_findings_table.html", context)
     return render(request, "findings/finding_list.html", context)
 
 
+def _members(team_ids: list[int] | Any) -> list[Any]:
+    """Users who may be assigned findings of these teams (one row per user)."""
+    from django.contrib.auth import get_user_model
+
+    return list(
+        get_user_model()
+        .objects.filter(pk__in=Membership.objects.filter(team_id__in=list(team_ids))
+                        .values("user_id"))
+        .order_by("username")
+    )
+
+
+def _filter_form_choices(filterset: FindingFilterSet, principal: Principal) -> None:
+    """Selects for the numeric filters that name the principal's projects and members (the
+    values stay numbers, validated by the shared FilterSet)."""
+    from django import forms
+
+    form = filterset.form
+    projects = list(
+        Project.objects.filter(team_id__in=principal.team_ids)
+        .order_by("name")
+        .values_list("pk", "name")[: PROJECT_CHOICES_MAX + 1]
+    )
+    if len(projects) <= PROJECT_CHOICES_MAX:
+        form.fields["project"].widget = forms.Select(choices=[("", "All"), *projects])
+    else:
+        # Thousands of options would weigh more than the page's rows; the project page links
+        # here with ?project=<id>, and the field takes an id.
+        form.fields["project"].widget = forms.NumberInput(attrs={"placeholder": "project id"})
+    members = _members(principal.team_ids)
+    form.fields["assignee"].widget = forms.Select(
+        choices=[("", "Anyone"), ("me", "Me"), ("none", "Unassigned"),
+                 *((u.pk, u.get_username()) for u in members)]
+    )
+    form.fields["due_before"].widget = forms.DateInput(attrs={"type": "date"})
+    for name in ("kind", "severity", "state", "match_status", "decision"):
+        form.fields[name].widget.attrs.update({"size": "3"})
+
+
 @login_required
 def finding_page(request: HttpRequest, finding_id: int) -> HttpResponse:
+    return _finding_page_render(request, finding_id=finding_id)
+
+
+def _finding_page_render(
+    request: HttpRequest, *, finding_id: int, conflict: dict[str, Any] | None = None,
+    status: int = 200,
+) -> HttpResponse:
     principal = principal_for_request(request)
     finding = selectors.finding_get_for_principal(principal=principal, finding_id=finding_id)
     is_vulnerability = finding.kind == FindingKind.VULNERABILITY
+    audit = list(selectors.finding_audit_trail(finding=finding))
+    usernames = selectors.audit_usernames(events=audit)
+    for e in audit:
+        after = e.after if isinstance(e.after, dict) else {}
+        before = e.before if isinstance(e.before, dict) else {}
+        e.assignee_changed = (  # type: ignore[attr-defined]
+            "version" in after and before.get("assignee") != after.get("assignee")
+        )
+        e.assignee_name = usernames.get(  # type: ignore[attr-defined]
+            str(after.get("assignee")), "nobody"
+        )
     advisories = (
         vuln_selectors.advisories_for_finding(finding=finding) if is_vulnerability else []
     )
@@ -121,38 +232,212 @@ def finding_page(request: HttpRequest, finding_id: int) -> HttpResponse:
         "epss_history": (
             vuln_selectors.epss_history_for(cve_id=finding.cve_id) if is_vulnerability else []
         ),
-        "audit": selectors.finding_audit_trail(finding=finding),
+        "audit": audit,
         "comments": selectors.finding_comments(finding=finding),
         "can_triage": principal.can("triage", finding.team_id),
         "states": TriageState.choices,
         "justifications": Justification.choices,
         "responses": VEX_RESPONSES,
         "ranking": finding_rank_explain(finding=finding),
+        "members": _members([finding.team_id]),
+        "conflict": conflict,
+        "today": timezone.localdate(),
     }
-    return render(request, "findings/finding.html", context)
+    return render(request, "findings/finding.html", context, status=status)
 
 
 @login_required
 @require_POST
 def finding_triage_submit(request: HttpRequest, finding_id: int) -> HttpResponse:
+    """The finding page's form: carries the version it showed; if someone changed the finding
+    since, the page comes back (409) with their change and a button to re-apply this one."""
     principal = principal_for_request(request)
     finding = selectors.finding_get_for_principal(principal=principal, finding_id=finding_id)
+    post = request.POST
+    raw_version = post.get("version", "")
+    expected = int(raw_version) if raw_version.isdigit() else None
+    assignee: Any = UNSET
+    if "assignee" in post:
+        assignee = post.get("assignee") or None
+    due: Any = UNSET
+    if "due_date" in post:
+        raw_due = post.get("due_date", "").strip()
+        # Unchanged and never set by hand: leave the policy's date alone.
+        unchanged = raw_due == (finding.due_date.isoformat() if finding.due_date else "")
+        if not (unchanged and not finding.due_date_manual):
+            try:
+                due = date.fromisoformat(raw_due) if raw_due else None
+            except ValueError:
+                messages.error(request, "due date: use YYYY-MM-DD")
+                return HttpResponseRedirect(reverse("findings:finding", args=[finding.pk]))
+    mine: dict[str, Any] = {
+        "state": post.get("state", ""),
+        "justification": post.get("justification", ""),
+        "response": post.getlist("response"),
+        "detail": post.get("detail", ""),
+        "assignee": post.get("assignee", ""),
+        "due_date": post.get("due_date", ""),
+        "reason": post.get("reason", ""),
+    }
     try:
         finding_triage(
             finding=finding,
             principal=principal,
-            state=request.POST.get("state", ""),
-            justification=request.POST.get("justification", ""),
-            response=request.POST.getlist("response"),
-            detail=request.POST.get("detail", ""),
-            reason=request.POST.get("reason", ""),
+            state=mine["state"],
+            justification=mine["justification"],
+            response=mine["response"],
+            detail=mine["detail"],
+            reason=mine["reason"],
+            expected_version=expected,
+            assignee=assignee,
+            due_date=due,
         )
-        messages.success(request, "Triage state saved.")
+        messages.success(request, "Triage saved.")
     except TriageForbidden as exc:
         return HttpResponse(str(exc), status=403)
+    except TriageConflict as exc:
+        conflict = {
+            "changes": selectors.finding_changes_since(
+                finding=exc.finding, version=exc.expected_version
+            ),
+            "mine": mine,
+            "expected_version": exc.expected_version,
+        }
+        return _finding_page_render(
+            request, finding_id=finding.pk, conflict=conflict, status=409
+        )
     except TriageError as exc:
         messages.error(request, str(exc))
     return HttpResponseRedirect(reverse("findings:finding", args=[finding.pk]))
+
+
+@login_required
+@require_POST
+def finding_bulk_triage_submit(request: HttpRequest) -> HttpResponse:
+    """The list's bulk form: the ticked rows (id:version, so a row changed since the page
+    showed it is not overwritten) or, with `select_all`, every finding the filter matches."""
+    principal = principal_for_request(request)
+    post = request.POST
+    filter_query = post.get("filter_query", "")
+    back = reverse("findings:finding-list") + (f"?{filter_query}" if filter_query else "")
+    changes: dict[str, Any] = {}
+    for name in ("state", "justification"):
+        if post.get(name):
+            changes[name] = post[name]
+    if post.get("assignee"):
+        changes["assignee"] = None if post["assignee"] == "none" else post["assignee"]
+    if post.get("clear_due_date"):
+        changes["due_date"] = None
+    elif post.get("due_date"):
+        try:
+            changes["due_date"] = date.fromisoformat(post["due_date"])
+        except ValueError:
+            messages.error(request, "due date: use YYYY-MM-DD")
+            return HttpResponseRedirect(back)
+    ids: list[int] | None = None
+    versions: dict[str, int] = {}
+    filter_params: Any = None
+    if post.get("select_all"):
+        filter_params = QueryDict(filter_query)
+    else:
+        ids = []
+        for item in post.getlist("ids"):
+            pk, _, version = item.partition(":")
+            if pk.isdigit():
+                ids.append(int(pk))
+                if version.isdigit():
+                    versions[pk] = int(version)
+        if not ids:
+            messages.error(request, "Select findings first (or all that match the filter).")
+            return HttpResponseRedirect(back)
+    try:
+        submitted = bulk_triage_submit(
+            principal=principal, changes=changes, reason=post.get("reason", ""), ids=ids,
+            versions=versions, filter_params=filter_params,
+            user_id=principal.user.pk if principal.user is not None else None,
+        )
+    except TriageForbidden as exc:
+        return HttpResponse(str(exc), status=403)
+    except (BulkSelectionError, BulkFilterError, TriageError) as exc:
+        messages.error(request, str(exc))
+        return HttpResponseRedirect(back)
+    if submitted.job is not None:
+        return HttpResponseRedirect(
+            reverse("findings:bulk-triage-job", args=[submitted.job.pk])
+        )
+    assert submitted.result is not None
+    result = submitted.result
+    text = f"Bulk triage: {result.changed} changed, {result.unchanged} already so"
+    if result.conflicts:
+        text += (
+            f"; {len(result.conflicts)} not changed because someone else changed them since "
+            "this page showed them: " + ", ".join(f"#{i}" for i in result.conflicts[:20])
+        )
+        messages.warning(request, text + ".")
+    else:
+        messages.success(request, text + ".")
+    return HttpResponseRedirect(back)
+
+
+@login_required
+def bulk_triage_job_page(request: HttpRequest, job_id: int) -> HttpResponse:
+    """A bulk triage job's progress; the htmx fragment polls while it runs."""
+    job = selectors.bulk_triage_job_get_for_principal(
+        principal=principal_for_request(request), job_id=job_id
+    )
+    context = {
+        "job": job,
+        "running": job.status in (JobStatus.QUEUED, JobStatus.RUNNING),
+        "percent": int(100 * job.progress_done / job.progress_total)
+        if job.progress_total else 0,
+    }
+    if getattr(request, "htmx", False):
+        return render(request, "findings/_bulk_job_status.html", context)
+    return render(request, "findings/bulk_job.html", context)
+
+
+@login_required
+def triage_policy_page(request: HttpRequest) -> HttpResponse:
+    """Due dates by ranking decision, per team; team admins change them."""
+    principal = principal_for_request(request)
+    teams = list(Team.objects.filter(pk__in=principal.team_ids).order_by("name"))
+    errors: dict[str, str] = {}
+    if request.method == "POST":
+        team_id = int(request.POST.get("team", "0") or 0)
+        if team_id not in principal.team_ids:
+            return HttpResponse("no such team", status=404)
+        values: dict[str, int | None] = {}
+        for name in DECISION_FIELDS.values():
+            raw = request.POST.get(name, "").strip()
+            if raw == "":
+                values[name] = None
+            elif raw.isdigit() and int(raw) <= 3650:
+                values[name] = int(raw)
+            else:
+                errors[f"{team_id}:{name}"] = "a number of days (0–3650), or empty for none"
+        if not errors:
+            try:
+                triage_policy_set(principal=principal, team_id=team_id, values=values)
+            except TriageForbidden as exc:
+                return HttpResponse(str(exc), status=403)
+            messages.success(request, "Triage policy saved; due dates recomputed.")
+            return HttpResponseRedirect(reverse("findings:triage-policy"))
+    labels = {"immediate_days": "Immediate", "out_of_cycle_days": "Out-of-cycle",
+              "scheduled_days": "Scheduled", "defer_days": "Defer"}
+    rows = []
+    for t in teams:
+        policy = triage_policy_for(team_id=t.pk)
+        rows.append(
+            {
+                "team": t,
+                "values": [(n, label, getattr(policy, n)) for n, label in labels.items()],
+                "can_edit": principal.can(Scope.ADMIN, t.pk),
+            }
+        )
+    return render(
+        request, "findings/triage_policy.html", {"rows": rows, "errors": errors},
+        status=400 if errors else 200,
+    )
 
 
 @login_required

@@ -642,6 +642,142 @@ def certificate_findings(
     return specs
 
 
+@dataclass(frozen=True)
+class AnchorFacts:
+    fingerprint_sha256: str
+    subject: str
+    not_after: datetime
+
+
+def anchor_findings(
+    anchor: AnchorFacts, *, environment: str, now: datetime, expiry_window: timedelta
+) -> list[FindingSpec]:
+    """A trust-bundle anchor past (or near) its end: every chain through it stops verifying
+    then, so each identity it vouches for falls to 0 at once. Keyed by its fingerprint."""
+    label = anchor.subject or anchor.fingerprint_sha256[:16]
+    evidence = {
+        "fingerprint_sha256": anchor.fingerprint_sha256,
+        "subject": anchor.subject,
+        "not_after": anchor.not_after.isoformat(),
+        "environment": environment,
+    }
+    if anchor.not_after <= now:
+        return [
+            FindingSpec(
+                "anchor_expired", anchor.fingerprint_sha256, "high",
+                f"Trust anchor {label} of the {environment} bundle expired on "
+                f"{anchor.not_after:%Y-%m-%d}: certificates chaining to it no longer verify",
+                evidence,
+            )
+        ]
+    if anchor.not_after <= now + expiry_window:
+        days = (anchor.not_after - now).days
+        return [
+            FindingSpec(
+                "anchor_expiring", anchor.fingerprint_sha256, "high" if days <= 7 else "medium",
+                f"Trust anchor {label} of the {environment} bundle expires in {days} "
+                f"day{'' if days == 1 else 's'} ({anchor.not_after:%Y-%m-%d})",
+                {**evidence, "days_left": days, "window_days": expiry_window.days},
+            )
+        ]
+    return []
+
+
+def trust_bundle_warnings(*, trust_domains: Sequence[str], rules: StrengthRules) -> list[str]:
+    """What an uploader should hear about a bundle that parsed: one naming no trust domain
+    (a PEM bundle uploaded without `trust_domain`, whose anchors carry no spiffe:// URI SAN)
+    makes every SPIFFE certificate in the environment count as a foreign trust domain."""
+    if trust_domains:
+        return []
+    return [
+        "This bundle names no trust domain (no trust_domain was given and no anchor carries a "
+        "spiffe:// URI SAN), so every certificate with a SPIFFE ID in this environment counts "
+        f"as from a foreign trust domain: strength {rules.valid_foreign_trust_domain} instead "
+        f"of {rules.valid_spiffe} even when its chain is valid. Upload the bundle again with "
+        "trust_domain=<your trust domain> (e.g. example.org)."
+    ]
+
+
+@dataclass(frozen=True)
+class IdentityCertificate:
+    """What the strength reason needs of one certificate claiming the identity."""
+
+    chain_status: str
+    chain_reason: str
+    strength: int
+    strength_explanation: str
+    not_after: datetime
+
+
+_STATUS_WORDS = {
+    ChainStatus.UNTRUSTED: "issuer unknown to the bundle",
+    ChainStatus.SELF_SIGNED: "self-signed",
+    ChainStatus.EXPIRED: "expired",
+    ChainStatus.NOT_YET_VALID: "not yet valid",
+    ChainStatus.INVALID: "chain invalid",
+}
+
+
+def identity_strength_reason(
+    *,
+    strength: int,
+    best: IdentityCertificate | None,
+    certificates: Sequence[IdentityCertificate],
+    trust_domain: str,
+    trust_domain_known: bool,
+    bundle_exists: bool,
+    bundle_domains: Sequence[str],
+    now: datetime,
+) -> str:
+    """Why an identity has its strength, in words: which certificate it takes it from, or
+    why none counts (an identity takes only the strength of a certificate whose chain to the
+    environment's bundle is valid now; a certificate that does not verify keeps its own
+    strength but never lends it to the SPIFFE ID it claims)."""
+    if best is not None:
+        why = f"{strength}: from its best certificate valid now ({best.strength_explanation})"
+        if not trust_domain_known:
+            if not bundle_domains:
+                why += (
+                    "; the environment's trust bundle names no trust domain (uploaded without "
+                    f"trust_domain), so {trust_domain} counts as foreign"
+                )
+            else:
+                why += (
+                    f"; the trust bundle names {', '.join(sorted(bundle_domains))}, "
+                    f"not {trust_domain}"
+                )
+        return why
+    count = len(certificates)
+    if not bundle_exists:
+        head = (
+            f"0: the environment has no trust bundle, so none of its {count} "
+            f"certificate{'' if count == 1 else 's'} can verify"
+        )
+    else:
+        head = (
+            f"0: none of its {count} certificate{'' if count == 1 else 's'} chains to the "
+            "environment's trust bundle now"
+        )
+    parts = []
+    for cert in certificates:
+        status = cert.chain_status
+        if status == ChainStatus.VALID and cert.not_after <= now:
+            status = ChainStatus.EXPIRED
+        if cert.chain_reason and status == cert.chain_status:
+            words = cert.chain_reason
+        else:
+            words = _STATUS_WORDS.get(status, status)
+        parts.append(f"{words} (certificate strength {cert.strength})")
+    lent = [c.strength for c in certificates if c.strength > 0]
+    tail = (
+        "; a certificate that does not verify keeps its own strength but never lends it "
+        "to the identity it claims"
+        if lent
+        else ""
+    )
+    return f"{head}: {'; '.join(parts)}{tail}" if parts else head
+
+
 def unmapped_identity_finding(*, spiffe_id: str) -> FindingSpec:
     return FindingSpec(
         "unmapped", spiffe_id, "low",

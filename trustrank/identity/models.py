@@ -153,6 +153,8 @@ class Identity(models.Model):
         max_length=12, choices=MappingSource.choices, default=MappingSource.NONE
     )
     strength = models.PositiveSmallIntegerField(default=0)
+    # Why it has that strength, in words (engine.identity_strength_reason).
+    strength_reason = models.TextField(blank=True)
     best_certificate = models.ForeignKey(
         Certificate, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -207,3 +209,5 @@ class IdentityCategory(models.TextChoices):
     CHAIN_INVALID = "chain_invalid", "Chain does not verify"
     UNMAPPED = "unmapped", "Identity not mapped to a service"
     POLICY_VIOLATION = "policy_violation", "Caller policy violation"
+    ANCHOR_EXPIRED = "anchor_expired", "Trust anchor expired"
+    ANCHOR_EXPIRING = "anchor_expiring", "Trust anchor expiring soon"

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from trustrank.findings.models import Finding
+from trustrank.identity import engine
 from trustrank.identity.models import (
     Certificate,
     Identity,
@@ -15,6 +17,7 @@ from trustrank.identity.models import (
     TrustAnchor,
     TrustBundle,
 )
+from trustrank.identity.services.environments import strength_rules
 
 
 class CertificateSerializer(serializers.ModelSerializer):
@@ -58,7 +61,8 @@ class IdentitySerializer(serializers.ModelSerializer):
         model = Identity
         fields = [
             "id", "team", "environment", "spiffe_id", "trust_domain", "trust_domain_known",
-            "service", "strength", "expires_at", "best_certificate", "certificate_count",
+            "service", "strength", "strength_reason", "expires_at", "best_certificate",
+            "certificate_count",
             "first_seen_at", "updated_at",
         ]
 
@@ -113,20 +117,33 @@ class IdentityFindingSerializer(serializers.ModelSerializer):
 
 
 class TrustAnchorSerializer(serializers.ModelSerializer):
+    expired = serializers.SerializerMethodField()
+
     class Meta:
         model = TrustAnchor
-        fields = ["fingerprint_sha256", "subject", "not_before", "not_after", "trust_domain"]
+        fields = [
+            "fingerprint_sha256", "subject", "not_before", "not_after", "expired",
+            "trust_domain",
+        ]
+
+    def get_expired(self, obj: TrustAnchor) -> bool:
+        return obj.not_after <= timezone.now()
 
 
 class TrustBundleSerializer(serializers.ModelSerializer):
     anchors = TrustAnchorSerializer(many=True, read_only=True)
+    warnings = serializers.SerializerMethodField()
 
     class Meta:
         model = TrustBundle
         fields = [
             "environment", "format", "trust_domains", "refresh_hint", "sequence",
-            "jwt_key_count", "digest", "anchors", "created_at", "updated_at",
+            "jwt_key_count", "digest", "anchors", "warnings", "created_at", "updated_at",
         ]
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_warnings(self, obj: TrustBundle) -> list[str]:
+        return engine.trust_bundle_warnings(trust_domains=obj.trust_domains, rules=strength_rules())
 
 
 class ServicePolicySerializer(serializers.ModelSerializer):

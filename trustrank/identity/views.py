@@ -15,7 +15,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 
 from trustrank.accounts.principal import principal_for_request
-from trustrank.identity import selectors, services
+from trustrank.identity import engine, selectors, services
 from trustrank.identity.filters import IdentityFilterSet
 from trustrank.identity.forms import MappingForm, PolicyForm
 from trustrank.lib.pages import HtmxHttpRequest, paginate
@@ -73,9 +73,16 @@ def identities_page(request: HtmxHttpRequest) -> HttpResponse:
     }
     if request.htmx:
         return render(request, "identity/_identities.html", context)
+    rules = services.strength_rules()
     context["bundles"] = [
-        b for b in selectors.bundle_list(principal=principal) if b.environment == environment
+        {
+            "bundle": b,
+            "warnings": engine.trust_bundle_warnings(trust_domains=b.trust_domains, rules=rules),
+        }
+        for b in selectors.bundle_list(principal=principal)
+        if b.environment == environment
     ]
+    context["now"] = timezone.now()
     context["chart"] = _timeline_chart(
         selectors.expiry_timeline(principal=principal, environment=environment),
         warn_until=timezone.now() + services.expiry_window(),

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
 from trustrank.inventory.models import Component, Project, ProjectVersion, Sbom
@@ -34,12 +36,20 @@ class ProjectVersionSerializer(serializers.ModelSerializer):
 
 
 class ProjectSerializer(serializers.ModelSerializer):
+    """`risk` comes from the view (context "risks": project id -> ProjectRisk), computed for
+    the whole page in one grouped query; None when the view did not compute it."""
+
     team = serializers.CharField(source="team.name")
     versions = ProjectVersionSerializer(many=True, read_only=True)
+    risk = serializers.SerializerMethodField()
 
     class Meta:
         model = Project
-        fields = ["id", "name", "team", "versions", "created_at"]
+        fields = ["id", "name", "team", "versions", "created_at", "risk"]
+
+    def get_risk(self, project: Project) -> dict[str, Any] | None:
+        risk = self.context.get("risks", {}).get(project.pk)
+        return None if risk is None else risk.as_dict()
 
 
 class ComponentSerializer(serializers.ModelSerializer):

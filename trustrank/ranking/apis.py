@@ -91,7 +91,9 @@ class PriorityListApi(APIView):
         environment = request.query_params.get("environment")
         filterset = PriorityFilterSet(
             request.query_params,
-            queryset=selectors.priority_list(principal=principal, environment=environment),
+            queryset=selectors.priority_list(
+                principal=principal, environment=environment, open_only=False
+            ),
         )
         if not filterset.is_valid():
             raise ValidationError(filterset.errors)

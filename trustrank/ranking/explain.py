@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from django.conf import settings
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
@@ -19,10 +20,12 @@ from trustrank.ranking.filters import DECISIONS
 from trustrank.ranking.models import RankChange, RankingRun, RunStatus
 from trustrank.ranking.selectors import rank_history, ranking_run_latest_done, service_result
 from trustrank.ranking.serializers import rank_fields
+from trustrank.risk.factors import rate_text
 
 DECISION_LABELS = dict(DECISIONS)
-# The reachability factor's source reads "<kind> <evidence> at <n> calls/min on env/svc".
-_OBSERVED = re.compile(r"^(?:(\w+) )?(.+?) at ([0-9.eE+-]+) calls/min")
+# The reachability factor's source reads "<evidence> on env/svc, called <rate (window)>"
+# (trustrank.risk.factors.FactorSource.reachability).
+_OBSERVED = re.compile(r"^(.+?) on (\S+), called (.+)$")
 
 
 def _factor(ctx: dict[str, Any], name: str) -> dict[str, Any] | None:
@@ -32,20 +35,12 @@ def _factor(ctx: dict[str, Any], name: str) -> dict[str, Any] | None:
     return None
 
 
-def _rate(per_minute: float) -> str:
-    if per_minute >= 10:
-        return f"{per_minute:,.0f} times a minute"
-    if per_minute >= 1:
-        return f"{per_minute:.1f} times a minute"
-    per_hour = per_minute * 60
-    return f"{per_hour:.0f} times an hour" if per_hour >= 1 else "rarely"
-
-
 def rank_sentence(*, finding: Finding, ctx: dict[str, Any], decision: str) -> str:
     """The reasons for a rank in one sentence, most telling first, e.g. "Immediate:
     exploited in the wild (CISA KEV since 2021-12-10), reachable from the internet via
-    internet → payment-gateway, and log4j-core is exercised 120 times a minute (evidence
-    io.opentelemetry.log4j-context-data-2.17)"."""
+    internet → payment-gateway, and log4j-core is exercised (evidence scope
+    io.opentelemetry.log4j-context-data-2.17), called 3.2/s (last hour; peak 10.1/s over
+    24 h)"."""
     parts: list[str] = []
     is_vuln = finding.kind == FindingKind.VULNERABILITY
     subject = finding.component_name or "the component"
@@ -83,7 +78,7 @@ def rank_sentence(*, finding: Finding, ctx: dict[str, Any], decision: str) -> st
             m = _OBSERVED.match(str(factor.get("source", "")))
             if m:
                 parts.append(
-                    f"{subject} is exercised {_rate(float(m.group(3)))} (evidence {m.group(2)})"
+                    f"{subject} is exercised (evidence {m.group(1)}), called {m.group(3)}"
                 )
             else:
                 parts.append(f"{subject} is exercised")
@@ -119,12 +114,22 @@ def _text(value: Any, limit: int = 40) -> str:
     return escape(s if len(s) <= limit else s[: limit - 1] + "…")
 
 
+def _hop_rate(hop: dict[str, Any]) -> str:
+    """`3.2/s (last hour; peak 10.1/s over 24 h)` for a call hop of a stored path."""
+    return rate_text(
+        per_minute=float(hop.get("calls_per_minute") or 0),
+        recent=hop.get("recent_calls_per_minute"),
+        peak=hop.get("peak_calls_per_minute"),
+        window_minutes=float(settings.TRUSTRANK_RANKING_WINDOW_MINUTES),
+    )
+
+
 def _hop_label(hop: dict[str, Any]) -> str:
     if hop.get("via") == "calls":
-        cpm = hop.get("calls_per_minute") or 0
         share = hop.get("mtls_share")
         tls = "no mTLS" if not share else f"mTLS {share:.0%}"
-        return f"{cpm:g}/min · {tls}"
+        # The drawing has room for the rate alone; its window is in the arrow's title.
+        return f"{_hop_rate(hop).split(' ', 1)[0]} · {tls}"
     return str(hop.get("via") or "")
 
 
@@ -161,7 +166,10 @@ def path_svg(*, path: list[str], hops: list[dict[str, Any]]) -> SafeString:
         y = top + box_h / 2
         label = _hop_label(hop)
         no_mtls = hop.get("via") == "calls" and not hop.get("mtls_share")
-        detail = escape(" ".join(str(v) for v in (hop.get("via"), hop.get("detail")) if v))
+        detail = escape(
+            f"called {_hop_rate(hop)}" if hop.get("via") == "calls"
+            else " ".join(str(v) for v in (hop.get("via"), hop.get("detail")) if v)
+        )
         out.append(
             f'<g class="hop{" plain" if no_mtls else ""}"><title>{detail}</title>'
             f'<line x1="{x1}" y1="{y}" x2="{x2}" y2="{y}" marker-end="url(#arrow)"/>'
@@ -258,8 +266,11 @@ def finding_rank_explain(*, finding: Finding) -> dict[str, Any]:
             team_id=finding.team_id, environment=fields["environment"], service=fields["service"]
         ) or {}
         hops = list(svc.get("hops") or [])
+    impact = _factor({"explanation": fields["explanation"]}, "human_impact") or {}
     out.update(
         fields=fields,
+        # "deployment prod/payment-gateway → payment-gateway@2.3.1 (source: sbom upload)"
+        deployment=str(impact.get("source") or "") if fields.get("service") else "",
         sentence=rank_sentence(finding=finding, ctx=ctx, decision=finding.decision),
         factors=fields["explanation"],
         path_svg=path_svg(path=list(fields["path"]), hops=hops),

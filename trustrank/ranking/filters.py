@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
+from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiParameter
 
-from trustrank.findings.models import Finding, FindingKind
+from trustrank.findings.filters import OPEN_CHOICES, OpenFilter, StrictBooleanFilter
+from trustrank.findings.models import OPEN_STATES, Finding, FindingKind, TriageState
 
 DECISIONS = [
     ("immediate", "Immediate"),
@@ -25,6 +27,13 @@ REACHABILITY = [
 
 
 class PriorityFilterSet(django_filters.FilterSet):
+    """The queue's filters. Open findings by default (`open=all` or `state` show others that
+    still hold a rank); an invalid value is a 400 naming the field (API) or a form error."""
+
+    open = OpenFilter(
+        method="filter_open", choices=OPEN_CHOICES, empty_label=None, label="Show"
+    )
+    state = django_filters.MultipleChoiceFilter(choices=TriageState.choices, distinct=False)
     # distinct=False: each finding joins at most one rank context, so there is nothing to
     # deduplicate, and MultipleChoiceFilter's default SELECT DISTINCT makes PostgreSQL
     # read and sort the whole queue (seconds at a million findings) before the first page.
@@ -38,14 +47,33 @@ class PriorityFilterSet(django_filters.FilterSet):
     reachability = django_filters.MultipleChoiceFilter(
         field_name="ranked__context__data__reachability", choices=REACHABILITY, distinct=False
     )
-    kev = django_filters.BooleanFilter(field_name="in_kev")
+    kev = StrictBooleanFilter(field_name="in_kev")
 
     class Meta:
         model = Finding
         fields: list[str] = []
 
+    def _given(self, name: str) -> bool:
+        data = self.data or {}
+        if hasattr(data, "getlist"):
+            return any(v not in (None, "") for v in data.getlist(name))
+        return data.get(name) not in (None, "")
+
     def is_filtered(self) -> bool:
-        return any(self.data.get(name) not in (None, "") for name in self.filters)
+        return any(self._given(name) for name in self.filters)
+
+    def filter_queryset(self, queryset: QuerySet[Finding]) -> QuerySet[Finding]:
+        qs = super().filter_queryset(queryset)
+        if "open" not in (self.data or {}) and not self._given("state"):
+            qs = qs.filter(state__in=OPEN_STATES)
+        return qs
+
+    def filter_open(self, qs: QuerySet[Finding], name: str, value: Any) -> QuerySet[Finding]:
+        if value == "true":
+            return qs.filter(state__in=OPEN_STATES)
+        if value == "false":
+            return qs.exclude(state__in=OPEN_STATES)
+        return qs
 
     @classmethod
     def openapi_parameters(cls) -> list[OpenApiParameter]:

@@ -16,18 +16,24 @@ from typing import Any, cast
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Sum
+from django.db.models import Max, Q, Sum
 from django.utils import timezone
 
 from trustrank.findings.models import OPEN_STATES
 from trustrank.identity.models import Identity
 from trustrank.inventory.models import Component
 from trustrank.risk import inputs as ri
-from trustrank.risk.libraries import component_key_from_purl, library_map, observed_components
+from trustrank.risk.libraries import (
+    Evidence,
+    component_key_from_purl,
+    library_map,
+    observed_components,
+)
 from trustrank.runtime.deployment import deployments_from_telemetry
 from trustrank.runtime.models import (
     CallEdgeBucket,
     Deployment,
+    DeploymentSource,
     LibraryBucket,
     NodeKind,
     Service,
@@ -58,12 +64,43 @@ def rank_settings() -> ri.RankSettings:
         library_map=tuple(
             (table, name, key) for table, name, key in settings.TRUSTRANK_LIBRARY_MAP
         ),
+        window_minutes=float(settings.TRUSTRANK_RANKING_WINDOW_MINUTES),
     )
 
 
 def _window() -> tuple[datetime, float]:
     minutes = settings.TRUSTRANK_RANKING_WINDOW_MINUTES
     return timezone.now() - timedelta(minutes=minutes), float(minutes)
+
+
+# The explanations' "recent" rate: calls in the last hour of the window.
+RECENT_MINUTES = 60
+
+
+@dataclass(frozen=True)
+class _Rates:
+    """How per-bucket counts become the explanations' recent and peak rates. Only with
+    buckets of at most a minute (the trace aggregation's default) and a window of at least
+    an hour; otherwise explanations give the window's average alone."""
+
+    recent_since: datetime
+    bucket_minutes: float
+    enabled: bool
+
+    @classmethod
+    def for_window(cls, since: datetime, minutes: float) -> _Rates:
+        bucket_minutes = settings.TRUSTRANK_TRACE_BUCKET_SECONDS / 60
+        return cls(
+            recent_since=since + timedelta(minutes=minutes - RECENT_MINUTES),
+            bucket_minutes=bucket_minutes,
+            enabled=bucket_minutes <= 1 and minutes >= RECENT_MINUTES,
+        )
+
+    def recent(self, count: Any) -> float | None:
+        return round(int(count or 0) / RECENT_MINUTES, 4) if self.enabled else None
+
+    def peak(self, count: Any) -> float | None:
+        return round(int(count or 0) / self.bucket_minutes, 4) if self.enabled else None
 
 
 def _identities(team_id: int) -> dict[tuple[str, str], tuple[float, str]]:
@@ -85,7 +122,7 @@ def _identities(team_id: int) -> dict[tuple[str, str], tuple[float, str]]:
     return out
 
 
-def _graph(team_id: int, since: datetime, minutes: float) -> tuple[
+def _graph(team_id: int, since: datetime, minutes: float, rates: _Rates) -> tuple[
     list[ri.Service], list[ri.CallEdge], list[ri.ExternalPeer], list[ri.RootSpanOrigin],
     dict[int, tuple[str, str]],
 ]:
@@ -122,14 +159,20 @@ def _graph(team_id: int, since: datetime, minutes: float) -> tuple[
     agg = (
         CallEdgeBucket.objects.filter(environment__team_id=team_id, bucket_start__gte=since)
         .values("caller_id", "callee_id")
-        .annotate(calls=Sum("calls"), errors=Sum("errors"), mtls=Sum("mtls_calls"))
+        .annotate(
+            # Not named `calls`: the aggregates below read the column of that name.
+            total=Sum("calls"), errors=Sum("errors"), mtls=Sum("mtls_calls"),
+            # One row per (caller, callee, bucket): the busiest bucket is Max(calls).
+            recent=Sum("calls", filter=Q(bucket_start__gte=rates.recent_since)),
+            peak=Max("calls"),
+        )
     )
     for row in agg:
         caller, callee = row["caller_id"], row["callee_id"]
         if callee not in names or caller not in names:
             continue
         env, callee_name = names[callee]
-        calls = int(row["calls"] or 0)
+        calls = int(row["total"] or 0)
         if kinds[caller] == NodeKind.INTERNET:
             # Root server spans whose caller is outside: the aggregation only records an
             # internet edge for public or absent client addresses.
@@ -159,6 +202,8 @@ def _graph(team_id: int, since: datetime, minutes: float) -> tuple[
                 error_rate=round((row["errors"] or 0) / calls, 4) if calls else 0.0,
                 mtls_share=round(mtls_share, 4),
                 sig=round(sig, 2),
+                recent_calls_per_minute=rates.recent(row["recent"]),
+                peak_calls_per_minute=rates.peak(row["peak"]),
             )
         )
     for env, name, count, example in _local_origins(team_id, since):
@@ -189,20 +234,37 @@ def _local_origins(team_id: int, since: datetime) -> Iterator[tuple[str, str, An
             )
 
 
+_LIBRARY_RATES_SQL = """
+SELECT service_id, kind, name, sum(spans), sum(spans) FILTER (WHERE bucket_start >= %s),
+       max(spans)
+  FROM (SELECT b.service_id, b.kind, b.name, b.bucket_start, sum(b.spans) AS spans
+          FROM runtime_librarybucket b
+          JOIN runtime_service s ON s.id = b.service_id
+          JOIN runtime_environment e ON e.id = s.environment_id
+         WHERE e.team_id = %s AND b.bucket_start >= %s AND b.kind <> 'origin'
+         -- Versions of one scope name are one piece of evidence: the busiest bucket is
+         -- the busiest of their sum.
+         GROUP BY b.service_id, b.kind, b.name, b.bucket_start) per_bucket
+ GROUP BY service_id, kind, name
+ ORDER BY service_id, kind, name
+"""
+
+
 def _libraries(
     team_id: int, since: datetime, minutes: float, names: dict[int, tuple[str, str]],
-    rank_settings_: ri.RankSettings,
+    rank_settings_: ri.RankSettings, rates: _Rates,
 ) -> list[ri.ServiceLibraries]:
     rules = library_map(rank_settings_.library_map)
-    evidence: dict[int, list[tuple[str, str, float]]] = defaultdict(list)
-    rows = (
-        LibraryBucket.objects.filter(service__environment__team_id=team_id, bucket_start__gte=since)
-        .exclude(kind="origin")
-        .values("service_id", "kind", "name")
-        .annotate(spans=Sum("spans"))
-    )
-    for row in rows:
-        evidence[row["service_id"]].append((row["kind"], row["name"], row["spans"] / minutes))
+    evidence: dict[int, list[Evidence]] = defaultdict(list)
+    with connection.cursor() as cur:
+        cur.execute(_LIBRARY_RATES_SQL, [rates.recent_since, team_id, since])
+        rows = cur.fetchall()
+    # Ordered by the SQL: rates are summed per component in this order, so the same
+    # evidence always gives the same floats.
+    for service_id, kind, name, spans, recent, peak in rows:
+        evidence[service_id].append(
+            (kind, name, int(spans) / minutes, rates.recent(recent), rates.peak(peak))
+        )
     traced = set(
         Service.objects.filter(
             environment__team_id=team_id, kind=NodeKind.SERVICE, last_seen__gte=since
@@ -224,18 +286,29 @@ def _libraries(
     return out
 
 
+# How each deployment source reads in explanations (runtime.models.DeploymentSource).
+DEPLOYMENT_SOURCE_WORDS: dict[str, str] = {
+    DeploymentSource.SBOM: "sbom upload",
+    DeploymentSource.API: "API",
+    DeploymentSource.TELEMETRY: "telemetry",
+    DeploymentSource.MANUAL: "page",
+}
+
+
 def _deployments(team_id: int) -> tuple[list[ri.Deployment], set[int]]:
     deployments_from_telemetry(team_id=team_id)
     out = []
     versions: set[int] = set()
-    for env, service, pv_id, impact, source in Deployment.objects.filter(
+    for env, service, pv_id, impact, source, project, version in Deployment.objects.filter(
         environment__team_id=team_id
     ).values_list("environment__name", "service_name", "project_version_id", "human_impact",
-                  "source"):
+                  "source", "project_version__project__name", "project_version__version"):
         out.append(
             ri.Deployment(
                 environment=env, service=service, project_version=str(pv_id),
-                human_impact=cast(ri.HumanImpact, impact), source=source,
+                human_impact=cast(ri.HumanImpact, impact),
+                source=DEPLOYMENT_SOURCE_WORDS.get(source, source),
+                project_version_name=f"{project}@{version}" if version else project,
             )
         )
         versions.add(pv_id)
@@ -364,9 +437,10 @@ def ranking_inputs_gather(
     """The team's inputs. With `previous` and `changed_since`, findings are the previous
     ones updated by what was written since (the graph evidence is always read anew)."""
     since, minutes = _window()
+    rates = _Rates.for_window(since, minutes)
     rs = rank_settings()
-    services, edges, peers, origins, names = _graph(team_id, since, minutes)
-    libraries = _libraries(team_id, since, minutes, names, rs)
+    services, edges, peers, origins, names = _graph(team_id, since, minutes, rates)
+    libraries = _libraries(team_id, since, minutes, names, rs, rates)
     deployments, version_ids = _deployments(team_id)
     versions, components = _components(version_ids)
     if previous is not None and changed_since is not None:

@@ -13,12 +13,16 @@ from trustrank.findings.models import OPEN_STATES, Finding
 from trustrank.ranking.models import RankChange, RankingRun, RunStatus
 
 
-def priority_list(*, principal: Principal, environment: str | None = None) -> QuerySet[Finding]:
+def priority_list(
+    *, principal: Principal, environment: str | None = None, open_only: bool = True
+) -> QuerySet[Finding]:
     """Open findings in rank order: the team's queue, or one environment's. The order walks
-    the ranked table's (team, rank) or (team, environment, env_rank) index."""
-    qs = Finding.objects.filter(
-        ranked__team_id__in=principal.team_ids, state__in=OPEN_STATES
-    ).select_related("project", "project_version", "ranked__context", "team")
+    the ranked table's (team, rank) or (team, environment, env_rank) index. `open_only=False`
+    leaves the states to the caller's filter (PriorityFilterSet defaults to open)."""
+    qs = Finding.objects.filter(ranked__team_id__in=principal.team_ids)
+    if open_only:
+        qs = qs.filter(state__in=OPEN_STATES)
+    qs = qs.select_related("project", "project_version", "ranked__context", "team", "assignee")
     # Ranks are unique within a team's queue: with one team the rank alone orders, which
     # lets PostgreSQL read the index in order and stop after a page.
     tiebreak = [] if len(principal.team_ids) == 1 else ["ranked__team_id"]

@@ -10,6 +10,7 @@ from django.db.models.expressions import RawSQL
 from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRefresh
 
@@ -72,12 +73,18 @@ def priorities_page(request: HtmxHttpRequest) -> HttpResponse:
     runs' counts unless a filter narrows the queue (then it is counted up to a cap)."""
     principal = principal_for_request(request)
     environment = request.GET.get("environment") or None
-    queue = selectors.priority_list(principal=principal, environment=environment)
+    queue = selectors.priority_list(
+        principal=principal, environment=environment, open_only=False
+    )
     filterset = PriorityFilterSet(request.GET, queryset=queue)
-    # Invalid values (decision=urgent, kev=maybe) are reported and ignored, not a 500.
-    qs = filterset.qs
+    # Invalid values (decision=urgent, kev=maybe) are a form error naming the field, and
+    # no rows until they are fixed (the API answers 400).
+    valid = filterset.is_valid()
+    qs = filterset.qs if valid else queue.none()
     capped = False
-    if filterset.is_filtered():
+    if not valid:
+        count = 0
+    elif filterset.is_filtered():
         count, capped = capped_count(qs)
     else:
         count = selectors.priority_count(principal=principal, environment=environment) or 0
@@ -100,6 +107,7 @@ def priorities_page(request: HtmxHttpRequest) -> HttpResponse:
     context: dict[str, Any] = {
         "filter": filterset,
         "rows": [(f, rank_fields(f)) for f in found],
+        "today": timezone.localdate(),
         "count": count,
         "capped": capped,
         "environment": environment,

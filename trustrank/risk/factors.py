@@ -29,6 +29,42 @@ def points_of(weight: float, value: float) -> float:
     return round(weight * (value - 0.5), 4)
 
 
+def window_text(minutes: float) -> str:
+    """1440 -> `24 h`, 10080 -> `7 d`, 90 -> `90 min`."""
+    m = round(minutes)
+    if m >= 2880 and m % 1440 == 0:
+        return f"{m // 1440} d"
+    if m >= 60 and m % 60 == 0:
+        return f"{m // 60} h"
+    return f"{m} min"
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def rate_text(
+    *, per_minute: float, recent: float | None, peak: float | None, window_minutes: float
+) -> str:
+    """A call rate with its window: `3.2/s (last hour; peak 10.1/s over 24 h)` when the last
+    hour's rate and the window's busiest minute are known, else `0.5/s (average over 24 h)`.
+    One unit for every number of the phrase, chosen by the largest (per second from one a
+    second, per minute from one a minute, else per hour)."""
+    window = window_text(window_minutes)
+    with_buckets = recent is not None and peak is not None and window_minutes >= 60
+    largest = max(per_minute, peak or 0.0) if with_buckets else per_minute
+    if largest >= 60:
+        unit, scale = "/s", 1 / 60
+    elif largest >= 1:
+        unit, scale = "/min", 1.0
+    else:
+        unit, scale = "/h", 60.0
+    if with_buckets:
+        return (f"{_number((recent or 0.0) * scale)}{unit} (last hour; "
+                f"peak {_number((peak or 0.0) * scale)}{unit} over {window})")
+    return f"{_number(per_minute * scale)}{unit} (average over {window})"
+
+
 def group_keys(component_key: str) -> list[str]:
     """The group keys that contain a component key, nearest first
     (`pkg:maven/g/a` → [`pkg:maven/g`])."""
@@ -149,8 +185,12 @@ class FactorSource:
                         break
             if hit is not None:
                 w = self.settings.weights.reachability
-                source = (f"{hit.evidence} at {hit.calls_per_minute:g} calls/min on "
-                          f"{environment}/{service}")
+                rate = rate_text(
+                    per_minute=hit.calls_per_minute, recent=hit.recent_calls_per_minute,
+                    peak=hit.peak_calls_per_minute,
+                    window_minutes=self.settings.window_minutes,
+                )
+                source = f"{hit.evidence} on {environment}/{service}, called {rate}"
                 effect = points_of(w, REACHABILITY_VALUES["observed"])
                 return "observed", Factor("reachability", "observed", effect, source, conf)
         # Not observed and unknown say the same for every component of the service: one
@@ -181,10 +221,14 @@ class FactorSource:
             return cached
         conf: Confidence = "medium"
         if svc.exposure == "open":
+            window = self.settings.window_minutes
             hops = "; ".join(
-                f"{h.source} → {h.target} ({h.via}"
-                + (f", {h.calls_per_minute:g}/min, mTLS {h.mtls_share:.0%}"
-                   if h.mtls_share is not None else f", {h.detail}" if h.detail else "")
+                f"{h.source} → {h.target}: called "
+                + rate_text(per_minute=h.calls_per_minute, recent=h.recent_calls_per_minute,
+                            peak=h.peak_calls_per_minute, window_minutes=window)
+                + f", mTLS {h.mtls_share:.0%}"
+                if h.mtls_share is not None
+                else f"{h.source} → {h.target} ({h.via}" + (f", {h.detail}" if h.detail else "")
                 + ")"
                 for h in svc.hops
             )
@@ -206,9 +250,15 @@ class FactorSource:
         factor = Factor(
             "human_impact", impact,
             points_of(self.settings.weights.human_impact, IMPACT_VALUES[impact]),
-            f"deployment of {d.project_version} on {d.environment}/{d.service}"
-            + (f" ({d.source})" if d.source else "") if d else "default (no deployment)",
+            deployment_text(d) if d else "default (no deployment)",
             "high" if d else "low",
         )
         self._impact_cache[d] = factor
         return factor
+
+
+def deployment_text(d: Deployment) -> str:
+    """`deployment prod/payment-gateway → payment-gateway@2.3.1 (source: sbom upload)`."""
+    what = d.project_version_name or d.project_version
+    source = f" (source: {d.source})" if d.source else ""
+    return f"deployment {d.environment}/{d.service} → {what}{source}"

@@ -47,6 +47,9 @@ class Hop:
     mtls_share: float | None = None
     sig: float | None = None
     detail: str = ""
+    # The last hour's rate and the window's busiest minute (CallEdge), when known.
+    recent_calls_per_minute: float | None = None
+    peak_calls_per_minute: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,11 +139,16 @@ def environment_graph(
             e = group[0]
             rate, error_rate, mtls_share, sig = (e.calls_per_minute, e.error_rate, e.mtls_share,
                                                  e.sig)
+            recent, peak = e.recent_calls_per_minute, e.peak_calls_per_minute
         else:
             # Several records for one pair (time buckets, protocols): rate-weighted means,
             # and the weakest identity, since any unauthenticated traffic weakens the hop.
             # Sorted first so float sums do not depend on input order.
-            group.sort(key=lambda e: (e.calls_per_minute, e.error_rate, e.mtls_share, e.sig))
+            group.sort(key=lambda e: (
+                e.calls_per_minute, e.error_rate, e.mtls_share, e.sig,
+                -1.0 if e.recent_calls_per_minute is None else e.recent_calls_per_minute,
+                -1.0 if e.peak_calls_per_minute is None else e.peak_calls_per_minute,
+            ))
             rate = sum(e.calls_per_minute for e in group)
             weights = [e.calls_per_minute or 1.0 for e in group]
             total = sum(weights)
@@ -148,11 +156,16 @@ def environment_graph(
             error_rate = sum(e.error_rate * w for e, w in pairs) / total
             mtls_share = sum(e.mtls_share * w for e, w in pairs) / total
             sig = min(e.sig for e in group)
+            # Summed like the rate; the sum of peaks bounds the peak of the sum.
+            recents = [e.recent_calls_per_minute for e in group]
+            peaks = [e.peak_calls_per_minute for e in group]
+            recent = None if None in recents else sum(r or 0.0 for r in recents)
+            peak = None if None in peaks else sum(p or 0.0 for p in peaks)
         src = ("peer", caller) if caller in peer_names else ("service", caller)
         dst = ("peer", callee) if callee in peer_names else ("service", callee)
         call_edges.append((src, dst, {"kind": "calls", "calls_per_minute": rate,
                                       "error_rate": error_rate, "mtls_share": mtls_share,
-                                      "sig": sig}))
+                                      "sig": sig, "recent": recent, "peak": peak}))
     g.add_edges_from(call_edges)
     origin_spans: dict[tuple[str, str], int] = defaultdict(int)
     examples: dict[tuple[str, str], str] = {}
@@ -312,11 +325,17 @@ def _paths_from_internet(g: nx.DiGraph, names: list[str]) -> dict[str, tuple[Hop
                         calls_per_minute=round(data["calls_per_minute"], 4),
                         mtls_share=round(data["mtls_share"], 4),
                         sig=data["sig"],
+                        recent_calls_per_minute=_round(data.get("recent")),
+                        peak_calls_per_minute=_round(data.get("peak")),
                     ),
                 )
                 nxt.append(dst[1])
         frontier = nxt
     return paths
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
 
 
 def propagate_trust(

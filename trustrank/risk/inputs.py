@@ -65,7 +65,10 @@ class CallEdge:
 
     The caller is a service name or an `ExternalPeer` name (a webhook sender). `sig` is the
     identity strength of the hop, 0-100 (how well the callee knows who called: 100 for
-    verified mTLS with an attested SPIFFE ID, lower for plain TLS or no identity)."""
+    verified mTLS with an attested SPIFFE ID, lower for plain TLS or no identity).
+    `calls_per_minute` is the average over the ranking window; where the wiring has
+    per-minute buckets it also gives the last hour's rate and the busiest minute's
+    (`recent_calls_per_minute`, `peak_calls_per_minute`), for explanations only."""
 
     environment: str
     caller: str
@@ -74,6 +77,8 @@ class CallEdge:
     error_rate: float = 0.0
     mtls_share: float = 0.0
     sig: float = 0.0
+    recent_calls_per_minute: float | None = None
+    peak_calls_per_minute: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,13 +108,16 @@ class RootSpanOrigin:
 @dataclass(frozen=True, slots=True)
 class Deployment:
     """A service runs a project version. `source` says how TrustRank knows (an SBOM upload
-    with `service=`, an operator, the service's `service.name`/`service.version`)."""
+    with `service=`, an operator, the service's `service.name`/`service.version`), in
+    words (`sbom upload`, `API`, `telemetry`, `page`). `project_version` is the key the
+    other records use; `project_version_name` names it for people (`shop@1.4.2`)."""
 
     environment: str
     service: str
     project_version: str
     human_impact: HumanImpact = "medium"
     source: str = ""
+    project_version_name: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,12 +141,17 @@ class Component:
 @dataclass(frozen=True, slots=True)
 class ObservedComponent:
     """Library evidence that names a component (see `trustrank.risk.libraries`): the
-    component key (or group key), how often per minute, and the evidence that named it
-    (`scope io.opentelemetry.log4j-context-data-2.17`, `code.namespace org.apache...`)."""
+    component key (or group key), how often per minute on average over the window, and
+    the evidence that named it (`scope io.opentelemetry.log4j-context-data-2.17`,
+    `code.namespace org.apache...`, `exception frame org.apache...Logger.log`). With
+    per-minute buckets, the last hour's rate and the busiest minute's as well (explanations
+    only)."""
 
     component_key: str
     calls_per_minute: float
     evidence: str
+    recent_calls_per_minute: float | None = None
+    peak_calls_per_minute: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +247,8 @@ class RankSettings:
       share of CVEs with a real signal. KEV membership is "active" whatever the EPSS.
     - `undeployed_exposure` / `default_human_impact`: for versions no service runs.
     - `library_map`: extra or replacing rules for `libraries.map_evidence` (see there).
+    - `window_minutes`: the telemetry window the wiring averaged call rates over; the
+      explanations name it ("peak 10.1/s over 24 h").
     """
 
     version: str = "risk-1"
@@ -247,3 +262,4 @@ class RankSettings:
     default_human_impact: HumanImpact = "medium"
     weights: ScoreWeights = field(default_factory=ScoreWeights)
     library_map: tuple[tuple[str, str, str], ...] = ()
+    window_minutes: float = 1440.0

@@ -14,9 +14,15 @@ Telemetry names code, SBOMs name packages. The rules, in the order they are trie
   `java_package`; otherwise the top module of a Python dotted name is looked up in
   `python_module` (longest dotted prefix first), else `pkg:pypi/<module>`; standard-library
   modules map to nothing;
-- stack frames in span `exception` events: Java `at pkg.Class.method(File.java:1)` frames
-  go through the Java package rules; Python `File ".../site-packages/<module>/..."` frames
-  through the Python module rules; Node `node_modules/<name>/` frames give `pkg:npm/<name>`.
+- stack frames in span `exception` events, as the trace aggregation records them (kinds
+  `java_frame`, `python_frame`, `js_frame`; see `trustrank.parsers.stackframes`): a Java
+  frame `org.apache.logging.log4j.core.Logger.log` through the Java package rules only
+  (an unlisted package names nothing: a Maven group cannot be guessed from a package); a
+  Python frame `requests.sessions.request` (the module under site-packages) through the
+  Python module rules; a JS frame `express/lib/router/index.js` (the path below
+  node_modules) gives `pkg:npm/express` (`pkg:npm/%40scope/name` for `@scope/name/...`).
+  The evidence reads `exception frame <frame>`. `map_stacktrace` reads a whole trace text
+  with the same rules.
 
 A key may name a whole Maven group (`pkg:maven/org.apache.logging.log4j`), which matches
 every component in it (see `component_matches`). Table hits are high confidence; names
@@ -201,11 +207,33 @@ def map_stacktrace(*, text: str, rules: LibraryMap | None = None) -> tuple[Libra
     return tuple(found.values())
 
 
+FRAME_KINDS = ("java_frame", "python_frame", "js_frame")
+
+
+def map_frame(*, kind: str, name: str, rules: LibraryMap | None = None) -> tuple[
+        LibraryMatch, ...]:
+    """Component keys named by one recorded stack frame (`kind` one of FRAME_KINDS)."""
+    rules = rules or library_map()
+    evidence = f"exception frame {name}"
+    if kind == "java_frame":
+        return tuple(_java_package(name, rules, evidence) or ())
+    if kind == "python_frame":
+        return tuple(_python_module(name, rules, evidence))
+    if kind == "js_frame":
+        parts = name.split("/")
+        package = "/".join(parts[:2]) if name.startswith("@") else parts[0]
+        if not package or package.startswith("."):
+            return ()
+        key = "pkg:npm/" + package.replace("@", "%40", 1)
+        return (LibraryMatch(key, evidence, "medium"),)
+    return ()
+
+
 def map_evidence(
     *, kind: str, name: str, rules: LibraryMap | None = None
 ) -> tuple[LibraryMatch, ...]:
     """One piece of library evidence as stored by the runtime app (`kind` is `scope`,
-    `code` or `exception`). Database, messaging and RPC *system* names (`postgresql`,
+    `code`, `exception` or a frame kind). Database, messaging and RPC *system* names (`postgresql`,
     `kafka`) name the server, not a client library, and map to nothing."""
     if kind == "scope":
         return map_scope(name=name, rules=rules)
@@ -213,28 +241,53 @@ def map_evidence(
         return map_code_namespace(name=name, rules=rules)
     if kind == "exception":
         return map_stacktrace(text=name, rules=rules)
+    if kind in FRAME_KINDS:
+        return map_frame(kind=kind, name=name, rules=rules)
     return ()
+
+
+Evidence = tuple[str, str, float] | tuple[str, str, float, float | None, float | None]
 
 
 def observed_components(
     *,
-    evidence: Iterable[tuple[str, str, float]],
+    evidence: Iterable[Evidence],
     rules: LibraryMap | None = None,
 ) -> tuple[ObservedComponent, ...]:
-    """Fold `(kind, name, calls_per_minute)` evidence rows of one service into observed
-    components: rates add up per key; the evidence named is the one with the highest rate
-    (ties: the smallest name), so the explanation shows what mattered most."""
+    """Fold `(kind, name, calls_per_minute[, recent_per_minute, peak_per_minute])` evidence
+    rows of one service into observed components: rates add up per key (the last hour's
+    and the peak too, when every row has them: the peak of a sum is at most the sum of
+    the peaks); the evidence named is the one with the highest rate (ties: the smallest
+    name), so the explanation shows what mattered most."""
     rules = rules or library_map()
     rate: dict[str, float] = {}
+    recent: dict[str, float | None] = {}
+    peak: dict[str, float | None] = {}
     best: dict[str, tuple[float, str]] = {}
-    for kind, name, per_minute in evidence:
+    for row in evidence:
+        kind, name, per_minute = row[0], row[1], row[2]
+        row_recent = row[3] if len(row) > 3 else None  # type: ignore[misc]
+        row_peak = row[4] if len(row) > 4 else None  # type: ignore[misc]
         for hit in map_evidence(kind=kind, name=name, rules=rules):
             key = hit.component_key
+            first = key not in rate
             rate[key] = rate.get(key, 0.0) + per_minute
+            old_recent, old_peak = recent.get(key), peak.get(key)
+            recent[key] = None if row_recent is None or (old_recent is None and not first) \
+                else (old_recent or 0.0) + row_recent
+            peak[key] = None if row_peak is None or (old_peak is None and not first) \
+                else (old_peak or 0.0) + row_peak
             current = best.get(key)
             if current is None or (-per_minute, hit.evidence) < (-current[0], current[1]):
                 best[key] = (per_minute, hit.evidence)
     return tuple(
-        ObservedComponent(component_key=k, calls_per_minute=round(rate[k], 4), evidence=best[k][1])
+        ObservedComponent(
+            component_key=k, calls_per_minute=round(rate[k], 4), evidence=best[k][1],
+            recent_calls_per_minute=_round(recent[k]), peak_calls_per_minute=_round(peak[k]),
+        )
         for k in sorted(rate)
     )
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)

@@ -61,8 +61,10 @@ EXPLOITATION_INDEX: dict[Exploitation, int] = {"none": 0, "public poc": 1, "acti
 KIND_TABLE: dict[tuple[str, str], tuple[Decision, Decision, Decision]] = {
     ("identity", "expired"): ("scheduled", "scheduled", "out-of-cycle"),
     ("identity", "chain_invalid"): ("scheduled", "scheduled", "out-of-cycle"),
+    ("identity", "anchor_expired"): ("scheduled", "scheduled", "out-of-cycle"),
     ("identity", "policy_violation"): ("scheduled", "scheduled", "out-of-cycle"),
     ("identity", "expiring"): ("defer", "scheduled", "scheduled"),
+    ("identity", "anchor_expiring"): ("defer", "scheduled", "scheduled"),
     ("identity", "weak_key"): ("defer", "scheduled", "scheduled"),
     ("identity", "weak_signature"): ("defer", "scheduled", "scheduled"),
     ("identity", "unmapped"): ("defer", "defer", "scheduled"),

@@ -135,6 +135,10 @@ class LibraryKind(models.TextChoices):
     DB = "db", "Database system"
     MESSAGING = "messaging", "Messaging system"
     RPC = "rpc", "RPC system"
+    # Library frames of `exception.stacktrace` in span events (trustrank.parsers.stackframes).
+    JAVA_FRAME = "java_frame", "Java stack frame"
+    PYTHON_FRAME = "python_frame", "Python stack frame"
+    JS_FRAME = "js_frame", "JavaScript stack frame"
     # Not a library: root server spans from loopback ("local") or private ("internal")
     # callers, counted per minute beside the libraries (the ranking's exposure reads them).
     ORIGIN = "origin", "Root spans from local or internal callers"
@@ -142,7 +146,8 @@ class LibraryKind(models.TextChoices):
 
 class LibraryBucket(models.Model):
     """How many spans of a service named a library (scope, code namespace, db/messaging/rpc
-    system) in one time bucket: the reachability evidence."""
+    system, a library frame of an exception's stack trace) in one time bucket: the
+    reachability evidence."""
 
     service = models.ForeignKey(Service, on_delete=models.CASCADE, related_name="library_buckets")
     bucket_start = models.DateTimeField()

@@ -1,18 +1,23 @@
-"""Cluster services: the scheduling replay (`replay`), and cluster evidence — objects and
-metric storage (`objects`, `metrics`), diagnoses (`diagnoses`) and retention."""
+"""Cluster services: the scheduling replay (`replay` computes, `replay_runs` keeps the run
+rows, `replay_cluster` reads a team's stored cluster as input), and cluster evidence —
+objects and metric storage (`objects`, `metrics`), diagnoses (`diagnoses`) and retention."""
 
 from trustrank.cluster.services.replay import (
-    CREATE_SCOPE,
     DEFAULT_NODES,
     DEFAULT_PODS,
-    Outcome,
     ReplayError,
+    ReplayParams,
+    replay_cluster_compute,
     replay_compute,
     replay_params_validate,
-    replay_run_create,
-    replay_run_execute,
     replay_summary,
     trace_load,
+)
+from trustrank.cluster.services.replay_runs import (
+    CREATE_SCOPE,
+    Outcome,
+    replay_run_create,
+    replay_run_execute,
 )
 
 __all__ = [
@@ -21,6 +26,8 @@ __all__ = [
     "DEFAULT_PODS",
     "Outcome",
     "ReplayError",
+    "ReplayParams",
+    "replay_cluster_compute",
     "replay_compute",
     "replay_params_validate",
     "replay_run_create",

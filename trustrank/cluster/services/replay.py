@@ -1,4 +1,5 @@
-"""Scheduling replay: validate parameters, load a trace, run the pure engine, keep the row.
+"""Scheduling replay: validate parameters, load a trace (or a stored cluster), run the pure
+engine. The run rows are `replay_runs`.
 
 The engine (`trustrank.risk.scheduling`) knows nothing of Django; this module turns its
 results into the JSON stored on `ReplayRun.result` and printed by `replay_schedule`.
@@ -6,27 +7,23 @@ results into the JSON stored on `ReplayRun.result` and printed by `replay_schedu
 
 from __future__ import annotations
 
-import enum
-import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from django.conf import settings
-from django.core.exceptions import PermissionDenied
-from django.db import transaction
-from django.db.models import Q
-from django.utils import timezone
 
-from trustrank.accounts.models import Scope, Team
-from trustrank.accounts.principal import Principal
-from trustrank.cluster.models import ReplayMode, ReplayRun, ReplayStatus
+from trustrank.cluster.models import Cluster, ReplayMode
+from trustrank.cluster.services.replay_cluster import (
+    SEMANTIC_SOURCE,
+    cluster_replay_input,
+)
 from trustrank.parsers.openb import OpenbError, parse_openb_nodes, parse_openb_pods
 from trustrank.risk.scheduling.inflation import replay_inflation
+from trustrank.risk.scheduling.snapshot import SnapshotError
 from trustrank.risk.scheduling.state import (
     ClusterSpec,
     Workload,
@@ -36,8 +33,6 @@ from trustrank.risk.scheduling.state import (
 from trustrank.risk.scheduling.strategies import STRATEGIES
 from trustrank.risk.scheduling.timeline import POLICIES, SemanticHint, replay_timeline
 
-logger = logging.getLogger(__name__)
-
 DEFAULT_TRACE_DIR = Path(settings.BASE_DIR) / "tests" / "data" / "telemetry" / "alibaba"
 DEFAULT_PODS = DEFAULT_TRACE_DIR / "gpu-v2023_openb_pod_list_default.csv"
 DEFAULT_NODES = DEFAULT_TRACE_DIR / "gpu-v2023_openb_node_list_gpu_node.csv"
@@ -46,12 +41,20 @@ MAX_SEEDS = 20
 MAX_CSV_BYTES = 16 * 1024 * 1024
 # The DB is written at most this often while a run reports progress.
 PROGRESS_INTERVAL_S = 0.5
-# Which scope starts a run: a replay costs minutes of worker time, so it is an admin's call.
-CREATE_SCOPE = Scope.ADMIN
+# Where the semantic-aware policy's priorities came from (`result["semantic_source"]`).
+STAND_IN_SOURCE = "trace stand-in"
+SUPPLIED_SOURCE = "supplied hints"
+# Pod names listed per policy in the order they started (the page shows the first ones).
+START_ORDER_LIMIT = 100
 
 
 class ReplayError(ValueError):
-    """Bad parameters or a bad trace; the message is safe to show to the user."""
+    """Bad parameters or a bad trace; the message is safe to show to the user. `field`
+    names the input at fault when one is (the API and the page attach the message to it)."""
+
+    def __init__(self, message: str, *, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -194,13 +197,24 @@ def replay_compute(
     workload: Workload,
     spec: ClusterSpec,
     progress: ProgressFn | None = None,
+    hints: Mapping[str, SemanticHint] | None = None,
+    semantic_source: str = "",
+    source: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run the replay; returns the JSON stored on the row (curves included)."""
+    """Run the replay; returns the JSON stored on the row (curves included). `hints`,
+    `semantic_source` and `source` come with a team's cluster (its recommendations, and a
+    description of what was read); without them the semantic-aware policy takes the
+    supplied hints or the trace stand-in."""
     spec = _node_subset(spec, params.node_fraction)
     if spec.gpu_capacity_milli == 0:
         raise ReplayError("the sampled nodes have no GPU; raise node_fraction")
     started = time.monotonic()
     trace = {"pods": len(workload), "nodes": len(spec), "gpus": int(spec.gpus.sum())}
+    source_info = dict(source) if source is not None else {"source": "trace"}
+    if hints is None and params.hints:
+        hints, semantic_source = params.hints, SUPPLIED_SOURCE
+    elif hints is None:
+        semantic_source = STAND_IN_SOURCE
     if params.mode == ReplayMode.INFLATION:
         result = replay_inflation(
             spec=spec,
@@ -225,6 +239,10 @@ def replay_compute(
             "strategies": strategies,
             "fgd_reduction": result.fgd_reduction(),
             "placements": result.placements,
+            # No priority policy runs in this mode; kept so every result says what its
+            # semantic priorities are (the same input replayed in timeline mode uses them).
+            "semantic_source": semantic_source,
+            "input": source_info,
             "seconds": round(time.monotonic() - started, 3),
         }
     rows: dict[str, Any] = {}
@@ -236,7 +254,7 @@ def replay_compute(
             policy=policy,
             strategy=params.placement,
             compress=params.compress,
-            hints=params.hints or None,
+            hints=hints,
             progress=_phase_progress(progress, phase),
         )
         rows[policy] = {
@@ -250,6 +268,7 @@ def replay_compute(
             "pairs": outcome.pairs,
             "placed": outcome.placed,
             "pods": outcome.pods,
+            "start_order": [workload.names[i] for i in outcome.start_order[:START_ORDER_LIMIT]],
         }
     return {
         "mode": params.mode,
@@ -257,7 +276,11 @@ def replay_compute(
         "placement": params.placement,
         "compress": params.compress,
         "node_fraction": params.node_fraction,
-        "priorities": "supplied" if params.hints else "stand-in from the trace",
+        "priorities": {SUPPLIED_SOURCE: "supplied", STAND_IN_SOURCE: "stand-in from the trace"}.get(
+            semantic_source, semantic_source
+        ),
+        "semantic_source": semantic_source,
+        "input": source_info,
         "strategies": rows,
         "seconds": round(time.monotonic() - started, 3),
     }
@@ -285,152 +308,31 @@ def replay_summary(result: dict[str, Any]) -> dict[str, Any]:
     }
     if "placement" in result:
         summary["placement"] = result["placement"]
+    if "semantic_source" in result:
+        summary["semantic_source"] = result["semantic_source"]
     if result.get("fgd_reduction") is not None:
         summary["fgd_reduction"] = result["fgd_reduction"]
     return summary
 
 
-# --- Runs (page, API, task) ----------------------------------------------------------------
-
-
-def team_for_replay(*, principal: Principal, team_hint: str = "") -> Team:
-    """The team a new run belongs to: the hinted one, or the only one the principal may
-    start runs for."""
-    allowed = principal.teams_with(CREATE_SCOPE)
-    if not allowed:
-        raise PermissionDenied("Starting a replay needs the 'admin' scope in a team.")
-    teams = Team.objects.filter(pk__in=allowed)
-    if team_hint:
-        team = teams.filter(name=team_hint).first()
-        if team is None:
-            raise ReplayError(f"you cannot start replays for team {team_hint!r}")
-        return team
-    if len(allowed) > 1:
-        raise ReplayError("you are in several teams; say which one")
-    return teams.get()
-
-
-def replay_run_create(
-    *,
-    principal: Principal,
-    params: ReplayParams,
-    team_hint: str = "",
-    pods_csv: bytes | None = None,
-    nodes_csv: bytes | None = None,
-    trace_label: str = "",
-) -> ReplayRun:
-    """Validate the upload now (so a bad file is refused, not failed later), store the row,
-    and enqueue the task once the row is committed."""
-    team = team_for_replay(principal=principal, team_hint=team_hint)
-    if (pods_csv is None) != (nodes_csv is None):
-        raise ReplayError("upload both a pods CSV and a nodes CSV, or neither")
-    if pods_csv is not None and nodes_csv is not None:
-        trace_load(pods_csv=pods_csv, nodes_csv=nodes_csv)
-        label = trace_label or "uploaded CSVs"
-    else:
-        label = DEFAULT_TRACE_LABEL
-    user = principal.user if principal.user is not None and principal.api_key is None else None
-    with transaction.atomic():
-        run = ReplayRun.objects.create(
-            team=team,
-            mode=params.mode,
-            parameters=params.to_json(),
-            trace_label=label[:255],
-            pods_csv=pods_csv,
-            nodes_csv=nodes_csv,
-            created_by=user,
-            submitter_label=principal.label[:160],
+def replay_cluster_compute(
+    *, cluster: Cluster, params: ReplayParams, progress: ProgressFn | None = None
+) -> dict[str, Any]:
+    """In-process replay of a stored cluster (the `replay_schedule --cluster` command)."""
+    if params.hints:
+        raise ReplayError(
+            "hints: a cluster's semantic priorities are its recommendations; leave hints out"
         )
-        run_id = run.pk
-        transaction.on_commit(lambda: _enqueue(run_id))
-    return run
-
-
-def _enqueue(run_id: int) -> None:
-    from trustrank.cluster.tasks import replay_run
-
-    replay_run.delay(run_id)
-
-
-def _lease() -> datetime:
-    return timezone.now() + timedelta(seconds=settings.TRUSTRANK_JOB_LEASE_SECONDS)
-
-
-def replay_run_claim(*, run_id: int) -> bool:
-    """Take a queued run, or a running one whose worker stopped renewing its lease. The
-    conditional UPDATE is the lock: two deliveries of one message cannot both win."""
-    now = timezone.now()
-    claimed = ReplayRun.objects.filter(
-        Q(status=ReplayStatus.QUEUED) | Q(status=ReplayStatus.RUNNING, lease_until__lt=now),
-        pk=run_id,
-    ).update(
-        status=ReplayStatus.RUNNING,
-        started_at=now,
-        lease_until=_lease(),
-        phase="loading trace",
-        progress_done=0,
-        error="",
-    )
-    return bool(claimed)
-
-
-class Outcome(enum.StrEnum):
-    DONE = "done"
-    FAILED = "failed"
-    FINISHED_BEFORE = "finished before"  # nothing to do
-    BUSY = "busy"  # another worker holds a live lease
-
-
-def replay_run_execute(*, run_id: int) -> Outcome:
-    if not replay_run_claim(run_id=run_id):
-        status = ReplayRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
-        if status in (ReplayStatus.DONE, ReplayStatus.FAILED, None):
-            logger.info("replay run %s: already finished (or gone)", run_id)
-            return Outcome.FINISHED_BEFORE
-        return Outcome.BUSY
-    run = ReplayRun.objects.get(pk=run_id)
-    last_write = 0.0
-
-    def progress(phase: str, done: int, total: int) -> None:
-        nonlocal last_write
-        now = time.monotonic()
-        if now - last_write < PROGRESS_INTERVAL_S and done < total:
-            return
-        last_write = now
-        ReplayRun.objects.filter(pk=run_id, status=ReplayStatus.RUNNING).update(
-            phase=phase[:60], progress_done=done, progress_total=total, lease_until=_lease()
-        )
-
     try:
-        params = replay_params_validate(**run.parameters)
-        if run.pods_csv is not None and run.nodes_csv is not None:
-            pods_csv, nodes_csv = bytes(run.pods_csv), bytes(run.nodes_csv)
-        else:
-            pods_csv, nodes_csv = default_trace()
-        workload, spec = trace_load(pods_csv=pods_csv, nodes_csv=nodes_csv)
-        result = replay_compute(params=params, workload=workload, spec=spec, progress=progress)
-    except (ReplayError, TypeError) as exc:
-        _finish(run_id, status=ReplayStatus.FAILED, error=str(exc))
-        return Outcome.FAILED
-    except Exception as exc:
-        # Not transient: the same input would fail the same way, so mark it and stop.
-        logger.exception("replay run %s failed", run_id)
-        _finish(run_id, status=ReplayStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
-        return Outcome.FAILED
-    _finish(run_id, status=ReplayStatus.DONE, result=result)
-    return Outcome.DONE
-
-
-def _finish(
-    run_id: int, *, status: str, result: dict[str, Any] | None = None, error: str = ""
-) -> None:
-    fields: dict[str, Any] = {
-        "status": status,
-        "finished_at": timezone.now(),
-        "error": error,
-        "phase": "done" if status == ReplayStatus.DONE else "failed",
-        "lease_until": None,
-    }
-    if result is not None:
-        fields["result"] = result
-    ReplayRun.objects.filter(pk=run_id, status=ReplayStatus.RUNNING).update(**fields)
+        loaded = cluster_replay_input(cluster=cluster)
+    except SnapshotError as exc:
+        raise ReplayError(f"cluster {cluster.name!r}: {exc}") from exc
+    return replay_compute(
+        params=params,
+        workload=loaded.trace.workload,
+        spec=loaded.trace.spec,
+        progress=progress,
+        hints=loaded.semantic.hints,
+        semantic_source=SEMANTIC_SOURCE,
+        source=loaded.describe(cluster=cluster),
+    )

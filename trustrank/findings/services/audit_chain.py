@@ -1,18 +1,28 @@
-"""PROVISIONAL (replace at merge): the audit hash chain's verification, written by the exports
-work only so it can call `audit_chain_verify(team_id=…).as_dict()` before the real module
-lands. It checks the links (each event's `prev_digest` is its predecessor's `digest`), not the
-content digests, whose recipe belongs to the real module."""
+"""Verify an audit hash chain: one team's events (or the site-wide ones) in id order, each
+digest recomputed from the event's content and each link checked against its predecessor.
+
+Streams the chain through a server-side cursor, so memory stays flat at millions of events.
+Exports put `audit_chain_verify(team_id=…).as_dict()` beside what they export.
+"""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from trustrank.findings.models import AuditEvent
+from django.db import connection, transaction
+
+from trustrank.findings.services.audit import DIGEST_FIELDS, audit_content_digest
+
+_CHUNK = 2000
 
 
 @dataclass(frozen=True)
-class AuditChainReport:
+class ChainReport:
+    """The outcome of one chain's verification. `head_digest` is the stored digest of the last
+    event: compare it with an earlier report's to see that nothing was cut off the end."""
+
     intact: bool
     events: int
     first_broken_id: int | None
@@ -23,30 +33,65 @@ class AuditChainReport:
         return asdict(self)
 
 
-def audit_chain_verify(*, team_id: int | None) -> AuditChainReport:
-    events_of = (
-        AuditEvent.objects.filter(team__isnull=True)
-        if team_id is None
-        else AuditEvent.objects.filter(team_id=team_id)
-    )
-    rows = (
-        events_of.order_by("created_at", "id")
-        .values_list("id", "prev_digest", "digest")
-        .iterator(chunk_size=5000)
-    )
+# The chain read as plain rows (a model instance per event costs more than its digest):
+# created_at formatted by PostgreSQL as audit._iso does, JSON decoded here.
+_CHAIN_SQL = """
+SELECT id, team_id, finding_id, subject_type, subject_id, environment, action, actor_kind,
+       actor_label, actor_user_id, actor_key_id, before::text, after::text, reason,
+       to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'),
+       prev_digest, digest
+FROM findings_auditevent WHERE {where} ORDER BY id
+"""
+
+
+def audit_chain_verify(*, team_id: int | None) -> ChainReport:
+    """Check the chain of `team_id` (None: the site-wide chain). The first event's predecessor
+    is the empty string; every later one names the digest stored on the event before it; every
+    stored digest is the digest of the event's content. Reports the first event that fails."""
     events = 0
-    previous = ""
-    for event_id, prev_digest, digest in rows:
-        events += 1
-        if (prev_digest or digest) and prev_digest != previous:
-            return AuditChainReport(
-                intact=False,
-                events=events,
-                first_broken_id=event_id,
-                reason="prev_digest does not match the previous event's digest",
-                head_digest=previous,
-            )
-        previous = digest
-    return AuditChainReport(
-        intact=True, events=events, first_broken_id=None, reason="", head_digest=previous
+    prev = ""
+    head = ""
+    first_broken_id: int | None = None
+    reason = ""
+    where = "team_id IS NULL" if team_id is None else "team_id = %s"
+    params = [] if team_id is None else [team_id]
+    # A named (server-side) cursor streams the chain in chunks, inside one transaction (one
+    # snapshot) so no event committed meanwhile is seen half-way.
+    with transaction.atomic(), connection.chunked_cursor() as cur:
+        cur.cursor.itersize = _CHUNK
+        cur.execute(_CHAIN_SQL.format(where=where), params)
+        for row in cur:
+            events += 1
+            pk, digest = row[0], row[-1]
+            if first_broken_id is None:
+                content = dict(zip(DIGEST_FIELDS, row[1:-1], strict=True))
+                problem = _link_problem(pk, content, digest, prev)
+                if problem:
+                    first_broken_id, reason = pk, problem
+            prev = head = digest
+    return ChainReport(
+        intact=first_broken_id is None,
+        events=events,
+        first_broken_id=first_broken_id,
+        reason=reason,
+        head_digest=head,
     )
+
+
+def _link_problem(pk: int, content: dict[str, Any], digest: str, prev: str) -> str:
+    if not digest:
+        return f"event {pk} has no digest"
+    if content["prev_digest"] != prev:
+        if not prev:
+            return f"event {pk} names a predecessor, but none precedes it (events removed)"
+        return (
+            f"event {pk} does not follow the event before it "
+            "(an event was removed, inserted or re-sealed)"
+        )
+    # The standard library's decoder, as Django's JSONField uses: orjson would read integers
+    # past 64 bits as floats.
+    content["before"] = json.loads(content["before"])
+    content["after"] = json.loads(content["after"])
+    if audit_content_digest(content) != digest:
+        return f"event {pk} was changed after it was written (its digest does not match)"
+    return ""

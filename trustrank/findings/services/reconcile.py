@@ -26,7 +26,7 @@ from trustrank.findings.models import (
     TriageState,
     severity_score_for,
 )
-from trustrank.findings.services.audit import Actor
+from trustrank.findings.services.audit import Actor, audit_events_record_bulk
 
 
 def finding_fingerprint(*parts: object) -> str:
@@ -81,16 +81,26 @@ class ReconcileCounts:
 
 
 def state_of(f: Finding) -> dict[str, Any]:
+    """What an audit event records of a finding's triage: its VEX analysis, owner, due date
+    and version (the version lets a page show what changed since the one it showed)."""
     return {
         "state": f.state,
         "justification": f.justification,
         "response": list(f.response or []),
         "detail": f.detail,
+        "assignee": f.assignee_id,
+        "due_date": f.due_date.isoformat() if f.due_date else None,
+        "version": f.version,
     }
 
 
 _BASE_FIELDS = ["title", "severity", "severity_score", "category", "source", "last_seen"]
-_LIFECYCLE_FIELDS = ["state", "resolved_at", "auto_resolved", "updated_at"]
+_LIFECYCLE_FIELDS = ["state", "resolved_at", "auto_resolved", "updated_at", "version"]
+# Triage columns people change while a reconcile runs: read again under the row lock.
+_TRIAGE_FIELDS = [
+    "state", "justification", "response", "detail", "resolved_at", "auto_resolved",
+    "version", "assignee_id", "due_date", "due_date_manual",
+]
 
 
 def _team_kind_lock(team_id: int, kind: str) -> None:
@@ -141,6 +151,7 @@ def findings_reconcile(
             # created by an earlier export of another scope): look them up by the unique key.
             for f in Finding.objects.filter(team_id=team_id, fingerprint__in=missing):
                 by_fp[f.fingerprint] = f
+        _lock_and_refresh_triage(by_fp.values())
         to_create: list[Finding] = []
         to_update: list[Finding] = []
         events = []
@@ -165,6 +176,7 @@ def findings_reconcile(
             if f.auto_resolved and f.state == TriageState.RESOLVED:
                 before = state_of(f)
                 f.state, f.resolved_at, f.auto_resolved = TriageState.IN_TRIAGE, None, False
+                f.version += 1
                 counts.reopened += 1
                 events.append(
                     actor.event(
@@ -187,6 +199,7 @@ def findings_reconcile(
             f.state, f.resolved_at, f.auto_resolved, f.updated_at = (
                 TriageState.RESOLVED, now, True, now,
             )
+            f.version += 1
             to_update.append(f)
             counts.resolved += 1
             events.append(
@@ -222,13 +235,32 @@ def findings_reconcile(
             Finding.objects.bulk_update(
                 to_update, list(dict.fromkeys(update_fields)), batch_size=500
             )
-        from trustrank.findings.models import AuditEvent
-
-        AuditEvent.objects.bulk_create(events, batch_size=1000)
+        audit_events_record_bulk(events)
         counts.created = len(to_create)
         counts.updated = len(to_update) - counts.resolved
         counts.findings = [*to_create, *to_update]
     return counts
+
+
+def _lock_and_refresh_triage(findings: Iterable[Finding]) -> None:
+    """Lock the rows this reconcile may write (in id order, as bulk triage does, so the two
+    never deadlock) and take their triage columns as they are now: `existing` was read
+    before, and writing it back as read would undo an analyst's change made in between."""
+    by_pk = {f.pk: f for f in findings if f.pk is not None}
+    if not by_pk:
+        return
+    ids = sorted(by_pk)
+    for i in range(0, len(ids), 5000):
+        rows = (
+            Finding.objects.select_for_update()
+            .filter(pk__in=ids[i : i + 5000])
+            .order_by("pk")
+            .values_list("pk", *_TRIAGE_FIELDS)
+        )
+        for pk, *values in rows:
+            f = by_pk[pk]
+            for name, value in zip(_TRIAGE_FIELDS, values, strict=True):
+                setattr(f, name, value)
 
 
 def _new_finding(*, team_id: int, kind: str, spec: FindingSpec, now: datetime) -> Finding:

@@ -292,6 +292,8 @@ def identity_environments_reevaluate(*, now: datetime | None = None) -> dict[str
     environment and sync its findings (periodic task)."""
     now = now or timezone.now()
     pairs = set(Certificate.objects.values_list("team_id", "environment").distinct())
+    # An environment with a bundle and no certificates yet still has anchors that expire.
+    pairs |= set(TrustBundle.objects.values_list("team_id", "environment"))
     opened = 0
     for team_id, environment in sorted(pairs):
         with transaction.atomic():

@@ -16,9 +16,16 @@ from trustrank.findings.services.reconcile import FindingSpec as UnifiedSpec
 from trustrank.findings.services.reconcile import finding_fingerprint, findings_reconcile
 from trustrank.identity import engine
 from trustrank.identity.engine import FindingSpec
-from trustrank.identity.models import Certificate, Identity, IdentityCategory, MappingSource
+from trustrank.identity.models import (
+    Certificate,
+    Identity,
+    IdentityCategory,
+    MappingSource,
+    TrustAnchor,
+)
 from trustrank.identity.services.environments import expiry_window
 
+_ANCHOR_FINDING_KINDS = (IdentityCategory.ANCHOR_EXPIRED, IdentityCategory.ANCHOR_EXPIRING)
 _CERT_FINDING_KINDS = (
     IdentityCategory.EXPIRED,
     IdentityCategory.EXPIRING,
@@ -163,6 +170,18 @@ def findings_sync(
         team_id=team_id, environment=environment, desired=desired, existing=existing,
         resolve_missing=True, now=now, actor=actor,
     )
+    if certificate_ids is None:
+        # The whole environment: its bundle's anchors too (a bundle replaced or the clock
+        # moved on; a certificate upload leaves the anchors as they were).
+        anchors = _reconcile(
+            team_id=team_id, environment=environment,
+            desired=_anchor_desired(team_id=team_id, environment=environment, now=now),
+            existing=_identity_findings(team_id=team_id, environment=environment).filter(
+                category__in=_ANCHOR_FINDING_KINDS
+            ),
+            resolve_missing=True, now=now, actor=actor,
+        )
+        counts = {key: counts[key] + anchors[key] for key in counts}
     identities = Identity.objects.filter(team_id=team_id, environment=environment)
     unmapped_existing = _identity_findings(team_id=team_id, environment=environment).filter(
         category=IdentityCategory.UNMAPPED
@@ -184,4 +203,23 @@ def findings_sync(
         "opened": counts["opened"] + more["opened"],
         "resolved": counts["resolved"] + more["resolved"],
     }
+
+
+def _anchor_desired(*, team_id: int, environment: str, now: datetime) -> list[_Desired]:
+    anchors = TrustAnchor.objects.filter(
+        bundle__team_id=team_id, bundle__environment=environment
+    ).only("fingerprint_sha256", "subject", "not_after")
+    window = expiry_window()
+    desired = []
+    for anchor in anchors:
+        facts = engine.AnchorFacts(
+            fingerprint_sha256=anchor.fingerprint_sha256,
+            subject=anchor.subject,
+            not_after=anchor.not_after,
+        )
+        for spec in engine.anchor_findings(
+            facts, environment=environment, now=now, expiry_window=window
+        ):
+            desired.append(_Desired(spec, None, ""))
+    return desired
 

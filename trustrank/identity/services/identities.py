@@ -62,6 +62,16 @@ def identities_refresh(
         identity.trust_domain = group[0].trust_domain
         identity.trust_domain_known = identity.trust_domain in domains
         identity.strength = best.strength if best else 0
+        identity.strength_reason = engine.identity_strength_reason(
+            strength=identity.strength,
+            best=_strength_facts(best) if best else None,
+            certificates=[_strength_facts(c) for c in group],
+            trust_domain=identity.trust_domain,
+            trust_domain_known=identity.trust_domain_known,
+            bundle_exists=bundle is not None,
+            bundle_domains=sorted(domains),
+            now=now,
+        )
         identity.best_certificate = best
         identity.expires_at = best.not_after if best else max(c.not_after for c in group)
         identity.certificate_count = len(group)
@@ -74,6 +84,16 @@ def identities_refresh(
         identity.save()
         result.append(identity)
     return result
+
+
+def _strength_facts(cert: Certificate) -> engine.IdentityCertificate:
+    return engine.IdentityCertificate(
+        chain_status=cert.chain_status,
+        chain_reason=cert.chain_reason,
+        strength=cert.strength,
+        strength_explanation=cert.strength_explanation,
+        not_after=cert.not_after,
+    )
 
 
 def _mapping_for(

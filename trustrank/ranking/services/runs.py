@@ -15,6 +15,7 @@ import orjson
 from django.db import transaction
 from django.utils import timezone
 
+from trustrank.findings.services.due_dates import finding_due_dates_apply
 from trustrank.ranking.inputs import Gathered, rank_settings, ranking_inputs_gather
 from trustrank.ranking.models import RankingRun, RunStatus
 from trustrank.ranking.services.store import _store, services_json
@@ -188,6 +189,8 @@ def _execute(run: RankingRun) -> None:
             },
             finished_at=timezone.now(),
         )
+        # Due dates follow the decisions just stored (one set-based UPDATE).
+        finding_due_dates_apply(team_id=run.team_id)
     _PREVIOUS[run.team_id] = _Cached(
         run_id=run.pk, gathered=gathered, result=result, rows=rows, gathered_at=gathered_at
     )

@@ -15,6 +15,7 @@ one started while the higher one was waiting and would have fitted at that momen
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -43,6 +44,13 @@ DIAGNOSIS_ADJUSTMENT = {
     "evictable_gpu_training": 1,
     # Item 11's other half: a Guaranteed pod that reserves far more GPU than it uses.
     "over_reserved_gpu": -1,
+    # The same, as the cluster issue's diagnoses name them (`risk.cluster`), for a team's
+    # own cluster: work that is starved or expensive to lose goes a level up, a workload
+    # that holds more than it uses a level down.
+    "gpu_training_evictable": 1,
+    "gpu_over_reserved": -1,
+    "inference_latency": 1,
+    "inference_queue_imbalance": 1,
 }
 AGING_S = 600  # semantic-aware is dynamic: a pod waiting this long gains one level
 
@@ -91,6 +99,8 @@ class TimelineResult:
     util_mean_pct: float
     util_fluctuation_pct: float
     allocation_rate: float
+    # Pod indices in the order they started (ties: the order the pass placed them).
+    start_order: tuple[int, ...] = ()
 
 
 class _Queue:
@@ -194,6 +204,7 @@ def replay_timeline(
     next_arrival = 0
     running: list[tuple[int, int, int, tuple[int, ...]]] = []  # (end, pod, node, gpus)
     start = np.full(len(workload), -1, dtype=np.int64)
+    placed_seq = np.zeros(len(workload), dtype=np.int64)
     # A waiting pod that failed to fit since the last release still cannot fit: nothing
     # has been freed since. This keeps passes short and the violation check honest.
     blocked = np.zeros(len(workload), dtype=bool)
@@ -203,6 +214,7 @@ def replay_timeline(
     pass_pairs: list[tuple[IntArray, IntArray]] = []
     samples: list[tuple[int, float]] = []
     seq = 0
+    placements = itertools.count()
 
     def place(pod: int, choice: Placement, now: int) -> None:
         waiting[pod] = False
@@ -229,6 +241,7 @@ def replay_timeline(
             gpus=choice.gpus,
         )
         start[pod] = now
+        placed_seq[pod] = next(placements)
         end = now + int(workload.duration[pod])
         heapq.heappush(running, (end, pod, choice.node, choice.gpus))
 
@@ -292,6 +305,8 @@ def replay_timeline(
             progress(next_arrival, len(arrivals))
 
     placed = start >= 0
+    started = np.flatnonzero(placed)
+    start_order = started[np.lexsort((placed_seq[started], start[started]))]
     delays = (start - workload.creation)[placed]
     # Utilisation over the arrival window only: after the last arrival the cluster drains
     # for as long as the longest pod runs, which says nothing about the policy.
@@ -313,6 +328,7 @@ def replay_timeline(
         util_mean_pct=100.0 * util_mean,
         util_fluctuation_pct=100.0 * util_std,
         allocation_rate=float(placed.mean()) if len(workload) else 0.0,
+        start_order=tuple(int(i) for i in start_order),
     )
 
 

@@ -1,0 +1,131 @@
+"""Due dates from the ranking decision, by the team's TriagePolicy.
+
+A finding's due date is the day it first got its current decision plus the policy's days for
+that decision (no days: no due date). A ranking run calls `finding_due_dates_apply` at its end;
+one set-based UPDATE records each ranked open finding's decision and the day it got it, and
+recomputes the due date of every finding whose date no person set by hand. A finding whose due
+date moves gets a new version, like any other change to its triage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date
+
+from django.db import connection
+from django.utils import timezone
+
+from trustrank.accounts.models import Scope
+from trustrank.accounts.principal import Principal
+from trustrank.findings.models import OPEN_STATES, TriagePolicy
+from trustrank.findings.services.triage import TriageForbidden
+
+DECISION_FIELDS = {
+    "immediate": "immediate_days",
+    "out-of-cycle": "out_of_cycle_days",
+    "scheduled": "scheduled_days",
+    "defer": "defer_days",
+}
+
+
+@dataclass(frozen=True)
+class PolicyDays:
+    immediate_days: int | None = 1
+    out_of_cycle_days: int | None = 7
+    scheduled_days: int | None = 30
+    defer_days: int | None = None
+
+    def days_for(self, decision: str) -> int | None:
+        name = DECISION_FIELDS.get(decision)
+        return None if name is None else getattr(self, name)
+
+
+def triage_policy_for(*, team_id: int) -> PolicyDays:
+    """The team's policy, or the defaults when it has no row."""
+    row = TriagePolicy.objects.filter(team_id=team_id).first()
+    if row is None:
+        return PolicyDays()
+    return PolicyDays(
+        immediate_days=row.immediate_days,
+        out_of_cycle_days=row.out_of_cycle_days,
+        scheduled_days=row.scheduled_days,
+        defer_days=row.defer_days,
+    )
+
+
+_APPLY_SQL = """
+WITH c AS (
+    SELECT r.finding_id, r.decision,
+           CASE WHEN f.due_decision = r.decision AND f.due_decision_since IS NOT NULL
+                THEN f.due_decision_since ELSE %(today)s::date END AS since,
+           CASE r.decision
+                WHEN 'immediate' THEN %(immediate)s::integer
+                WHEN 'out-of-cycle' THEN %(out_of_cycle)s::integer
+                WHEN 'scheduled' THEN %(scheduled)s::integer
+                WHEN 'defer' THEN %(defer)s::integer
+           END AS days
+    FROM ranking_rankedfinding r
+    JOIN findings_finding f ON f.id = r.finding_id
+    WHERE r.team_id = %(team)s AND f.team_id = %(team)s AND f.state = ANY(%(open)s)
+), d AS (
+    SELECT finding_id, decision, since, since + days AS due FROM c
+), todo AS (
+    -- Only the rows that change, locked in id order as bulk triage and reconciliation lock
+    -- theirs, so the three never deadlock.
+    SELECT f.id, d.decision, d.since, d.due
+    FROM findings_finding f JOIN d ON d.finding_id = f.id
+    WHERE f.due_decision IS DISTINCT FROM d.decision
+       OR f.due_decision_since IS DISTINCT FROM d.since
+       OR (NOT f.due_date_manual AND f.due_date IS DISTINCT FROM d.due)
+    ORDER BY f.id
+    FOR UPDATE OF f
+)
+UPDATE findings_finding f SET
+    due_decision = t.decision,
+    due_decision_since = t.since,
+    due_date = CASE WHEN f.due_date_manual THEN f.due_date ELSE t.due END,
+    version = f.version + CASE
+        WHEN NOT f.due_date_manual AND f.due_date IS DISTINCT FROM t.due THEN 1 ELSE 0 END,
+    updated_at = CASE
+        WHEN NOT f.due_date_manual AND f.due_date IS DISTINCT FROM t.due THEN %(now)s
+        ELSE f.updated_at END
+FROM todo t
+WHERE f.id = t.id
+"""
+
+
+def finding_due_dates_apply(*, team_id: int, today: date | None = None) -> int:
+    """Recompute the team's due dates from the latest ranking decisions; returns the number of
+    findings written. Idempotent: a second call with the same ranks writes nothing."""
+    policy = triage_policy_for(team_id=team_id)
+    with connection.cursor() as cur:
+        cur.execute(
+            _APPLY_SQL,
+            {
+                "team": team_id,
+                "today": today or timezone.localdate(),
+                "now": timezone.now(),
+                "open": list(OPEN_STATES),
+                "immediate": policy.immediate_days,
+                "out_of_cycle": policy.out_of_cycle_days,
+                "scheduled": policy.scheduled_days,
+                "defer": policy.defer_days,
+            },
+        )
+        return int(cur.rowcount)
+
+
+def triage_policy_set(
+    *, principal: Principal, team_id: int, values: dict[str, int | None]
+) -> TriagePolicy:
+    """Create or change the team's policy (the fields given), then recompute its due dates.
+    Team admins only."""
+    if not principal.can(Scope.ADMIN, team_id):
+        raise TriageForbidden("changing the triage policy needs the 'admin' scope in this team")
+    policy, _ = TriagePolicy.objects.get_or_create(team_id=team_id)
+    for name in DECISION_FIELDS.values():
+        if name in values:
+            setattr(policy, name, values[name])
+    policy.save()
+    finding_due_dates_apply(team_id=team_id)
+    return policy
