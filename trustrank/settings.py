@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "trustrank.findings",
     "trustrank.ranking",
     "trustrank.cluster",
+    "trustrank.exports",
     "ingest",
 ]
 
@@ -414,6 +415,14 @@ CELERY_BEAT_SCHEDULE["cluster-diagnose-all"] = {
         seconds=envint("TRUSTRANK_CLUSTER_DIAGNOSE_SECONDS", 600, minimum=10)
     ),
 }
+
+# --- Exports (issue: triage at team scale, and what auditors take away) ----------------------
+# Exports matching at most this many findings stream straight back; bigger ones run as a job
+# (exports_run) that writes the file here.
+TRUSTRANK_EXPORT_STREAM_MAX_ROWS = envint("TRUSTRANK_EXPORT_STREAM_MAX_ROWS", 20_000, minimum=0)
+TRUSTRANK_EXPORT_DIR = Path(envstr("TRUSTRANK_EXPORT_DIR", str(VAR_DIR / "media" / "exports")))
+# The printable report (HTML and PDF) lists at most this many findings; its counts cover all.
+TRUSTRANK_EXPORT_REPORT_MAX_ROWS = envint("TRUSTRANK_EXPORT_REPORT_MAX_ROWS", 2_000, minimum=1)
 
 # --- Findings list at scale (trustrank/findings/paging.py) ------------------------------------
 # A filter's total is kept under the team's findings generation; this bounds how long a total

@@ -11,6 +11,7 @@ urlpatterns = [
     path("", include("trustrank.runtime.urls")),
     path("", include("ingest.identity_urls")),
     path("", include("trustrank.cluster.urls")),
+    path("", include("trustrank.exports.urls")),
     # Receivers (REST under api/v1/, OTLP at v1/traces).
     path("", include("ingest.api_urls")),
     path("api/v1/", include("trustrank.inventory.api_urls")),
@@ -19,6 +20,7 @@ urlpatterns = [
     path("api/v1/", include("trustrank.identity.api_urls")),
     path("api/v1/", include("trustrank.ranking.api_urls")),
     path("api/v1/", include("trustrank.cluster.api_urls")),
+    path("api/v1/", include("trustrank.exports.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     path("admin/", admin.site.urls),

@@ -1,0 +1,98 @@
+"""One row per export of findings: what was asked (format, filters, as of when), how far it
+got, and what was handed out (rows, size, SHA-256). A streamed export has a row too, finished
+when its last byte is written; a big one is a job (exports_run) whose row the pages poll."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class ExportFormat(models.TextChoices):
+    CSV = "csv", "CSV"
+    JSON = "json", "JSON"
+    CYCLONEDX_VEX = "cyclonedx-vex", "CycloneDX 1.6 VEX"
+    CSAF_VEX = "csaf-vex", "CSAF 2.0 VEX"
+    PDF = "pdf", "PDF report"
+    HTML = "html", "HTML report"
+
+
+class ExportStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
+class Export(models.Model):
+    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="+")
+    format = models.CharField(max_length=16, choices=ExportFormat.choices)
+    # The findings filters as given (FindingFilterSet names, lists for repeated ones).
+    filter_params = models.JSONField(default=dict, blank=True)
+    as_of = models.DateTimeField(null=True, blank=True)
+    ranking_run = models.ForeignKey(
+        "ranking.RankingRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Streamed straight back to the caller (no file kept) or written by the exports_run job.
+    streamed = models.BooleanField(default=False)
+    status = models.CharField(
+        max_length=8, choices=ExportStatus.choices, default=ExportStatus.QUEUED
+    )
+    progress_done = models.BigIntegerField(default=0)
+    progress_total = models.BigIntegerField(null=True, blank=True)
+    rows = models.BigIntegerField(null=True, blank=True)
+    size_bytes = models.BigIntegerField(null=True, blank=True)
+    sha256 = models.CharField(max_length=64, blank=True)
+    # Relative to settings.TRUSTRANK_EXPORT_DIR.
+    file_path = models.CharField(max_length=255, blank=True)
+    # What the file says about itself: the audit chain's status, how ranks were obtained.
+    metadata = models.JSONField(default=dict, blank=True)
+    requested_by_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    requested_by_key = models.ForeignKey(
+        "accounts.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    requested_by_label = models.CharField(max_length=160, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["team", "-created_at"], name="export_team_created")]
+
+    def __str__(self) -> str:
+        return f"{self.format} export {self.pk} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (ExportStatus.DONE, ExportStatus.FAILED)
+
+    @property
+    def extension(self) -> str:
+        return {
+            ExportFormat.CSV: "csv",
+            ExportFormat.JSON: "json",
+            ExportFormat.CYCLONEDX_VEX: "cdx.json",
+            ExportFormat.CSAF_VEX: "csaf.json",
+            ExportFormat.PDF: "pdf",
+            ExportFormat.HTML: "html",
+        }[ExportFormat(self.format)]
+
+    @property
+    def filename(self) -> str:
+        return f"trustrank-findings-{self.pk}.{self.extension}"
+
+    @property
+    def content_type(self) -> str:
+        return {
+            ExportFormat.CSV: "text/csv; charset=utf-8",
+            ExportFormat.JSON: "application/json",
+            ExportFormat.CYCLONEDX_VEX: "application/vnd.cyclonedx+json",
+            ExportFormat.CSAF_VEX: "application/json",
+            ExportFormat.PDF: "application/pdf",
+            ExportFormat.HTML: "text/html; charset=utf-8",
+        }[ExportFormat(self.format)]

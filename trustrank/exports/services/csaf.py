@@ -1,0 +1,289 @@
+"""CSAF 2.0 VEX (document category `csaf_vex`), validated against the OASIS CSAF 2.0 JSON
+schema shipped in trustrank/exports/schemas/ (its CVSS `$ref`s resolved locally).
+
+Mapping from the CycloneDX VEX states TrustRank keeps (as CISA's VEX status mapping does):
+in_triage → under_investigation; exploitable → known_affected (with a remediation: the
+profile requires an action statement); resolved, resolved_with_pedigree → fixed;
+not_affected, false_positive → known_not_affected (with a flag from the justification, and
+a threat of category `impact` carrying the detail: the profile requires an impact
+statement).
+
+Products: one per (project version, component), a `full_product_name` whose
+product_identification_helper carries the purl. Vulnerabilities: one per advisory id; the
+rows are read ordered by it, so a vulnerability is complete when the id changes. Products
+wait in a spooled temporary file; each vulnerability group is validated with the products
+it names before it is written, so nothing invalid is written and memory holds one group.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from functools import cache
+from itertools import groupby
+from pathlib import Path
+from typing import Any
+
+import orjson
+from django.utils import timezone
+from jsonschema import Draft202012Validator
+from referencing import Registry
+from referencing.jsonschema import DRAFT4, DRAFT7, DRAFT202012
+
+from trustrank.exports.services.formats import Progress, explanation_text
+from trustrank.exports.services.vex_cyclonedx import InvalidDocument
+from trustrank.findings.models import FindingKind
+
+SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
+CSAF_SCHEMA_ID = "https://docs.oasis-open.org/csaf/csaf/v2.0/csaf_json_schema.json"
+
+FLAG_OF_JUSTIFICATION = {
+    "code_not_present": "vulnerable_code_not_present",
+    "code_not_reachable": "vulnerable_code_not_in_execute_path",
+    "requires_configuration": "vulnerable_code_cannot_be_controlled_by_adversary",
+    "requires_dependency": "vulnerable_code_cannot_be_controlled_by_adversary",
+    "requires_environment": "vulnerable_code_cannot_be_controlled_by_adversary",
+    "protected_by_compiler": "inline_mitigations_already_exist",
+    "protected_at_runtime": "inline_mitigations_already_exist",
+    "protected_at_perimeter": "inline_mitigations_already_exist",
+    "protected_by_mitigating_control": "inline_mitigations_already_exist",
+}
+STATUS_OF_STATE = {
+    "in_triage": "under_investigation",
+    "exploitable": "known_affected",
+    "resolved": "fixed",
+    "resolved_with_pedigree": "fixed",
+    "not_affected": "known_not_affected",
+    "false_positive": "known_not_affected",
+}
+REMEDIATION_OF_RESPONSE = {
+    "update": "vendor_fix",
+    "rollback": "vendor_fix",
+    "workaround_available": "workaround",
+    "will_not_fix": "no_fix_planned",
+    "can_not_fix": "no_fix_planned",
+}
+
+
+@cache
+def csaf_validator() -> Draft202012Validator:
+    def load(name: str) -> Any:
+        return json.loads((SCHEMAS / name).read_text())
+
+    first = "https://www.first.org/cvss/"
+    registry: Registry = Registry().with_resources(
+        [
+            (first + "cvss-v2.0.json", DRAFT4.create_resource(load("cvss-v2.0.json"))),
+            (first + "cvss-v3.0.json", DRAFT7.create_resource(load("cvss-v3.0.json"))),
+            (first + "cvss-v3.1.json", DRAFT7.create_resource(load("cvss-v3.1.json"))),
+        ]
+    )
+    schema = load("csaf_json_schema.json")
+    registry = registry.with_resource(CSAF_SCHEMA_ID, DRAFT202012.create_resource(schema))
+    return Draft202012Validator(
+        schema, registry=registry, format_checker=Draft202012Validator.FORMAT_CHECKER
+    )
+
+
+def validate_csaf(doc: dict[str, Any]) -> None:
+    errors = sorted(csaf_validator().iter_errors(doc), key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        where = "/".join(str(p) for p in e.absolute_path)
+        raise InvalidDocument(f"CSAF 2.0 schema at /{where}: {e.message}")
+
+
+def product_id(row: dict[str, Any]) -> str:
+    key = f"{row['_project_version_id']}|{row['component_purl'] or row['_component_name']}"
+    return "TRP-" + hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def _product(row: dict[str, Any]) -> dict[str, Any]:
+    component = row["component_purl"] or (
+        f"{row['_component_name']}@{row['_component_version']}".strip("@") or "component"
+    )
+    owner = f"{row['project']} {row['version']}".strip()
+    out: dict[str, Any] = {
+        "name": f"{component} in {owner}" if owner else component,
+        "product_id": product_id(row),
+    }
+    if row["component_purl"]:
+        out["product_identification_helper"] = {"purl": row["component_purl"]}
+    return out
+
+
+def _document(meta: dict[str, Any], *, now: datetime) -> dict[str, Any]:
+    stamp = now.isoformat()
+    export_id = meta.get("export_id") or "preview"
+    notes = [
+        {
+            "category": "summary",
+            "title": "What this document is",
+            "text": "TrustRank findings with their triage state as a CSAF VEX document; "
+            f"team {meta.get('team', {}).get('name', '')}, filter "
+            f"{orjson.dumps(meta.get('filter') or {}).decode()}"
+            + (f", as of {meta['as_of']}" if meta.get("as_of") else "")
+            + ".",
+        },
+        {
+            "category": "details",
+            "title": "Audit chain",
+            "text": orjson.dumps(meta.get("audit_chain") or {}).decode(),
+        },
+    ]
+    if meta.get("notes"):
+        notes.append(
+            {"category": "general", "title": "Notes", "text": " ".join(meta["notes"])}
+        )
+    return {
+        "category": "csaf_vex",
+        "csaf_version": "2.0",
+        "lang": "en",
+        "title": f"TrustRank VEX export {export_id}",
+        "notes": notes,
+        "publisher": {
+            "category": "user",
+            "name": f"TrustRank team {meta.get('team', {}).get('name', '')}".strip(),
+            "namespace": "https://trustrank.invalid",
+        },
+        "tracking": {
+            "id": f"trustrank-export-{export_id}",
+            "status": "final",
+            "version": "1",
+            "initial_release_date": stamp,
+            "current_release_date": stamp,
+            "revision_history": [{"date": stamp, "number": "1", "summary": "Exported."}],
+            "generator": {"date": stamp, "engine": {"name": "TrustRank"}},
+        },
+    }
+
+
+def _vulnerability(vuln_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    status: dict[str, list[str]] = {}
+    flags: dict[str, list[str]] = {}
+    threats: list[dict[str, Any]] = []
+    remediations: list[dict[str, Any]] = []
+    notes: list[dict[str, Any]] = []
+    for row in rows:
+        pid = product_id(row)
+        kind = STATUS_OF_STATE[row["state"]]
+        if pid in status.get(kind, []):
+            continue
+        status.setdefault(kind, []).append(pid)
+        if kind == "known_not_affected":
+            label = FLAG_OF_JUSTIFICATION.get(row["justification"])
+            if label:
+                flags.setdefault(label, []).append(pid)
+            threats.append(
+                {
+                    "category": "impact",
+                    "details": row["detail"]
+                    or ("False positive." if row["state"] == "false_positive" else "Not affected.")
+                    + (f" Justification: {row['justification']}." if row["justification"] else ""),
+                    "product_ids": [pid],
+                }
+            )
+        if kind == "known_affected":
+            categories = {REMEDIATION_OF_RESPONSE[r] for r in row["response"] if r in
+                          REMEDIATION_OF_RESPONSE}
+            if not categories:
+                categories = {"vendor_fix" if row["_fixed_versions"] else "none_available"}
+            for category in sorted(categories):
+                fixed = ", ".join(str(v) for v in row["_fixed_versions"])
+                details = row["detail"] or (
+                    f"Fixed in {fixed}." if fixed and category == "vendor_fix"
+                    else "No remediation recorded yet."
+                )
+                remediations.append(
+                    {"category": category, "details": details, "product_ids": [pid]}
+                )
+        if row["rank"] is not None or row["decision"]:
+            notes.append(
+                {
+                    "category": "other",
+                    "title": f"TrustRank finding {row['finding_id']} ({pid})",
+                    "text": f"rank {row['rank']}, env_rank {row['env_rank']}, score "
+                    f"{row['score']}, decision {row['decision'] or '-'}; "
+                    f"{explanation_text(row['explanation']) or 'no explanation'}",
+                }
+            )
+    first = rows[0]
+    out: dict[str, Any] = {}
+    cve = first["cve"] or (vuln_id if vuln_id.upper().startswith("CVE-") else "")
+    if cve:
+        out["cve"] = cve.upper()
+    ids = [
+        {"system_name": a.split("-", 1)[0].upper(), "text": a}
+        for a in dict.fromkeys([vuln_id, *first["aliases"]])
+        if a and a.upper() != cve.upper() and "-" in a
+    ]
+    if ids:
+        out["ids"] = ids
+    if "cve" not in out and "ids" not in out:
+        out["ids"] = [{"system_name": "TrustRank", "text": vuln_id}]
+    out["notes"] = [
+        {"category": "description", "title": "Title", "text": first["title"] or vuln_id},
+        *notes,
+    ]
+    out["product_status"] = status
+    if flags:
+        out["flags"] = [{"label": k, "product_ids": v} for k, v in flags.items()]
+    if threats:
+        out["threats"] = threats
+    if remediations:
+        out["remediations"] = remediations
+    return out
+
+
+def csaf_vex_chunks(
+    rows: Iterable[dict[str, Any]], meta: dict[str, Any], progress: Progress | None = None
+) -> Iterator[bytes]:
+    """Rows must come ordered by vuln_id (export_selection does so for this format)."""
+    now = timezone.now().replace(microsecond=0)
+    document = _document(meta, now=now)
+    seen: set[str] = set()
+    done = 0
+    first_vuln = True
+    head = orjson.dumps({"document": document})[:-1]
+    vulns_only = (r for r in rows if r["kind"] == FindingKind.VULNERABILITY)
+    with tempfile.SpooledTemporaryFile(max_size=4 * 1024 * 1024) as products:
+        first_product = True
+        for vuln_id, group in groupby(vulns_only, key=lambda r: r["vuln_id"] or r["cve"]):
+            rows_ = list(group)
+            vulnerability = _vulnerability(vuln_id or f"finding-{rows_[0]['finding_id']}", rows_)
+            named: dict[str, dict[str, Any]] = {}
+            for row in rows_:
+                named.setdefault(product_id(row), _product(row))
+            validate_csaf(
+                {
+                    "document": document,
+                    "product_tree": {"full_product_names": list(named.values())},
+                    "vulnerabilities": [vulnerability],
+                }
+            )
+            body = orjson.dumps(vulnerability)
+            # The schema wants at least one vulnerability when the key is there: the key is
+            # written with the first one.
+            yield head + b',"vulnerabilities":[' + body if first_vuln else b"," + body
+            first_vuln = False
+            for pid, product in named.items():
+                if pid in seen:
+                    continue
+                seen.add(pid)
+                data = orjson.dumps(product)
+                products.write(data if first_product else b"," + data)
+                first_product = False
+            done += len(rows_)
+            if progress is not None:
+                progress(done)
+        if first_product:
+            # The schema wants at least one product; an empty export names none, so say so.
+            products.write(orjson.dumps({"name": "no products", "product_id": "TRP-none"}))
+        yield (head if first_vuln else b"]") + b',"product_tree":{"full_product_names":['
+        products.seek(0)
+        while block := products.read(64 * 1024):
+            yield block
+        yield b"]}}\n"

@@ -1,0 +1,312 @@
+"""The rows of an export: the filtered findings of one team with their triage (now, or as the
+audit trail says it was at `as_of`), their rank, decision and explanation (from the latest
+ranking run, or the one a past time or `ranking_run` names), read through a server-side
+cursor so memory stays bounded however many findings match.
+
+What a past ranking run can give back: RankedFinding holds only the latest ranks; each run
+stores a RankChange row for every finding whose rank, score or decision it changed (the
+team's first run stores none). So a past run's rank, score and decision are rebuilt exactly:
+the latest change at or before that run, else the `previous_*` of the first change after it,
+else the current value (nothing changed since). The env_rank and the explanation (the
+factors) are kept for the latest ranking only; for a past run they are left blank, and the
+export's metadata says so.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db.models import (
+    Case,
+    CharField,
+    Exists,
+    F,
+    FloatField,
+    IntegerField,
+    OuterRef,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
+from django.db.models.fields.json import KT
+from django.http import QueryDict
+
+from trustrank.exports.services.params import ExportRequest
+from trustrank.findings.filters import FindingFilterSet
+from trustrank.findings.models import OPEN_STATES, AuditEvent, Finding
+from trustrank.ranking.models import RankChange, RankContext, RankingRun, RunStatus
+
+# Rows fetched per round trip of the server-side cursor.
+CHUNK_ROWS = 2000
+
+# The columns of every export, in order (CSV header, JSON keys).
+COLUMNS = (
+    "finding_id", "kind", "category", "title", "state", "justification", "response", "detail",
+    "assignee", "due_date", "severity", "cvss", "epss", "kev", "vuln_id", "aliases", "cve",
+    "project", "version", "component_purl", "environment", "service", "rank", "env_rank",
+    "score", "decision", "explanation", "first_seen", "last_seen", "resolved_at",
+)
+
+# Filters that, with as_of, apply to the triage state of that time rather than today's.
+_STATE_FILTERS = ("state", "open")
+
+_FIELDS = (
+    "id", "kind", "category", "title", "state", "justification", "response", "detail",
+    "assignee__username", "due_date", "severity", "cvss_score", "epss", "in_kev", "vuln_id",
+    "aliases", "cve_id", "project__name", "project_version__version", "project_version_id",
+    "component_purl", "component_name", "component_version", "environment", "service__name",
+    "rank_", "env_rank_", "score_", "decision_", "context_", "first_seen", "last_seen",
+    "resolved_at", "fixed_versions",
+)
+
+
+@dataclass
+class RankSource:
+    """Where the ranks come from, as the export's metadata tells it."""
+
+    run_id: int | None
+    kind: str  # "latest", "past_run" or "none"
+    note: str = ""
+
+
+@dataclass
+class ExportSelection:
+    queryset: QuerySet[Finding]
+    ranks: RankSource
+    notes: list[str] = field(default_factory=list)
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "ranking_run": self.ranks.run_id,
+            "ranks": self.ranks.kind,
+            "notes": [*self.notes, *([self.ranks.note] if self.ranks.note else [])],
+        }
+
+
+def _filter_data(filters: dict[str, list[str]], *, skip: tuple[str, ...] = ()) -> QueryDict:
+    data = QueryDict(mutable=True)
+    for name, values in filters.items():
+        if name not in skip:
+            data.setlist(name, values)
+    return data
+
+
+def _latest_done_run(team_id: int, *, before: datetime | None = None) -> RankingRun | None:
+    runs = RankingRun.objects.filter(team_id=team_id, status=RunStatus.DONE)
+    if before is not None:
+        runs = runs.filter(finished_at__lte=before)
+    return runs.order_by("-finished_at", "-id").first()
+
+
+def _rank_source(req: ExportRequest) -> tuple[RankSource, RankingRun | None]:
+    latest = _latest_done_run(req.team_id)
+    run: RankingRun | None
+    if req.ranking_run_id is not None:
+        run = RankingRun.objects.get(pk=req.ranking_run_id)
+    elif req.as_of is not None:
+        run = _latest_done_run(req.team_id, before=req.as_of)
+        if run is None:
+            return RankSource(None, "none", "no ranking run had finished at as_of"), None
+    else:
+        if latest is None:
+            return RankSource(None, "none", "the team has no finished ranking run"), None
+        return RankSource(latest.pk, "latest"), latest
+    if latest is not None and run.pk == latest.pk:
+        return RankSource(run.pk, "latest"), run
+    return (
+        RankSource(
+            run.pk,
+            "past_run",
+            f"ranks, scores and decisions of ranking run {run.pk} are rebuilt from its "
+            "RankChange history; env_rank and explanation are stored for the latest run only "
+            "and are left blank",
+        ),
+        run,
+    )
+
+
+def _past_rank(column: str, run_id: int) -> Any:
+    """The value of a RankChange column (rank, score, decision) as ranking run `run_id` left
+    it for the outer finding."""
+    upto = RankChange.objects.filter(finding=OuterRef("pk"), run_id__lte=run_id)
+    after = RankChange.objects.filter(finding=OuterRef("pk"), run_id__gt=run_id)
+    current = {"rank": "ranked__rank", "score": "ranked__score", "decision": "ranked__decision"}
+    return Case(
+        When(Exists(upto), then=Subquery(upto.order_by("-run_id", "-id").values(column)[:1])),
+        When(
+            Exists(after),
+            then=Subquery(after.order_by("run_id", "id").values(f"previous_{column}")[:1]),
+        ),
+        default=F(current[column]),
+    )
+
+
+def export_selection(req: ExportRequest) -> ExportSelection:
+    """The queryset an export reads (values rows named as in _FIELDS) and what its metadata
+    must say about where states and ranks come from."""
+    base = Finding.objects.filter(team_id=req.team_id).order_by("-baseline_priority", "-id")
+    notes: list[str] = []
+    data = _filter_data(req.filters, skip=_STATE_FILTERS if req.as_of is not None else ())
+    if req.as_of is not None or not ({"state", "open"} & req.filters.keys()):
+        # An export has every state unless the caller chose (a VEX document without its
+        # not_affected statements would say little), and with as_of the states of that
+        # time are filtered below, not today's. `open=all` keeps a FilterSet that shows
+        # open findings by default from narrowing.
+        data["open"] = "all"
+    qs = FindingFilterSet(data, queryset=base).qs
+    if req.as_of is not None:
+        # The triage state of that time: the last audit event that set a state, at or before
+        # it; findings TrustRank had not yet seen are left out.
+        last = (
+            AuditEvent.objects.filter(
+                finding=OuterRef("pk"), created_at__lte=req.as_of, after__has_key="state"
+            )
+            .order_by("-created_at", "-id")
+        )
+        qs = qs.filter(created_at__lte=req.as_of).annotate(
+            as_of_after=Subquery(last.values("after")[:1]),
+            as_of_at=Subquery(last.values("created_at")[:1]),
+        )
+        qs = qs.annotate(as_of_state=KT("as_of_after__state"))
+        states = req.filters.get("state")
+        if states:
+            qs = qs.filter(as_of_state__in=states)
+        open_ = (req.filters.get("open") or [""])[0].lower()
+        if open_ in ("true", "1", "yes"):
+            qs = qs.filter(as_of_state__in=OPEN_STATES)
+        elif open_ in ("false", "0", "no"):
+            qs = qs.exclude(as_of_state__in=OPEN_STATES)
+        notes.append(
+            "state, justification, response, detail and resolved_at are as the audit trail "
+            "says they were at as_of; other columns (assignee, due_date, scores, last_seen) "
+            "are current"
+        )
+    ranks, run = _rank_source(req)
+    if ranks.kind == "past_run" and run is not None:
+        qs = qs.annotate(
+            rank_=_past_rank("rank", run.pk),
+            score_=_past_rank("score", run.pk),
+            decision_=_past_rank("decision", run.pk),
+            env_rank_=Value(None, output_field=IntegerField()),
+            context_=Value(None, output_field=CharField()),
+        )
+    elif ranks.kind == "none":
+        qs = qs.annotate(
+            rank_=Value(None, output_field=IntegerField()),
+            score_=Value(None, output_field=FloatField()),
+            decision_=Value("", output_field=CharField()),
+            env_rank_=Value(None, output_field=IntegerField()),
+            context_=Value(None, output_field=CharField()),
+        )
+    else:
+        qs = qs.annotate(
+            rank_=F("ranked__rank"),
+            score_=F("ranked__score"),
+            decision_=F("ranked__decision"),
+            env_rank_=F("ranked__env_rank"),
+            context_=F("ranked__context_id"),
+        )
+    fields = list(_FIELDS)
+    if req.as_of is not None:
+        fields += ["as_of_after", "as_of_at"]
+    return ExportSelection(queryset=qs.values(*fields), ranks=ranks, notes=notes)
+
+
+class _Explanations:
+    """The factors of each rank context, read once per context: a million findings share a
+    few thousand contexts. A bounded LRU, so an export of many contexts stays small too."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self.cache: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
+
+    def get(self, digest: str | None) -> list[dict[str, Any]] | None:
+        if not digest:
+            return None
+        hit = self.cache.get(digest)
+        if hit is not None:
+            self.cache.move_to_end(digest)
+            return hit
+        data = RankContext.objects.filter(digest=digest).values_list("data", flat=True).first()
+        factors = list((data or {}).get("explanation") or [])
+        self.cache[digest] = factors
+        if len(self.cache) > self.size:
+            self.cache.popitem(last=False)
+        return factors
+
+
+def _row(v: dict[str, Any], explanations: _Explanations) -> dict[str, Any]:
+    state, justification, response, detail = (
+        v["state"], v["justification"], v["response"], v["detail"]
+    )
+    resolved_at = v["resolved_at"]
+    if "as_of_after" in v:
+        after = v["as_of_after"] or {}
+        state = after.get("state", state)
+        justification = after.get("justification", "")
+        response = after.get("response", [])
+        detail = after.get("detail", "")
+        resolved_at = None if state in OPEN_STATES else v["as_of_at"]
+    return {
+        "finding_id": v["id"],
+        "kind": v["kind"],
+        "category": v["category"],
+        "title": v["title"],
+        "state": state,
+        "justification": justification,
+        "response": list(response or []),
+        "detail": detail,
+        "assignee": v["assignee__username"] or "",
+        "due_date": v["due_date"],
+        "severity": v["severity"],
+        "cvss": v["cvss_score"],
+        "epss": v["epss"],
+        "kev": v["in_kev"],
+        "vuln_id": v["vuln_id"],
+        "aliases": list(v["aliases"] or []),
+        "cve": v["cve_id"],
+        "project": v["project__name"] or "",
+        "version": v["project_version__version"] or "",
+        "component_purl": v["component_purl"],
+        "environment": v["environment"],
+        "service": v["service__name"] or "",
+        "rank": v["rank_"],
+        "env_rank": v["env_rank_"],
+        "score": v["score_"],
+        "decision": v["decision_"] or "",
+        "explanation": explanations.get(v["context_"]),
+        "first_seen": v["first_seen"],
+        "last_seen": v["last_seen"],
+        "resolved_at": resolved_at,
+        # Not columns: what the VEX formats need besides.
+        "_project_version_id": v["project_version_id"],
+        "_component_name": v["component_name"],
+        "_component_version": v["component_version"],
+        "_fixed_versions": v["fixed_versions"] or [],
+    }
+
+
+def export_rows(
+    selection: ExportSelection, *, limit: int | None = None
+) -> Iterator[dict[str, Any]]:
+    """The rows, one dict each (COLUMNS, plus `_`-prefixed extras), read in chunks through a
+    server-side cursor: nothing holds more than a chunk of findings at a time."""
+    qs = selection.queryset
+    if limit is not None:
+        qs = qs[:limit]
+    explanations = _Explanations()
+    values: Iterator[dict[str, Any]] = qs.iterator(chunk_size=CHUNK_ROWS)  # type: ignore[assignment]
+    for v in values:
+        yield _row(v, explanations)
+
+
+def export_count(selection: ExportSelection, *, cap: int | None = None) -> int:
+    qs = selection.queryset.order_by()
+    if cap is not None:
+        return int(qs[: cap + 1].count())
+    return int(qs.count())

@@ -1,0 +1,23 @@
+"""Thin Celery task for exports too big to stream: an id in, the service does the work."""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.db import OperationalError
+
+from trustrank.lib.tasks import IngestQueueTask
+
+
+@shared_task(
+    base=IngestQueueTask,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=(OperationalError,),
+    retry_backoff=True,
+    max_retries=5,
+)
+def exports_run(export_id: int) -> str:
+    """Write one queued Export's file (a second delivery finds it claimed and does nothing)."""
+    from trustrank.exports.services.run import export_run_execute
+
+    return export_run_execute(export_id=int(export_id))
