@@ -34,6 +34,23 @@ def _copy(cur, table: str, columns: list[str], rows) -> None:
             copy.write_row(row)
 
 
+def _backend_cpu() -> float:
+    """CPU seconds (user + system) of this connection's PostgreSQL backend so far, read
+    from /proc when the server runs on this machine; 0 when it cannot be read. On a shared
+    machine CPU time is the fairer figure: wall time mostly measures the neighbours."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        pid = cur.fetchone()[0]
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def build(*, findings: int, services: int, edges: int, versions: int, seed: int) -> int:
     from django.db import connection, transaction
 
@@ -152,14 +169,21 @@ def main() -> None:
                     versions=args.versions, seed=7)
     print(f"built {args.findings} findings in {time.perf_counter() - t:.1f} s")
 
+    cpu: dict[str, float] = {}
+
     def run(label: str) -> float:
         r = ranking_run_request(team_id=team_id, trigger="bench", delay_seconds=0)
-        start = time.perf_counter()
+        pg = _backend_cpu()
+        start, c = time.perf_counter(), time.process_time()
         status = ranking_run_execute(run_id=r.pk)
-        took = time.perf_counter() - start
+        took, took_cpu = time.perf_counter() - start, time.process_time() - c
+        pg = _backend_cpu() - pg
         r = RankingRun.objects.get(pk=r.pk)
         assert status == "done", r.error
-        print(f"{label}: {took:.2f} s ({'incremental' if r.incremental else 'full'}) "
+        cpu[label] = round(took_cpu, 2)
+        cpu[f"{label} postgres"] = round(pg, 2)
+        print(f"{label}: {took:.2f} s ({'incremental' if r.incremental else 'full'}), "
+              f"cpu {took_cpu:.2f} s, postgres backend cpu {pg:.2f} s; "
               f"timings {r.timings} counts { {k: v for k, v in r.counts.items() if k != 'by_environment'} }")
         return took
 
@@ -186,6 +210,7 @@ def main() -> None:
     body = response.json()
     print(f"priorities first page: count {body['count']}, median {sorted(times)[5]:.1f} ms")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"cpu seconds: {json.dumps(cpu)}")
     print(json.dumps({
         "full_seconds": round(full, 2),
         "incremental_seconds": round(incremental, 2),

@@ -8,6 +8,7 @@ library use) is aggregated over the ranking window in SQL.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -122,6 +123,17 @@ def _identities(team_id: int) -> dict[tuple[str, str], tuple[float, str]]:
     return out
 
 
+_SERVICES_SQL = """
+SELECT s.id, e.name, s.kind, s.namespace, s.name, s.ingress_override,
+       (CASE WHEN jsonb_typeof(s.attributes) = 'object'
+             THEN s.attributes -> 'trustrank.ingress' END)::text
+  FROM runtime_service s
+  JOIN runtime_environment e ON e.id = s.environment_id
+ WHERE e.team_id = %s
+ ORDER BY s.kind, s.namespace, s.name
+"""
+
+
 def _graph(team_id: int, since: datetime, minutes: float, rates: _Rates) -> tuple[
     list[ri.Service], list[ri.CallEdge], list[ri.ExternalPeer], list[ri.RootSpanOrigin],
     dict[int, tuple[str, str]],
@@ -131,11 +143,12 @@ def _graph(team_id: int, since: datetime, minutes: float, rates: _Rates) -> tupl
     peers: list[ri.ExternalPeer] = []
     names: dict[int, tuple[str, str]] = {}
     kinds: dict[int, str] = {}
-    rows = Service.objects.filter(environment__team_id=team_id).values_list(
-        "pk", "environment__name", "kind", "namespace", "name", "ingress_override",
-        "attributes",
-    )
-    for pk, env, kind, namespace, name, override, attributes in rows:
+    # Raw SQL: only one attribute is read, so the rest of each service's attributes is
+    # neither sent nor decoded (the ORM parsed ten thousand JSON documents per run).
+    with connection.cursor() as cur:
+        cur.execute(_SERVICES_SQL, [team_id])
+        rows = cur.fetchall()
+    for pk, env, kind, namespace, name, override, ingress in rows:
         names[pk] = (env, name)
         kinds[pk] = kind
         if kind == NodeKind.SERVICE:
@@ -146,7 +159,7 @@ def _graph(team_id: int, since: datetime, minutes: float, rates: _Rates) -> tupl
                     name=name,
                     namespace=namespace,
                     # A Kubernetes Service of type LoadBalancer or an Ingress backend.
-                    ingress_candidate=bool((attributes or {}).get("trustrank.ingress")),
+                    ingress_candidate=bool(ingress is not None and json.loads(ingress)),
                     ingress_override=override,
                     identity_strength=strength,
                     identity=spiffe,
