@@ -368,11 +368,19 @@ def _vectors(advisory_ids: set[str]) -> dict[str, str]:
 
 
 _FINDINGS_SQL = """
-SELECT f.id, f.kind, f.category, f.vuln_id, f.severity, f.cvss_score, f.in_kev,
-       f.kev_date_added, f.epss, f.epss_percentile, f.cve_id, f.advisory_id,
-       f.project_version_id, f.component_purl, f.component_key, f.component_name,
-       f.environment, COALESCE(s.name, NULLIF(i.service_name, '')), f.baseline_priority,
-       f.fingerprint, f.state
+SELECT f.id, f.kind, f.vuln_id, f.severity, f.cvss_score, f.in_kev, f.kev_date_added, f.epss,
+       f.epss_percentile, f.cve_id, f.advisory_id, f.project_version_id, f.component_purl,
+       -- Columns only some rows read are sent only for those rows: a million findings
+       -- fetched at once hold every value in memory.
+       CASE WHEN COALESCE(f.component_purl, '') = '' THEN f.component_key END,
+       CASE WHEN COALESCE(f.component_purl, '') = '' THEN f.component_name END,
+       CASE WHEN f.kind <> 'vulnerability' THEN f.category END,
+       CASE WHEN f.kind <> 'vulnerability' THEN f.environment END,
+       CASE WHEN f.kind <> 'vulnerability' THEN COALESCE(s.name, NULLIF(i.service_name, ''))
+       END,
+       f.baseline_priority,
+       CASE WHEN f.kind <> 'vulnerability' THEN left(f.fingerprint, 16) END,
+       f.state IN ('in_triage', 'exploitable')
   FROM findings_finding f
   LEFT JOIN runtime_service s ON s.id = f.service_id
   -- An identity finding is about the service its SPIFFE ID is mapped to.
@@ -398,10 +406,11 @@ def _findings(
         else:
             cur.execute(_FINDINGS_SQL.format(where="f.updated_at >= %s"), [team_id, changed_since])
         raw = cur.fetchall()
-    closed = {str(r[0]) for r in raw if r[20] not in OPEN_STATES}
-    raw = [r for r in raw if r[20] in OPEN_STATES]
-    vectors = _vectors({r[11] for r in raw if r[11]})
-    cves = sorted({r[10] for r in raw if r[10]})
+    closed = {str(r[0]) for r in raw if not r[20]}
+    if closed:
+        raw = [r for r in raw if r[20]]
+    vectors = _vectors({r[10] for r in raw if r[10]})
+    cves = sorted({r[9] for r in raw if r[9]})
     epss_dates: dict[str, Any] = {}
     for i in range(0, len(cves), 5000):
         epss_dates.update(
@@ -409,12 +418,20 @@ def _findings(
                 "cve_id", "score_date"
             )
         )
-    findings: list[ri.Finding] = []
     ids: dict[str, int] = {}
     keys: dict[str, str] = {}
+    # One object per distinct value for the strings findings repeat (the driver makes a
+    # new one per row): the inputs stay in memory for the run and the next.
+    shared: dict[Any, Any] = {}
+    share = shared.setdefault
+    versions: dict[Any, str] = {}
     vuln = ri.Finding
-    for (pk, kind, category, vuln_id, severity, cvss, in_kev, kev_date, epss, pct, cve,
-         advisory_id, pv_id, purl, ckey, cname, env, service, baseline, fp, _state) in raw:
+    # Converted back to front and popped, so each raw row is freed once converted.
+    findings_rev: list[ri.Finding] = []
+    append = findings_rev.append
+    while raw:
+        (pk, kind, vuln_id, severity, cvss, in_kev, kev_date, epss, pct, cve, advisory_id,
+         pv_id, purl, ckey, cname, category, env, service, baseline, subject, _open) = raw.pop()
         fid = str(pk)
         ids[fid] = pk
         if kind == "vulnerability":
@@ -423,25 +440,28 @@ def _findings(
                 key = component_key_from_purl(purl) if purl else (cname or ckey)
                 if purl:
                     keys[purl] = key
+            pv = versions.get(pv_id)
+            if pv is None:
+                pv = versions[pv_id] = str(pv_id or "")
             # Positional, in the field order of trustrank.risk.inputs.Finding: a million
             # keyword calls cost a second.
-            findings.append(
+            append(
                 vuln(
-                    fid, "vulnerability", "", vuln_id, severity, cvss,
-                    vectors.get(advisory_id or "", ""), in_kev, kev_date, epss, pct,
-                    epss_dates.get(cve), str(pv_id or ""), key, "", "",
-                    float(baseline or 0.0), "",
+                    fid, "vulnerability", "", share(vuln_id, vuln_id), share(severity, severity),
+                    cvss, vectors.get(advisory_id or "", ""), in_kev, share(kev_date, kev_date),
+                    epss, pct, epss_dates.get(cve), pv, key, "", "", float(baseline or 0.0), "",
                 )
             )
         else:
-            findings.append(
+            append(
                 ri.Finding(
                     id=fid, kind=cast(ri.FindingKind, kind), sub_kind=category,
                     severity=severity, environment=env, service=service or "",
-                    baseline=float(baseline or 0.0), subject=fp[:16],
+                    baseline=float(baseline or 0.0), subject=subject,
                 )
             )
-    return findings, ids, closed
+    findings_rev.reverse()
+    return findings_rev, ids, closed
 
 
 def ranking_inputs_gather(

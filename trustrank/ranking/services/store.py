@@ -61,11 +61,14 @@ def _store(
     result: RankResult,
     gathered: Gathered,
     before: dict[int, tuple[int, int, str, float, str, str]] | None = None,
+    previous: RankResult | None = None,
 ) -> tuple[dict[str, Any], dict[int, tuple[int, int, str, float, str, str]]]:
     """Write the run's ranks; `before` is the stored queue when the caller knows it (an
-    incremental run), else it is read. Returns the counts and the rows now stored."""
+    incremental run), else it is read; `previous` is the result `before` was made from, if
+    the caller kept it. Returns the counts and the rows now stored."""
     with _collector_paused():
-        return _store_rows(run=run, result=result, gathered=gathered, before=before)
+        return _store_rows(run=run, result=result, gathered=gathered, before=before,
+                           previous=previous)
 
 
 def _store_rows(
@@ -74,6 +77,7 @@ def _store_rows(
     result: RankResult,
     gathered: Gathered,
     before: dict[int, tuple[int, int, str, float, str, str]] | None,
+    previous: RankResult | None,
 ) -> tuple[dict[str, Any], dict[int, tuple[int, int, str, float, str, str]]]:
     # The context of a ranked finding, keyed cheaply: the engine shares one factor tuple
     # per advisory facts and one per deployment context, so their identities (alive as
@@ -85,15 +89,28 @@ def _store_rows(
     rows: dict[int, tuple[int, int, str, float, str, str]] = {}
     env_counter: dict[str, int] = {}
     finding_ids = gathered.finding_ids
-    for r in result.findings:
+    # An incremental run reuses most ranked findings of the previous result as they were
+    # (the same objects, at the same place): their stored row stands unless their place in
+    # their environment's queue moved.
+    prev = previous.findings if previous is not None and before is not None else ()
+    n_prev = len(prev)
+    reused = 0
+    for i, r in enumerate(result.findings):
+        env = r[11] if r[10] else ""
+        n = env_counter[env] = env_counter.get(env, 0) + 1
+        fid = finding_ids[r[0]]
+        if i < n_prev and r is prev[i] and before is not None:
+            old = before.get(fid)
+            if old is not None and old[1] == n:
+                rows[fid] = old
+                reused += 1
+                continue
         key = (id(r[9]), id(r[19]), r[7:9], r[10:19])
         ctx = contexts.get(key)
         if ctx is None:
             body = orjson.dumps(context_of(r), option=orjson.OPT_SORT_KEYS)
             ctx = contexts[key] = (hashlib.sha256(body).hexdigest(), body)
-        env = r[11] if r[10] else ""
-        n = env_counter[env] = env_counter.get(env, 0) + 1
-        rows[finding_ids[r[0]]] = (r[1], n, env, r[2], r[3], ctx[0])
+        rows[fid] = (r[1], n, env, r[2], r[3], ctx[0])
     new_context = {ctx[0]: ctx[1] for ctx in contexts.values()}
     with connection.cursor() as cur:
         # One JSON object (digest -> context) as one parameter: the driver quotes a string
@@ -150,7 +167,8 @@ def _store_rows(
             cur.execute("ANALYZE ranking_rankedfinding")
     counts = {
         "by_environment": {env: n for env, n in sorted(env_counter.items())},
-        "contexts": len(new_context),
+        # Distinct contexts of the whole queue, reused rows' included.
+        "contexts": len({row[5] for row in rows.values()}) if reused else len(new_context),
         "moved": len(moved),
         "updated": len(changed),
         "left_queue": len(gone),
