@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Max, Q, Sum
 from django.utils import timezone
 
@@ -398,70 +398,83 @@ def _findings(
     # Raw rows, not the ORM: a million findings is the design point, and building model
     # rows (or even values_list tuples) costs several times the fetch itself.
     assert set(OPEN_STATES) == {"in_triage", "exploitable"}
-    with connection.cursor() as cur:
-        if changed_since is None:
-            cur.execute(
-                _FINDINGS_SQL.format(where="f.state IN ('in_triage', 'exploitable')"), [team_id]
-            )
-        else:
-            cur.execute(_FINDINGS_SQL.format(where="f.updated_at >= %s"), [team_id, changed_since])
-        raw = cur.fetchall()
-    closed = {str(r[0]) for r in raw if not r[20]}
-    if closed:
-        raw = [r for r in raw if r[20]]
-    vectors = _vectors({r[10] for r in raw if r[10]})
-    cves = sorted({r[9] for r in raw if r[9]})
-    epss_dates: dict[str, Any] = {}
-    for i in range(0, len(cves), 5000):
-        epss_dates.update(
-            EpssLatest.objects.filter(cve_id__in=cves[i : i + 5000]).values_list(
-                "cve_id", "score_date"
-            )
+    params: list[Any]
+    if changed_since is None:
+        sql, params = (
+            _FINDINGS_SQL.format(where="f.state IN ('in_triage', 'exploitable')"), [team_id]
         )
+    else:
+        sql, params = _FINDINGS_SQL.format(where="f.updated_at >= %s"), [team_id, changed_since]
+    findings: list[ri.Finding] = []
     ids: dict[str, int] = {}
+    closed: set[str] = set()
     keys: dict[str, str] = {}
+    vectors: dict[str, str] = {}
+    advisories_seen: set[str] = set()
+    epss_dates: dict[str, Any] = {}
+    cves_seen: set[str] = set()
     # One object per distinct value for the strings findings repeat (the driver makes a
     # new one per row): the inputs stay in memory for the run and the next.
     shared: dict[Any, Any] = {}
     share = shared.setdefault
     versions: dict[Any, str] = {}
     vuln = ri.Finding
-    # Converted back to front and popped, so each raw row is freed once converted.
-    findings_rev: list[ri.Finding] = []
-    append = findings_rev.append
-    while raw:
-        (pk, kind, vuln_id, severity, cvss, in_kev, kev_date, epss, pct, cve, advisory_id,
-         pv_id, purl, ckey, cname, category, env, service, baseline, subject, _open) = raw.pop()
-        fid = str(pk)
-        ids[fid] = pk
-        if kind == "vulnerability":
-            key = keys.get(purl) if purl else None
-            if key is None:
-                key = component_key_from_purl(purl) if purl else (cname or ckey)
-                if purl:
-                    keys[purl] = key
-            pv = versions.get(pv_id)
-            if pv is None:
-                pv = versions[pv_id] = str(pv_id or "")
-            # Positional, in the field order of trustrank.risk.inputs.Finding: a million
-            # keyword calls cost a second.
-            append(
-                vuln(
-                    fid, "vulnerability", "", share(vuln_id, vuln_id), share(severity, severity),
-                    cvss, vectors.get(advisory_id or "", ""), in_kev, share(kev_date, kev_date),
-                    epss, pct, epss_dates.get(cve), pv, key, "", "", float(baseline or 0.0), "",
-                )
-            )
-        else:
-            append(
-                ri.Finding(
-                    id=fid, kind=cast(ri.FindingKind, kind), sub_kind=category,
-                    severity=severity, environment=env, service=service or "",
-                    baseline=float(baseline or 0.0), subject=subject,
-                )
-            )
-    findings_rev.reverse()
-    return findings_rev, ids, closed
+    append = findings.append
+    # A server-side cursor read in chunks: the driver never holds a million rows at once
+    # (the memory it frees would stay with the process, outside Python's own arenas).
+    with transaction.atomic(), connection.chunked_cursor() as cur:
+        cur.execute(sql, params)
+        while chunk := cur.fetchmany(CHUNK):
+            closed.update(str(r[0]) for r in chunk if not r[20])
+            advisories = {r[10] for r in chunk if r[10]} - advisories_seen
+            if advisories:
+                vectors.update(_vectors(advisories))
+                advisories_seen |= advisories
+            cves = sorted({r[9] for r in chunk if r[9]} - cves_seen)
+            if cves:
+                cves_seen.update(cves)
+                for i in range(0, len(cves), 5000):
+                    epss_dates.update(
+                        EpssLatest.objects.filter(cve_id__in=cves[i : i + 5000]).values_list(
+                            "cve_id", "score_date"
+                        )
+                    )
+            for (pk, kind, vuln_id, severity, cvss, in_kev, kev_date, epss, pct, cve,
+                 advisory_id, pv_id, purl, ckey, cname, category, env, service, baseline,
+                 subject, is_open) in chunk:
+                if not is_open:
+                    continue
+                fid = str(pk)
+                ids[fid] = pk
+                if kind == "vulnerability":
+                    key = keys.get(purl) if purl else None
+                    if key is None:
+                        key = component_key_from_purl(purl) if purl else (cname or ckey)
+                        if purl:
+                            keys[purl] = key
+                    pv = versions.get(pv_id)
+                    if pv is None:
+                        pv = versions[pv_id] = str(pv_id or "")
+                    # Positional, in the field order of trustrank.risk.inputs.Finding: a
+                    # million keyword calls cost a second.
+                    append(
+                        vuln(
+                            fid, "vulnerability", "", share(vuln_id, vuln_id),
+                            share(severity, severity), cvss,
+                            vectors.get(advisory_id or "", ""), in_kev,
+                            share(kev_date, kev_date), epss, pct, epss_dates.get(cve), pv, key,
+                            "", "", float(baseline or 0.0), "",
+                        )
+                    )
+                else:
+                    append(
+                        ri.Finding(
+                            id=fid, kind=cast(ri.FindingKind, kind), sub_kind=category,
+                            severity=severity, environment=env, service=service or "",
+                            baseline=float(baseline or 0.0), subject=subject,
+                        )
+                    )
+    return findings, ids, closed
 
 
 def ranking_inputs_gather(

@@ -161,8 +161,12 @@ _new_ranked = tuple.__new__
 def _assemble(keyed: list[tuple[_Key, _Row]]) -> tuple[RankedFinding, ...]:
     keyed.sort(key=itemgetter(0))
     new, cls = _new_ranked, RankedFinding
-    return tuple(new(cls, (key[3], i, *row))
-                 for i, (key, row) in enumerate(keyed, start=1))
+    # In place: each (key, row) pair is freed as its ranked finding is made, so the two
+    # million-element generations never coexist.
+    out: list[Any] = keyed
+    for i, (key, row) in enumerate(keyed):
+        out[i] = new(cls, (key[3], i + 1, *row))
+    return tuple(out)
 
 
 def _queue_key(r: RankedFinding) -> _Key:
