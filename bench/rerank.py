@@ -112,13 +112,18 @@ def build(*, findings: int, services: int, edges: int, versions: int, seed: int)
         labels = ["critical", "high", "medium", "low"]
         scores = {"critical": 9.8, "high": 7.5, "medium": 5.3, "low": 3.1}
         names = [f"pkg{j}" for j in range(500)]
-        frows = []
-        for n in range(findings):
+        def frows():
+            # Generated while COPY sends them: a list of a million rows would make the
+            # data generator, not the ranking run, the process's peak memory.
+            for n in range(findings):
+                yield finding_row(n)
+
+        def finding_row(n: int) -> tuple:
             i = n % versions
             label = labels[n % 4]
             pkg = names[n % 500]
             in_kev = n % 997 == 0
-            frows.append((
+            return (
                 team.pk, "vulnerability", "", "osv", f"{n:064x}", f"advisory {n % 5000}", label,
                 scores[label], "in_triage", "", "[]", "", "{}", now, now, False, now, now, "",
                 pvs[f"proj-{i}"][1], pvs[f"proj-{i}"][0],
@@ -128,7 +133,7 @@ def build(*, findings: int, services: int, edges: int, versions: int, seed: int)
                 "affected", "bench", "[]", scores[label], in_kev,
                 (now.date() if in_kev else None), (n % 100) / 100.0, (n % 100) / 100.0, "{}",
                 "",
-            ))
+            )
         _copy(cur, "findings_finding", [
             "team_id", "kind", "category", "source", "fingerprint", "title", "severity",
             "severity_score", "state", "justification", "response", "detail", "evidence",
@@ -138,8 +143,7 @@ def build(*, findings: int, services: int, edges: int, versions: int, seed: int)
             "package_name", "vuln_id", "aliases", "cve_id", "match_status", "match_reason",
             "fixed_versions", "cvss_score", "in_kev", "kev_date_added", "epss",
             "epss_percentile", "vex_evidence", "spiffe_id"],
-              frows)
-        del frows
+              frows())
     with connection.cursor() as cur:
         cur.execute("ANALYZE")
     return team.pk
