@@ -95,13 +95,21 @@ def _store_rows(
     prev = previous.findings if previous is not None and before is not None else ()
     n_prev = len(prev)
     reused = 0
+    # With `before` known up front, what changed is noted on the way (no second pass over
+    # the queue): `present` counts the findings already stored, so none left when it
+    # equals the size of `before`.
+    known = {} if before is None else before
+    track = before is not None
+    changed_on_the_way: list[int] = []
+    present = 0
     for i, r in enumerate(result.findings):
         env = r[11] if r[10] else ""
         n = env_counter[env] = env_counter.get(env, 0) + 1
         fid = finding_ids[r[0]]
-        if i < n_prev and r is prev[i] and before is not None:
-            old = before.get(fid)
-            if old is not None and old[1] == n:
+        old = known.get(fid)
+        if old is not None:
+            present += 1
+            if i < n_prev and r is prev[i] and old[1] == n:
                 rows[fid] = old
                 reused += 1
                 continue
@@ -110,7 +118,9 @@ def _store_rows(
         if ctx is None:
             body = orjson.dumps(context_of(r), option=orjson.OPT_SORT_KEYS)
             ctx = contexts[key] = (hashlib.sha256(body).hexdigest(), body)
-        rows[fid] = (r[1], n, env, r[2], r[3], ctx[0])
+        row = rows[fid] = (r[1], n, env, r[2], r[3], ctx[0])
+        if track and old != row:
+            changed_on_the_way.append(fid)
     new_context = {ctx[0]: ctx[1] for ctx in contexts.values()}
     with connection.cursor() as cur:
         # One JSON object (digest -> context) as one parameter: the driver quotes a string
@@ -128,8 +138,11 @@ def _store_rows(
                 [run.team_id],
             )
             before = {row[0]: row[1:] for row in cur.fetchall()}
-        changed = [fid for fid, row in rows.items() if before.get(fid) != row]
-        gone = [fid for fid in before if fid not in rows]
+            changed = [fid for fid, row in rows.items() if before.get(fid) != row]
+            gone = [fid for fid in before if fid not in rows]
+        else:
+            changed = changed_on_the_way
+            gone = [] if present == len(before) else [fid for fid in before if fid not in rows]
         moved = [
             fid for fid in changed
             if fid not in before or before[fid][0] != rows[fid][0]
