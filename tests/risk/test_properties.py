@@ -210,3 +210,32 @@ def test_incremental_run_handles_new_and_closed_findings():
     assert canonical_json(incremental) == canonical_json(rank(inputs=changed))
     ids = {r.finding_id for r in incremental.findings}
     assert "brand-new" in ids and closed.id not in ids
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_incremental_merge_places_many_rescored_findings_like_a_full_run(seed):
+    """Rescored findings land all over the queue (and at both ends): the merge by binary
+    search gives the full run's order, and kept findings whose rank held are reused."""
+    inputs = generate(seed, findings=400)
+    previous = rank(inputs=inputs)
+    rng = random.Random(seed)
+    targets = {f.id for f in rng.sample(_vulns(inputs), 40)}
+    targets |= {previous.findings[0].finding_id, previous.findings[-1].finding_id}
+    changed = replace(inputs, findings=tuple(
+        replace(f, in_kev=not f.in_kev, epss=rng.random()) if f.id in targets else f
+        for f in inputs.findings))
+    incremental = rank_incremental(previous=previous, inputs=changed)
+    assert canonical_json(incremental) == canonical_json(rank(inputs=changed))
+    before = {r.finding_id: r for r in previous.findings}
+    for r in incremental.findings:
+        old = before[r.finding_id]
+        if r.finding_id not in targets and old.rank == r.rank:
+            assert r is old
+
+
+def test_incremental_run_rejects_duplicate_ids():
+    inputs = generate(2, findings=50)
+    previous = rank(inputs=inputs)
+    with pytest.raises(ValueError, match="unique"):
+        rank_incremental(previous=previous, inputs=replace(
+            inputs, findings=(*inputs.findings, inputs.findings[0])))

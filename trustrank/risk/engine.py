@@ -23,6 +23,7 @@ How the wiring should use it:
 from __future__ import annotations
 
 import gc
+from bisect import bisect_left
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from operator import itemgetter
@@ -152,10 +153,20 @@ def _services(index: ContextIndex, analyses: Mapping[str, EnvironmentAnalysis]) 
     return tuple(out)
 
 
+# `RankedFinding(…)` runs a Python-level `__new__`; the tuple constructor makes the same
+# named tuple in C (a million times per run).
+_new_ranked = tuple.__new__
+
+
 def _assemble(keyed: list[tuple[_Key, _Row]]) -> tuple[RankedFinding, ...]:
     keyed.sort(key=itemgetter(0))
-    return tuple(RankedFinding(key[3], i, *row)
-                 for i, (key, row) in enumerate(keyed, start=1))
+    new, cls = _new_ranked, RankedFinding
+    # In place: each (key, row) pair is freed as its ranked finding is made, so the two
+    # million-element generations never coexist.
+    out: list[Any] = keyed
+    for i, (key, row) in enumerate(keyed):
+        out[i] = new(cls, (key[3], i + 1, *row))
+    return tuple(out)
 
 
 def _queue_key(r: RankedFinding) -> _Key:
@@ -168,19 +179,28 @@ def _merge(
     """Merge two ordered runs and renumber; a kept finding whose rank did not change is
     reused as it is."""
     out: list[RankedFinding] = []
-    append = out.append
-    j, n_fresh = 0, len(fresh)
-    for r in kept:
-        if j < n_fresh:
-            key = _queue_key(r)
-            while j < n_fresh and fresh[j][0] < key:
-                fkey, row = fresh[j]
-                append(RankedFinding(fkey[3], len(out) + 1, *row))
-                j += 1
-        rank = len(out) + 1
-        append(r if r.rank == rank else RankedFinding(r[0], rank, *r[2:]))
-    for fkey, row in fresh[j:]:
-        append(RankedFinding(fkey[3], len(out) + 1, *row))
+    append, extend = out.append, out.extend
+    new, cls = _new_ranked, RankedFinding
+    # Where each fresh finding goes among the kept ones (kept are in queue order): a
+    # binary search each, instead of a sort key for every kept finding.
+    cuts = [bisect_left(kept, fkey, key=_queue_key) for fkey, _row in fresh]
+    start = 0
+    for j in range(len(fresh) + 1):
+        cut = cuts[j] if j < len(fresh) else len(kept)
+        if cut > start:
+            first = len(out) + 1
+            # Kept ranks are consecutive within a run of kept findings unless a finding
+            # between them left or was rescored: when both ends already hold their new
+            # rank, every finding between does too and is reused as it is.
+            if kept[start].rank == first and kept[cut - 1].rank == first + cut - start - 1:
+                extend(kept[start:cut])
+            else:
+                for rank, r in enumerate(kept[start:cut], start=first):
+                    append(r if r[1] == rank else new(cls, (r[0], rank, *r[2:])))
+            start = cut
+        if j < len(fresh):
+            fkey, row = fresh[j]
+            append(new(cls, (fkey[3], len(out) + 1, *row)))
     return tuple(out)
 
 
@@ -247,8 +267,10 @@ def rank_incremental(
     settings = settings or RankSettings()
     if previous.settings_version != settings.version:
         return rank(inputs=inputs, settings=settings, with_digest=with_digest)
-    _check_ids(inputs.findings)
     with _collector_paused():
+        current = {f.id: f for f in inputs.findings}
+        if len(current) != len(inputs.findings):
+            raise ValueError("finding ids must be unique")
         analyses = analyse(inputs=inputs, settings=settings, previous=previous.analyses)
         dirty_envs = {
             env for env, a in analyses.items() if previous.analyses.get(env) is not a
@@ -259,7 +281,6 @@ def rank_incremental(
         for d in inputs.deployments:
             if d.environment in dirty_envs or (d.environment, d.service) in services:
                 dirty_versions.add(d.project_version)
-        current = {f.id: f for f in inputs.findings}
         kept: list[RankedFinding] = []  # still in previous queue order
         for r in previous.findings:
             f = current.pop(r.finding_id, None)

@@ -159,6 +159,7 @@ def _execute(run: RankingRun) -> None:
         counts, rows = _store(
             run=run, result=result, gathered=gathered,
             before=cached.rows if incremental and cached is not None else None,
+            previous=cached.result if incremental and cached is not None else None,
         )
         t3 = time.perf_counter()
         digest = _rows_digest(rows)

@@ -3,7 +3,10 @@ the new rank columns on the findings, and reading back what moved."""
 
 from __future__ import annotations
 
+import gc
 import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import orjson
@@ -58,32 +61,75 @@ def _store(
     result: RankResult,
     gathered: Gathered,
     before: dict[int, tuple[int, int, str, float, str, str]] | None = None,
+    previous: RankResult | None = None,
 ) -> tuple[dict[str, Any], dict[int, tuple[int, int, str, float, str, str]]]:
     """Write the run's ranks; `before` is the stored queue when the caller knows it (an
-    incremental run), else it is read. Returns the counts and the rows now stored."""
+    incremental run), else it is read; `previous` is the result `before` was made from, if
+    the caller kept it. Returns the counts and the rows now stored."""
+    with _collector_paused():
+        return _store_rows(run=run, result=result, gathered=gathered, before=before,
+                           previous=previous)
+
+
+def _store_rows(
+    *,
+    run: RankingRun,
+    result: RankResult,
+    gathered: Gathered,
+    before: dict[int, tuple[int, int, str, float, str, str]] | None,
+    previous: RankResult | None,
+) -> tuple[dict[str, Any], dict[int, tuple[int, int, str, float, str, str]]]:
+    # The context of a ranked finding, keyed cheaply: the engine shares one factor tuple
+    # per advisory facts and one per deployment context, so their identities (alive as
+    # long as `result`) stand for their values; the other fields are plain values, sliced
+    # in one go (`RankedFinding` order: exploitation, automatable, then deployed … path).
+    # Hashing the factors themselves (dataclasses) cost seconds at a million findings;
+    # equal contexts under different keys only compute the same digest twice.
     contexts: dict[tuple[Any, ...], tuple[str, bytes]] = {}
     rows: dict[int, tuple[int, int, str, float, str, str]] = {}
     env_counter: dict[str, int] = {}
-    for r in result.findings:
-        key = (r.deployed, r.environment, r.service, r.project_version, r.exposure,
-               r.reachability, r.exploitation, r.automatable, r.human_impact, r.trust, r.path,
-               r.explanation)
+    finding_ids = gathered.finding_ids
+    # An incremental run reuses most ranked findings of the previous result as they were
+    # (the same objects, at the same place): their stored row stands unless their place in
+    # their environment's queue moved.
+    prev = previous.findings if previous is not None and before is not None else ()
+    n_prev = len(prev)
+    reused = 0
+    # With `before` known up front, what changed is noted on the way (no second pass over
+    # the queue): `present` counts the findings already stored, so none left when it
+    # equals the size of `before`.
+    known = {} if before is None else before
+    track = before is not None
+    changed_on_the_way: list[int] = []
+    present = 0
+    for i, r in enumerate(result.findings):
+        env = r[11] if r[10] else ""
+        n = env_counter[env] = env_counter.get(env, 0) + 1
+        fid = finding_ids[r[0]]
+        old = known.get(fid)
+        if old is not None:
+            present += 1
+            if i < n_prev and r is prev[i] and old[1] == n:
+                rows[fid] = old
+                reused += 1
+                continue
+        key = (id(r[9]), id(r[19]), r[7:9], r[10:19])
         ctx = contexts.get(key)
         if ctx is None:
             body = orjson.dumps(context_of(r), option=orjson.OPT_SORT_KEYS)
             ctx = contexts[key] = (hashlib.sha256(body).hexdigest(), body)
-        env = r.environment if r.deployed else ""
-        env_counter[env] = env_counter.get(env, 0) + 1
-        rows[gathered.finding_ids[r.finding_id]] = (
-            r.rank, env_counter[env], env, r.score, r.decision, ctx[0]
-        )
+        row = rows[fid] = (r[1], n, env, r[2], r[3], ctx[0])
+        if track and old != row:
+            changed_on_the_way.append(fid)
     new_context = {ctx[0]: ctx[1] for ctx in contexts.values()}
     with connection.cursor() as cur:
+        # One JSON object (digest -> context) as one parameter: the driver quotes a string
+        # in C, where a text array is escaped element by element in Python.
         cur.execute(
             "INSERT INTO ranking_rankcontext (digest, data, created_at) "
-            "SELECT d, c::jsonb, now() FROM unnest(%s::text[], %s::text[]) AS u(d, c) "
+            "SELECT key, value, now() FROM jsonb_each(%s::jsonb) "
             "ON CONFLICT (digest) DO NOTHING",
-            [list(new_context), [b.decode() for b in new_context.values()]],
+            [_json_object(new_context)],
         )
         if before is None:
             cur.execute(
@@ -92,8 +138,11 @@ def _store(
                 [run.team_id],
             )
             before = {row[0]: row[1:] for row in cur.fetchall()}
-        changed = [fid for fid, row in rows.items() if before.get(fid) != row]
-        gone = [fid for fid in before if fid not in rows]
+            changed = [fid for fid, row in rows.items() if before.get(fid) != row]
+            gone = [fid for fid in before if fid not in rows]
+        else:
+            changed = changed_on_the_way
+            gone = [] if present == len(before) else [fid for fid in before if fid not in rows]
         moved = [
             fid for fid in changed
             if fid not in before or before[fid][0] != rows[fid][0]
@@ -108,11 +157,13 @@ def _store(
         else:
             if gone:
                 cur.execute(
-                    "DELETE FROM ranking_rankedfinding WHERE finding_id = ANY(%s)", [gone]
+                    "DELETE FROM ranking_rankedfinding WHERE finding_id = ANY(%s::bigint[])",
+                    [_int_array(gone)],
                 )
             if changed:
                 cur.execute(
-                    "DELETE FROM ranking_rankedfinding WHERE finding_id = ANY(%s)", [changed]
+                    "DELETE FROM ranking_rankedfinding WHERE finding_id = ANY(%s::bigint[])",
+                    [_int_array(changed)],
                 )
             targets = changed
         with cur.copy(
@@ -129,12 +180,37 @@ def _store(
             cur.execute("ANALYZE ranking_rankedfinding")
     counts = {
         "by_environment": {env: n for env, n in sorted(env_counter.items())},
-        "contexts": len(new_context),
+        # Distinct contexts of the whole queue, reused rows' included.
+        "contexts": len({row[5] for row in rows.values()}) if reused else len(new_context),
         "moved": len(moved),
         "updated": len(changed),
         "left_queue": len(gone),
     }
     return counts, rows
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Storing makes a few million small tuples and no reference cycles; the cyclic
+    collector would walk the whole heap (the engine's result included) again and again."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _int_array(ids: list[int]) -> str:
+    """A PostgreSQL array literal of integers (a string parameter: the driver adapts a
+    Python list of a hundred thousand ints element by element)."""
+    return "{" + ",".join(map(str, ids)) + "}"
+
+
+def _json_object(bodies: dict[str, bytes]) -> str:
+    """`{"digest": <context JSON>, …}` from already serialised bodies."""
+    return "{" + ",".join(f'"{d}":{b.decode()}' for d, b in bodies.items()) + "}"
 
 
 def _history(
@@ -155,9 +231,24 @@ def _history(
         return
     old_ctx = _contexts({before[f][5] for f in moved if f in before} - new_context.keys())
     now = timezone.now()
+    parsed: dict[str, Any] = {}
+    whys: dict[tuple[str, str], str] = {}
 
     def ctx(digest: str) -> Any:
-        return orjson.loads(new_context[digest]) if digest in new_context else old_ctx.get(digest)
+        if digest not in parsed:
+            parsed[digest] = (
+                orjson.loads(new_context[digest]) if digest in new_context
+                else old_ctx.get(digest)
+            )
+        return parsed[digest]
+
+    def why_of(old_digest: str, new_digest: str) -> str:
+        # Many moved findings share a pair of contexts: compare each pair once.
+        pair = (old_digest, new_digest)
+        why = whys.get(pair)
+        if why is None:
+            why = whys[pair] = orjson.dumps(_why(ctx(old_digest), ctx(new_digest))).decode()
+        return why
 
     with cur.copy(
         "COPY ranking_rankchange (run_id, finding_id, rank, score, decision, previous_rank, "
@@ -166,11 +257,10 @@ def _history(
         for fid in moved:
             new = rows[fid]
             old = before.get(fid)
-            why = _why(ctx(old[5]), ctx(new[5])) if old else []
+            why = why_of(old[5], new[5]) if old else "[]"
             copy.write_row(
                 (run.pk, fid, new[0], new[3], new[4], old[0] if old else None,
-                 old[3] if old else None, old[4] if old else "", orjson.dumps(why).decode(),
-                 now)
+                 old[3] if old else None, old[4] if old else "", why, now)
             )
         for fid in gone:
             old = before[fid]
