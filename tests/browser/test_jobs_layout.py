@@ -44,9 +44,8 @@ def test_findings_priorities_and_audit_pages_fit_a_1400px_window(
     rather than push the lists wider than the window."""
     from trustrank.findings.models import Finding, FindingKind, FindingSource
     from trustrank.findings.services.audit import Actor, audit_event_record
-    from trustrank.ranking.models import RankContext, RankedFinding
-
     from trustrank.inventory.models import Project, ProjectVersion
+    from trustrank.ranking.models import RankContext, RankedFinding
 
     spiffe = "spiffe://shop.example/ns/" + "payments-" * 12 + "/sa/storefront-" + "x" * 60
     # A container image's project version is its digest: one 71-character word.

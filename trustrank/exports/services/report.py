@@ -70,6 +70,20 @@ def report_html_chunks(
     yield report_html(selection, meta, progress).encode()
 
 
+def pdf_renderer_problem() -> str:
+    """Why a PDF cannot be made here ('' when it can): WeasyPrint needs Pango, a system
+    library (Debian: libpango-1.0-0 libpangoft2-1.0-0; the Docker image has it)."""
+    try:
+        import weasyprint  # noqa: F401
+    except (ImportError, OSError) as exc:
+        return (
+            "format=pdf needs WeasyPrint and the Pango library on the server "
+            f"({exc.__class__.__name__}: {str(exc)[:200]}); format=html gives the same "
+            "printable report"
+        )
+    return ""
+
+
 def report_pdf_chunks(
     selection: ExportSelection, meta: dict[str, Any], progress: Progress | None = None
 ) -> Iterator[bytes]:
