@@ -425,9 +425,9 @@ TRUSTRANK_EXPORT_DIR = Path(envstr("TRUSTRANK_EXPORT_DIR", str(VAR_DIR / "media"
 TRUSTRANK_EXPORT_REPORT_MAX_ROWS = envint("TRUSTRANK_EXPORT_REPORT_MAX_ROWS", 2_000, minimum=1)
 
 # --- Findings list at scale (trustrank/findings/paging.py) ------------------------------------
-# A filter's total is kept under the team's findings generation; this bounds how long a total
-# can outlive a deletion (which leaves the generation alone).
-TRUSTRANK_FINDINGS_COUNT_TTL = envint("TRUSTRANK_FINDINGS_COUNT_TTL", 60, minimum=0)
+# A filter's total is kept under the team's findings generation (newest write, newest ranking
+# run, the table's deletion counter) and dropped after this many seconds in any case.
+TRUSTRANK_FINDINGS_COUNT_TTL = envint("TRUSTRANK_FINDINGS_COUNT_TTL", 3600, minimum=0)
 # What the totals (and nothing else yet) are kept in. "file": one directory every web worker
 # of this host shares, so a total is counted once per host rather than once per process;
 # "locmem": per process (the tests' default: no state outlives a test database).

@@ -136,3 +136,26 @@ def test_the_api_pages_the_contextual_order_with_exact_totals(team: Team, api) -
     second = client.get("/api/v1/findings?ordering=rank&open=all&page_size=20&page=2").json()
     assert first["count"] == 30
     assert [f["id"] for f in first["results"] + second["results"]] == _reference([team.pk])
+
+
+def test_a_total_follows_a_deletion(team: Team) -> None:
+    """Deleting findings (a project removed) leaves updated_at alone; the table's deletion
+    counter still makes a new generation once PostgreSQL has flushed its statistics."""
+    import time
+
+    from django.db import connection
+
+    cache.clear()
+    findings = _findings(team, 4)
+    qs = Finding.objects.filter(team=team)
+    assert cached_count(qs, team_ids=[team.pk]) == 4
+    before = findings_generation(team_ids=[team.pk])
+    Finding.objects.filter(pk=findings[-1].pk).delete()
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_stat_force_next_flush()")
+    deadline = time.monotonic() + 10
+    while findings_generation(team_ids=[team.pk]) == before and time.monotonic() < deadline:
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_stat_clear_snapshot()")
+        time.sleep(0.2)
+    assert cached_count(qs, team_ids=[team.pk]) == 3

@@ -5,9 +5,10 @@ the contextual order without a sort of the whole team.
   parallel index-only scan, and every page of every analyst asks for it. The count of a
   filter is kept (per process) under the team's *generation*: the newest `updated_at` of its
   findings (every write sets it; an index answers in microseconds) and its newest finished
-  ranking run (which changes ranks and decisions but not findings). Any change makes a new
-  key, so a total is never stale after a write; deletions (a project removed) do not touch
-  `updated_at`, so entries also expire after `TRUSTRANK_FINDINGS_COUNT_TTL` seconds.
+  ranking run (which changes ranks and decisions but not findings), and the table's deletion
+  counter (`pg_stat_user_tables.n_tup_del`: deletions leave `updated_at` alone; the counter
+  is flushed within about a second). Any change makes a new key, so a total does not outlive
+  a write; entries also expire after `TRUSTRANK_FINDINGS_COUNT_TTL` seconds.
 - Contextual order: `ORDER BY rank NULLS LAST` over a LEFT JOIN makes PostgreSQL hash-join
   and sort the whole team (~2 s at 1M). Ranked findings come first anyway, so a page is read
   from the ranked part in the rank index's order, then from the unranked rest.
@@ -39,11 +40,14 @@ def findings_generation(*, team_ids: Iterable[int]) -> str:
             "SELECT (SELECT max(m) FROM (SELECT (SELECT max(updated_at) FROM findings_finding"
             "  WHERE team_id = t) AS m FROM unnest(%s::bigint[]) AS t) AS x),"
             " (SELECT max(id) FROM ranking_rankingrun"
-            "  WHERE team_id = ANY(%s::bigint[]) AND status = 'done')",
+            "  WHERE team_id = ANY(%s::bigint[]) AND status = 'done'),"
+            # Deletions leave updated_at alone; the table's deletion counter moves instead.
+            " (SELECT n_tup_del FROM pg_stat_user_tables"
+            "  WHERE relid = 'findings_finding'::regclass)",
             [ids, ids],
         )
-        updated, run = cur.fetchone()
-    return f"{updated.isoformat() if updated else '-'}/{run or 0}"
+        updated, run, deleted = cur.fetchone()
+    return f"{updated.isoformat() if updated else '-'}/{run or 0}/{deleted or 0}"
 
 
 def _key(qs: QuerySet[Any], *, team_ids: Iterable[int], cap: int | None) -> str:
