@@ -168,6 +168,29 @@ def _bulk_triage_job(team: Any) -> int:
     ).pk
 
 
+# Operations that answer 400 without a query parameter they document as required.
+REQUIRED_QUERY: dict[str, dict[str, str]] = {"/api/v1/exports": {"format": "csv"}}
+
+
+def _export(team: Any) -> int:
+    """A finished export job with its file, so its status and download answer 200."""
+    import hashlib
+    from pathlib import Path
+
+    from django.conf import settings
+
+    from trustrank.exports.models import Export
+
+    body = b"id,title\n1,fuzz\n"
+    folder = Path(settings.TRUSTRANK_EXPORT_DIR) / str(team.pk)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "fuzz.csv").write_bytes(body)
+    return Export.objects.create(
+        team=team, format="csv", status="done", rows=1, size_bytes=len(body),
+        sha256=hashlib.sha256(body).hexdigest(), file_path=f"{team.pk}/fuzz.csv",
+    ).pk
+
+
 def _real_path_parameters(team: Any) -> dict[str, Any]:
     from ingest.models import IngestJob
     from trustrank.accounts.principal import Principal
@@ -200,6 +223,7 @@ def _real_path_parameters(team: Any) -> dict[str, Any]:
         "project_id": Project.objects.filter(team=team).first().pk,  # type: ignore[union-attr]
         # An ingest job's id (uuid) or a bulk triage job's (int), by path.
         "job_id": {"bulk-triage": _bulk_triage_job(team), "jobs": str(job.pk) if job else ""},
+        "export_id": _export(team),
         "token": str(job.pk) if job else "",
         "kind": "osv",
         "id": {
@@ -226,7 +250,7 @@ def test_every_read_with_real_rows_answers_as_documented(team: Any, seeded_api_k
             if isinstance(value, dict):
                 value = next(v for k, v in value.items() if k in operation.path)
             params[parameter.name] = value
-        case = operation.Case(path_parameters=params)
+        case = operation.Case(path_parameters=params, query=REQUIRED_QUERY.get(operation.path))
         response = case.call(headers={"X-Api-Key": seeded_api_key})
         if response.status_code != 200:
             problems.append(f"{operation.label}: {response.status_code} {response.text[:300]}")

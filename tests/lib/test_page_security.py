@@ -83,7 +83,10 @@ def test_every_page_sends_a_csp_without_inline_script_and_has_none(
     assert script_src and "'unsafe-inline'" not in script_src.group(1), policy
     assert "'unsafe-eval'" not in policy
     if response.get("Content-Type", "").startswith("text/html"):
-        html = response.content.decode()
+        body = (
+            b"".join(response.streaming_content) if response.streaming else response.content
+        )
+        html = body.decode()
         assert not INLINE_SCRIPT.search(html), (path, INLINE_SCRIPT.search(html))
         assert not EVENT_HANDLER.search(html), (path, EVENT_HANDLER.search(html))
 
