@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-from celery import shared_task
-from django.db import OperationalError
-
-from trustrank.lib.tasks import IngestQueueTask
+from trustrank.lib.tasks import row_task
 
 
-@shared_task(
-    base=IngestQueueTask,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    autoretry_for=(OperationalError,),
-    retry_backoff=True,
-    max_retries=5,
-)
+@row_task
 def exports_run(export_id: int) -> str:
     """Write one queued Export's file (a second delivery finds it claimed and does nothing)."""
     from trustrank.exports.services.run import export_run_execute

@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 from celery import shared_task
-from django.db import OperationalError
 
-from trustrank.lib.tasks import IngestQueueTask
+from trustrank.lib.tasks import IngestQueueTask, row_task
 
 
-@shared_task(
-    base=IngestQueueTask,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    autoretry_for=(OperationalError,),
-    retry_backoff=True,
-    max_retries=5,
-)
+@row_task
 def ranking_run(run_id: int) -> str:
     """Execute one queued RankingRun (a second delivery finds it claimed and does nothing)."""
     from trustrank.ranking.services.runs import ranking_run_execute
