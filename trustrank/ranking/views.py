@@ -16,7 +16,7 @@ from django_htmx.http import HttpResponseClientRefresh
 
 from trustrank.accounts.models import Scope, Team
 from trustrank.accounts.principal import Principal, principal_for_request
-from trustrank.findings.selectors import capped_count
+from trustrank.findings.paging import capped_cached_count
 from trustrank.lib.pages import HtmxHttpRequest
 from trustrank.ranking import selectors
 from trustrank.ranking.filters import PriorityFilterSet
@@ -85,7 +85,9 @@ def priorities_page(request: HtmxHttpRequest) -> HttpResponse:
     if not valid:
         count = 0
     elif filterset.is_filtered():
-        count, capped = capped_count(qs)
+        # Ranks and decisions change only with a run, triage only with a write: both move
+        # the generation the shared totals are kept under.
+        count, capped = capped_cached_count(qs, team_ids=principal.team_ids)
     else:
         count = selectors.priority_count(principal=principal, environment=environment) or 0
     after = _cursor(request.GET.get("after", ""))
