@@ -117,6 +117,73 @@ def test_search_uses_the_trigram_index(team):
     assert qs.count() == 1
 
 
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("q=PKG:NPM/Minimist", {"minimist"}),
+        ("q=pkg:maven/org.apache.logging.log4j/log4j-core@2.14", {"log4j"}),
+        ("q=pkg:maven/org.apache", {"log4j"}),
+        ("q=pkg:npm/m%25", set()),  # LIKE's wildcards are literal characters
+        ("q=pkg:npm/_inimist", set()),
+        ("q=pkg:maven/log4j-core", set()),  # a purl search is a prefix of the purl
+    ],
+)
+def test_purl_search_is_a_prefix_of_the_purl_in_any_case(api, team, searchable, query, expected):
+    client = api(team, "read")
+    assert _ids(client, query) == {searchable[name].pk for name in expected}
+
+
+def test_purl_search_pages_its_sorted_matches_in_the_list_order(api, client, make_user, team):
+    """A purl search finds its matches through findings_purl_prefix and sorts them (behind
+    OFFSET 0) instead of walking the order: the pages must be the list's own order."""
+    ids = many_findings(team, 130, prefix="p", component_purl="pkg:npm/left-pad@1.3.0")
+    many_findings(team, 40, prefix="o", component_purl="pkg:npm/right-pad@1.0.0")
+    # Priorities that tie in places, so the id breaks ties as in the list's order.
+    for n, pk in enumerate(ids):
+        Finding.objects.filter(pk=pk).update(severity_score=(n * 7) % 10)
+    expected = list(
+        Finding.objects.filter(team=team, component_purl__istartswith="pkg:npm/left-pad")
+        .order_by("-baseline_priority", "-id")
+        .values_list("pk", flat=True)
+    )
+    assert len(expected) == 130
+    reader = api(team, "read")
+    from django.test.utils import CaptureQueriesContext
+
+    seen: list[int] = []
+    with CaptureQueriesContext(connection) as queries:
+        for page in (1, 2, 3):
+            r = reader.get(f"/api/v1/findings?q=pkg:npm/left-pad&page={page}")
+            assert r.status_code == 200, r.content
+            assert r.json()["count"] == 130
+            seen += [f["id"] for f in r.json()["results"]]
+    assert seen == expected
+    assert any("OFFSET 0) AS matches" in q["sql"] for q in queries.captured_queries)
+
+    # The page: keyset pages in the same order.
+    client.force_login(make_user("pad-reader", team=team, role=Role.VIEWER))
+    first = client.get("/findings/?q=pkg:npm/left-pad")
+    assert first.status_code == 200
+    body = first.content.decode()
+    positions = [body.find(f'href="/findings/{pk}/"') for pk in expected[:50]]
+    assert all(p > 0 for p in positions) and positions == sorted(positions)
+    assert f'href="/findings/{expected[50]}/"' not in body
+
+
+def test_purl_search_reads_the_purl_prefix_index(team):
+    many_findings(team, 5_000, prefix="i")
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE findings_finding")
+    from trustrank.findings.filters import FindingFilterSet
+
+    qs = FindingFilterSet(
+        {"q": "pkg:npm/pkg-i-12"}, queryset=Finding.objects.filter(team=team)
+    ).qs
+    plan = qs.order_by().explain()
+    assert "findings_purl_prefix" in plan, plan
+    assert qs.count() == 111  # pkg-i-12, pkg-i-120…129, pkg-i-1200…1299
+
+
 # --- open by default, every state on request ---
 
 

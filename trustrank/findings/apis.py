@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_request
 from trustrank.findings import selectors
-from trustrank.findings.filters import FindingFilterSet
+from trustrank.findings.filters import FindingFilterSet, is_purl_search
 from trustrank.findings.models import Finding, FindingKind
 from trustrank.findings.paging import CountedRows, RankOrderedRows
 from trustrank.findings.serializers import (
@@ -65,7 +65,8 @@ class FindingListApi(ListAPIView[Finding]):
         if self.request.query_params.get("ordering") == "rank":
             rows = RankOrderedRows(queryset, team_ids=team_ids)
         else:
-            rows = CountedRows(queryset, team_ids=team_ids)
+            q = str(self.request.query_params.get("q") or "").strip().lower()
+            rows = CountedRows(queryset, team_ids=team_ids, sort_matches=is_purl_search(q))
         return self.paginator.paginate_queryset(rows, self.request, view=self)
 
 

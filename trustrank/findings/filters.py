@@ -16,6 +16,7 @@ import django_filters
 import django_filters.fields
 from django import forms
 from django.db.models import F, Q, QuerySet
+from django.db.models.functions import Lower
 from django.utils import timezone
 
 from trustrank.findings.models import (
@@ -42,6 +43,11 @@ _OPEN_ALIASES = {"1": "true", "True": "true", "yes": "true", "0": "false", "Fals
 # Trigrams need three characters: a shorter search could not use the index, so it matches
 # prefixes of ids and names through their btree indexes instead.
 SEARCH_MIN_SUBSTRING = 3
+
+
+def is_purl_search(lowered: str) -> bool:
+    """A lower-cased search value that can only match purls, from their start."""
+    return lowered.startswith("pkg:") and len(lowered) > len("pkg:")
 
 
 class OpenField(django_filters.fields.ChoiceField):
@@ -260,6 +266,13 @@ class FindingFilterSet(django_filters.FilterSet):
         if not value:
             return qs
         lowered = value.lower()
+        if is_purl_search(lowered):
+            # `pkg:` only ever starts a purl, so a substring that begins with it is a prefix of
+            # the purl: a btree range (findings_purl_prefix) that carries the sort key, where
+            # the trigram index would read the posting lists every purl shares.
+            return qs.alias(purl_lower=Lower("component_purl")).filter(
+                purl_lower__startswith=lowered
+            )
         spellings = {lowered}
         if not any(c in value for c in ":/@"):
             # A bare package name may be written as PyPI normalises it (a purl or an id is
@@ -277,6 +290,12 @@ class FindingFilterSet(django_filters.FilterSet):
         for s in spellings:
             cond |= Q(search_text__contains=s)
         return qs.filter(cond)
+
+    def searches_purls(self) -> bool:
+        """Whether the search is a purl prefix: its matches come from an index that carries
+        the list's order, so sorting them beats walking the order (paging.rows_by_id)."""
+        value = (self.data or {}).get("q") or ""
+        return self.is_valid() and is_purl_search(str(value).strip().lower())
 
     # --- for the page ---
 

@@ -29,7 +29,12 @@ from trustrank.findings.models import (
     Justification,
     TriageState,
 )
-from trustrank.findings.paging import RankOrderedRows, capped_cached_count, rows_by_id
+from trustrank.findings.paging import (
+    RankOrderedRows,
+    capped_cached_count,
+    rows_by_id,
+    sorts_matches,
+)
 from trustrank.findings.services.bulk import (
     BulkFilterError,
     BulkSelectionError,
@@ -91,6 +96,10 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
     overdue_count, overdue_capped = capped_cached_count(
         qs.filter(state__in=OPEN_STATES, due_date__lt=timezone.localdate()), team_ids=team_ids
     )
+    # A purl search with few enough matches sorts them rather than walking the order.
+    sort = filterset.searches_purls() and sorts_matches(
+        qs, team_ids=team_ids, known=None if capped else count
+    )
     ordering = request.GET.get("ordering", "") if filterset.is_valid() else ""
     raw_after = request.GET.get("after", "")
     if ordering:
@@ -99,7 +108,9 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
         offset = _offset_cursor(raw_after)
         ordered: Any = RankOrderedRows(qs, team_ids=team_ids) if ordering == "rank" else qs
         window = slice(offset, offset + PAGE_SIZE + 1)
-        rows = ordered[window] if ordering == "rank" else rows_by_id(qs, window)
+        rows = ordered[window] if ordering == "rank" else rows_by_id(
+            qs, window, sort_matches=sort
+        )
         next_after = f"@{offset + PAGE_SIZE}"
         is_first = offset == 0
     else:
@@ -117,7 +128,7 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
                     output_field=BooleanField(),
                 )
             )
-        rows = rows_by_id(page_qs, slice(0, PAGE_SIZE + 1))
+        rows = rows_by_id(page_qs, slice(0, PAGE_SIZE + 1), sort_matches=sort)
         next_after = f"{rows[PAGE_SIZE - 1].baseline_priority!r}:{rows[PAGE_SIZE - 1].pk}" if (
             len(rows) > PAGE_SIZE
         ) else ""
