@@ -184,6 +184,47 @@ def test_purl_search_reads_the_purl_prefix_index(team):
     assert qs.count() == 111  # pkg-i-12, pkg-i-120…129, pkg-i-1200…1299
 
 
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("cve-2024-012", ["012"]),
+        ("ghsa-jfh8-c2jp", ["jfh8", "c2jp"]),
+        ("org.apache.logging.log4j:log4j-core", ["logging", "log4j", "core"]),
+        ("cve-2021", []),
+        ("minimist", ["minimist"]),
+    ],
+)
+def test_the_index_is_asked_for_the_distinctive_words(value, words):
+    from trustrank.findings.search import distinctive_words
+
+    assert distinctive_words(value) == words
+
+
+def test_searching_by_distinctive_words_finds_exactly_the_substring_matches(team, searchable):
+    """The index is asked for fewer trigrams and strpos checks the whole value: the matches
+    must be those of a plain substring test, whatever the value."""
+    many_findings(team, 300, prefix="w")
+    from trustrank.findings.filters import FindingFilterSet
+
+    values = [
+        "CVE-2024-1012", "cve-2024-10", "GHSA-w0012", "ghsa-w001", "w0299-aaaa-bbbb",
+        "aaaa-bbbb", "2024-1029", "pkg-w-12", "log4j-core", "logging.log4j:log4j",
+        "2021-44228", "cve-2021-44228 ", "apache.logging", "npm/pkg-w-29",
+        "bbbb-w0012",  # both words are in a finding, never in this order: no match
+    ]
+    for value in values:
+        found = set(
+            FindingFilterSet({"q": value, "open": "all"}, queryset=Finding.objects.filter(team=team))
+            .qs.values_list("pk", flat=True)
+        )
+        expected = set(
+            Finding.objects.filter(team=team, search_text__contains=value.strip().lower())
+            .values_list("pk", flat=True)
+        )
+        assert found == expected, value
+        assert bool(expected) == (value != "bbbb-w0012"), value
+
+
 # --- open by default, every state on request ---
 
 

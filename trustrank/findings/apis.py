@@ -15,9 +15,10 @@ from rest_framework.views import APIView
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_request
 from trustrank.findings import selectors
-from trustrank.findings.filters import FindingFilterSet, is_purl_search
+from trustrank.findings.filters import FindingFilterSet
 from trustrank.findings.models import Finding, FindingKind
 from trustrank.findings.paging import CountedRows, RankOrderedRows
+from trustrank.findings.search import is_purl_search
 from trustrank.findings.serializers import (
     BulkTriageJobSerializer,
     BulkTriageSerializer,

@@ -16,7 +16,6 @@ import django_filters
 import django_filters.fields
 from django import forms
 from django.db.models import F, Q, QuerySet
-from django.db.models.functions import Lower
 from django.utils import timezone
 
 from trustrank.findings.models import (
@@ -27,6 +26,7 @@ from trustrank.findings.models import (
     Severity,
     TriageState,
 )
+from trustrank.findings.search import is_purl_search, purl_condition, substring_condition
 from trustrank.vulns.engine.ecosystems import normalize_name
 
 DECISIONS = [
@@ -43,11 +43,6 @@ _OPEN_ALIASES = {"1": "true", "True": "true", "yes": "true", "0": "false", "Fals
 # Trigrams need three characters: a shorter search could not use the index, so it matches
 # prefixes of ids and names through their btree indexes instead.
 SEARCH_MIN_SUBSTRING = 3
-
-
-def is_purl_search(lowered: str) -> bool:
-    """A lower-cased search value that can only match purls, from their start."""
-    return lowered.startswith("pkg:") and len(lowered) > len("pkg:")
 
 
 class OpenField(django_filters.fields.ChoiceField):
@@ -267,12 +262,8 @@ class FindingFilterSet(django_filters.FilterSet):
             return qs
         lowered = value.lower()
         if is_purl_search(lowered):
-            # `pkg:` only ever starts a purl, so a substring that begins with it is a prefix of
-            # the purl: a btree range (findings_purl_prefix) that carries the sort key, where
-            # the trigram index would read the posting lists every purl shares.
-            return qs.alias(purl_lower=Lower("component_purl")).filter(
-                purl_lower__startswith=lowered
-            )
+            # `pkg:` only ever starts a purl: a btree range that carries the sort key.
+            return purl_condition(qs, lowered)
         spellings = {lowered}
         if not any(c in value for c in ":/@"):
             # A bare package name may be written as PyPI normalises it (a purl or an id is
@@ -283,13 +274,10 @@ class FindingFilterSet(django_filters.FilterSet):
             for s in spellings:
                 cond |= Q(package_name__startswith=s) | Q(component_name__startswith=s)
             return qs.filter(cond)
-        # One LIKE per spelling on the generated, lower-cased search text: the trigram GIN
-        # index (findings_search_trgm) answers substrings and prefixes of ids, aliases,
-        # package and component names and purls alike.
-        cond = Q()
-        for s in spellings:
-            cond |= Q(search_text__contains=s)
-        return qs.filter(cond)
+        # The generated, lower-cased search text: the trigram GIN index (findings_search_trgm)
+        # answers substrings and prefixes of ids, aliases, package and component names and
+        # purls alike (trustrank/findings/search.py).
+        return substring_condition(qs, sorted(spellings))
 
     def searches_purls(self) -> bool:
         """Whether the search is a purl prefix: its matches come from an index that carries
