@@ -3,6 +3,8 @@ bulk triage (small selections), owners and due dates, for the API and the pages.
 
 from __future__ import annotations
 
+import html
+import re
 from datetime import timedelta
 
 import pytest
@@ -133,41 +135,68 @@ def test_purl_search_is_a_prefix_of_the_purl_in_any_case(api, team, searchable, 
     assert _ids(client, query) == {searchable[name].pk for name in expected}
 
 
-def test_purl_search_pages_its_sorted_matches_in_the_list_order(api, client, make_user, team):
-    """A purl search finds its matches through findings_purl_prefix and sorts them (behind
-    OFFSET 0) instead of walking the order: the pages must be the list's own order."""
+@pytest.mark.parametrize("head", [1000, 60])
+def test_search_pages_its_sorted_matches_in_the_list_order(
+    api, client, make_user, team, monkeypatch, head
+):
+    """A search finds its matches first, sorts them (behind OFFSET 0) and keeps the total and
+    the first SEARCH_HEAD of them: every page, inside the kept head and past it, must be the
+    list's own order, and a write must show on the next request."""
+    from django.test.utils import CaptureQueriesContext
+
+    from trustrank.findings import paging
+
+    monkeypatch.setattr(paging, "SEARCH_HEAD", head)
     ids = many_findings(team, 130, prefix="p", component_purl="pkg:npm/left-pad@1.3.0")
     many_findings(team, 40, prefix="o", component_purl="pkg:npm/right-pad@1.0.0")
     # Priorities that tie in places, so the id breaks ties as in the list's order.
     for n, pk in enumerate(ids):
         Finding.objects.filter(pk=pk).update(severity_score=(n * 7) % 10)
-    expected = list(
-        Finding.objects.filter(team=team, component_purl__istartswith="pkg:npm/left-pad")
-        .order_by("-baseline_priority", "-id")
-        .values_list("pk", flat=True)
-    )
-    assert len(expected) == 130
-    reader = api(team, "read")
-    from django.test.utils import CaptureQueriesContext
 
-    seen: list[int] = []
-    with CaptureQueriesContext(connection) as queries:
+    def expected() -> list[int]:
+        return list(
+            Finding.objects.filter(team=team, component_purl__istartswith="pkg:npm/left-pad")
+            .order_by("-baseline_priority", "-id")
+            .values_list("pk", flat=True)
+        )
+
+    reader = api(team, "read")
+
+    def api_pages(q: str) -> list[int]:
+        seen: list[int] = []
         for page in (1, 2, 3):
-            r = reader.get(f"/api/v1/findings?q=pkg:npm/left-pad&page={page}")
+            r = reader.get(f"/api/v1/findings?q={q}&page={page}")
             assert r.status_code == 200, r.content
             assert r.json()["count"] == 130
             seen += [f["id"] for f in r.json()["results"]]
-    assert seen == expected
+        return seen
+
+    with CaptureQueriesContext(connection) as queries:
+        assert api_pages("pkg:npm/left-pad") == expected()
     assert any("OFFSET 0) AS matches" in q["sql"] for q in queries.captured_queries)
+    assert api_pages("left-pad") == expected()  # through the trigram index or a scan
+
+    # A write changes the team's generation: the kept matches are not served again.
+    Finding.objects.filter(pk=ids[0]).update(severity_score=10.0, updated_at=timezone.now())
+    assert api_pages("pkg:npm/left-pad")[0] == ids[0] == expected()[0]
 
     # The page: keyset pages in the same order.
     client.force_login(make_user("pad-reader", team=team, role=Role.VIEWER))
-    first = client.get("/findings/?q=pkg:npm/left-pad")
-    assert first.status_code == 200
-    body = first.content.decode()
-    positions = [body.find(f'href="/findings/{pk}/"') for pk in expected[:50]]
-    assert all(p > 0 for p in positions) and positions == sorted(positions)
-    assert f'href="/findings/{expected[50]}/"' not in body
+    order = expected()
+    seen: list[int] = []
+    url = "/findings/?q=pkg:npm/left-pad"
+    for _ in range(3):
+        r = client.get(url)
+        assert r.status_code == 200
+        body = r.content.decode()
+        on_page = [pk for pk in order if f'href="/findings/{pk}/"' in body]
+        assert sorted(on_page, key=lambda pk: body.find(f'href="/findings/{pk}/"')) == on_page
+        seen += on_page
+        nxt = re.search(r'href="\?([^"]*after=[^"]*)"', body)
+        if nxt is None:
+            break
+        url = "/findings/?" + html.unescape(nxt.group(1))
+    assert seen == order
 
 
 def test_purl_search_reads_the_purl_prefix_index(team):

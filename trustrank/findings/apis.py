@@ -18,7 +18,6 @@ from trustrank.findings import selectors
 from trustrank.findings.filters import FindingFilterSet
 from trustrank.findings.models import Finding, FindingKind
 from trustrank.findings.paging import CountedRows, RankOrderedRows
-from trustrank.findings.search import is_purl_search
 from trustrank.findings.serializers import (
     BulkTriageJobSerializer,
     BulkTriageSerializer,
@@ -66,8 +65,8 @@ class FindingListApi(ListAPIView[Finding]):
         if self.request.query_params.get("ordering") == "rank":
             rows = RankOrderedRows(queryset, team_ids=team_ids)
         else:
-            q = str(self.request.query_params.get("q") or "").strip().lower()
-            rows = CountedRows(queryset, team_ids=team_ids, sort_matches=is_purl_search(q))
+            search = bool(str(self.request.query_params.get("q") or "").strip())
+            rows = CountedRows(queryset, team_ids=team_ids, search=search)
         return self.paginator.paginate_queryset(rows, self.request, view=self)
 
 

@@ -71,67 +71,124 @@ def cached_count(qs: QuerySet[Any], *, team_ids: Iterable[int], cap: int | None 
     return n
 
 
-def rows_by_id(qs: QuerySet[Finding], item: slice, *, sort_matches: bool = False) -> list[Finding]:
+def rows_by_id(qs: QuerySet[Finding], item: slice) -> list[Finding]:
     """`list(qs[item])` in two steps: the ids of the slice in the queryset's order, then those
     rows. When PostgreSQL must sort (a search matching 20,000 findings), it sorts narrow
     (id, sort key) tuples instead of whole rows with their JSON: 178 → 45 ms at 1M. When an
-    index gives the order, the second query costs a millisecond.
+    index gives the order, the second query costs a millisecond."""
+    return rows_for_ids(qs, list(qs.values_list("pk", flat=True)[item]))
 
-    `sort_matches`: find every match first and sort them (see `_sorted_match_ids`)."""
-    ids = _sorted_match_ids(qs, item) if sort_matches else None
-    if ids is None:
-        ids = list(qs.values_list("pk", flat=True)[item])
+
+def rows_for_ids(qs: QuerySet[Finding], ids: list[int]) -> list[Finding]:
+    """The rows of `ids`, in that order (those `qs` still matches)."""
     if not ids:
         return []
     found = {f.pk: f for f in qs.order_by().filter(pk__in=ids)}
     return [found[pk] for pk in ids if pk in found]
 
 
-# Sorting this many matches read from an index is cheaper than any walk of the order that can
-# miss them (see _sorted_match_ids).
-SORT_MATCHES_MAX = 50_000
+# How many of a search's first matches (id and sort key) are kept with its total: 20 pages.
+SEARCH_HEAD = 1000
 
 
-def sorts_matches(qs: QuerySet[Any], *, team_ids: Iterable[int], known: int | None = None) -> bool:
-    """Whether a purl search's page should sort its matches: at most SORT_MATCHES_MAX of them
-    (`known`: a total already counted, else a count capped there, cached like the others)."""
-    n = known if known is not None else cached_count(qs, team_ids=team_ids, cap=SORT_MATCHES_MAX)
-    return n <= SORT_MATCHES_MAX
-
-
-def _sorted_match_ids(qs: QuerySet[Finding], item: slice) -> list[int] | None:
-    """The slice's ids, the matches found first and then sorted, or None when the queryset's
-    order is not plain columns.
+class SortedMatches:
+    """A search's matches in the list's order: found first, then sorted.
 
     With a selective filter and the list's order, PostgreSQL walks the order's index and
     tests each row, expecting matches spread evenly along it. Findings of one package share
-    their advisories and so their priorities: the matches of a purl cluster in one stretch of
-    the order, and the walk reads 200,000 rows to find 50 (0.7 s at 1M). Behind `OFFSET 0`
-    the filter is answered first (for a purl, from findings_purl_prefix alone) and only the
-    matches are sorted: 22,000 of them in about 10 ms."""
-    order = list(qs.query.order_by) or (
-        list(qs.model._meta.ordering or ()) if qs.query.default_ordering else []
-    )
-    fields: list[str] = []
-    directions: list[str] = []
-    for entry in order:
-        if not isinstance(entry, str) or "__" in entry or "." in entry:
+    advisories and so priorities: a package's matches sit in one stretch of the order, and
+    the walk read 200,000 rows to find 50 (0.7–4 s at 1M). Behind `OFFSET 0` the filter is
+    answered first, from the search indexes, and only the matches are sorted. One query gives
+    the total (a window count) and the first SEARCH_HEAD matches, kept under the teams'
+    generation like the counts: the next pages and the next analyst read them from there.
+
+    `usable` is false when the queryset's order is not plain columns of the findings table."""
+
+    def __init__(self, qs: QuerySet[Finding], *, team_ids: Iterable[int]) -> None:
+        self._team_ids = list(team_ids)
+        self._head: tuple[int, list[tuple[Any, ...]]] | None = None
+        self._empty = False
+        self._sql: tuple[str, Any, str] | None = None
+        order = list(qs.query.order_by) or (
+            list(qs.model._meta.ordering or ()) if qs.query.default_ordering else []
+        )
+        fields: list[str] = []
+        directions: list[str] = []
+        for entry in order:
+            if not isinstance(entry, str) or "__" in entry or "." in entry:
+                return
+            name = entry.lstrip("-")
+            fields.append("id" if name == "pk" else name)
+            directions.append("DESC" if entry.startswith("-") else "ASC")
+        columns = ["id"] + [f for f in fields if f != "id"]
+        try:
+            inner, params = qs.order_by().values_list(*columns).query.sql_with_params()
+        except EmptyResultSet:
+            self._empty = True
+            return
+        order_sql = ", ".join(
+            f"{columns.index(f) + 1} {d}" for f, d in zip(fields, directions, strict=True)
+        ) or "1"
+        self._sql = (inner, params, order_sql)
+
+    @property
+    def usable(self) -> bool:
+        return self._empty or self._sql is not None
+
+    def _select(self, *, extra: str, tail: str) -> list[tuple[Any, ...]]:
+        assert self._sql is not None
+        inner, params, order_sql = self._sql
+        # Django's own SQL, column positions and integers; the values stay parameters.
+        sql = f"SELECT *{extra} FROM ({inner} OFFSET 0) AS matches"  # noqa: S608
+        with connection.cursor() as cur:
+            cur.execute(f"{sql} ORDER BY {order_sql}{tail}", params)
+            return [tuple(row) for row in cur.fetchall()]
+
+    def _load(self) -> tuple[int, list[tuple[Any, ...]]]:
+        if self._head is not None:
+            return self._head
+        if self._empty:
+            self._head = (0, [])
+            return self._head
+        assert self._sql is not None
+        inner, params, order_sql = self._sql
+        digest = hashlib.sha256(repr((inner, params, order_sql)).encode()).hexdigest()[:32]
+        key = f"findings-matches:{findings_generation(team_ids=self._team_ids)}:{digest}"
+        found = cache.get(key)
+        if found is None:
+            rows = self._select(extra=", count(*) OVER ()", tail=f" LIMIT {SEARCH_HEAD}")
+            found = (int(rows[0][-1]) if rows else 0, [row[:-1] for row in rows])
+            cache.set(key, found, timeout=settings.TRUSTRANK_FINDINGS_COUNT_TTL)
+        self._head = found
+        return found
+
+    def count(self) -> int:
+        return self._load()[0]
+
+    def ids(self, item: slice) -> list[int]:
+        total, head = self._load()
+        start = item.start or 0
+        stop = total if item.stop is None else item.stop
+        if stop <= len(head) or len(head) == total:
+            return [row[0] for row in head[start:stop]]
+        return self.query_ids(slice(start, stop))
+
+    def query_ids(self, item: slice) -> list[int]:
+        """The slice's ids from the database, sorted there, without the kept head."""
+        if self._empty:
+            return []
+        start = int(item.start or 0)
+        limit = "" if item.stop is None else f" LIMIT {int(item.stop) - start}"
+        return [row[0] for row in self._select(extra="", tail=f"{limit} OFFSET {start}")]
+
+    def ids_after(self, pk: int, n: int) -> list[int] | None:
+        """The n ids after `pk` when the kept head has them; None to ask the database."""
+        total, head = self._load()
+        at = next((i for i, row in enumerate(head) if row[0] == pk), None)
+        if at is None:
             return None
-        name = entry.lstrip("-")
-        fields.append("id" if name == "pk" else name)
-        directions.append("DESC" if entry.startswith("-") else "ASC")
-    columns = ["id"] + [f for f in fields if f != "id"]
-    inner_sql, params = qs.order_by().values_list(*columns).query.sql_with_params()
-    order_sql = ", ".join(
-        f"{columns.index(f) + 1} {d}" for f, d in zip(fields, directions, strict=True)
-    ) or "1"
-    start = item.start or 0
-    limit = "" if item.stop is None else f" LIMIT {int(item.stop) - int(start)}"
-    # Django's own SQL, column positions and integers; the values stay parameters.
-    sql = f"SELECT * FROM ({inner_sql} OFFSET 0) AS matches ORDER BY {order_sql}"  # noqa: S608
-    with connection.cursor() as cur:
-        cur.execute(f"{sql}{limit} OFFSET {int(start)}", params)
-        return [row[0] for row in cur.fetchall()]
+        rest = head[at + 1 : at + 1 + n]
+        return [row[0] for row in rest] if len(rest) == n or len(head) == total else None
 
 
 def capped_cached_count(
@@ -146,27 +203,30 @@ class CountedRows:
     """A queryset whose total comes from `cached_count`, for DRF's page-number pagination."""
 
     def __init__(
-        self, qs: QuerySet[Finding], *, team_ids: Iterable[int], sort_matches: bool = False
+        self, qs: QuerySet[Finding], *, team_ids: Iterable[int], search: bool = False
     ) -> None:
         self._qs = qs
         self._team_ids = list(team_ids)
         self._count: int | None = None
-        # A purl search: sort its matches when there are few enough of them.
-        self._sort_matches = sort_matches
+        # A search: its matches are found, sorted and kept (SortedMatches).
+        matches = SortedMatches(qs, team_ids=self._team_ids) if search else None
+        self._matches = matches if matches is not None and matches.usable else None
 
     def count(self) -> int:
         if self._count is None:
-            self._count = cached_count(self._qs, team_ids=self._team_ids)
+            self._count = (
+                self._matches.count() if self._matches is not None
+                else cached_count(self._qs, team_ids=self._team_ids)
+            )
         return self._count
 
     def __len__(self) -> int:
         return self.count()
 
     def __getitem__(self, item: slice) -> list[Finding]:
-        sort = self._sort_matches and sorts_matches(
-            self._qs, team_ids=self._team_ids, known=self.count()
-        )
-        return rows_by_id(self._qs, item, sort_matches=sort)
+        if self._matches is not None:
+            return rows_for_ids(self._qs, self._matches.ids(item))
+        return rows_by_id(self._qs, item)
 
 
 class RankOrderedRows:

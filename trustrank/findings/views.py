@@ -31,9 +31,10 @@ from trustrank.findings.models import (
 )
 from trustrank.findings.paging import (
     RankOrderedRows,
+    SortedMatches,
     capped_cached_count,
     rows_by_id,
-    sorts_matches,
+    rows_for_ids,
 )
 from trustrank.findings.services.bulk import (
     BulkFilterError,
@@ -58,6 +59,8 @@ from trustrank.ranking.explain import finding_rank_explain
 from trustrank.vulns import selectors as vuln_selectors
 
 PAGE_SIZE = 50
+# The page's totals: "more than 10,000" beyond this.
+COUNT_CAP = 10_000
 PROJECT_CHOICES_MAX = 300
 
 
@@ -92,13 +95,17 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
     # fixed, rather than a list that silently ignores what was asked.
     qs = filterset.qs if filterset.is_valid() else filterset.queryset.none()
     team_ids = principal.team_ids
-    count, capped = capped_cached_count(qs, team_ids=team_ids)
+    # A search's matches are found, sorted and kept with their total (paging.SortedMatches).
+    matches: SortedMatches | None = None
+    if filterset.is_valid() and str(request.GET.get("q", "")).strip():
+        matches = SortedMatches(qs, team_ids=team_ids)
+        matches = matches if matches.usable else None
+    if matches is not None:
+        count, capped = min(matches.count(), COUNT_CAP), matches.count() > COUNT_CAP
+    else:
+        count, capped = capped_cached_count(qs, team_ids=team_ids, cap=COUNT_CAP)
     overdue_count, overdue_capped = capped_cached_count(
         qs.filter(state__in=OPEN_STATES, due_date__lt=timezone.localdate()), team_ids=team_ids
-    )
-    # A purl search with few enough matches sorts them rather than walking the order.
-    sort = filterset.searches_purls() and sorts_matches(
-        qs, team_ids=team_ids, known=None if capped else count
     )
     ordering = request.GET.get("ordering", "") if filterset.is_valid() else ""
     raw_after = request.GET.get("after", "")
@@ -108,9 +115,7 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
         offset = _offset_cursor(raw_after)
         ordered: Any = RankOrderedRows(qs, team_ids=team_ids) if ordering == "rank" else qs
         window = slice(offset, offset + PAGE_SIZE + 1)
-        rows = ordered[window] if ordering == "rank" else rows_by_id(
-            qs, window, sort_matches=sort
-        )
+        rows = ordered[window] if ordering == "rank" else rows_by_id(qs, window)
         next_after = f"@{offset + PAGE_SIZE}"
         is_first = offset == 0
     else:
@@ -128,7 +133,17 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
                     output_field=BooleanField(),
                 )
             )
-        rows = rows_by_id(page_qs, slice(0, PAGE_SIZE + 1), sort_matches=sort)
+        ids = None
+        if matches is not None:
+            ids = (
+                matches.ids(slice(0, PAGE_SIZE + 1)) if after is None
+                else matches.ids_after(after[1], PAGE_SIZE + 1)
+            )
+            if ids is None:  # past the kept head: this page's matches, sorted
+                ids = SortedMatches(page_qs, team_ids=team_ids).query_ids(slice(0, PAGE_SIZE + 1))
+        rows = rows_by_id(page_qs, slice(0, PAGE_SIZE + 1)) if ids is None else rows_for_ids(
+            page_qs, ids
+        )
         next_after = f"{rows[PAGE_SIZE - 1].baseline_priority!r}:{rows[PAGE_SIZE - 1].pk}" if (
             len(rows) > PAGE_SIZE
         ) else ""
