@@ -25,11 +25,15 @@ def test_person_exports_findings_and_opens_the_downloads(
     start_worker()
 
     page = browser_page
-    page.goto(f"{web_server.url}/findings/?severity=high")
+    page.goto(f"{web_server.url}/findings/")
     page.fill("#id_username", "alice")
     page.fill("#id_password", "pw-alice")
     page.click("button[type=submit]")
     page.wait_for_selector("#export-findings")
+    # Filtering re-draws the table (htmx) and the export link with it.
+    page.select_option("#filter-form select[name=severity]", "high")
+    page.click("#filter-form button[type=submit]")
+    page.wait_for_selector("#export-findings[href*='severity=high']")
     page.click("#export-findings")
     page.wait_for_selector("#export-form")
     assert "severity=high" in page.url
@@ -49,7 +53,8 @@ def test_person_exports_findings_and_opens_the_downloads(
     assert len(rows) == 40
     assert all(r["severity"] == "high" and r["title"].startswith("ours") for r in rows)
     export = Export.objects.get(format="csv")
-    assert export.filter_params == {"severity": ["high"]}
+    # The filter form sends its "Show" control too: open findings of high severity.
+    assert export.filter_params == {"open": ["true"], "severity": ["high"]}
     assert AuditEvent.objects.filter(
         action="export", subject_id=str(export.pk), after__sha256=export.sha256
     ).exists()
