@@ -48,10 +48,15 @@ def test_findings_filters_apply(api, team, data):
 
 def test_as_of_gives_the_triage_state_of_that_time(api, team, data, make_user):
     alice = make_user("alice", team=team)
+    bob = make_user("bob", team=team)
+    finding_triage(
+        finding=data["log4j"], principal=principal_for_user(alice), assignee=bob.pk,
+        reason="bob looks at it",
+    )
     before = timezone.now()
     finding_triage(
         finding=data["log4j"], principal=principal_for_user(alice), state="exploitable",
-        detail="reachable from the internet", reason="confirmed",
+        detail="reachable from the internet", reason="confirmed", assignee=alice.pk,
     )
     client = api(team, "read")
     now_rows = csv_rows(body_of(client.get("/api/v1/exports", {"format": "csv"})))
@@ -60,14 +65,18 @@ def test_as_of_gives_the_triage_state_of_that_time(api, team, data, make_user):
     doc = orjson.loads(body_of(then))
     log4j_now = next(r for r in now_rows if int(r["finding_id"]) == data["log4j"].pk)
     log4j_then = next(f for f in doc["findings"] if f["finding_id"] == data["log4j"].pk)
-    assert log4j_now["state"] == "exploitable"
+    assert log4j_now["state"] == "exploitable" and log4j_now["assignee"] == "alice"
     assert log4j_then["state"] == "in_triage" and log4j_then["detail"] == ""
+    assert log4j_then["assignee"] == "bob"
+    etcd_then = next(f for f in doc["findings"] if f["finding_id"] == data["etcd"].pk)
+    assert etcd_then["assignee"] == ""
     assert doc["export"]["as_of"] is not None and doc["export"]["notes"]
     then_csv = csv_rows(
         body_of(client.get("/api/v1/exports", {"format": "csv", "as_of": before.isoformat()}))
     )
     log4j_csv = next(r for r in then_csv if int(r["finding_id"]) == data["log4j"].pk)
     assert log4j_csv["state"] == "in_triage" and log4j_csv["resolved_at"] == ""
+    assert log4j_csv["assignee"] == "bob"
     assert log4j_csv["explanation"] == log4j_now["explanation"] != ""
     # The state filter reads the state of that time, too.
     then_open = client.get(

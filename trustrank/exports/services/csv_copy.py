@@ -98,7 +98,7 @@ def copy_sql(selection: ExportSelection) -> tuple[str, tuple[Any, ...]]:
         "justification": justification,
         "response": response,
         "detail": detail,
-        "assignee": F("assignee__username"),
+        "assignee": F("as_of_assignee") if as_of else F("assignee__username"),
         "due_date": F("due_date"),
         "severity": F("severity"),
         "cvss": F("cvss_score"),

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db.models import (
+    BigIntegerField,
     Case,
     CharField,
     Exists,
@@ -34,6 +36,7 @@ from django.db.models import (
     When,
 )
 from django.db.models.fields.json import KT
+from django.db.models.functions import Cast, Coalesce
 from django.http import QueryDict
 
 from trustrank.exports.services.params import ExportRequest
@@ -173,6 +176,21 @@ def export_selection(req: ExportRequest) -> ExportSelection:
             as_of_at=Subquery(last.values("created_at")[:1]),
         )
         qs = qs.annotate(as_of_state=KT("as_of_after__state"))
+        # Every triage event records the assignee (reconcile.state_of): theirs at that time,
+        # nobody when it said none; today's only where the event predates the field.
+        who = get_user_model().objects.filter(pk=OuterRef("as_of_assignee_id"))
+        qs = qs.annotate(
+            as_of_assignee_id=Cast(KT("as_of_after__assignee"), BigIntegerField())
+        ).annotate(
+            as_of_assignee=Case(
+                When(
+                    as_of_after__has_key="assignee",
+                    then=Coalesce(Subquery(who.values("username")[:1]), Value("")),
+                ),
+                default=F("assignee__username"),
+                output_field=CharField(),
+            )
+        )
         states = req.filters.get("state")
         if states:
             qs = qs.filter(as_of_state__in=states)
@@ -182,9 +200,9 @@ def export_selection(req: ExportRequest) -> ExportSelection:
         elif open_ in ("false", "0", "no"):
             qs = qs.exclude(as_of_state__in=OPEN_STATES)
         notes.append(
-            "state, justification, response, detail and resolved_at are as the audit trail "
-            "says they were at as_of; other columns (assignee, due_date, scores, last_seen) "
-            "are current"
+            "state, justification, response, detail, resolved_at "
+            "and assignee are as the audit trail says they were at as_of; other columns "
+            "(due_date, scores, last_seen) are current"
         )
     ranks, run = _rank_source(req)
     if ranks.kind == "past_run" and run is not None:
@@ -213,7 +231,7 @@ def export_selection(req: ExportRequest) -> ExportSelection:
         )
     fields = list(_FIELDS)
     if req.as_of is not None:
-        fields += ["as_of_after", "as_of_at"]
+        fields += ["as_of_after", "as_of_at", "as_of_assignee"]
     return ExportSelection(queryset=qs.values(*fields), ranks=ranks, notes=notes)
 
 
@@ -261,7 +279,7 @@ def _row(v: dict[str, Any], explanations: _Explanations) -> dict[str, Any]:
         "justification": justification,
         "response": list(response or []),
         "detail": detail,
-        "assignee": v["assignee__username"] or "",
+        "assignee": v.get("as_of_assignee", v["assignee__username"]) or "",
         "due_date": v["due_date"],
         "severity": v["severity"],
         "cvss": v["cvss_score"],
