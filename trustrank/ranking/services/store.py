@@ -250,6 +250,14 @@ def _history(
             why = whys[pair] = orjson.dumps(_why(ctx(old_digest), ctx(new_digest))).decode()
         return why
 
+    if gone:
+        # A ranked row may outlive its finding (the table has no foreign key: a finding
+        # deleted while a run stored its rank); its history went with the finding.
+        cur.execute(
+            "SELECT id FROM findings_finding WHERE id = ANY(%s::bigint[])", [_int_array(gone)]
+        )
+        existing = {row[0] for row in cur.fetchall()}
+        gone = [fid for fid in gone if fid in existing]
     with cur.copy(
         "COPY ranking_rankchange (run_id, finding_id, rank, score, decision, previous_rank, "
         "previous_score, previous_decision, why, at) FROM STDIN"
