@@ -36,6 +36,11 @@ class _Cached:
     result: RankResult
     rows: dict[int, tuple[int, int, str, float, str, str]]
     gathered_at: datetime
+    # The updated_at the run's own due-date writes set (they change nothing the engine
+    # reads, so the next run skips them), and the findings someone else wrote after the
+    # gather, whose updated_at those writes may have overwritten (the next run reads them).
+    due_written_at: datetime | None = None
+    written_after_gather: tuple[int, ...] = ()
 
 
 # The previous run per team, kept by the worker process that made it. Bounded: a worker
@@ -140,6 +145,7 @@ def _execute(run: RankingRun) -> None:
         gathered = ranking_inputs_gather(
             team_id=run.team_id, previous=cached.gathered,
             changed_since=cached.gathered_at - _CLOCK_SKEW,
+            skip_written_at=cached.due_written_at, also_ids=cached.written_after_gather,
         )
     else:
         gathered = ranking_inputs_gather(team_id=run.team_id)
@@ -165,6 +171,17 @@ def _execute(run: RankingRun) -> None:
         digest = _rows_digest(rows)
         service_results = services_json(result)
         t4 = time.perf_counter()
+        # Due dates follow the decisions just stored (one set-based UPDATE). On a team's
+        # first run that writes every finding; its updated_at is noted so the next run does
+        # not read them all again as changed.
+        written_after = _written_since(run.team_id, gathered_at - _CLOCK_SKEW)
+        due_written_at = timezone.now()
+        finding_due_dates_apply(
+            team_id=run.team_id, now=due_written_at,
+            # An incremental run rewrote the rank of every finding whose decision changed.
+            run_id=run.pk if incremental else None,
+        )
+        t5 = time.perf_counter()
         RankingRun.objects.filter(pk=run.pk).update(
             status=RunStatus.DONE,
             phase="",
@@ -187,17 +204,30 @@ def _execute(run: RankingRun) -> None:
                 "rank_s": round(t2 - t1, 3),
                 "store_s": round(t3 - t2, 3),
                 "digest_s": round(t4 - t3, 3),
+                "due_dates_s": round(t5 - t4, 3),
             },
             finished_at=timezone.now(),
         )
-        # Due dates follow the decisions just stored (one set-based UPDATE).
-        finding_due_dates_apply(team_id=run.team_id)
     _PREVIOUS[run.team_id] = _Cached(
-        run_id=run.pk, gathered=gathered, result=result, rows=rows, gathered_at=gathered_at
+        run_id=run.pk, gathered=gathered, result=result, rows=rows, gathered_at=gathered_at,
+        due_written_at=due_written_at, written_after_gather=written_after,
     )
     _PREVIOUS.move_to_end(run.team_id)
     while len(_PREVIOUS) > _PREVIOUS_MAX:
         _PREVIOUS.popitem(last=False)
+
+
+def _written_since(team_id: int, since: datetime) -> tuple[int, ...]:
+    """Findings written since `since` (the run's gather), read just before the due dates
+    are written (through the (team, updated_at) index: a few rows, unless the team's
+    findings were loaded meanwhile)."""
+    from trustrank.findings.models import Finding
+
+    return tuple(
+        Finding.objects.filter(team_id=team_id, updated_at__gte=since).values_list(
+            "pk", flat=True
+        )
+    )
 
 
 def _rows_digest(rows: dict[int, tuple[int, int, str, float, str, str]]) -> str:
