@@ -126,3 +126,25 @@ def test_incremental_run_skips_the_due_dates_its_predecessor_wrote():
     runs._PREVIOUS.clear()
     _run(team_id)
     assert _stored(team_id) == stored
+
+
+def test_ranked_rows_copy_as_text_keeps_every_value():
+    """The store formats COPY's text itself: environment names with a backslash, tab or
+    newline and scores of every kind of float read back exactly."""
+    from trustrank.accounts.models import Team
+    from trustrank.ranking.services.store import _copy_ranked
+
+    team = Team.objects.create(name="copy-text")
+    rows = {
+        1: (1, 1, "prod\\east", 0.1 + 0.2, "immediate", "a" * 64),
+        2: (2, 1, "tab\there", 100.0, "out-of-cycle", "b" * 64),
+        3: (3, 1, "line\nbreak\r", 1e-7, "scheduled", "c" * 64),
+        4: (4, 1, "", 33.3333, "defer", "d" * 64),
+    }
+    with connection.cursor() as cur:
+        _copy_ranked(cur, team_id=team.pk, run_id=7, targets=[4, 2, 1, 3], rows=rows)
+        cur.execute(
+            "SELECT finding_id, rank, env_rank, environment, score, decision, context_id "
+            "FROM ranking_rankedfinding WHERE team_id = %s AND run_id = 7 ORDER BY finding_id",
+            [team.pk])
+        assert {r[0]: r[1:] for r in cur.fetchall()} == rows

@@ -18,7 +18,7 @@ from django.utils import timezone
 from trustrank.findings.services.due_dates import finding_due_dates_apply
 from trustrank.ranking.inputs import Gathered, rank_settings, ranking_inputs_gather
 from trustrank.ranking.models import RankingRun, RunStatus
-from trustrank.ranking.services.store import _store, services_json
+from trustrank.ranking.services.store import _collector_paused, _store, services_json
 from trustrank.risk import inputs as ri
 from trustrank.risk.engine import rank, rank_incremental
 from trustrank.risk.results import RankResult
@@ -90,7 +90,8 @@ def ranking_run_execute(*, run_id: int) -> str:
         return "claimed elsewhere"
     run.refresh_from_db()
     try:
-        _execute(run)
+        with _collector_paused():
+            _execute(run)
     except Exception as exc:
         log.exception("ranking run %s failed", run_id)
         RankingRun.objects.filter(pk=run_id).update(
