@@ -148,9 +148,10 @@ def _changed_since(old: ri.RankInputs, new: ri.RankInputs) -> tuple[set[str], se
 def _execute(run: RankingRun) -> None:
     t0 = time.perf_counter()
     rs = rank_settings()
+    # Only its id: the row also holds the run's per-service results (megabytes of JSON).
     previous = RankingRun.objects.filter(
         team_id=run.team_id, status=RunStatus.DONE
-    ).order_by("-finished_at", "-pk").first()
+    ).order_by("-finished_at", "-pk").only("pk").first()
     cached = _PREVIOUS.get(run.team_id)
     gathered_at = timezone.now()
     incremental = (
