@@ -59,3 +59,92 @@ def test_incremental_run_stores_what_a_full_run_stores():
         assert full.results_digest == incremental.results_digest
         assert full.counts["contexts"] == incremental.counts["contexts"]
         assert full.counts["moved"] == 0
+
+
+def test_ranks_follow_their_finding_without_database_foreign_keys():
+    """RankedFinding has no database foreign keys: the ORM's delete still takes a finding's
+    rank with it, and a rank left behind by a finding deleted past the ORM (as one deleted
+    while a run stored its ranks) is dropped by the next run, with no history row."""
+    from trustrank.findings.models import Finding
+    from trustrank.ranking.models import RankedFinding
+
+    team_id = build(findings=400, services=40, edges=120, versions=20, seed=5)
+    runs._PREVIOUS.clear()
+    _run(team_id)
+    first, second = Finding.objects.filter(team_id=team_id).order_by("id")[:2]
+    first.delete()
+    assert not RankedFinding.objects.filter(finding_id=first.pk).exists()
+    with connection.cursor() as cur:
+        cur.execute("DELETE FROM findings_finding WHERE id = %s", [second.pk])
+    assert RankedFinding.objects.filter(finding_id=second.pk).exists()
+    # Deletions are not timestamped: a full run finds them.
+    runs._PREVIOUS.clear()
+    run = _run(team_id)
+    assert not run.incremental
+    assert not RankedFinding.objects.filter(finding_id=second.pk).exists()
+    assert sorted(r[1] for r in _stored(team_id)) == list(range(1, 399))
+    assert run.counts["left_queue"] == 1
+    assert list(RankChange.objects.filter(run=run, rank__isnull=True).values_list(
+        "finding_id", flat=True)) == []
+
+
+def test_incremental_run_skips_the_due_dates_its_predecessor_wrote():
+    """A team's first run writes every finding's due date (and updated_at); the next,
+    incremental run reads only what others wrote since, and leaves every due date as a
+    full recomputation would."""
+    from trustrank.findings.services.due_dates import finding_due_dates_apply
+    from trustrank.ranking import inputs
+
+    team_id = build(findings=600, services=60, edges=200, versions=30, seed=9)
+    with connection.cursor() as cur:
+        cur.execute(
+            "UPDATE findings_finding SET updated_at = now() - interval '1 hour' "
+            "WHERE team_id = %s", [team_id])
+    runs._PREVIOUS.clear()
+    first = _run(team_id)
+    cached = runs._PREVIOUS[team_id]
+    assert cached.due_written_at is not None and cached.written_after_gather == ()
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM findings_finding WHERE team_id = %s AND updated_at = %s "
+            "AND due_date IS NOT NULL", [team_id, cached.due_written_at])
+        # Every finding given a due date (a decision without days gets none).
+        assert cur.fetchone()[0] > first.counts["findings"] // 2
+        cur.execute(
+            "UPDATE findings_finding SET epss = 0.99, updated_at = now() WHERE id = "
+            "(SELECT min(id) FROM findings_finding WHERE team_id = %s) RETURNING id", [team_id])
+        touched = cur.fetchone()[0]
+    delta, _ids, _closed = inputs._findings(
+        team_id, changed_since=cached.gathered_at - runs._CLOCK_SKEW,
+        skip_written_at=cached.due_written_at, also_ids=cached.written_after_gather)
+    assert [f.id for f in delta] == [str(touched)]
+    _set_impact(team_id, "svc-3", "very high")
+    incremental = _run(team_id)
+    assert incremental.incremental and incremental.counts["moved"] > 0
+    stored = _stored(team_id)
+    assert finding_due_dates_apply(team_id=team_id) == 0
+    runs._PREVIOUS.clear()
+    _run(team_id)
+    assert _stored(team_id) == stored
+
+
+def test_ranked_rows_copy_as_text_keeps_every_value():
+    """The store formats COPY's text itself: environment names with a backslash, tab or
+    newline and scores of every kind of float read back exactly."""
+    from trustrank.accounts.models import Team
+    from trustrank.ranking.services.store import _copy_ranked
+
+    team = Team.objects.create(name="copy-text")
+    rows = {
+        1: (1, 1, "prod\\east", 0.1 + 0.2, "immediate", "a" * 64),
+        2: (2, 1, "tab\there", 100.0, "out-of-cycle", "b" * 64),
+        3: (3, 1, "line\nbreak\r", 1e-7, "scheduled", "c" * 64),
+        4: (4, 1, "", 33.3333, "defer", "d" * 64),
+    }
+    with connection.cursor() as cur:
+        _copy_ranked(cur, team_id=team.pk, run_id=7, targets=[4, 2, 1, 3], rows=rows)
+        cur.execute(
+            "SELECT finding_id, rank, env_rank, environment, score, decision, context_id "
+            "FROM ranking_rankedfinding WHERE team_id = %s AND run_id = 7 ORDER BY finding_id",
+            [team.pk])
+        assert {r[0]: r[1:] for r in cur.fetchall()} == rows

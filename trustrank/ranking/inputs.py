@@ -397,10 +397,13 @@ SELECT f.id, f.kind, f.vuln_id, f.severity, f.cvss_score, f.in_kev, f.kev_date_a
 
 
 def _findings(
-    team_id: int, *, changed_since: datetime | None = None
+    team_id: int, *, changed_since: datetime | None = None,
+    skip_written_at: datetime | None = None, also_ids: tuple[int, ...] = (),
 ) -> tuple[list[ri.Finding], dict[str, int], set[str]]:
     """(open findings, their database ids, ids that left the open states). With
-    `changed_since`, only findings written since then (an incremental run's delta)."""
+    `changed_since`, only findings written since then (an incremental run's delta), less
+    those whose updated_at is `skip_written_at` (the previous run's own due-date writes),
+    plus `also_ids`."""
     # Raw rows, not the ORM: a million findings is the design point, and building model
     # rows (or even values_list tuples) costs several times the fetch itself.
     assert set(OPEN_STATES) == {"in_triage", "exploitable"}
@@ -409,8 +412,16 @@ def _findings(
         sql, params = (
             _FINDINGS_SQL.format(where="f.state IN ('in_triage', 'exploitable')"), [team_id]
         )
-    else:
+    elif skip_written_at is None:
         sql, params = _FINDINGS_SQL.format(where="f.updated_at >= %s"), [team_id, changed_since]
+    else:
+        # Two ranges of the (team, updated_at) index around the skipped instant: a filter
+        # `<>` would fetch every skipped row from the heap first.
+        sql = _FINDINGS_SQL.format(
+            where="((f.updated_at >= %s AND f.updated_at < %s) OR f.updated_at > %s"
+                  " OR f.id = ANY(%s::bigint[]))"
+        )
+        params = [team_id, changed_since, skip_written_at, skip_written_at, list(also_ids)]
     findings: list[ri.Finding] = []
     ids: dict[str, int] = {}
     closed: set[str] = set()
@@ -484,10 +495,12 @@ def _findings(
 
 
 def ranking_inputs_gather(
-    *, team_id: int, previous: Gathered | None = None, changed_since: datetime | None = None
+    *, team_id: int, previous: Gathered | None = None, changed_since: datetime | None = None,
+    skip_written_at: datetime | None = None, also_ids: tuple[int, ...] = (),
 ) -> Gathered:
     """The team's inputs. With `previous` and `changed_since`, findings are the previous
-    ones updated by what was written since (the graph evidence is always read anew)."""
+    ones updated by what was written since (the graph evidence is always read anew);
+    `skip_written_at` and `also_ids` as for `_findings`."""
     since, minutes = _window()
     rates = _Rates.for_window(since, minutes)
     rs = rank_settings()
@@ -496,7 +509,10 @@ def ranking_inputs_gather(
     deployments, version_ids = _deployments(team_id)
     versions, components = _components(version_ids)
     if previous is not None and changed_since is not None:
-        delta, delta_ids, closed = _findings(team_id, changed_since=changed_since)
+        delta, delta_ids, closed = _findings(
+            team_id, changed_since=changed_since, skip_written_at=skip_written_at,
+            also_ids=also_ids,
+        )
         by_id = {f.id: f for f in previous.inputs.findings}
         ids = dict(previous.finding_ids)
         for fid in closed:

@@ -242,11 +242,14 @@ def rank(
         score = _Scorer(index, settings).score
         findings = _assemble([score(f) for f in inputs.findings])
         digest = inputs_digest(inputs=inputs, settings=settings) if with_digest else ""
+        # Still paused: with a million findings alive, the first allocations after the
+        # collector resumes would set off a full collection (over a second).
+        services = _services(index, analyses)
     return RankResult(
         settings_version=settings.version,
         inputs_digest=digest,
         findings=findings,
-        services=_services(index, analyses),
+        services=services,
         analyses=analyses,
     )
 
@@ -304,10 +307,11 @@ def rank_incremental(
         fresh = sorted((score(f) for f in current.values()), key=itemgetter(0))
         findings = _merge(kept, fresh)
         digest = inputs_digest(inputs=inputs, settings=settings) if with_digest else ""
+        service_results = _services(index, analyses)
     return RankResult(
         settings_version=settings.version,
         inputs_digest=digest,
         findings=findings,
-        services=_services(index, analyses),
+        services=service_results,
         analyses=analyses,
     )

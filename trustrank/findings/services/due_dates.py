@@ -10,7 +10,7 @@ date moves gets a new version, like any other change to its triage.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime
 
 from django.db import connection
 from django.utils import timezone
@@ -67,6 +67,7 @@ WITH c AS (
     FROM ranking_rankedfinding r
     JOIN findings_finding f ON f.id = r.finding_id
     WHERE r.team_id = %(team)s AND f.team_id = %(team)s AND f.state = ANY(%(open)s)
+      AND (%(run)s::bigint IS NULL OR r.run_id = %(run)s::bigint)
 ), d AS (
     SELECT finding_id, decision, since, since + days AS due FROM c
 ), todo AS (
@@ -94,9 +95,16 @@ WHERE f.id = t.id
 """
 
 
-def finding_due_dates_apply(*, team_id: int, today: date | None = None) -> int:
+def finding_due_dates_apply(
+    *, team_id: int, today: date | None = None, now: datetime | None = None,
+    run_id: int | None = None,
+) -> int:
     """Recompute the team's due dates from the latest ranking decisions; returns the number of
-    findings written. Idempotent: a second call with the same ranks writes nothing."""
+    findings written. Idempotent: a second call with the same ranks writes nothing. `now` is
+    the updated_at the written findings get (a ranking run passes it so that its next,
+    incremental run can tell its own writes from everyone else's); `run_id` limits the work
+    to the findings whose rank that run wrote (an incremental run: every other finding kept
+    its decision, so its due date stands)."""
     policy = triage_policy_for(team_id=team_id)
     with connection.cursor() as cur:
         cur.execute(
@@ -104,7 +112,8 @@ def finding_due_dates_apply(*, team_id: int, today: date | None = None) -> int:
             {
                 "team": team_id,
                 "today": today or timezone.localdate(),
-                "now": timezone.now(),
+                "now": now or timezone.now(),
+                "run": run_id,
                 "open": list(OPEN_STATES),
                 "immediate": policy.immediate_days,
                 "out_of_cycle": policy.out_of_cycle_days,

@@ -7,18 +7,20 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from trustrank.findings.services.due_dates import finding_due_dates_apply
 from trustrank.ranking.inputs import Gathered, rank_settings, ranking_inputs_gather
 from trustrank.ranking.models import RankingRun, RunStatus
-from trustrank.ranking.services.store import _store, services_json
+from trustrank.ranking.services.store import _collector_paused, _store, services_json
 from trustrank.risk import inputs as ri
 from trustrank.risk.engine import rank, rank_incremental
 from trustrank.risk.results import RankResult
@@ -36,6 +38,11 @@ class _Cached:
     result: RankResult
     rows: dict[int, tuple[int, int, str, float, str, str]]
     gathered_at: datetime
+    # The updated_at the run's own due-date writes set (they change nothing the engine
+    # reads, so the next run skips them), and the findings someone else wrote after the
+    # gather, whose updated_at those writes may have overwritten (the next run reads them).
+    due_written_at: datetime | None = None
+    written_after_gather: tuple[int, ...] = ()
 
 
 # The previous run per team, kept by the worker process that made it. Bounded: a worker
@@ -85,7 +92,8 @@ def ranking_run_execute(*, run_id: int) -> str:
         return "claimed elsewhere"
     run.refresh_from_db()
     try:
-        _execute(run)
+        with _collector_paused(), _jit_off():
+            _execute(run)
     except Exception as exc:
         log.exception("ranking run %s failed", run_id)
         RankingRun.objects.filter(pk=run_id).update(
@@ -94,6 +102,20 @@ def ranking_run_execute(*, run_id: int) -> str:
         )
         return RunStatus.FAILED
     return RunStatus.DONE
+
+
+@contextmanager
+def _jit_off() -> Iterator[None]:
+    """PostgreSQL's JIT compiles the run's few big statements (the findings read, the due
+    dates' join over the queue) for longer than it saves on them: about half a second of
+    a full run's due dates alone."""
+    with connection.cursor() as cur:
+        cur.execute("SET jit = off")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cur:
+            cur.execute("RESET jit")
 
 
 def _changed_since(old: ri.RankInputs, new: ri.RankInputs) -> tuple[set[str], set[tuple[str, str]]]:
@@ -126,9 +148,10 @@ def _changed_since(old: ri.RankInputs, new: ri.RankInputs) -> tuple[set[str], se
 def _execute(run: RankingRun) -> None:
     t0 = time.perf_counter()
     rs = rank_settings()
+    # Only its id: the row also holds the run's per-service results (megabytes of JSON).
     previous = RankingRun.objects.filter(
         team_id=run.team_id, status=RunStatus.DONE
-    ).order_by("-finished_at", "-pk").first()
+    ).order_by("-finished_at", "-pk").only("pk").first()
     cached = _PREVIOUS.get(run.team_id)
     gathered_at = timezone.now()
     incremental = (
@@ -140,6 +163,7 @@ def _execute(run: RankingRun) -> None:
         gathered = ranking_inputs_gather(
             team_id=run.team_id, previous=cached.gathered,
             changed_since=cached.gathered_at - _CLOCK_SKEW,
+            skip_written_at=cached.due_written_at, also_ids=cached.written_after_gather,
         )
     else:
         gathered = ranking_inputs_gather(team_id=run.team_id)
@@ -165,6 +189,17 @@ def _execute(run: RankingRun) -> None:
         digest = _rows_digest(rows)
         service_results = services_json(result)
         t4 = time.perf_counter()
+        # Due dates follow the decisions just stored (one set-based UPDATE). On a team's
+        # first run that writes every finding; its updated_at is noted so the next run does
+        # not read them all again as changed.
+        written_after = _written_since(run.team_id, gathered_at - _CLOCK_SKEW)
+        due_written_at = timezone.now()
+        finding_due_dates_apply(
+            team_id=run.team_id, now=due_written_at,
+            # An incremental run rewrote the rank of every finding whose decision changed.
+            run_id=run.pk if incremental else None,
+        )
+        t5 = time.perf_counter()
         RankingRun.objects.filter(pk=run.pk).update(
             status=RunStatus.DONE,
             phase="",
@@ -187,17 +222,30 @@ def _execute(run: RankingRun) -> None:
                 "rank_s": round(t2 - t1, 3),
                 "store_s": round(t3 - t2, 3),
                 "digest_s": round(t4 - t3, 3),
+                "due_dates_s": round(t5 - t4, 3),
             },
             finished_at=timezone.now(),
         )
-        # Due dates follow the decisions just stored (one set-based UPDATE).
-        finding_due_dates_apply(team_id=run.team_id)
     _PREVIOUS[run.team_id] = _Cached(
-        run_id=run.pk, gathered=gathered, result=result, rows=rows, gathered_at=gathered_at
+        run_id=run.pk, gathered=gathered, result=result, rows=rows, gathered_at=gathered_at,
+        due_written_at=due_written_at, written_after_gather=written_after,
     )
     _PREVIOUS.move_to_end(run.team_id)
     while len(_PREVIOUS) > _PREVIOUS_MAX:
         _PREVIOUS.popitem(last=False)
+
+
+def _written_since(team_id: int, since: datetime) -> tuple[int, ...]:
+    """Findings written since `since` (the run's gather), read just before the due dates
+    are written (through the (team, updated_at) index: a few rows, unless the team's
+    findings were loaded meanwhile)."""
+    from trustrank.findings.models import Finding
+
+    return tuple(
+        Finding.objects.filter(team_id=team_id, updated_at__gte=since).values_list(
+            "pk", flat=True
+        )
+    )
 
 
 def _rows_digest(rows: dict[int, tuple[int, int, str, float, str, str]]) -> str:
