@@ -24,7 +24,6 @@ from django.db.models import Q
 from django.utils import timezone
 
 from trustrank.cluster.models import Cluster
-from trustrank.parsers.otlp_metrics import RESOURCE_LABELS, ParsedMetrics, ResourceMetrics
 from trustrank.parsers.series import Labels, MetricKind, Series
 
 TABLE = "cluster_metricminute"
@@ -149,11 +148,11 @@ _SERIES_INSERT = f"""
 INSERT INTO cluster_metricseries (cluster_id, first_seen, {", ".join(_SERIES_COLUMNS)})
 SELECT %s, %s, {", ".join(_SERIES_COLUMNS)} FROM {_SERIES_BATCH}
 ON CONFLICT (cluster_id, key) DO NOTHING
+RETURNING key, id
 """  # noqa: S608 (constant names only)
-_SERIES_FOUND = f"""
-SELECT s.key, s.id FROM cluster_metricseries s JOIN {_SERIES_BATCH} b ON b.key = s.key
-WHERE s.cluster_id = %s
-"""  # noqa: S608 (constant names only)
+_SERIES_FOUND = """
+SELECT key, id FROM cluster_metricseries WHERE cluster_id = %s AND key = ANY(%s)
+"""
 
 
 def _series_upsert(
@@ -181,11 +180,18 @@ def _series_upsert(
                         str(item.kind)[:16], item.unit[:64], links["namespace"], links["pod"],
                         links["container"], links["node"], links["gpu"], links["gpu_uuid"],
                     ))
+            # The new rows come back from the INSERT; only series that existed already
+            # (another worker made them, or a cache was cleared) are looked up, by the
+            # unique (cluster, key) index. A join of the batch against the cluster's
+            # series instead read every series of the cluster on each load.
             cur.execute(_SERIES_INSERT, [cluster.pk, now])
-            created = cur.rowcount
-            cur.execute(_SERIES_FOUND, [cluster.pk])
             found = {key: int(series_id) for key, series_id in cur.fetchall()}
-    return found, max(created, 0)
+            created = len(found)
+            missing = [key for key in unknown if key not in found]
+            if missing:
+                cur.execute(_SERIES_FOUND, [cluster.pk, missing])
+                found.update((key, int(series_id)) for key, series_id in cur.fetchall())
+    return found, created
 
 
 def _series_ids(
@@ -311,78 +317,27 @@ def series_store(
                          now=now)
 
 
-def parsed_metrics_store(
-    *, cluster: Cluster, resources: Iterable[ResourceMetrics], now: datetime | None = None
-) -> MetricsLoaded:
-    """Store OTLP resources (the parser's `ResourceMetrics`) as per-minute points.
-
-    Gauges and sums go straight from the parser's columns to numpy (times and values are
-    C arrays), with each distinct label set merged with the resource attributes once:
-    the per-point work of building a `Series` is what limits a dcgm scrape otherwise.
-    Histograms take the `Series` path (their classic bucket shape)."""
-    now = now or timezone.now()
-    items: list[Series] = []
-    index_of: dict[tuple[str, Labels], int] = {}
-    parts_idx: list[np.ndarray[Any, Any]] = []
-    parts_ts: list[np.ndarray[Any, Any]] = []
-    parts_val: list[np.ndarray[Any, Any]] = []
-    others: list[Series] = []
-    for resource in resources:
-        extra = {k: resource.attributes[k] for k in RESOURCE_LABELS if k in resource.attributes}
-        merged: dict[Labels, Labels] = {}
-        rest = []
-        for metric in resource.metrics:
-            numbers = metric.numbers
-            if numbers is None or not numbers.size:
-                if metric.histograms:
-                    rest.append(metric)
-                continue
-            positions = np.empty(numbers.size, dtype=np.int64)
-            for at, raw in enumerate(numbers.labels):
-                labels = merged.get(raw)
-                if labels is None:
-                    labels = merged[raw] = tuple(sorted({**extra, **dict(raw)}.items()))
-                ident = (metric.name, labels)
-                found = index_of.get(ident)
-                if found is None:
-                    found = index_of[ident] = len(items)
-                    items.append(Series(metric.name, labels, metric.kind, (), (), metric.unit))
-                positions[at] = found
-            parts_idx.append(positions)
-            parts_ts.append(np.frombuffer(numbers.time_ns, dtype=np.uint64))
-            parts_val.append(np.frombuffer(numbers.values, dtype=np.float64))
-        if rest:
-            others.extend(ParsedMetrics(
-                resources=(ResourceMetrics(resource.attributes, tuple(rest)),),
-                total_points=0, rejected_points=0, stale_points=0,
-            ).series())
-    for item in others:
-        if not item.timestamps_ms:
-            continue
-        ident = (item.name, item.labels)
-        found = index_of.get(ident)
-        if found is None:
-            found = index_of[ident] = len(items)
-            items.append(item)
-        parts_idx.append(np.full(len(item.timestamps_ms), found, dtype=np.int64))
-        parts_ts.append(np.array(item.timestamps_ms, dtype=np.uint64) * 1_000_000)
-        parts_val.append(np.array(item.values, dtype=np.float64))
-    if not items:
-        return MetricsLoaded(0, 0, 0, 0)
-    return _points_store(
-        cluster=cluster, items=items, index=np.concatenate(parts_idx),
-        ts=(np.concatenate(parts_ts) // 1_000_000).astype(np.int64),
-        val=np.concatenate(parts_val), now=now,
-    )
-
-
 def _points_store(
     *, cluster: Cluster, items: Sequence[Series], index: np.ndarray[Any, Any],
     ts: np.ndarray[Any, Any], val: np.ndarray[Any, Any], now: datetime,
 ) -> MetricsLoaded:
     """Points as columns (series position in `items`, milliseconds, value) to minutes."""
     id_of_index, new_series = _series_ids(cluster=cluster, items=items, now=now)
-    sid = id_of_index[index]
+    minutes = minutes_store(cluster=cluster, series_ids=id_of_index[index], ts=ts, val=val,
+                            now=now)
+    return MetricsLoaded(
+        series=len(items), new_series=new_series, points=len(index), minutes=minutes
+    )
+
+
+def minutes_store(
+    *, cluster: Cluster, series_ids: np.ndarray[Any, Any], ts: np.ndarray[Any, Any],
+    val: np.ndarray[Any, Any], now: datetime,
+) -> int:
+    """Points as columns (series id, milliseconds, value) folded into their minutes, in
+    one COPY and one merge however many requests they came from; returns the number of
+    (series, minute) rows written."""
+    sid = series_ids
     minute = ts // _MINUTE_MS
 
     # Group points by (series, minute): sort by series, minute, time; reduce each run.
@@ -409,9 +364,7 @@ def _points_store(
     Cluster.objects.filter(pk=cluster.pk).filter(
         Q(metrics_at__isnull=True) | Q(metrics_at__lt=now - timedelta(minutes=1))
     ).update(metrics_at=now)
-    return MetricsLoaded(
-        series=len(items), new_series=new_series, points=len(sid), minutes=len(g_sid)
-    )
+    return len(g_sid)
 
 
 # Kinds whose per-minute value is the last one (cumulative counters and histogram
