@@ -10,7 +10,8 @@ its batch processor's `send_batch_size` defaults to 8,192 data points, and a bat
 sent once that many have gathered (or its 200 ms timeout passes), so a scrape of a large
 cluster leaves the Collector in requests of about 8,192 points. `--nodes-per-request 1`
 is a Collector without the batch processor (one request per node scrape, 320 points).
-Several scrapes (`--scrapes`, 15 s apart in their timestamps, sent back to back) so the
+Bodies are gzipped (`--no-gzip` sends them plain), as the Collector's otlphttp exporter
+compresses by default. Several scrapes (`--scrapes`, 15 s apart in their timestamps, sent back to back) so the
 later ones take the known-series path.
 
 The request bodies are built first by a separate process into a file; then the receiver
@@ -36,6 +37,7 @@ Usage (PostgreSQL on this machine; the benchmark uses a database of its own):
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import struct
@@ -123,6 +125,8 @@ def build(args: argparse.Namespace) -> None:
                 body = ExportMetricsServiceRequest(
                     resource_metrics=resources[at:at + args.nodes_per_request]
                 ).SerializeToString()
+                if args.gzip:
+                    body = gzip.compress(body, compresslevel=1)
                 out.write(_LENGTH.pack(len(body)) + body)
 
 
@@ -132,6 +136,8 @@ def receive(args: argparse.Namespace) -> None:
 
     client = Client()
     headers = {"HTTP_AUTHORIZATION": f"Bearer {args.secret}"}
+    if args.gzip:
+        headers["HTTP_CONTENT_ENCODING"] = "gzip"
     pid = backend_pid()
     cpu0, db0 = time.process_time(), cpu_of(pid)
     latencies = []
@@ -190,7 +196,8 @@ def _child(role: str, args: argparse.Namespace, **extra: str) -> subprocess.Pope
     command = [sys.executable, __file__, "--role", role, "--nodes", str(args.nodes),
                "--gpus", str(args.gpus), "--series", str(args.series),
                "--scrapes", str(args.scrapes), "--nodes-per-request",
-               str(args.nodes_per_request), "--bodies", args.bodies]
+               str(args.nodes_per_request), "--bodies", args.bodies,
+               "--gzip" if args.gzip else "--no-gzip"]
     for name, value in extra.items():
         command += [f"--{name}", value]
     return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
@@ -210,6 +217,9 @@ def main() -> None:
     parser.add_argument("--series", type=int, default=40)
     parser.add_argument("--scrapes", type=int, default=3)
     parser.add_argument("--nodes-per-request", type=int, default=25)
+    parser.add_argument("--gzip", action=argparse.BooleanOptionalAction, default=True,
+                        help="gzip the bodies, as the Collector's otlphttp exporter does "
+                        "by default")
     parser.add_argument("--role", choices=["build", "receive", "work"])
     parser.add_argument("--bodies")
     parser.add_argument("--secret")
@@ -238,7 +248,8 @@ def main() -> None:
         subprocess.run([sys.executable, __file__, "--role", "build", "--nodes", str(args.nodes),
                         "--gpus", str(args.gpus), "--series", str(args.series), "--scrapes",
                         str(args.scrapes), "--nodes-per-request", str(args.nodes_per_request),
-                        "--bodies", args.bodies], cwd=ROOT, check=True)
+                        "--bodies", args.bodies, "--gzip" if args.gzip else "--no-gzip"],
+                       cwd=ROOT, check=True)
         print(f"built {Path(args.bodies).stat().st_size / 2**20:.0f} MB of requests in "
               f"{time.perf_counter() - started:.0f} s", flush=True)
         worker = _child("work", args)

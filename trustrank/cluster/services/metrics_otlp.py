@@ -75,7 +75,7 @@ class OtlpPoints:
                     if metric.histograms:
                         rest.append(metric)
                     continue
-                name = metric.name
+                name, kind = metric.name, None
                 for raw in numbers.labels:
                     labels = merged.get(id(raw))
                     if labels is None:
@@ -88,7 +88,9 @@ class OtlpPoints:
                             spots = unknown.get(ident)
                             if spots is None:
                                 spots = unknown[ident] = []
-                                kinds[ident] = (metric.kind, metric.unit)
+                                if kind is None:
+                                    kind = metric.kind
+                                kinds[ident] = (kind, metric.unit)
                             spots.append(len(ids))
                             series_id = -1
                     ids.append(series_id)
@@ -125,7 +127,7 @@ class OtlpPoints:
         self, unknown: dict[_Ident, list[int]], kinds: dict[_Ident, tuple[MetricKind, str]],
         *, now: datetime,
     ) -> int:
-        items = []
+        items: list[Series] = []
         by_key: dict[str, int] = {}
         for ident in unknown:
             _, name, labels = ident
