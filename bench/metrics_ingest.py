@@ -37,9 +37,11 @@ Usage (PostgreSQL on this machine; the benchmark uses a database of its own):
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gzip
 import json
 import os
+import pstats
 import struct
 import subprocess
 import sys
@@ -165,6 +167,9 @@ def work(args: argparse.Namespace) -> None:
 
     expected = args.nodes * args.gpus * args.series * args.scrapes
     pid = backend_pid()
+    profiler = cProfile.Profile() if args.profile else None
+    if profiler is not None:
+        profiler.enable()
     cpu0, db0 = time.process_time(), cpu_of(pid)
     runs = idle = 0
     last = time.time()
@@ -187,6 +192,9 @@ def work(args: argparse.Namespace) -> None:
         ingest_services.job_run(job_id=str(queued[0]))
         runs += 1
         last = time.time()
+    if profiler is not None:
+        profiler.disable()
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
     print(json.dumps({"last": last, "points": stored, "runs": runs, "idle_polls": idle,
                       "cpu": time.process_time() - cpu0, "db_cpu": cpu_of(pid) - db0,
                       "peak_mb": hwm_mb()}))
@@ -199,7 +207,7 @@ def _child(role: str, args: argparse.Namespace, **extra: str) -> subprocess.Pope
                str(args.nodes_per_request), "--bodies", args.bodies,
                "--gzip" if args.gzip else "--no-gzip"]
     for name, value in extra.items():
-        command += [f"--{name}", value]
+        command += [f"--{name}", value] if value else [f"--{name}"]
     return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
 
 
@@ -220,6 +228,8 @@ def main() -> None:
     parser.add_argument("--gzip", action=argparse.BooleanOptionalAction, default=True,
                         help="gzip the bodies, as the Collector's otlphttp exporter does "
                         "by default")
+    parser.add_argument("--profile", action="store_true",
+                        help="cProfile the worker (printed to stderr)")
     parser.add_argument("--role", choices=["build", "receive", "work"])
     parser.add_argument("--bodies")
     parser.add_argument("--secret")
@@ -252,7 +262,7 @@ def main() -> None:
                        cwd=ROOT, check=True)
         print(f"built {Path(args.bodies).stat().st_size / 2**20:.0f} MB of requests in "
               f"{time.perf_counter() - started:.0f} s", flush=True)
-        worker = _child("work", args)
+        worker = _child("work", args, **({"profile": ""} if args.profile else {}))
         receiver = _child("receive", args, secret=secret)
         got, done = _result(receiver), _result(worker)
 

@@ -17,6 +17,7 @@ from tests.cluster.test_receivers_storage import PB, _headers, minutes
 from trustrank.cluster.models import Cluster, MetricSeries
 from trustrank.cluster.services.metrics import series_store
 from trustrank.parsers.otlp_metrics import otlp_metrics_parse
+from trustrank.parsers.series import MetricKind, Series
 
 pytestmark = pytest.mark.django_db
 
@@ -109,3 +110,14 @@ def test_an_unreadable_job_in_a_batch_fails_alone(key, team):
         **first.counts, "points": 2, "batch": 1}
     assert broken.status == JobStatus.FAILED and broken.error
     assert len(minutes(Cluster.objects.get(team=team, name="prod"))) == 2
+
+
+def test_new_series_keep_tabs_newlines_and_backslashes_in_names_and_labels(team):
+    cluster = Cluster.objects.create(team=team, name="c")
+    labels = (("pod", "p\\1\t2"), ("reason", "line\none\r\\n"))
+    series_store(cluster=cluster, series=[
+        Series("odd\\name\t", labels, MetricKind.GAUGE, (int(time.time() * 1000),), (1.0,)),
+    ])
+    stored = MetricSeries.objects.get(cluster=cluster)
+    assert (stored.name, stored.pod) == ("odd\\name\t", "p\\1\t2")
+    assert stored.labels == dict(labels)
