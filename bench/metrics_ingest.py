@@ -1,27 +1,34 @@
 """Cluster metrics ingest benchmark: OTLP receiver -> durable job -> loader -> per-minute
-storage (PostgreSQL, day-partitioned), in one process through Django's full request stack.
+storage (PostgreSQL, day-partitioned), with the receiver and the worker side by side in
+two processes, as deployed (gunicorn and a Celery worker, one core each here).
 
 Requests are shaped like an OpenTelemetry Collector's prometheus receiver scraping
 dcgm-exporter: 1,000 nodes × 8 GPUs × 40 series per scrape (every fifth a cumulative sum),
 dcgm-exporter's nine labels per point, one resource per node. `--nodes-per-request` nodes
-go in one request (default 1: the Collector's batch processor sends per-node batches of a
-few hundred points; 1,000 puts the whole scrape, 82 MB, in one request). Several scrapes
-(`--scrapes`, 15 s apart) so the later ones take the known-series path.
+go in one request. The default, 25 nodes (8,000 points), is what a stock Collector sends:
+its batch processor's `send_batch_size` defaults to 8,192 data points, and a batch is
+sent once that many have gathered (or its 200 ms timeout passes), so a scrape of a large
+cluster leaves the Collector in requests of about 8,192 points. `--nodes-per-request 1`
+is a Collector without the batch processor (one request per node scrape, 320 points).
+Bodies are gzipped (`--no-gzip` sends them plain), as the Collector's otlphttp exporter
+compresses by default. Several scrapes (`--scrapes`, 15 s apart in their timestamps, sent back to back) so the
+later ones take the known-series path.
+
+The request bodies are built first by a separate process into a file; then the receiver
+process posts them one after the other through Django's full request stack (test
+client), while the worker process runs the queued jobs as a Celery worker would (oldest
+first; a job that finds itself already stored by another job's batch costs only its
+claim). The Celery enqueue and the debounced diagnosis request are no-ops.
 
 Figures:
-- points_per_s: accepted points / (receiver time + job time), both run serially in this
-  one process (a deployment runs gunicorn and the worker side by side, so this is a floor),
-  over all scrapes, the first of which creates every series row; the scrapes after it
-  (known series, the steady state) are printed on their own line.
+- points_per_s: stored points / wall time from the first request sent to the last job
+  done (every point in its minute).
 - p99_ms: receiver latency per request (authenticate, decode, validate by parsing, store
   the payload durably, answer).
-- job_points_per_s: points / job time alone (claim, payload, parse, series lookup, numpy
-  rollup per minute, upsert).
-- peak_mb: peak resident memory during the timed phases (VmHWM, reset after the bodies of
-  each scrape are built, so the builder's garbage does not count).
-
-The Celery enqueue and the debounced diagnosis request are replaced by no-ops: the jobs
-run here, one after the other, with `ingest.services.job_run`.
+- peak_mb: the larger peak resident memory (VmHWM) of the two processes; both are printed.
+- cpu: seconds of CPU of the receiver, the worker and each one's PostgreSQL backend
+  (from /proc), and their sum per point: the figure to compare changes by on a shared
+  machine, where wall time depends on the neighbours.
 
 Usage (PostgreSQL on this machine; the benchmark uses a database of its own):
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python bench/metrics_ingest.py
@@ -31,11 +38,14 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gzip
 import json
 import os
 import pstats
+import struct
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -43,6 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 BENCH_DB = "trustrank_bench_metrics"
+_LENGTH = struct.Struct("<I")
 
 
 def recreate_database() -> None:
@@ -56,20 +67,155 @@ def recreate_database() -> None:
                    env=dict(os.environ), check=True)
 
 
-def hwm_reset() -> None:
-    # Linux: writing 5 to clear_refs resets the high-water mark to the current RSS.
-    with open("/proc/self/clear_refs", "w") as handle:
-        handle.write("5")
-
-
 def hwm_mb() -> float:
     status = Path("/proc/self/status").read_text()
     return int(status.split("VmHWM:")[1].split()[0]) / 1024
 
 
+def cpu_of(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def environment() -> None:
+    os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    os.environ.update({"DJANGO_SETTINGS_MODULE": "trustrank.settings",
+                       "TRUSTRANK_DB_NAME": BENCH_DB, "TRUSTRANK_TESTING": "1",
+                       "LOG_LEVEL": "WARNING", "TRUSTRANK_INGEST_QUEUE_SOFT_LIMIT": "1000000"})
+
+
+def django_setup() -> None:
+    environment()
+    import django
+
+    django.setup()
+    import ingest.loaders.cluster as loaders
+    import ingest.services as ingest_services
+
+    ingest_services.job_enqueue_on_commit = lambda job: None  # type: ignore[assignment]
+    loaders.cluster_diagnose_request = lambda **kwargs: None  # type: ignore[assignment]
+
+
+def backend_pid() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        return int(cur.fetchone()[0])
+
+
+def build(args: argparse.Namespace) -> None:
+    """Write every request body, length-prefixed, to args.bodies."""
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+        ExportMetricsServiceRequest,
+    )
+
+    from tests.cluster.otlp_build import dcgm_request
+
+    start_ns = time.time_ns() - args.scrapes * 15_000_000_000
+    with open(args.bodies, "wb") as out:
+        for scrape in range(args.scrapes):
+            whole = dcgm_request(nodes=args.nodes, gpus=args.gpus, series=args.series,
+                                 time_ns=start_ns + scrape * 15_000_000_000, cluster="bench")
+            resources = list(whole.resource_metrics)
+            for at in range(0, len(resources), args.nodes_per_request):
+                body = ExportMetricsServiceRequest(
+                    resource_metrics=resources[at:at + args.nodes_per_request]
+                ).SerializeToString()
+                if args.gzip:
+                    body = gzip.compress(body, compresslevel=1)
+                out.write(_LENGTH.pack(len(body)) + body)
+
+
+def receive(args: argparse.Namespace) -> None:
+    django_setup()
+    from django.test import Client
+
+    client = Client()
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {args.secret}"}
+    if args.gzip:
+        headers["HTTP_CONTENT_ENCODING"] = "gzip"
+    pid = backend_pid()
+    cpu0, db0 = time.process_time(), cpu_of(pid)
+    latencies = []
+    first = 0.0
+    with open(args.bodies, "rb") as source:
+        while head := source.read(4):
+            body = source.read(_LENGTH.unpack(head)[0])
+            sent = time.time()
+            first = first or sent
+            response = client.post("/v1/metrics", data=body,
+                                   content_type="application/x-protobuf", **headers)
+            latencies.append(time.time() - sent)
+            if response.status_code != 200:
+                raise SystemExit(f"receiver answered {response.status_code}: "
+                                 f"{response.content!r}")
+    print(json.dumps({"first": first, "last": time.time(), "latencies": latencies,
+                      "cpu": time.process_time() - cpu0, "db_cpu": cpu_of(pid) - db0,
+                      "peak_mb": hwm_mb()}))
+
+
+def work(args: argparse.Namespace) -> None:
+    django_setup()
+    import ingest.services as ingest_services
+    from ingest.models import IngestJob, JobStatus
+
+    expected = args.nodes * args.gpus * args.series * args.scrapes
+    pid = backend_pid()
+    profiler = cProfile.Profile() if args.profile else None
+    if profiler is not None:
+        profiler.enable()
+    cpu0, db0 = time.process_time(), cpu_of(pid)
+    runs = idle = 0
+    last = time.time()
+    while True:
+        queued = list(IngestJob.objects.filter(status=JobStatus.QUEUED)
+                      .order_by("created_at").values_list("pk", flat=True)[:1])
+        if not queued:
+            stored = sum(j.get("points", 0) for j in IngestJob.objects.filter(
+                status=JobStatus.DONE).values_list("counts", flat=True))
+            failed = IngestJob.objects.filter(status=JobStatus.FAILED).first()
+            if failed is not None:
+                raise SystemExit(f"job failed: {failed.error}")
+            if stored >= expected:
+                break
+            if time.time() - last > 120:
+                raise SystemExit(f"no job for 120 s with {stored:,} of {expected:,} points stored")
+            idle += 1
+            time.sleep(0.005)
+            continue
+        ingest_services.job_run(job_id=str(queued[0]))
+        runs += 1
+        last = time.time()
+    if profiler is not None:
+        profiler.disable()
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+    print(json.dumps({"last": last, "points": stored, "runs": runs, "idle_polls": idle,
+                      "cpu": time.process_time() - cpu0, "db_cpu": cpu_of(pid) - db0,
+                      "peak_mb": hwm_mb()}))
+
+
+def _child(role: str, args: argparse.Namespace, **extra: str) -> subprocess.Popen[str]:
+    command = [sys.executable, __file__, "--role", role, "--nodes", str(args.nodes),
+               "--gpus", str(args.gpus), "--series", str(args.series),
+               "--scrapes", str(args.scrapes), "--nodes-per-request",
+               str(args.nodes_per_request), "--bodies", args.bodies,
+               "--gzip" if args.gzip else "--no-gzip"]
+    for name, value in extra.items():
+        command += [f"--{name}", value] if value else [f"--{name}"]
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+
+
+def _result(child: subprocess.Popen[str]) -> dict[str, object]:
+    out, _ = child.communicate()
+    if child.returncode:
+        raise SystemExit(f"{child.args[3]} exited {child.returncode}")
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -78,108 +224,75 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--series", type=int, default=40)
     parser.add_argument("--scrapes", type=int, default=3)
-    parser.add_argument("--nodes-per-request", type=int, default=1)
-    parser.add_argument("--profile", action="store_true", help="cProfile the job phase")
+    parser.add_argument("--nodes-per-request", type=int, default=25)
+    parser.add_argument("--gzip", action=argparse.BooleanOptionalAction, default=True,
+                        help="gzip the bodies, as the Collector's otlphttp exporter does "
+                        "by default")
+    parser.add_argument("--profile", action="store_true",
+                        help="cProfile the worker (printed to stderr)")
+    parser.add_argument("--role", choices=["build", "receive", "work"])
+    parser.add_argument("--bodies")
+    parser.add_argument("--secret")
     args = parser.parse_args()
+    environment()
+    if args.role == "build":
+        build(args)
+        return
+    if args.role == "receive":
+        receive(args)
+        return
+    if args.role == "work":
+        work(args)
+        return
 
-    os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-    os.environ.update({"DJANGO_SETTINGS_MODULE": "trustrank.settings",
-                       "TRUSTRANK_DB_NAME": BENCH_DB, "TRUSTRANK_TESTING": "1",
-                       "LOG_LEVEL": "WARNING", "TRUSTRANK_INGEST_QUEUE_SOFT_LIMIT": "1000000"})
     recreate_database()
-
-    import django
-
-    django.setup()
-    from django.test import Client
-    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
-        ExportMetricsServiceRequest,
-    )
-
-    import ingest.loaders.cluster as loaders
-    import ingest.services as ingest_services
-    from ingest.models import IngestJob, JobStatus
-    from tests.cluster.otlp_build import dcgm_request
+    django_setup()
     from trustrank.accounts.models import Team
     from trustrank.accounts.services import api_key_issue
 
-    ingest_services.job_enqueue_on_commit = lambda job: None  # type: ignore[assignment]
-    loaders.cluster_diagnose_request = lambda **kwargs: None  # type: ignore[assignment]
-
     team = Team.objects.create(name="bench")
     secret = api_key_issue(team=team, name="bench", scopes=["metrics:write"]).secret
-    client = Client()
-    headers = {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
-
-    latencies: list[float] = []
-    receive_s = jobs_s = steady_s = 0.0
-    points = 0
-    peak = 0.0
-    start_ns = time.time_ns() - args.scrapes * 15_000_000_000
-    for scrape in range(args.scrapes):
-        whole = dcgm_request(nodes=args.nodes, gpus=args.gpus, series=args.series,
-                             time_ns=start_ns + scrape * 15_000_000_000, cluster="bench")
-        bodies = []
-        resources = list(whole.resource_metrics)
-        for at in range(0, len(resources), args.nodes_per_request):
-            bodies.append(ExportMetricsServiceRequest(
-                resource_metrics=resources[at:at + args.nodes_per_request]
-            ).SerializeToString())
-        del whole, resources
-        hwm_reset()
-        began = time.perf_counter()
-        for body in bodies:
-            sent = time.perf_counter()
-            response = client.post("/v1/metrics", data=body,
-                                   content_type="application/x-protobuf", **headers)
-            latencies.append(time.perf_counter() - sent)
-            if response.status_code != 200:
-                raise SystemExit(f"receiver answered {response.status_code}: {response.content!r}")
-        scrape_receive_s = time.perf_counter() - began
-        receive_s += scrape_receive_s
-        del bodies
-        profiler = cProfile.Profile() if args.profile else None
-        began = time.perf_counter()
-        if profiler is not None:
-            profiler.enable()
-        for job_id in IngestJob.objects.filter(status=JobStatus.QUEUED).values_list("pk", flat=True):
-            ingest_services.job_run(job_id=str(job_id))
-        if profiler is not None:
-            profiler.disable()
-            pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
-        scrape_jobs_s = time.perf_counter() - began
-        jobs_s += scrape_jobs_s
-        if scrape:
-            steady_s += scrape_jobs_s + scrape_receive_s
-        failed = IngestJob.objects.filter(status=JobStatus.FAILED).first()
-        if failed is not None:
-            raise SystemExit(f"job failed: {failed.error}")
-        done = IngestJob.objects.filter(status=JobStatus.DONE)
-        points = sum(j.counts.get("points", 0) for j in done)
-        peak = max(peak, hwm_mb())
-        print(f"scrape {scrape + 1}/{args.scrapes}: {points:,} points stored so far; "
-              f"receive {receive_s:.1f} s, jobs {jobs_s:.1f} s", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        args.bodies = str(Path(tmp) / "bodies")
+        started = time.perf_counter()
+        subprocess.run([sys.executable, __file__, "--role", "build", "--nodes", str(args.nodes),
+                        "--gpus", str(args.gpus), "--series", str(args.series), "--scrapes",
+                        str(args.scrapes), "--nodes-per-request", str(args.nodes_per_request),
+                        "--bodies", args.bodies, "--gzip" if args.gzip else "--no-gzip"],
+                       cwd=ROOT, check=True)
+        print(f"built {Path(args.bodies).stat().st_size / 2**20:.0f} MB of requests in "
+              f"{time.perf_counter() - started:.0f} s", flush=True)
+        worker = _child("work", args, **({"profile": ""} if args.profile else {}))
+        receiver = _child("receive", args, secret=secret)
+        got, done = _result(receiver), _result(worker)
 
     from django.db import connection
 
     with connection.cursor() as cur:
         cur.execute("SELECT count(*), sum(count) FROM cluster_metricminute")
         minute_rows, minute_points = cur.fetchone()
+    latencies: list[float] = got["latencies"]  # type: ignore[assignment]
+    points = int(done["points"])  # type: ignore[call-overload]
+    wall = float(done["last"]) - float(got["first"])  # type: ignore[arg-type]
+    receive_wall = float(got["last"]) - float(got["first"])  # type: ignore[arg-type]
     expected = args.nodes * args.gpus * args.series * args.scrapes
+    cpu = {"receiver": got["cpu"], "receiver_db": got["db_cpu"], "worker": done["cpu"],
+           "worker_db": done["db_cpu"]}
+    total_cpu = sum(float(v) for v in cpu.values())  # type: ignore[arg-type]
     print(f"requests: {len(latencies):,} of {args.nodes_per_request} node(s); points "
           f"{points:,} (expected {expected:,}); minute rows {minute_rows:,} holding "
-          f"{minute_points:,} points")
+          f"{minute_points:,} points; {done['runs']} job runs")
     print(f"receiver: p50 {1000 * percentile(latencies, 0.5):.1f} ms, p99 "
-          f"{1000 * percentile(latencies, 0.99):.1f} ms, {points / receive_s:,.0f} points/s")
-    print(f"jobs: {points / jobs_s:,.0f} points/s")
-    per_scrape = args.nodes * args.gpus * args.series
-    if args.scrapes > 1:
-        print(f"known series (scrapes 2..{args.scrapes}, receiver + jobs): "
-              f"{per_scrape * (args.scrapes - 1) / steady_s:,.0f} points/s; the first scrape "
-              "also creates every series row")
-    print(json.dumps({"points_per_s": round(points / (receive_s + jobs_s)),
+          f"{1000 * percentile(latencies, 0.99):.1f} ms, {points / receive_wall:,.0f} points/s "
+          f"while sending; end to end {wall:.1f} s")
+    print("cpu s: " + ", ".join(f"{k} {float(v):.1f}" for k, v in cpu.items())  # type: ignore[arg-type]
+          + f"; {1e6 * total_cpu / points:.2f} µs a point, "
+          f"{2 * points / total_cpu:,.0f} points/s on two idle cores")
+    print(f"peak MB: receiver {float(got['peak_mb']):.0f}, worker "  # type: ignore[arg-type]
+          f"{float(done['peak_mb']):.0f}; load {Path('/proc/loadavg').read_text().strip()}")  # type: ignore[arg-type]
+    print(json.dumps({"points_per_s": round(points / wall),
                       "p99_ms": round(1000 * percentile(latencies, 0.99), 1),
-                      "peak_mb": round(peak, 1)}))
+                      "peak_mb": round(max(float(got["peak_mb"]), float(done["peak_mb"])), 1)}))  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

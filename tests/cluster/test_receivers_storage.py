@@ -32,10 +32,10 @@ from trustrank.cluster.models import (
 from trustrank.cluster.services.metrics import (
     metrics_retention_apply,
     minute_partitions,
-    parsed_metrics_store,
     series_store,
     series_window,
 )
+from trustrank.cluster.services.metrics_otlp import parsed_metrics_store
 from trustrank.parsers.otlp_metrics import otlp_metrics_parse
 from trustrank.parsers.series import MetricKind, Series
 

@@ -24,7 +24,6 @@ from django.db.models import Q
 from django.utils import timezone
 
 from trustrank.cluster.models import Cluster
-from trustrank.parsers.otlp_metrics import RESOURCE_LABELS, ParsedMetrics, ResourceMetrics
 from trustrank.parsers.series import Labels, MetricKind, Series
 
 TABLE = "cluster_metricminute"
@@ -37,6 +36,10 @@ _DAY_MS = 86_400_000
 _SERIES_IDS: dict[tuple[int, str, Labels], int] = {}
 _SERIES_IDS_MAX = 2_000_000
 _PARTITIONS: set[date] = set()
+# Every load of a cluster's series and minutes takes this transaction lock, with the
+# cluster's id, before it writes: loads of one cluster then never race to insert the same
+# series or minute. (The two-number form, apart from the partitions' one-number lock.)
+_MERGE_LOCK = 0x6D6D
 
 # Labels that link a series to cluster objects (dcgm-exporter, kube-state-metrics, vLLM,
 # and the OTLP resource attributes `ParsedMetrics.series()` copies).
@@ -52,7 +55,8 @@ _MAX = {"namespace": 253, "pod": 253, "container": 253, "node": 253, "gpu": 64, 
 
 
 def series_key(*, name: str, labels: Sequence[tuple[str, str]]) -> str:
-    text = name + "\x1f" + "\x1e".join(f"{k}\x1d{v}" for k, v in labels)
+    """MD5 of name\x1f k\x1dv \x1e k\x1dv …: the series' unique key in its cluster."""
+    text = name + "\x1f" + "\x1e".join(map("\x1d".join, labels))
     return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
 
 
@@ -126,12 +130,22 @@ def metrics_retention_apply(*, now: datetime | None = None) -> list[str]:
     return dropped
 
 
-def _link_columns(labels: Sequence[tuple[str, str]]) -> dict[str, str]:
+_LINK_ORDER = tuple((names, _MAX[column]) for column, names in _LINKS.items())
+
+
+def _link_values(labels: Sequence[tuple[str, str]]) -> list[str]:
+    """The link columns in `_LINKS` order: for each, the first of its label names that
+    has a value (plain loops: this runs once per new series, 320,000 for a large
+    cluster's first scrape)."""
     mapping = dict(labels)
-    found = {}
-    for column, names in _LINKS.items():
-        value = next((mapping[n] for n in names if mapping.get(n)), "")
-        found[column] = value[: _MAX[column]]
+    found = []
+    for names, limit in _LINK_ORDER:
+        value = ""
+        for label in names:
+            value = mapping.get(label, "")
+            if value:
+                break
+        found.append(value[:limit])
     return found
 
 
@@ -145,15 +159,30 @@ CREATE TEMP TABLE IF NOT EXISTS {_SERIES_BATCH} (
     gpu varchar(64), gpu_uuid varchar(128)
 ) ON COMMIT DELETE ROWS
 """
+# A plain INSERT of the keys not stored yet (one probe of the unique index each; OFFSET 0
+# keeps it a probe, not a join over the cluster's series), under the cluster's load lock
+# (`_MERGE_LOCK`, which every writer of series and minutes takes first): ON CONFLICT's
+# speculative insertion cost half as much again.
 _SERIES_INSERT = f"""
 INSERT INTO cluster_metricseries (cluster_id, first_seen, {", ".join(_SERIES_COLUMNS)})
-SELECT %s, %s, {", ".join(_SERIES_COLUMNS)} FROM {_SERIES_BATCH}
-ON CONFLICT (cluster_id, key) DO NOTHING
+SELECT %s, %s, {", ".join(_SERIES_COLUMNS)} FROM {_SERIES_BATCH} b
+WHERE NOT EXISTS (SELECT 1 FROM cluster_metricseries s WHERE s.cluster_id = %s
+                  AND s.key = b.key OFFSET 0)
+RETURNING key, id
 """  # noqa: S608 (constant names only)
-_SERIES_FOUND = f"""
-SELECT s.key, s.id FROM cluster_metricseries s JOIN {_SERIES_BATCH} b ON b.key = s.key
-WHERE s.cluster_id = %s
-"""  # noqa: S608 (constant names only)
+_SERIES_FOUND = """
+SELECT key, id FROM cluster_metricseries WHERE cluster_id = %s AND key = ANY(%s)
+"""
+
+
+# COPY's text format: backslash, tab, newline and carriage return escaped. (A NUL, which
+# PostgreSQL text cannot hold, separates the fields before escaping; it would shift a
+# row's columns and fail the COPY, as it failed before: the parsers refuse NUL labels.)
+def _copy_text_escape(text: str) -> str:
+    # Four replaces (memchr-fast when the character is absent, as it nearly always is):
+    # str.translate with a multi-character mapping goes character by character.
+    return (text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
+            .replace("\r", "\\r"))
 
 
 def _series_upsert(
@@ -173,19 +202,29 @@ def _series_upsert(
             with cur.copy(
                 f"COPY {_SERIES_BATCH} ({', '.join(_SERIES_COLUMNS)}) FROM STDIN"
             ) as copy:
+                # One text buffer, each row escaped by C-level replaces, rather than a
+                # write_row per series: a large cluster's first scrape has 320,000.
+                rows = []
                 for key, position in unknown.items():
                     item = items[position]
-                    links = _link_columns(item.labels)
-                    copy.write_row((
+                    rows.append(_copy_text_escape("\x00".join((
                         key, item.name[:255], orjson.dumps(dict(item.labels)).decode(),
-                        str(item.kind)[:16], item.unit[:64], links["namespace"], links["pod"],
-                        links["container"], links["node"], links["gpu"], links["gpu_uuid"],
-                    ))
-            cur.execute(_SERIES_INSERT, [cluster.pk, now])
-            created = cur.rowcount
-            cur.execute(_SERIES_FOUND, [cluster.pk])
+                        str(item.kind)[:16], item.unit[:64], *_link_values(item.labels),
+                    ))).replace("\x00", "\t"))
+                copy.write("\n".join(rows) + "\n")
+            # The new rows come back from the INSERT; only series that existed already
+            # (another worker made them, or a cache was cleared) are looked up, by the
+            # unique (cluster, key) index. A join of the batch against the cluster's
+            # series instead read every series of the cluster on each load.
+            cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_MERGE_LOCK, cluster.pk])
+            cur.execute(_SERIES_INSERT, [cluster.pk, now, cluster.pk])
             found = {key: int(series_id) for key, series_id in cur.fetchall()}
-    return found, max(created, 0)
+            created = len(found)
+            missing = [key for key in unknown if key not in found]
+            if missing:
+                cur.execute(_SERIES_FOUND, [cluster.pk, missing])
+                found.update((key, int(series_id)) for key, series_id in cur.fetchall())
+    return found, created
 
 
 def _series_ids(
@@ -228,10 +267,20 @@ CREATE TEMP TABLE IF NOT EXISTS {_BATCH} (
     last float8, last_ms bigint
 ) ON COMMIT DELETE ROWS
 """
-_MERGE = f"""
-INSERT INTO {TABLE} AS m (series_id, minute, min, max, sum, count, last, last_ms)
+# The merge, per day partition (no tuple routing). Rows of minutes already stored merge
+# by ON CONFLICT; rows of new minutes are a plain INSERT, found by one probe of the
+# primary key each (OFFSET 0 keeps the probe per row: as a join the planner may read the
+# whole partition). A plain INSERT costs a third of ON CONFLICT's speculative insertion,
+# and most rows of a load are new minutes. Loads of one cluster take a transaction lock
+# first, so no other load can insert a minute between the probe and the INSERT.
+_EXISTS = (
+    "EXISTS (SELECT 1 FROM {part} e WHERE e.series_id = b.series_id "
+    "AND e.minute = to_timestamp(b.minute * 60) OFFSET 0)"
+)
+_MERGE_EXISTING = """
+INSERT INTO {part} AS m (series_id, minute, min, max, sum, count, last, last_ms)
 SELECT series_id, to_timestamp(minute * 60), min, max, sum, count, last, last_ms
-FROM {_BATCH}
+FROM {batch} b WHERE b.minute >= %s AND b.minute < %s AND {exists}
 ON CONFLICT (series_id, minute) DO UPDATE SET
     min = LEAST(m.min, EXCLUDED.min),
     max = GREATEST(m.max, EXCLUDED.max),
@@ -239,7 +288,12 @@ ON CONFLICT (series_id, minute) DO UPDATE SET
     count = m.count + EXCLUDED.count,
     last = CASE WHEN EXCLUDED.last_ms >= m.last_ms THEN EXCLUDED.last ELSE m.last END,
     last_ms = GREATEST(m.last_ms, EXCLUDED.last_ms)
-"""  # noqa: S608 (constant table names only)
+"""
+_INSERT_NEW = """
+INSERT INTO {part} (series_id, minute, min, max, sum, count, last, last_ms)
+SELECT series_id, to_timestamp(minute * 60), min, max, sum, count, last, last_ms
+FROM {batch} b WHERE b.minute >= %s AND b.minute < %s AND NOT {exists}
+"""
 _COPY_ROW = np.dtype([
     ("fields", ">i2"),
     ("l1", ">i4"), ("series_id", ">i8"), ("l2", ">i4"), ("minute", ">i8"),
@@ -262,7 +316,9 @@ def _copy_buffer(columns: dict[str, np.ndarray[Any, Any]]) -> bytes:
     return _COPY_HEADER + rows.tobytes() + _COPY_TRAILER
 
 
-def _minutes_merge(columns: dict[str, np.ndarray[Any, Any]]) -> None:
+def _minutes_merge(
+    *, cluster_id: int, days: Iterable[date], columns: dict[str, np.ndarray[Any, Any]]
+) -> None:
     with transaction.atomic():
         connection.ensure_connection()
         raw = connection.connection
@@ -273,7 +329,14 @@ def _minutes_merge(columns: dict[str, np.ndarray[Any, Any]]) -> None:
             cur.execute(f"DELETE FROM {_BATCH}")  # noqa: S608 (a constant name)
             with cur.copy(f"COPY {_BATCH} FROM STDIN (FORMAT BINARY)") as copy:
                 copy.write(_copy_buffer(columns))
-            cur.execute(_MERGE)
+            cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_MERGE_LOCK, cluster_id])
+            for day in sorted(days):
+                first = (day - date(1970, 1, 1)).days * (_DAY_MS // _MINUTE_MS)
+                bounds = [first, first + _DAY_MS // _MINUTE_MS]
+                names = {"part": partition_name(day), "batch": _BATCH}
+                exists = _EXISTS.format(**names)
+                cur.execute(_MERGE_EXISTING.format(exists=exists, **names), bounds)
+                cur.execute(_INSERT_NEW.format(exists=exists, **names), bounds)
 
 
 def series_store(
@@ -311,78 +374,27 @@ def series_store(
                          now=now)
 
 
-def parsed_metrics_store(
-    *, cluster: Cluster, resources: Iterable[ResourceMetrics], now: datetime | None = None
-) -> MetricsLoaded:
-    """Store OTLP resources (the parser's `ResourceMetrics`) as per-minute points.
-
-    Gauges and sums go straight from the parser's columns to numpy (times and values are
-    C arrays), with each distinct label set merged with the resource attributes once:
-    the per-point work of building a `Series` is what limits a dcgm scrape otherwise.
-    Histograms take the `Series` path (their classic bucket shape)."""
-    now = now or timezone.now()
-    items: list[Series] = []
-    index_of: dict[tuple[str, Labels], int] = {}
-    parts_idx: list[np.ndarray[Any, Any]] = []
-    parts_ts: list[np.ndarray[Any, Any]] = []
-    parts_val: list[np.ndarray[Any, Any]] = []
-    others: list[Series] = []
-    for resource in resources:
-        extra = {k: resource.attributes[k] for k in RESOURCE_LABELS if k in resource.attributes}
-        merged: dict[Labels, Labels] = {}
-        rest = []
-        for metric in resource.metrics:
-            numbers = metric.numbers
-            if numbers is None or not numbers.size:
-                if metric.histograms:
-                    rest.append(metric)
-                continue
-            positions = np.empty(numbers.size, dtype=np.int64)
-            for at, raw in enumerate(numbers.labels):
-                labels = merged.get(raw)
-                if labels is None:
-                    labels = merged[raw] = tuple(sorted({**extra, **dict(raw)}.items()))
-                ident = (metric.name, labels)
-                found = index_of.get(ident)
-                if found is None:
-                    found = index_of[ident] = len(items)
-                    items.append(Series(metric.name, labels, metric.kind, (), (), metric.unit))
-                positions[at] = found
-            parts_idx.append(positions)
-            parts_ts.append(np.frombuffer(numbers.time_ns, dtype=np.uint64))
-            parts_val.append(np.frombuffer(numbers.values, dtype=np.float64))
-        if rest:
-            others.extend(ParsedMetrics(
-                resources=(ResourceMetrics(resource.attributes, tuple(rest)),),
-                total_points=0, rejected_points=0, stale_points=0,
-            ).series())
-    for item in others:
-        if not item.timestamps_ms:
-            continue
-        ident = (item.name, item.labels)
-        found = index_of.get(ident)
-        if found is None:
-            found = index_of[ident] = len(items)
-            items.append(item)
-        parts_idx.append(np.full(len(item.timestamps_ms), found, dtype=np.int64))
-        parts_ts.append(np.array(item.timestamps_ms, dtype=np.uint64) * 1_000_000)
-        parts_val.append(np.array(item.values, dtype=np.float64))
-    if not items:
-        return MetricsLoaded(0, 0, 0, 0)
-    return _points_store(
-        cluster=cluster, items=items, index=np.concatenate(parts_idx),
-        ts=(np.concatenate(parts_ts) // 1_000_000).astype(np.int64),
-        val=np.concatenate(parts_val), now=now,
-    )
-
-
 def _points_store(
     *, cluster: Cluster, items: Sequence[Series], index: np.ndarray[Any, Any],
     ts: np.ndarray[Any, Any], val: np.ndarray[Any, Any], now: datetime,
 ) -> MetricsLoaded:
     """Points as columns (series position in `items`, milliseconds, value) to minutes."""
     id_of_index, new_series = _series_ids(cluster=cluster, items=items, now=now)
-    sid = id_of_index[index]
+    minutes = minutes_store(cluster=cluster, series_ids=id_of_index[index], ts=ts, val=val,
+                            now=now)
+    return MetricsLoaded(
+        series=len(items), new_series=new_series, points=len(index), minutes=minutes
+    )
+
+
+def minutes_store(
+    *, cluster: Cluster, series_ids: np.ndarray[Any, Any], ts: np.ndarray[Any, Any],
+    val: np.ndarray[Any, Any], now: datetime,
+) -> int:
+    """Points as columns (series id, milliseconds, value) folded into their minutes, in
+    one COPY and one merge however many requests they came from; returns the number of
+    (series, minute) rows written."""
+    sid = series_ids
     minute = ts // _MINUTE_MS
 
     # Group points by (series, minute): sort by series, minute, time; reduce each run.
@@ -400,7 +412,7 @@ def _points_store(
     epoch = date(1970, 1, 1)
     days = {epoch + timedelta(days=int(d)) for d in np.unique(g_minute * _MINUTE_MS // _DAY_MS)}
     minutes_partition_ensure(days=days)
-    _minutes_merge({
+    _minutes_merge(cluster_id=cluster.pk, days=days, columns={
         "series_id": g_sid, "minute": g_minute, "min": g_min, "max": g_max, "sum": g_sum,
         "count": g_count, "last": g_last, "last_ms": g_last_ms,
     })
@@ -409,9 +421,7 @@ def _points_store(
     Cluster.objects.filter(pk=cluster.pk).filter(
         Q(metrics_at__isnull=True) | Q(metrics_at__lt=now - timedelta(minutes=1))
     ).update(metrics_at=now)
-    return MetricsLoaded(
-        series=len(items), new_series=new_series, points=len(sid), minutes=len(g_sid)
-    )
+    return len(g_sid)
 
 
 # Kinds whose per-minute value is the last one (cumulative counters and histogram

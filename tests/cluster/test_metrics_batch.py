@@ -1,0 +1,123 @@
+"""A worker stores a team's queued OTLP metric jobs together (ingest.loaders.cluster):
+the stored minutes are those of loading each request alone, every job of the batch ends
+done with its own counts, and a failure hands the batch back to the queue."""
+
+from __future__ import annotations
+
+import gzip
+import time
+
+import pytest
+from django.test import Client
+
+from ingest.models import IngestJob, IngestPayload, JobStatus
+from ingest.services import job_run
+from tests.cluster.otlp_build import dcgm_request
+from tests.cluster.test_receivers_storage import PB, _headers, minutes
+from trustrank.cluster.models import Cluster, MetricSeries
+from trustrank.cluster.services.metrics import series_store
+from trustrank.parsers.otlp_metrics import otlp_metrics_parse
+from trustrank.parsers.series import MetricKind, Series
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def key(team, make_key):
+    return make_key(team, "metrics:write")
+
+
+def _bodies(now_ns: int) -> list[bytes]:
+    """Three scrapes of one cluster 15 s apart (later ones known series, some in the
+    same minute) and one of another cluster."""
+    start = now_ns - 60_000_000_000
+    bodies = [dcgm_request(nodes=2, gpus=2, series=5, time_ns=start + at * 15_000_000_000)
+              .SerializeToString() for at in range(3)]
+    bodies.append(dcgm_request(nodes=1, gpus=2, series=5, time_ns=start,
+                               cluster="lab").SerializeToString())
+    return bodies
+
+
+def _post(key: str, body: bytes, *, gzipped: bool = False) -> None:
+    extra = {"Content-Encoding": "gzip"} if gzipped else {}
+    response = Client().post("/v1/metrics", data=gzip.compress(body) if gzipped else body,
+                             content_type=PB, **_headers(key, **extra))
+    assert response.status_code == 200, response.content
+
+
+def _queue_raw(team, payload: bytes, **params) -> IngestJob:
+    job = IngestJob.objects.create(team=team, kind="telemetry",
+                                   params={"format": "otlp", "encoding": "protobuf", **params})
+    IngestPayload.objects.create(job=job, data=payload)
+    return job
+
+
+def test_one_run_stores_every_queued_request_as_loading_each_alone_would(key, team):
+    bodies = _bodies(time.time_ns())
+    for at, body in enumerate(bodies):
+        _post(key, body, gzipped=at == 1)
+    first = IngestJob.objects.order_by("created_at").first()
+    assert IngestJob.objects.get(params__content_encoding="gzip").size_bytes < len(bodies[1])
+
+    job_run(job_id=str(first.pk))
+
+    jobs = list(IngestJob.objects.order_by("created_at"))
+    assert [j.status for j in jobs] == [JobStatus.DONE] * 4, [j.error for j in jobs]
+    assert [j.counts["points"] for j in jobs] == [20, 20, 20, 10]
+    assert jobs[0].counts["batch"] == 4
+    assert {j.counts.get("batched_with") for j in jobs[1:]} == {str(first.pk)}
+    # The same requests loaded one by one, through the other storage path.
+    reference = {name: Cluster.objects.create(team=team, name=f"ref-{name}")
+                 for name in ("prod", "lab")}
+    for body in bodies:
+        parsed = otlp_metrics_parse(body=body)
+        series_store(cluster=reference[parsed.resources[0].cluster], series=parsed.series())
+    for name in ("prod", "lab"):
+        stored = sorted(minutes(Cluster.objects.get(team=team, name=name)))
+        assert stored and stored == sorted(minutes(reference[name]))
+    assert MetricSeries.objects.filter(cluster__name="prod").count() == 20
+
+
+def test_a_rejected_job_hands_the_jobs_it_took_back_to_the_queue(key, team):
+    now_ns = time.time_ns()
+    bad = _queue_raw(team, dcgm_request(nodes=1, gpus=1, series=1, time_ns=now_ns,
+                                        cluster="a/b").SerializeToString())
+    _post(key, dcgm_request(nodes=1, gpus=1, series=2, time_ns=now_ns).SerializeToString())
+
+    job_run(job_id=str(bad.pk))
+
+    bad.refresh_from_db()
+    good = IngestJob.objects.exclude(pk=bad.pk).get()
+    assert bad.status == JobStatus.FAILED and "a/b" in bad.error
+    assert good.status == JobStatus.QUEUED and good.attempts == 0
+    assert not MetricSeries.objects.exists()
+    job_run(job_id=str(good.pk))
+    good.refresh_from_db()
+    assert good.status == JobStatus.DONE and good.counts["points"] == 2
+
+
+def test_an_unreadable_job_in_a_batch_fails_alone(key, team):
+    now_ns = time.time_ns()
+    _post(key, dcgm_request(nodes=1, gpus=1, series=2, time_ns=now_ns).SerializeToString())
+    broken = _queue_raw(team, b"\xff\xff\xff not protobuf")
+    first = IngestJob.objects.exclude(pk=broken.pk).get()
+
+    job_run(job_id=str(first.pk))
+
+    first.refresh_from_db()
+    broken.refresh_from_db()
+    assert first.status == JobStatus.DONE and first.counts == {
+        **first.counts, "points": 2, "batch": 1}
+    assert broken.status == JobStatus.FAILED and broken.error
+    assert len(minutes(Cluster.objects.get(team=team, name="prod"))) == 2
+
+
+def test_new_series_keep_tabs_newlines_and_backslashes_in_names_and_labels(team):
+    cluster = Cluster.objects.create(team=team, name="c")
+    labels = (("pod", "p\\1\t2"), ("reason", "line\none\r\\n"))
+    series_store(cluster=cluster, series=[
+        Series("odd\\name\t", labels, MetricKind.GAUGE, (int(time.time() * 1000),), (1.0,)),
+    ])
+    stored = MetricSeries.objects.get(cluster=cluster)
+    assert (stored.name, stored.pod) == ("odd\\name\t", "p\\1\t2")
+    assert stored.labels == dict(labels)
