@@ -148,3 +148,59 @@ def test_ranked_rows_copy_as_text_keeps_every_value():
             "FROM ranking_rankedfinding WHERE team_id = %s AND run_id = 7 ORDER BY finding_id",
             [team.pk])
         assert {r[0]: r[1:] for r in cur.fetchall()} == rows
+
+
+def test_full_run_recomputes_only_unsettled_due_dates_and_leaves_what_recomputing_all_would():
+    """A full run reads which due dates are settled for which decision with the findings
+    and recomputes only the others; the due dates it leaves are those a recomputation of
+    every finding gives (a second, unrestricted pass writes nothing)."""
+    from trustrank.findings.models import Finding
+    from trustrank.findings.services.due_dates import finding_due_dates_apply
+    from trustrank.ranking.inputs import ranking_inputs_gather
+
+    team_id = build(findings=600, services=60, edges=200, versions=30, seed=11)
+    runs._PREVIOUS.clear()
+    _run(team_id)
+    gathered = ranking_inputs_gather(team_id=team_id)
+    assert gathered.settled is not None and len(gathered.settled) == 600
+    ids = list(Finding.objects.filter(team_id=team_id, due_date__isnull=False).order_by(
+        "pk").values_list("pk", flat=True)[:4])
+    with connection.cursor() as cur:
+        # Stale in three ways, and one date a person set by hand.
+        cur.execute("UPDATE findings_finding SET due_date = NULL WHERE id = %s", [ids[0]])
+        cur.execute("UPDATE findings_finding SET due_decision_since = NULL WHERE id = %s",
+                    [ids[1]])
+        # Settled, but for a decision the finding does not have.
+        cur.execute("UPDATE findings_finding SET due_decision = 'immediate', due_date = "
+                    "due_decision_since + 1 WHERE id = %s AND due_decision <> 'immediate'",
+                    [ids[2]])
+        cur.execute("UPDATE findings_finding SET due_date = '2001-01-01', due_date_manual = "
+                    "true WHERE id = %s", [ids[3]])
+    gathered = ranking_inputs_gather(team_id=team_id)
+    assert gathered.settled is not None and not {ids[0], ids[1]} & gathered.settled.keys()
+    assert gathered.settled[ids[2]] == "immediate" and ids[3] in gathered.settled
+    _set_impact(team_id, "svc-3", "very high")
+    runs._PREVIOUS.clear()
+    run = _run(team_id)
+    assert not run.incremental and run.counts["moved"] > 0
+    assert finding_due_dates_apply(team_id=team_id) == 0
+    rows = {f.pk: f for f in Finding.objects.filter(pk__in=ids)}
+    assert rows[ids[0]].due_date is not None and rows[ids[1]].due_decision_since is not None
+    assert rows[ids[2]].due_decision != "immediate"
+    assert str(rows[ids[3]].due_date) == "2001-01-01"
+
+
+def test_due_dates_of_a_changed_policy_are_all_recomputed():
+    """The ids a run passes were checked against the policy it read; under another policy
+    every finding is recomputed."""
+    from trustrank.findings.models import TriagePolicy
+    from trustrank.findings.services.due_dates import PolicyDays, finding_due_dates_apply
+
+    team_id = build(findings=300, services=40, edges=120, versions=20, seed=12)
+    runs._PREVIOUS.clear()
+    _run(team_id)
+    assert finding_due_dates_apply(team_id=team_id, finding_ids=[],
+                                   checked_policy=PolicyDays()) == 0
+    TriagePolicy.objects.update_or_create(team_id=team_id, defaults={"scheduled_days": 3})
+    assert finding_due_dates_apply(team_id=team_id, finding_ids=[],
+                                   checked_policy=PolicyDays()) > 0

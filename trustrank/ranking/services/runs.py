@@ -9,7 +9,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -198,6 +198,7 @@ def _execute(run: RankingRun) -> None:
             team_id=run.team_id, now=due_written_at,
             # An incremental run rewrote the rank of every finding whose decision changed.
             run_id=run.pk if incremental else None,
+            **_unsettled(gathered, rows, written_after),
         )
         t5 = time.perf_counter()
         RankingRun.objects.filter(pk=run.pk).update(
@@ -227,12 +228,31 @@ def _execute(run: RankingRun) -> None:
             finished_at=timezone.now(),
         )
     _PREVIOUS[run.team_id] = _Cached(
-        run_id=run.pk, gathered=gathered, result=result, rows=rows, gathered_at=gathered_at,
-        due_written_at=due_written_at, written_after_gather=written_after,
+        # The due dates just written settled what `settled` said: it is not kept.
+        run_id=run.pk, gathered=replace(gathered, settled=None), result=result, rows=rows,
+        gathered_at=gathered_at, due_written_at=due_written_at, written_after_gather=written_after,
     )
     _PREVIOUS.move_to_end(run.team_id)
     while len(_PREVIOUS) > _PREVIOUS_MAX:
         _PREVIOUS.popitem(last=False)
+
+
+def _unsettled(
+    gathered: Gathered, rows: dict[int, tuple[int, int, str, float, str, str]],
+    written_after: tuple[int, ...],
+) -> dict[str, Any]:
+    """A full gather read which findings' due dates are settled for which decision: only
+    the ranked findings whose new decision differs, and those written by someone else
+    since the gather (their due fields may have changed), need recomputing. The result is
+    the same as recomputing every finding (the due-date SQL checks each one it is given
+    as it always does)."""
+    settled = gathered.settled
+    if settled is None:
+        return {}
+    get = settled.get
+    todo = [fid for fid, row in rows.items() if get(fid) != row[4]]
+    todo.extend(written_after)
+    return {"finding_ids": todo, "checked_policy": gathered.policy}
 
 
 def _written_since(team_id: int, since: datetime) -> tuple[int, ...]:
