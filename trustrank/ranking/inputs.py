@@ -59,6 +59,9 @@ class Gathered:
     # a ranking run recomputes due dates only where the new decision differs.
     settled: dict[int, str] | None = None
     policy: PolicyDays | None = None
+    # An incremental gather's findings that are new, read again or closed since the
+    # previous gather (every other record is the previous one, the same object).
+    touched: frozenset[str] | None = None
 
 
 def rank_settings() -> ri.RankSettings:
@@ -536,18 +539,19 @@ def ranking_inputs_gather(
             team_id, changed_since=changed_since, skip_written_at=skip_written_at,
             also_ids=also_ids,
         )
-        by_id = {f.id: f for f in previous.inputs.findings}
+        # The previous records less those read again or closed, then the ones read: one
+        # set lookup per finding rather than a dictionary of a million.
+        touched = {f.id for f in delta} | closed
+        findings = [f for f in previous.inputs.findings if f.id not in touched]
+        findings.extend(delta)
         ids = dict(previous.finding_ids)
         for fid in closed:
-            by_id.pop(fid, None)
             ids.pop(fid, None)
-        for f in delta:
-            by_id[f.id] = f
         ids.update(delta_ids)
-        findings = list(by_id.values())
         settled: dict[int, str] | None = None
         policy: PolicyDays | None = None
     else:
+        touched = None
         policy = triage_policy_for(team_id=team_id)
         settled = {}
         findings, ids, _closed = _findings(team_id, settled=settled, policy=policy)
@@ -558,4 +562,4 @@ def ranking_inputs_gather(
         libraries=tuple(libraries), findings=tuple(findings),
     )
     return Gathered(inputs=inputs, finding_ids=ids, window_minutes=minutes, settled=settled,
-                    policy=policy)
+                    policy=policy, touched=None if touched is None else frozenset(touched))

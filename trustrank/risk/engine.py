@@ -254,6 +254,30 @@ def rank(
     )
 
 
+def _keep_untouched(
+    findings: tuple[RankedFinding, ...], touched: set[str], current: dict[str, Finding],
+    kept: list[RankedFinding], dirty_versions: set[str], dirty_envs: set[str],
+    services: set[tuple[str, str]],
+) -> None:
+    """`rank_incremental`'s split when the caller named the changed findings: a finding
+    not named keeps its previous record, so only what it depends on is checked (fields by
+    position: `RankedFinding` 0 finding_id, 13 project_version, 20 finding)."""
+    append = kept.append
+    for r in findings:
+        if r[0] in touched:
+            continue  # rescored from `current` if still open
+        f = r[20]
+        if (
+            f.project_version not in dirty_versions
+            and r[13] not in dirty_versions
+            and f.environment not in dirty_envs
+            and (f.environment, f.service) not in services
+        ):
+            append(r)
+        else:
+            current[f.id] = f
+
+
 def rank_incremental(
     *,
     previous: RankResult,
@@ -261,19 +285,27 @@ def rank_incremental(
     settings: RankSettings | None = None,
     changed_project_versions: Collection[str] = (),
     changed_services: Collection[tuple[str, str]] = (),
+    changed_findings: Collection[str] | None = None,
     with_digest: bool = True,
 ) -> RankResult:
     """Rank again reusing `previous` where nothing it depends on changed; the result is the
     same as `rank(inputs=…)` provided the caller names every project version whose SBOM,
     components or deployments changed and every service whose library evidence or
-    deployment changed (graph changes are detected by the environment digests)."""
+    deployment changed (graph changes are detected by the environment digests).
+    `changed_findings`, when given, names every finding that is new, changed or gone
+    since `previous`: the other records of `inputs` are taken to be those of `previous`,
+    and are not compared one by one."""
     settings = settings or RankSettings()
     if previous.settings_version != settings.version:
         return rank(inputs=inputs, settings=settings, with_digest=with_digest)
     with _collector_paused():
-        current = {f.id: f for f in inputs.findings}
-        if len(current) != len(inputs.findings):
-            raise ValueError("finding ids must be unique")
+        if changed_findings is None:
+            current = {f.id: f for f in inputs.findings}
+            if len(current) != len(inputs.findings):
+                raise ValueError("finding ids must be unique")
+        else:
+            touched = set(changed_findings)
+            current = {f.id: f for f in inputs.findings if f.id in touched}
         analyses = analyse(inputs=inputs, settings=settings, previous=previous.analyses)
         dirty_envs = {
             env for env, a in analyses.items() if previous.analyses.get(env) is not a
@@ -285,22 +317,26 @@ def rank_incremental(
             if d.environment in dirty_envs or (d.environment, d.service) in services:
                 dirty_versions.add(d.project_version)
         kept: list[RankedFinding] = []  # still in previous queue order
-        for r in previous.findings:
-            f = current.pop(r.finding_id, None)
-            if f is None:
-                continue  # closed since
-            if (
-                (r.finding is f or r.finding == f)
-                and f.project_version not in dirty_versions
-                # An identity finding names a service, not a version; its trust still
-                # reads the provenance of the version that service ran.
-                and r.project_version not in dirty_versions
-                and f.environment not in dirty_envs
-                and (f.environment, f.service) not in services
-            ):
-                kept.append(r)
-            else:
-                current[f.id] = f
+        if changed_findings is not None:
+            _keep_untouched(previous.findings, touched, current, kept, dirty_versions,
+                            dirty_envs, services)
+        else:
+            for r in previous.findings:
+                f = current.pop(r.finding_id, None)
+                if f is None:
+                    continue  # closed since
+                if (
+                    (r.finding is f or r.finding == f)
+                    and f.project_version not in dirty_versions
+                    # An identity finding names a service, not a version; its trust still
+                    # reads the provenance of the version that service ran.
+                    and r.project_version not in dirty_versions
+                    and f.environment not in dirty_envs
+                    and (f.environment, f.service) not in services
+                ):
+                    kept.append(r)
+                else:
+                    current[f.id] = f
         score = _Scorer(index, settings).score
         # What is left in `current` is new or changed: score it, sort it, and merge it
         # into the unchanged findings, which are already in order.

@@ -174,6 +174,7 @@ def _execute(run: RankingRun) -> None:
         result = rank_incremental(
             previous=cached.result, inputs=gathered.inputs, settings=rs,
             changed_project_versions=versions, changed_services=services,
+            changed_findings=gathered.touched,
         )
     else:
         result = rank(inputs=gathered.inputs, settings=rs)
