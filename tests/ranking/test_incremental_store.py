@@ -204,3 +204,17 @@ def test_due_dates_of_a_changed_policy_are_all_recomputed():
     TriagePolicy.objects.update_or_create(team_id=team_id, defaults={"scheduled_days": 3})
     assert finding_due_dates_apply(team_id=team_id, finding_ids=[],
                                    checked_policy=PolicyDays()) > 0
+
+
+def test_results_digest_updated_by_the_changed_rows_equals_the_whole_digest():
+    before = {fid: (fid, fid, "prod", fid / 7, "scheduled", f"{fid:064x}")
+              for fid in range(1, 200)}
+    rows = {fid: row for fid, row in before.items() if fid % 11}
+    for fid in range(150, 230):
+        rows[fid] = (fid + 3, fid, "prod", fid / 5, "immediate", f"{fid:064x}")
+    changed = [fid for fid, row in rows.items() if before.get(fid) != row]
+    gone = [fid for fid in before if fid not in rows]
+    assert runs._rows_digest_update(
+        runs._rows_digest(before), before=before, rows=rows, changed=changed, gone=gone,
+    ) == runs._rows_digest(rows) != runs._rows_digest(before)
+    assert runs._rows_digest(dict(reversed(rows.items()))) == runs._rows_digest(rows)

@@ -62,10 +62,12 @@ def _store(
     gathered: Gathered,
     before: dict[int, tuple[int, int, str, float, str, str]] | None = None,
     previous: RankResult | None = None,
-) -> tuple[dict[str, Any], dict[int, tuple[int, int, str, float, str, str]]]:
+) -> tuple[dict[str, Any], dict[int, tuple[int, int, str, float, str, str]],
+           tuple[list[int], list[int]]]:
     """Write the run's ranks; `before` is the stored queue when the caller knows it (an
     incremental run), else it is read; `previous` is the result `before` was made from, if
-    the caller kept it. Returns the counts and the rows now stored."""
+    the caller kept it. Returns the counts, the rows now stored, and the findings whose row
+    was written (new or changed) and whose row was dropped."""
     with _collector_paused():
         return _store_rows(run=run, result=result, gathered=gathered, before=before,
                            previous=previous)
@@ -78,7 +80,8 @@ def _store_rows(
     gathered: Gathered,
     before: dict[int, tuple[int, int, str, float, str, str]] | None,
     previous: RankResult | None,
-) -> tuple[dict[str, Any], dict[int, tuple[int, int, str, float, str, str]]]:
+) -> tuple[dict[str, Any], dict[int, tuple[int, int, str, float, str, str]],
+           tuple[list[int], list[int]]]:
     # The context of a ranked finding, keyed cheaply: the engine shares one factor tuple
     # per advisory facts and one per deployment context, so their identities (alive as
     # long as `result`) stand for their values; the other fields are plain values, sliced
@@ -178,7 +181,7 @@ def _store_rows(
         "updated": len(changed),
         "left_queue": len(gone),
     }
-    return counts, rows
+    return counts, rows, (changed, gone)
 
 
 def _copy_text(value: str) -> str:
