@@ -37,7 +37,14 @@ from trustrank.risk.inputs import (
     RankInputs,
     RankSettings,
 )
-from trustrank.risk.results import RankedFinding, RankResult, ServiceResult, inputs_digest
+from trustrank.risk.results import (
+    RankedFinding,
+    RankResult,
+    ServiceResult,
+    finding_hash,
+    findings_hash_sum,
+    inputs_digest,
+)
 from trustrank.risk.scoring import Factor, VulnFacts, kind_decision, kind_facts, vuln_facts
 
 # (−decision rank, not deployed, −score, finding id): ascending order is queue order.
@@ -241,7 +248,9 @@ def rank(
         index = ContextIndex(inputs=inputs, analyses=analyses, settings=settings)
         score = _Scorer(index, settings).score
         findings = _assemble([score(f) for f in inputs.findings])
-        digest = inputs_digest(inputs=inputs, settings=settings) if with_digest else ""
+        findings_sum = findings_hash_sum(inputs.findings) if with_digest else None
+        digest = inputs_digest(
+            inputs=inputs, settings=settings, findings_sum=findings_sum) if with_digest else ""
         # Still paused: with a million findings alive, the first allocations after the
         # collector resumes would set off a full collection (over a second).
         services = _services(index, analyses)
@@ -251,20 +260,23 @@ def rank(
         findings=findings,
         services=services,
         analyses=analyses,
+        findings_sum=findings_sum,
     )
 
 
 def _keep_untouched(
     findings: tuple[RankedFinding, ...], touched: set[str], current: dict[str, Finding],
-    kept: list[RankedFinding], dirty_versions: set[str], dirty_envs: set[str],
-    services: set[tuple[str, str]],
+    kept: list[RankedFinding], records_out: list[Finding], dirty_versions: set[str],
+    dirty_envs: set[str], services: set[tuple[str, str]],
 ) -> None:
     """`rank_incremental`'s split when the caller named the changed findings: a finding
     not named keeps its previous record, so only what it depends on is checked (fields by
-    position: `RankedFinding` 0 finding_id, 13 project_version, 20 finding)."""
+    position: `RankedFinding` 0 finding_id, 13 project_version, 20 finding). The previous
+    records of the named ones go to `records_out`."""
     append = kept.append
     for r in findings:
         if r[0] in touched:
+            records_out.append(r[20])
             continue  # rescored from `current` if still open
         f = r[20]
         if (
@@ -306,6 +318,8 @@ def rank_incremental(
         else:
             touched = set(changed_findings)
             current = {f.id: f for f in inputs.findings if f.id in touched}
+            records_in = list(current.values())
+        records_out: list[Finding] = []
         analyses = analyse(inputs=inputs, settings=settings, previous=previous.analyses)
         dirty_envs = {
             env for env, a in analyses.items() if previous.analyses.get(env) is not a
@@ -318,8 +332,8 @@ def rank_incremental(
                 dirty_versions.add(d.project_version)
         kept: list[RankedFinding] = []  # still in previous queue order
         if changed_findings is not None:
-            _keep_untouched(previous.findings, touched, current, kept, dirty_versions,
-                            dirty_envs, services)
+            _keep_untouched(previous.findings, touched, current, kept, records_out,
+                            dirty_versions, dirty_envs, services)
         else:
             for r in previous.findings:
                 f = current.pop(r.finding_id, None)
@@ -342,7 +356,19 @@ def rank_incremental(
         # into the unchanged findings, which are already in order.
         fresh = sorted((score(f) for f in current.values()), key=itemgetter(0))
         findings = _merge(kept, fresh)
-        digest = inputs_digest(inputs=inputs, settings=settings) if with_digest else ""
+        findings_sum = None
+        if with_digest:
+            if changed_findings is not None and previous.findings_sum is not None:
+                # The records named changed out, their new versions in: the same sum as
+                # over every record (`findings_hash_sum`).
+                findings_sum = (
+                    previous.findings_sum - sum(map(finding_hash, records_out))
+                    + sum(map(finding_hash, records_in))
+                ) % (1 << 256)
+            else:
+                findings_sum = findings_hash_sum(inputs.findings)
+        digest = inputs_digest(
+            inputs=inputs, settings=settings, findings_sum=findings_sum) if with_digest else ""
         service_results = _services(index, analyses)
     return RankResult(
         settings_version=settings.version,
@@ -350,4 +376,5 @@ def rank_incremental(
         findings=findings,
         services=service_results,
         analyses=analyses,
+        findings_sum=findings_sum,
     )
