@@ -218,3 +218,32 @@ def test_results_digest_updated_by_the_changed_rows_equals_the_whole_digest():
         runs._rows_digest(before), before=before, rows=rows, changed=changed, gone=gone,
     ) == runs._rows_digest(rows) != runs._rows_digest(before)
     assert runs._rows_digest(dict(reversed(rows.items()))) == runs._rows_digest(rows)
+
+
+def test_incremental_run_with_closed_and_reopened_findings_stores_what_a_full_run_stores():
+    """Findings that leave the queue at its head, in its middle and at its end, and come
+    back: the store walks only the span that changed and must still give the full run's
+    rows, environment ranks, counts and digest."""
+    from trustrank.ranking.models import RankedFinding
+
+    team_id = build(findings=1200, services=100, edges=400, versions=40, seed=13)
+    runs._PREVIOUS.clear()
+    _run(team_id)
+    queue = list(RankedFinding.objects.filter(team_id=team_id).order_by("rank").values_list(
+        "finding_id", flat=True))
+    picked = [queue[0], queue[len(queue) // 2], queue[-1]]
+    for state, impact in (("resolved", "very high"), ("in_triage", "low")):
+        with connection.cursor() as cur:
+            cur.execute("UPDATE findings_finding SET state = %s, updated_at = now() "
+                        "WHERE id = ANY(%s)", [state, picked])
+        _set_impact(team_id, "svc-5", impact)
+        incremental = _run(team_id)
+        assert incremental.incremental
+        assert incremental.counts["left_queue"] == (3 if state == "resolved" else 0)
+        stored = _stored(team_id)
+        runs._PREVIOUS.clear()
+        full = _run(team_id)
+        assert _stored(team_id) == stored
+        assert full.results_digest == incremental.results_digest
+        assert full.counts["by_environment"] == incremental.counts["by_environment"]
+        assert full.counts["contexts"] == incremental.counts["contexts"]

@@ -188,6 +188,8 @@ def _execute(run: RankingRun) -> None:
             run=run, result=result, gathered=gathered,
             before=cached.rows if incremental and cached is not None else None,
             previous=cached.result if incremental and cached is not None else None,
+            previous_ids=cached.gathered.finding_ids
+            if incremental and cached is not None else None,
         )
         t3 = time.perf_counter()
         if incremental and cached is not None and cached.results_digest:

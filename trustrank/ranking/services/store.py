@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import gc
 import hashlib
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -62,15 +64,17 @@ def _store(
     gathered: Gathered,
     before: dict[int, tuple[int, int, str, float, str, str]] | None = None,
     previous: RankResult | None = None,
+    previous_ids: dict[str, int] | None = None,
 ) -> tuple[dict[str, Any], dict[int, tuple[int, int, str, float, str, str]],
            tuple[list[int], list[int]]]:
     """Write the run's ranks; `before` is the stored queue when the caller knows it (an
     incremental run), else it is read; `previous` is the result `before` was made from, if
-    the caller kept it. Returns the counts, the rows now stored, and the findings whose row
-    was written (new or changed) and whose row was dropped."""
+    the caller kept it, and `previous_ids` the finding ids it was made with. Returns the
+    counts, the rows now stored, and the findings whose row was written (new or changed)
+    and whose row was dropped."""
     with _collector_paused():
         return _store_rows(run=run, result=result, gathered=gathered, before=before,
-                           previous=previous)
+                           previous=previous, previous_ids=previous_ids)
 
 
 def _store_rows(
@@ -80,6 +84,7 @@ def _store_rows(
     gathered: Gathered,
     before: dict[int, tuple[int, int, str, float, str, str]] | None,
     previous: RankResult | None,
+    previous_ids: dict[str, int] | None,
 ) -> tuple[dict[str, Any], dict[int, tuple[int, int, str, float, str, str]],
            tuple[list[int], list[int]]]:
     # The context of a ranked finding, keyed cheaply: the engine shares one factor tuple
@@ -94,28 +99,38 @@ def _store_rows(
     finding_ids = gathered.finding_ids
     # An incremental run reuses most ranked findings of the previous result as they were
     # (the same objects, at the same place): their stored row stands unless their place in
-    # their environment's queue moved.
+    # their environment's queue moved. Only the span between the longest unchanged head
+    # and tail of the queue is walked; the rows outside it are the previous ones.
     prev = previous.findings if previous is not None and before is not None else ()
     n_prev = len(prev)
+    findings = result.findings
+    lo, hi, hi_prev = 0, len(findings), n_prev
     reused = 0
-    # With `before` known up front, what changed is noted on the way (no second pass over
-    # the queue): `present` counts the findings already stored, so none left when it
-    # equals the size of `before`.
     known = {} if before is None else before
     track = before is not None
     changed_on_the_way: list[int] = []
-    present = 0
-    for i, r in enumerate(result.findings):
+    gone_on_the_way: list[int] | None = None
+    if prev and before is not None:
+        lo, hi, hi_prev, start = _span(findings, prev, before, previous_ids or finding_ids)
+        env_counter.update(start)
+        rows = dict(before)
+        reused = len(before)
+        walked = {finding_ids[r[0]] for r in findings[lo:hi]}
+        ids_before = previous_ids or finding_ids
+        gone_on_the_way = [
+            fid for fid in (ids_before[r[0]] for r in prev[lo:hi_prev]) if fid not in walked
+        ]
+        for fid in gone_on_the_way:
+            del rows[fid]
+    for i in range(lo, hi):
+        r = findings[i]
         env = r[11] if r[10] else ""
         n = env_counter[env] = env_counter.get(env, 0) + 1
         fid = finding_ids[r[0]]
         old = known.get(fid)
-        if old is not None:
-            present += 1
-            if i < n_prev and r is prev[i] and old[1] == n:
-                rows[fid] = old
-                reused += 1
-                continue
+        if old is not None and i < n_prev and r is prev[i] and old[1] == n:
+            rows[fid] = old
+            continue
         key = (id(r[9]), id(r[19]), r[7:9], r[10:19])
         ctx = contexts.get(key)
         if ctx is None:
@@ -124,6 +139,9 @@ def _store_rows(
         row = rows[fid] = (r[1], n, env, r[2], r[3], ctx[0])
         if track and old != row:
             changed_on_the_way.append(fid)
+    if gone_on_the_way is not None:
+        # Queue sizes per environment: the walk saw only its span.
+        env_counter = dict(Counter(map(itemgetter(2), rows.values())))
     new_context = {ctx[0]: ctx[1] for ctx in contexts.values()}
     with connection.cursor() as cur:
         # One JSON object (digest -> context) as one parameter: the driver quotes a string
@@ -145,7 +163,7 @@ def _store_rows(
             gone = [fid for fid in before if fid not in rows]
         else:
             changed = changed_on_the_way
-            gone = [] if present == len(before) else [fid for fid in before if fid not in rows]
+            gone = gone_on_the_way or []
         moved = [
             fid for fid in changed
             if fid not in before or before[fid][0] != rows[fid][0]
@@ -182,6 +200,44 @@ def _store_rows(
         "left_queue": len(gone),
     }
     return counts, rows, (changed, gone)
+
+
+def _span(
+    findings: tuple[RankedFinding, ...], prev: tuple[RankedFinding, ...],
+    before: dict[int, tuple[int, int, str, float, str, str]], prev_ids: dict[str, int],
+) -> tuple[int, int, int, dict[str, int]]:
+    """(lo, hi, hi_prev, counts): `findings[lo:hi]` replaced `prev[lo:hi_prev]`; the head
+    before `lo` and the tail from `hi` are the previous ranked findings themselves at the
+    same places, so their stored rows stand (a tail only when the span holds as many
+    findings of each environment as before, or their environment ranks moved). `counts`:
+    each environment's findings in the head, read from the stored environment ranks."""
+    n, n_prev = len(findings), len(prev)
+    lo = 0
+    while lo < n and lo < n_prev and findings[lo] is prev[lo]:
+        lo += 1
+    tail = 0
+    while tail < n - lo and tail < n_prev - lo and findings[n - 1 - tail] is prev[
+            n_prev - 1 - tail]:
+        tail += 1
+
+    def envs(rs: tuple[RankedFinding, ...]) -> Counter[str]:
+        return Counter(r[11] if r[10] else "" for r in rs)
+
+    if tail and envs(findings[lo : n - tail]) != envs(prev[lo : n_prev - tail]):
+        tail = 0
+    hi, hi_prev = n - tail, n_prev - tail
+    # The environment rank of each environment's last finding in the head (the head is
+    # the previous queue's, so the previous rows hold it), walking back from its end.
+    wanted = {r[11] if r[10] else "" for r in findings[lo:hi]}
+    counts: dict[str, int] = {}
+    for k in range(lo - 1, -1, -1):
+        if len(counts) == len(wanted):
+            break
+        r = prev[k]
+        env = r[11] if r[10] else ""
+        if env in wanted and env not in counts:
+            counts[env] = before[prev_ids[r[0]]][1]
+    return lo, hi, hi_prev, counts
 
 
 def _copy_text(value: str) -> str:
