@@ -247,3 +247,58 @@ def test_incremental_run_with_closed_and_reopened_findings_stores_what_a_full_ru
         assert full.results_digest == incremental.results_digest
         assert full.counts["by_environment"] == incremental.counts["by_environment"]
         assert full.counts["contexts"] == incremental.counts["contexts"]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_walking_only_the_changed_places_gives_every_row_a_full_walk_gives(seed):
+    """The incremental store's walk (`_walk_changed`) on generated queues of two
+    environments and undeployed findings, with findings moved, gone, new and switching
+    environment: the same rows, changed and gone findings as numbering every place."""
+    import random
+
+    from trustrank.ranking.services.store import _walk_changed
+
+    rng = random.Random(seed)
+
+    def ranked(fid: str, rank: int, deployed: bool, env: str) -> tuple[object, ...]:
+        return (fid, rank, 50.0, "scheduled", *[None] * 6, deployed, env, *[None] * 9)
+
+    def row_of(r, n, env):
+        return (r[1], n, env, r[2], r[3], "ctx")
+
+    def full(queue):
+        counter: dict[str, int] = {}
+        out = {}
+        for r in queue:
+            env = r[11] if r[10] else ""
+            counter[env] = counter.get(env, 0) + 1
+            out[int(r[0])] = row_of(r, counter[env], env)
+        return out
+
+    where = {str(i): (rng.random() < 0.8, rng.choice("ab")) for i in range(rng.randint(0, 60))}
+    prev = tuple(ranked(fid, k + 1, *where[fid]) for k, fid in enumerate(where))
+    before = full(prev)
+    order = [r[0] for r in prev if rng.random() > 0.1]
+    for _ in range(rng.randint(0, 6)):
+        if order:
+            order.insert(rng.randrange(len(order) + 1), order.pop(rng.randrange(len(order))))
+    for k in range(rng.randint(0, 4)):
+        order.insert(rng.randrange(len(order) + 1), f"{100 + k}")
+    by_id = {r[0]: r for r in prev}
+    switched = {fid for fid in order if rng.random() < 0.05}
+    new = []
+    for k, fid in enumerate(order):
+        old = by_id.get(fid)
+        if old is not None and old[1] == k + 1 and fid not in switched:
+            new.append(old)
+        else:
+            deployed, env = where.get(fid, (True, "a"))
+            if fid in switched:
+                env = "b" if env == "a" else "a"
+            new.append(ranked(fid, k + 1, deployed, env))
+    ids = {fid: int(fid) for fid in [*where, *order]}
+    rows, changed, gone = _walk_changed(tuple(new), prev, before, ids, ids, row_of)
+    expected = full(new)
+    assert rows == expected
+    assert sorted(changed) == sorted(f for f, row in expected.items() if before.get(f) != row)
+    assert sorted(gone) == sorted(f for f in before if f not in expected)

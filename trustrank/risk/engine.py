@@ -274,20 +274,23 @@ def _keep_untouched(
     position: `RankedFinding` 0 finding_id, 13 project_version, 20 finding). The previous
     records of the named ones go to `records_out`."""
     append = kept.append
+    # Most findings name no environment of their own (vulnerabilities): the pair is made
+    # only for an environment that has a changed service.
+    service_envs = {env for env, _name in services}
     for r in findings:
         if r[0] in touched:
             records_out.append(r[20])
             continue  # rescored from `current` if still open
         f = r[20]
         if (
-            f.project_version not in dirty_versions
-            and r[13] not in dirty_versions
-            and f.environment not in dirty_envs
-            and (f.environment, f.service) not in services
+            f.project_version in dirty_versions
+            or r[13] in dirty_versions
+            or (env := f.environment) in dirty_envs
+            or (env in service_envs and (env, f.service) in services)
         ):
-            append(r)
-        else:
             current[f.id] = f
+        else:
+            append(r)
 
 
 def rank_incremental(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import hashlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from operator import itemgetter
 from typing import Any
@@ -97,51 +97,36 @@ def _store_rows(
     rows: dict[int, tuple[int, int, str, float, str, str]] = {}
     env_counter: dict[str, int] = {}
     finding_ids = gathered.finding_ids
-    # An incremental run reuses most ranked findings of the previous result as they were
-    # (the same objects, at the same place): their stored row stands unless their place in
-    # their environment's queue moved. Only the span between the longest unchanged head
-    # and tail of the queue is walked; the rows outside it are the previous ones.
-    prev = previous.findings if previous is not None and before is not None else ()
-    n_prev = len(prev)
-    findings = result.findings
-    lo, hi, hi_prev = 0, len(findings), n_prev
-    reused = 0
-    known = {} if before is None else before
-    track = before is not None
     changed_on_the_way: list[int] = []
     gone_on_the_way: list[int] | None = None
-    if prev and before is not None:
-        lo, hi, hi_prev, start = _span(findings, prev, before, previous_ids or finding_ids)
-        env_counter.update(start)
-        rows = dict(before)
-        reused = len(before)
-        walked = {finding_ids[r[0]] for r in findings[lo:hi]}
-        ids_before = previous_ids or finding_ids
-        gone_on_the_way = [
-            fid for fid in (ids_before[r[0]] for r in prev[lo:hi_prev]) if fid not in walked
-        ]
-        for fid in gone_on_the_way:
-            del rows[fid]
-    for i in range(lo, hi):
-        r = findings[i]
-        env = r[11] if r[10] else ""
-        n = env_counter[env] = env_counter.get(env, 0) + 1
-        fid = finding_ids[r[0]]
-        old = known.get(fid)
-        if old is not None and i < n_prev and r is prev[i] and old[1] == n:
-            rows[fid] = old
-            continue
+
+    def row_of(r: RankedFinding, n: int, env: str) -> tuple[int, int, str, float, str, str]:
         key = (id(r[9]), id(r[19]), r[7:9], r[10:19])
         ctx = contexts.get(key)
         if ctx is None:
             body = orjson.dumps(context_of(r), option=orjson.OPT_SORT_KEYS)
             ctx = contexts[key] = (hashlib.sha256(body).hexdigest(), body)
-        row = rows[fid] = (r[1], n, env, r[2], r[3], ctx[0])
-        if track and old != row:
-            changed_on_the_way.append(fid)
-    if gone_on_the_way is not None:
-        # Queue sizes per environment: the walk saw only its span.
+        return (r[1], n, env, r[2], r[3], ctx[0])
+
+    reused = 0
+    if previous is not None and before is not None and previous.findings:
+        # An incremental run: most ranked findings are the previous result's objects at
+        # the same places, whose stored rows stand; only the others are looked at.
+        rows, changed_on_the_way, gone_on_the_way = _walk_changed(
+            result.findings, previous.findings, before, finding_ids,
+            previous_ids or finding_ids, row_of,
+        )
+        reused = len(before)
         env_counter = dict(Counter(map(itemgetter(2), rows.values())))
+    else:
+        known = {} if before is None else before
+        for r in result.findings:
+            env = r[11] if r[10] else ""
+            n = env_counter[env] = env_counter.get(env, 0) + 1
+            fid = finding_ids[r[0]]
+            row = rows[fid] = row_of(r, n, env)
+            if before is not None and known.get(fid) != row:
+                changed_on_the_way.append(fid)
     new_context = {ctx[0]: ctx[1] for ctx in contexts.values()}
     with connection.cursor() as cur:
         # One JSON object (digest -> context) as one parameter: the driver quotes a string
@@ -202,42 +187,82 @@ def _store_rows(
     return counts, rows, (changed, gone)
 
 
-def _span(
+def _walk_changed(
     findings: tuple[RankedFinding, ...], prev: tuple[RankedFinding, ...],
-    before: dict[int, tuple[int, int, str, float, str, str]], prev_ids: dict[str, int],
-) -> tuple[int, int, int, dict[str, int]]:
-    """(lo, hi, hi_prev, counts): `findings[lo:hi]` replaced `prev[lo:hi_prev]`; the head
-    before `lo` and the tail from `hi` are the previous ranked findings themselves at the
-    same places, so their stored rows stand (a tail only when the span holds as many
-    findings of each environment as before, or their environment ranks moved). `counts`:
-    each environment's findings in the head, read from the stored environment ranks."""
+    before: dict[int, tuple[int, int, str, float, str, str]], ids: dict[str, int],
+    prev_ids: dict[str, int],
+    row_of: Callable[[RankedFinding, int, str], tuple[int, int, str, float, str, str]],
+) -> tuple[dict[int, tuple[int, int, str, float, str, str]], list[int], list[int]]:
+    """(rows, changed, gone) of an incremental run, from the previous queue `prev` and its
+    stored rows `before`. A finding that is the previous result's object at the same place
+    keeps its stored row while every environment has as many findings before it as it had
+    (its environment rank stands); only the other places are walked. A walked finding's
+    environment rank is one more than that of the nearest finding of its environment
+    before it, whose row is already final."""
     n, n_prev = len(findings), len(prev)
-    lo = 0
-    while lo < n and lo < n_prev and findings[lo] is prev[lo]:
-        lo += 1
-    tail = 0
-    while tail < n - lo and tail < n_prev - lo and findings[n - 1 - tail] is prev[
-            n_prev - 1 - tail]:
-        tail += 1
+    common = min(n, n_prev)
+    # One identity test per place (the cheapest pass there is), then work per change.
+    differ = [i for i, x, y in zip(range(common), findings, prev, strict=False) if x is not y]
+    differ.extend(range(common, n))
+    rows = dict(before)
+    changed: list[int] = []
+    out: list[int] = []  # previous findings no longer at their place
+    came: set[int] = set()  # findings now at a place they were not at
+    diff: dict[str, int] = {}  # findings per environment before here, now less then
+    uneven = 0  # environments whose entry in `diff` is not zero
 
-    def envs(rs: tuple[RankedFinding, ...]) -> Counter[str]:
-        return Counter(r[11] if r[10] else "" for r in rs)
+    # Per environment, the last walked place and its environment rank: a look back for
+    # the nearest finding of an environment stops there.
+    last_walked: dict[str, tuple[int, int]] = {}
 
-    if tail and envs(findings[lo : n - tail]) != envs(prev[lo : n_prev - tail]):
-        tail = 0
-    hi, hi_prev = n - tail, n_prev - tail
-    # The environment rank of each environment's last finding in the head (the head is
-    # the previous queue's, so the previous rows hold it), walking back from its end.
-    wanted = {r[11] if r[10] else "" for r in findings[lo:hi]}
-    counts: dict[str, int] = {}
-    for k in range(lo - 1, -1, -1):
-        if len(counts) == len(wanted):
+    def env_rank_before(i: int, env: str) -> int:
+        stop, rank = last_walked.get(env, (-1, 0))
+        for k in range(i - 1, stop, -1):
+            r = findings[k]
+            if (r[11] if r[10] else "") == env:
+                return rows[ids[r[0]]][1]
+        return rank
+
+    def shift(env: str, by: int) -> int:
+        value = diff[env] = diff.get(env, 0) + by
+        return (value == 0) - (value - by == 0)  # change in the count of zero entries
+
+    pos, i = 0, 0
+    while True:
+        if not uneven:
+            # Every environment as before: skip to the next place that differs.
+            while pos < len(differ) and differ[pos] < i:
+                pos += 1
+            if pos == len(differ):
+                break
+            i = differ[pos]
+        if i >= n:
             break
-        r = prev[k]
+        r = findings[i]
         env = r[11] if r[10] else ""
-        if env in wanted and env not in counts:
-            counts[env] = before[prev_ids[r[0]]][1]
-    return lo, hi, hi_prev, counts
+        same = i < n_prev and prev[i] is r
+        if not same:
+            if i < n_prev:
+                p = prev[i]
+                out.append(prev_ids[p[0]])
+                uneven -= shift(p[11] if p[10] else "", -1)
+            uneven -= shift(env, 1)
+        fid = ids[r[0]]
+        n_env = env_rank_before(i, env) + 1
+        last_walked[env] = (i, n_env)
+        old = before.get(fid)
+        if not same:
+            came.add(fid)
+        if not (same and old is not None and old[1] == n_env):
+            row = rows[fid] = row_of(r, n_env, env)
+            if old != row:
+                changed.append(fid)
+        i += 1
+    out.extend(prev_ids[p[0]] for p in prev[n:])
+    gone = [fid for fid in out if fid not in came]
+    for fid in gone:
+        del rows[fid]
+    return rows, changed, gone
 
 
 def _copy_text(value: str) -> str:
