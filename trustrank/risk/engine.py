@@ -176,8 +176,13 @@ def _assemble(keyed: list[tuple[_Key, _Row]]) -> tuple[RankedFinding, ...]:
     return tuple(out)
 
 
+_DECISION_ORDER = {d: i for i, d in enumerate(DECISIONS)}
+
+
 def _queue_key(r: RankedFinding) -> _Key:
-    return (-DECISIONS.index(r.decision), not r.deployed, -r.score, r.finding_id)
+    # By position (decision 3, deployed 10, score 2, finding_id 0): the merge's binary
+    # searches call this a score of times per rescored finding.
+    return (-_DECISION_ORDER[r[3]], not r[10], -r[2], r[0])
 
 
 def _merge(

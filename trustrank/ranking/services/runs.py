@@ -285,9 +285,9 @@ _Row = tuple[int, int, str, float, str, str]
 _MODULUS = 1 << 256
 
 
-def _row_hashes(rows: Iterable[tuple[Any, ...]]) -> int:
-    """The sum of the SHA-256 of each (finding id, rank, env rank, environment, score,
-    decision, context digest), as a 256-bit number."""
+def _row_hashes(rows: Iterable[tuple[int, _Row]]) -> int:
+    """The sum of the SHA-256 of each (finding id, (rank, env rank, environment, score,
+    decision, context digest)) as orjson writes it, as a number."""
     return sum(map(int.from_bytes, map(_digest_of, map(hashlib.sha256, map(
         orjson.dumps, rows)))))
 
@@ -301,7 +301,7 @@ def _rows_digest(rows: dict[int, _Row]) -> str:
     digest of its context, which covers the explanation), in 64 hex digits. Equal rows,
     equal digest, in any order; and a run that changed a few rows updates its
     predecessor's digest by those rows alone (`_rows_digest_update`)."""
-    return f"{_row_hashes((fid, *row) for fid, row in rows.items()) % _MODULUS:064x}"
+    return f"{_row_hashes(rows.items()) % _MODULUS:064x}"
 
 
 def _rows_digest_update(
@@ -310,6 +310,6 @@ def _rows_digest_update(
 ) -> str:
     """`_rows_digest(rows)` from the digest of `before`, given every finding whose row
     changed or is new (`changed`) and every one whose row left (`gone`)."""
-    old = _row_hashes((fid, *before[fid]) for fid in (*changed, *gone) if fid in before)
-    new = _row_hashes((fid, *rows[fid]) for fid in changed)
+    old = _row_hashes((fid, before[fid]) for fid in (*changed, *gone) if fid in before)
+    new = _row_hashes((fid, rows[fid]) for fid in changed)
     return f"{(int(digest, 16) - old + new) % _MODULUS:064x}"
