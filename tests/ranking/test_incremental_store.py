@@ -148,3 +148,157 @@ def test_ranked_rows_copy_as_text_keeps_every_value():
             "FROM ranking_rankedfinding WHERE team_id = %s AND run_id = 7 ORDER BY finding_id",
             [team.pk])
         assert {r[0]: r[1:] for r in cur.fetchall()} == rows
+
+
+def test_full_run_recomputes_only_unsettled_due_dates_and_leaves_what_recomputing_all_would():
+    """A full run reads which due dates are settled for which decision with the findings
+    and recomputes only the others; the due dates it leaves are those a recomputation of
+    every finding gives (a second, unrestricted pass writes nothing)."""
+    from trustrank.findings.models import Finding
+    from trustrank.findings.services.due_dates import finding_due_dates_apply
+    from trustrank.ranking.inputs import ranking_inputs_gather
+
+    team_id = build(findings=600, services=60, edges=200, versions=30, seed=11)
+    runs._PREVIOUS.clear()
+    _run(team_id)
+    gathered = ranking_inputs_gather(team_id=team_id)
+    assert gathered.settled is not None and len(gathered.settled) == 600
+    ids = list(Finding.objects.filter(team_id=team_id, due_date__isnull=False).order_by(
+        "pk").values_list("pk", flat=True)[:4])
+    with connection.cursor() as cur:
+        # Stale in three ways, and one date a person set by hand.
+        cur.execute("UPDATE findings_finding SET due_date = NULL WHERE id = %s", [ids[0]])
+        cur.execute("UPDATE findings_finding SET due_decision_since = NULL WHERE id = %s",
+                    [ids[1]])
+        # Settled, but for a decision the finding does not have.
+        cur.execute("UPDATE findings_finding SET due_decision = 'immediate', due_date = "
+                    "due_decision_since + 1 WHERE id = %s AND due_decision <> 'immediate'",
+                    [ids[2]])
+        cur.execute("UPDATE findings_finding SET due_date = '2001-01-01', due_date_manual = "
+                    "true WHERE id = %s", [ids[3]])
+    gathered = ranking_inputs_gather(team_id=team_id)
+    assert gathered.settled is not None and not {ids[0], ids[1]} & gathered.settled.keys()
+    assert gathered.settled[ids[2]] == "immediate" and ids[3] in gathered.settled
+    _set_impact(team_id, "svc-3", "very high")
+    runs._PREVIOUS.clear()
+    run = _run(team_id)
+    assert not run.incremental and run.counts["moved"] > 0
+    assert finding_due_dates_apply(team_id=team_id) == 0
+    rows = {f.pk: f for f in Finding.objects.filter(pk__in=ids)}
+    assert rows[ids[0]].due_date is not None and rows[ids[1]].due_decision_since is not None
+    assert rows[ids[2]].due_decision != "immediate"
+    assert str(rows[ids[3]].due_date) == "2001-01-01"
+
+
+def test_due_dates_of_a_changed_policy_are_all_recomputed():
+    """The ids a run passes were checked against the policy it read; under another policy
+    every finding is recomputed."""
+    from trustrank.findings.models import TriagePolicy
+    from trustrank.findings.services.due_dates import PolicyDays, finding_due_dates_apply
+
+    team_id = build(findings=300, services=40, edges=120, versions=20, seed=12)
+    runs._PREVIOUS.clear()
+    _run(team_id)
+    assert finding_due_dates_apply(team_id=team_id, finding_ids=[],
+                                   checked_policy=PolicyDays()) == 0
+    TriagePolicy.objects.update_or_create(team_id=team_id, defaults={"scheduled_days": 3})
+    assert finding_due_dates_apply(team_id=team_id, finding_ids=[],
+                                   checked_policy=PolicyDays()) > 0
+
+
+def test_results_digest_updated_by_the_changed_rows_equals_the_whole_digest():
+    before = {fid: (fid, fid, "prod", fid / 7, "scheduled", f"{fid:064x}")
+              for fid in range(1, 200)}
+    rows = {fid: row for fid, row in before.items() if fid % 11}
+    for fid in range(150, 230):
+        rows[fid] = (fid + 3, fid, "prod", fid / 5, "immediate", f"{fid:064x}")
+    changed = [fid for fid, row in rows.items() if before.get(fid) != row]
+    gone = [fid for fid in before if fid not in rows]
+    assert runs._rows_digest_update(
+        runs._rows_digest(before), before=before, rows=rows, changed=changed, gone=gone,
+    ) == runs._rows_digest(rows) != runs._rows_digest(before)
+    assert runs._rows_digest(dict(reversed(rows.items()))) == runs._rows_digest(rows)
+
+
+def test_incremental_run_with_closed_and_reopened_findings_stores_what_a_full_run_stores():
+    """Findings that leave the queue at its head, in its middle and at its end, and come
+    back: the store walks only the span that changed and must still give the full run's
+    rows, environment ranks, counts and digest."""
+    from trustrank.ranking.models import RankedFinding
+
+    team_id = build(findings=1200, services=100, edges=400, versions=40, seed=13)
+    runs._PREVIOUS.clear()
+    _run(team_id)
+    queue = list(RankedFinding.objects.filter(team_id=team_id).order_by("rank").values_list(
+        "finding_id", flat=True))
+    picked = [queue[0], queue[len(queue) // 2], queue[-1]]
+    for state, impact in (("resolved", "very high"), ("in_triage", "low")):
+        with connection.cursor() as cur:
+            cur.execute("UPDATE findings_finding SET state = %s, updated_at = now() "
+                        "WHERE id = ANY(%s)", [state, picked])
+        _set_impact(team_id, "svc-5", impact)
+        incremental = _run(team_id)
+        assert incremental.incremental
+        assert incremental.counts["left_queue"] == (3 if state == "resolved" else 0)
+        stored = _stored(team_id)
+        runs._PREVIOUS.clear()
+        full = _run(team_id)
+        assert _stored(team_id) == stored
+        assert full.results_digest == incremental.results_digest
+        assert full.counts["by_environment"] == incremental.counts["by_environment"]
+        assert full.counts["contexts"] == incremental.counts["contexts"]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_walking_only_the_changed_places_gives_every_row_a_full_walk_gives(seed):
+    """The incremental store's walk (`_walk_changed`) on generated queues of two
+    environments and undeployed findings, with findings moved, gone, new and switching
+    environment: the same rows, changed and gone findings as numbering every place."""
+    import random
+
+    from trustrank.ranking.services.store import _walk_changed
+
+    rng = random.Random(seed)
+
+    def ranked(fid: str, rank: int, deployed: bool, env: str) -> tuple[object, ...]:
+        return (fid, rank, 50.0, "scheduled", *[None] * 6, deployed, env, *[None] * 9)
+
+    def row_of(r, n, env):
+        return (r[1], n, env, r[2], r[3], "ctx")
+
+    def full(queue):
+        counter: dict[str, int] = {}
+        out = {}
+        for r in queue:
+            env = r[11] if r[10] else ""
+            counter[env] = counter.get(env, 0) + 1
+            out[int(r[0])] = row_of(r, counter[env], env)
+        return out
+
+    where = {str(i): (rng.random() < 0.8, rng.choice("ab")) for i in range(rng.randint(0, 60))}
+    prev = tuple(ranked(fid, k + 1, *where[fid]) for k, fid in enumerate(where))
+    before = full(prev)
+    order = [r[0] for r in prev if rng.random() > 0.1]
+    for _ in range(rng.randint(0, 6)):
+        if order:
+            order.insert(rng.randrange(len(order) + 1), order.pop(rng.randrange(len(order))))
+    for k in range(rng.randint(0, 4)):
+        order.insert(rng.randrange(len(order) + 1), f"{100 + k}")
+    by_id = {r[0]: r for r in prev}
+    switched = {fid for fid in order if rng.random() < 0.05}
+    new = []
+    for k, fid in enumerate(order):
+        old = by_id.get(fid)
+        if old is not None and old[1] == k + 1 and fid not in switched:
+            new.append(old)
+        else:
+            deployed, env = where.get(fid, (True, "a"))
+            if fid in switched:
+                env = "b" if env == "a" else "a"
+            new.append(ranked(fid, k + 1, deployed, env))
+    ids = {fid: int(fid) for fid in [*where, *order]}
+    rows, changed, gone = _walk_changed(tuple(new), prev, before, ids, ids, row_of)
+    expected = full(new)
+    assert rows == expected
+    assert sorted(changed) == sorted(f for f, row in expected.items() if before.get(f) != row)
+    assert sorted(gone) == sorted(f for f in before if f not in expected)

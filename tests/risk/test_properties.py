@@ -158,8 +158,9 @@ def test_every_finding_is_ranked_once_and_decisions_come_first():
         assert r.explanation
 
 
+@pytest.mark.parametrize("named", [False, True])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_incremental_run_equals_a_full_run(seed):
+def test_incremental_run_equals_a_full_run(seed, named):
     inputs = generate(seed)
     previous = rank(inputs=inputs)
     rng = random.Random(seed)
@@ -180,6 +181,8 @@ def test_incremental_run_equals_a_full_run(seed):
     incremental = rank_incremental(
         previous=previous, inputs=changed, changed_project_versions={version},
         changed_services={(lib.environment, lib.service)},
+        # Named: only the changed finding is compared, the others taken as they were.
+        changed_findings={target.id} if named else None,
     )
     assert incremental.analyses["env0"] is previous.analyses["env0"]
     assert canonical_json(incremental) == canonical_json(rank(inputs=changed))
@@ -200,20 +203,25 @@ def test_diff_names_what_moved_and_why():
     assert diff_results(before=before, after=before) == ()
 
 
-def test_incremental_run_handles_new_and_closed_findings():
+@pytest.mark.parametrize("named", [False, True])
+def test_incremental_run_handles_new_and_closed_findings(named):
     inputs = generate(11)
     previous = rank(inputs=inputs)
     closed = inputs.findings[3]
     new = replace(inputs.findings[5], id="brand-new", in_kev=True)
     changed = replace(inputs, findings=(*[f for f in inputs.findings if f is not closed], new))
-    incremental = rank_incremental(previous=previous, inputs=changed)
+    incremental = rank_incremental(
+        previous=previous, inputs=changed,
+        changed_findings={closed.id, "brand-new"} if named else None,
+    )
     assert canonical_json(incremental) == canonical_json(rank(inputs=changed))
     ids = {r.finding_id for r in incremental.findings}
     assert "brand-new" in ids and closed.id not in ids
 
 
+@pytest.mark.parametrize("named", [False, True])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_incremental_merge_places_many_rescored_findings_like_a_full_run(seed):
+def test_incremental_merge_places_many_rescored_findings_like_a_full_run(seed, named):
     """Rescored findings land all over the queue (and at both ends): the merge by binary
     search gives the full run's order, and kept findings whose rank held are reused."""
     inputs = generate(seed, findings=400)
@@ -224,7 +232,8 @@ def test_incremental_merge_places_many_rescored_findings_like_a_full_run(seed):
     changed = replace(inputs, findings=tuple(
         replace(f, in_kev=not f.in_kev, epss=rng.random()) if f.id in targets else f
         for f in inputs.findings))
-    incremental = rank_incremental(previous=previous, inputs=changed)
+    incremental = rank_incremental(previous=previous, inputs=changed,
+                                   changed_findings=targets if named else None)
     assert canonical_json(incremental) == canonical_json(rank(inputs=changed))
     before = {r.finding_id: r for r in previous.findings}
     for r in incremental.findings:

@@ -21,6 +21,11 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from trustrank.findings.models import OPEN_STATES
+from trustrank.findings.services.due_dates import (
+    PolicyDays,
+    settled_decision_sql,
+    triage_policy_for,
+)
 from trustrank.identity.models import Identity
 from trustrank.inventory.models import Component
 from trustrank.risk import inputs as ri
@@ -49,6 +54,14 @@ class Gathered:
     # finding id (text) -> database id, and the settings the inputs were made for.
     finding_ids: dict[str, int]
     window_minutes: float
+    # A full gather's open findings whose due date is settled for a decision (finding
+    # database id -> that decision) under `policy`, the team's policy when it read them:
+    # a ranking run recomputes due dates only where the new decision differs.
+    settled: dict[int, str] | None = None
+    policy: PolicyDays | None = None
+    # An incremental gather's findings that are new, read again or closed since the
+    # previous gather (every other record is the previous one, the same object).
+    touched: frozenset[str] | None = None
 
 
 def rank_settings() -> ri.RankSettings:
@@ -386,7 +399,8 @@ SELECT f.id, f.kind, f.vuln_id, f.severity, f.cvss_score, f.in_kev, f.kev_date_a
        END,
        f.baseline_priority,
        CASE WHEN f.kind <> 'vulnerability' THEN left(f.fingerprint, 16) END,
-       f.state IN ('in_triage', 'exploitable')
+       f.state IN ('in_triage', 'exploitable'),
+       {settled}
   FROM findings_finding f
   LEFT JOIN runtime_service s ON s.id = f.service_id
   -- An identity finding is about the service its SPIFFE ID is mapped to.
@@ -399,29 +413,39 @@ SELECT f.id, f.kind, f.vuln_id, f.severity, f.cvss_score, f.in_kev, f.kev_date_a
 def _findings(
     team_id: int, *, changed_since: datetime | None = None,
     skip_written_at: datetime | None = None, also_ids: tuple[int, ...] = (),
+    settled: dict[int, str] | None = None, policy: PolicyDays | None = None,
 ) -> tuple[list[ri.Finding], dict[str, int], set[str]]:
     """(open findings, their database ids, ids that left the open states). With
     `changed_since`, only findings written since then (an incremental run's delta), less
     those whose updated_at is `skip_written_at` (the previous run's own due-date writes),
-    plus `also_ids`."""
+    plus `also_ids`. With `settled` and `policy`, `settled` receives each open finding's
+    decision whose due date is settled under `policy` (`settled_decision_sql`)."""
     # Raw rows, not the ORM: a million findings is the design point, and building model
     # rows (or even values_list tuples) costs several times the fetch itself.
     assert set(OPEN_STATES) == {"in_triage", "exploitable"}
     params: list[Any]
+    settled_sql, settled_params = (
+        settled_decision_sql(policy) if settled is not None and policy is not None
+        else ("NULL", [])
+    )
     if changed_since is None:
         sql, params = (
-            _FINDINGS_SQL.format(where="f.state IN ('in_triage', 'exploitable')"), [team_id]
+            _FINDINGS_SQL.format(where="f.state IN ('in_triage', 'exploitable')",
+                                 settled=settled_sql), [*settled_params, team_id]
         )
     elif skip_written_at is None:
-        sql, params = _FINDINGS_SQL.format(where="f.updated_at >= %s"), [team_id, changed_since]
+        sql = _FINDINGS_SQL.format(where="f.updated_at >= %s", settled=settled_sql)
+        params = [*settled_params, team_id, changed_since]
     else:
         # Two ranges of the (team, updated_at) index around the skipped instant: a filter
         # `<>` would fetch every skipped row from the heap first.
         sql = _FINDINGS_SQL.format(
             where="((f.updated_at >= %s AND f.updated_at < %s) OR f.updated_at > %s"
-                  " OR f.id = ANY(%s::bigint[]))"
+                  " OR f.id = ANY(%s::bigint[]))", settled=settled_sql,
         )
-        params = [team_id, changed_since, skip_written_at, skip_written_at, list(also_ids)]
+        params = [*settled_params, team_id, changed_since, skip_written_at, skip_written_at,
+                  list(also_ids)]
+    note_settled = settled.__setitem__ if settled is not None else None
     findings: list[ri.Finding] = []
     ids: dict[str, int] = {}
     closed: set[str] = set()
@@ -458,11 +482,13 @@ def _findings(
                     )
             for (pk, kind, vuln_id, severity, cvss, in_kev, kev_date, epss, pct, cve,
                  advisory_id, pv_id, purl, ckey, cname, category, env, service, baseline,
-                 subject, is_open) in chunk:
+                 subject, is_open, settled_decision) in chunk:
                 if not is_open:
                     continue
                 fid = str(pk)
                 ids[fid] = pk
+                if settled_decision and note_settled is not None:
+                    note_settled(pk, share(settled_decision, settled_decision))
                 if kind == "vulnerability":
                     key = keys.get(purl) if purl else None
                     if key is None:
@@ -513,21 +539,27 @@ def ranking_inputs_gather(
             team_id, changed_since=changed_since, skip_written_at=skip_written_at,
             also_ids=also_ids,
         )
-        by_id = {f.id: f for f in previous.inputs.findings}
+        # The previous records less those read again or closed, then the ones read: one
+        # set lookup per finding rather than a dictionary of a million.
+        touched = {f.id for f in delta} | closed
+        findings = [f for f in previous.inputs.findings if f.id not in touched]
+        findings.extend(delta)
         ids = dict(previous.finding_ids)
         for fid in closed:
-            by_id.pop(fid, None)
             ids.pop(fid, None)
-        for f in delta:
-            by_id[f.id] = f
         ids.update(delta_ids)
-        findings = list(by_id.values())
+        settled: dict[int, str] | None = None
+        policy: PolicyDays | None = None
     else:
-        findings, ids, _closed = _findings(team_id)
+        touched = None
+        policy = triage_policy_for(team_id=team_id)
+        settled = {}
+        findings, ids, _closed = _findings(team_id, settled=settled, policy=policy)
     inputs = ri.RankInputs(
         services=tuple(services), edges=tuple(edges), peers=tuple(peers),
         origins=tuple(origins), deployments=tuple(deployments),
         project_versions=tuple(versions), components=tuple(components),
         libraries=tuple(libraries), findings=tuple(findings),
     )
-    return Gathered(inputs=inputs, finding_ids=ids, window_minutes=minutes)
+    return Gathered(inputs=inputs, finding_ids=ids, window_minutes=minutes, settled=settled,
+                    policy=policy, touched=None if touched is None else frozenset(touched))

@@ -37,7 +37,14 @@ from trustrank.risk.inputs import (
     RankInputs,
     RankSettings,
 )
-from trustrank.risk.results import RankedFinding, RankResult, ServiceResult, inputs_digest
+from trustrank.risk.results import (
+    RankedFinding,
+    RankResult,
+    ServiceResult,
+    finding_hash,
+    findings_hash_sum,
+    inputs_digest,
+)
 from trustrank.risk.scoring import Factor, VulnFacts, kind_decision, kind_facts, vuln_facts
 
 # (−decision rank, not deployed, −score, finding id): ascending order is queue order.
@@ -169,8 +176,13 @@ def _assemble(keyed: list[tuple[_Key, _Row]]) -> tuple[RankedFinding, ...]:
     return tuple(out)
 
 
+_DECISION_ORDER = {d: i for i, d in enumerate(DECISIONS)}
+
+
 def _queue_key(r: RankedFinding) -> _Key:
-    return (-DECISIONS.index(r.decision), not r.deployed, -r.score, r.finding_id)
+    # By position (decision 3, deployed 10, score 2, finding_id 0): the merge's binary
+    # searches call this a score of times per rescored finding.
+    return (-_DECISION_ORDER[r[3]], not r[10], -r[2], r[0])
 
 
 def _merge(
@@ -241,7 +253,9 @@ def rank(
         index = ContextIndex(inputs=inputs, analyses=analyses, settings=settings)
         score = _Scorer(index, settings).score
         findings = _assemble([score(f) for f in inputs.findings])
-        digest = inputs_digest(inputs=inputs, settings=settings) if with_digest else ""
+        findings_sum = findings_hash_sum(inputs.findings) if with_digest else None
+        digest = inputs_digest(
+            inputs=inputs, settings=settings, findings_sum=findings_sum) if with_digest else ""
         # Still paused: with a million findings alive, the first allocations after the
         # collector resumes would set off a full collection (over a second).
         services = _services(index, analyses)
@@ -251,7 +265,37 @@ def rank(
         findings=findings,
         services=services,
         analyses=analyses,
+        findings_sum=findings_sum,
     )
+
+
+def _keep_untouched(
+    findings: tuple[RankedFinding, ...], touched: set[str], current: dict[str, Finding],
+    kept: list[RankedFinding], records_out: list[Finding], dirty_versions: set[str],
+    dirty_envs: set[str], services: set[tuple[str, str]],
+) -> None:
+    """`rank_incremental`'s split when the caller named the changed findings: a finding
+    not named keeps its previous record, so only what it depends on is checked (fields by
+    position: `RankedFinding` 0 finding_id, 13 project_version, 20 finding). The previous
+    records of the named ones go to `records_out`."""
+    append = kept.append
+    # Most findings name no environment of their own (vulnerabilities): the pair is made
+    # only for an environment that has a changed service.
+    service_envs = {env for env, _name in services}
+    for r in findings:
+        if r[0] in touched:
+            records_out.append(r[20])
+            continue  # rescored from `current` if still open
+        f = r[20]
+        if (
+            f.project_version in dirty_versions
+            or r[13] in dirty_versions
+            or (env := f.environment) in dirty_envs
+            or (env in service_envs and (env, f.service) in services)
+        ):
+            current[f.id] = f
+        else:
+            append(r)
 
 
 def rank_incremental(
@@ -261,19 +305,29 @@ def rank_incremental(
     settings: RankSettings | None = None,
     changed_project_versions: Collection[str] = (),
     changed_services: Collection[tuple[str, str]] = (),
+    changed_findings: Collection[str] | None = None,
     with_digest: bool = True,
 ) -> RankResult:
     """Rank again reusing `previous` where nothing it depends on changed; the result is the
     same as `rank(inputs=…)` provided the caller names every project version whose SBOM,
     components or deployments changed and every service whose library evidence or
-    deployment changed (graph changes are detected by the environment digests)."""
+    deployment changed (graph changes are detected by the environment digests).
+    `changed_findings`, when given, names every finding that is new, changed or gone
+    since `previous`: the other records of `inputs` are taken to be those of `previous`,
+    and are not compared one by one."""
     settings = settings or RankSettings()
     if previous.settings_version != settings.version:
         return rank(inputs=inputs, settings=settings, with_digest=with_digest)
     with _collector_paused():
-        current = {f.id: f for f in inputs.findings}
-        if len(current) != len(inputs.findings):
-            raise ValueError("finding ids must be unique")
+        if changed_findings is None:
+            current = {f.id: f for f in inputs.findings}
+            if len(current) != len(inputs.findings):
+                raise ValueError("finding ids must be unique")
+        else:
+            touched = set(changed_findings)
+            current = {f.id: f for f in inputs.findings if f.id in touched}
+            records_in = list(current.values())
+        records_out: list[Finding] = []
         analyses = analyse(inputs=inputs, settings=settings, previous=previous.analyses)
         dirty_envs = {
             env for env, a in analyses.items() if previous.analyses.get(env) is not a
@@ -285,28 +339,44 @@ def rank_incremental(
             if d.environment in dirty_envs or (d.environment, d.service) in services:
                 dirty_versions.add(d.project_version)
         kept: list[RankedFinding] = []  # still in previous queue order
-        for r in previous.findings:
-            f = current.pop(r.finding_id, None)
-            if f is None:
-                continue  # closed since
-            if (
-                (r.finding is f or r.finding == f)
-                and f.project_version not in dirty_versions
-                # An identity finding names a service, not a version; its trust still
-                # reads the provenance of the version that service ran.
-                and r.project_version not in dirty_versions
-                and f.environment not in dirty_envs
-                and (f.environment, f.service) not in services
-            ):
-                kept.append(r)
-            else:
-                current[f.id] = f
+        if changed_findings is not None:
+            _keep_untouched(previous.findings, touched, current, kept, records_out,
+                            dirty_versions, dirty_envs, services)
+        else:
+            for r in previous.findings:
+                f = current.pop(r.finding_id, None)
+                if f is None:
+                    continue  # closed since
+                if (
+                    (r.finding is f or r.finding == f)
+                    and f.project_version not in dirty_versions
+                    # An identity finding names a service, not a version; its trust still
+                    # reads the provenance of the version that service ran.
+                    and r.project_version not in dirty_versions
+                    and f.environment not in dirty_envs
+                    and (f.environment, f.service) not in services
+                ):
+                    kept.append(r)
+                else:
+                    current[f.id] = f
         score = _Scorer(index, settings).score
         # What is left in `current` is new or changed: score it, sort it, and merge it
         # into the unchanged findings, which are already in order.
         fresh = sorted((score(f) for f in current.values()), key=itemgetter(0))
         findings = _merge(kept, fresh)
-        digest = inputs_digest(inputs=inputs, settings=settings) if with_digest else ""
+        findings_sum = None
+        if with_digest:
+            if changed_findings is not None and previous.findings_sum is not None:
+                # The records named changed out, their new versions in: the same sum as
+                # over every record (`findings_hash_sum`).
+                findings_sum = (
+                    previous.findings_sum - sum(map(finding_hash, records_out))
+                    + sum(map(finding_hash, records_in))
+                ) % (1 << 256)
+            else:
+                findings_sum = findings_hash_sum(inputs.findings)
+        digest = inputs_digest(
+            inputs=inputs, settings=settings, findings_sum=findings_sum) if with_digest else ""
         service_results = _services(index, analyses)
     return RankResult(
         settings_version=settings.version,
@@ -314,4 +384,5 @@ def rank_incremental(
         findings=findings,
         services=service_results,
         analyses=analyses,
+        findings_sum=findings_sum,
     )

@@ -4,9 +4,9 @@ and the difference between two results ("what moved most, and why")."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from operator import attrgetter
+from operator import attrgetter, methodcaller
 from typing import Any, NamedTuple
 
 import orjson
@@ -83,6 +83,9 @@ class RankResult:
     findings: tuple[RankedFinding, ...]
     services: tuple[ServiceResult, ...]
     analyses: Mapping[str, EnvironmentAnalysis] = field(default_factory=dict)
+    # The findings' part of `inputs_digest` (`findings_hash_sum`), kept so an incremental
+    # run updates it by the findings that changed; None when no digest was made.
+    findings_sum: int | None = None
 
 
 # --- canonical JSON and digests ---------------------------------------------------------
@@ -130,10 +133,36 @@ def result_digest(result: RankResult) -> str:
     return h.hexdigest()
 
 
-def inputs_digest(*, inputs: RankInputs, settings: RankSettings) -> str:
-    """SHA-256 over the settings and every input record, each collection sorted by its
-    serialisation, so input order does not matter. Stored with a run, it proves which
-    inputs a rank was made from."""
+_MODULUS = 1 << 256
+
+
+_digest_of = methodcaller("digest")
+
+
+def finding_hash(f: Finding) -> int:
+    """One finding record's SHA-256 (of its fields in order, as orjson writes them), as a
+    number."""
+    return int.from_bytes(hashlib.sha256(orjson.dumps(_finding_fields(f))).digest())
+
+
+def findings_hash_sum(findings: Iterable[Finding]) -> int:
+    """The sum modulo 2^256 of `finding_hash` over `findings`: independent of their order,
+    and updated for a changed set by subtracting the old records' hashes and adding the
+    new ones' (`rank_incremental` does)."""
+    return sum(map(int.from_bytes, map(_digest_of, map(hashlib.sha256, map(
+        orjson.dumps, map(_finding_fields, findings)))))) % _MODULUS
+
+
+_finding_fields = attrgetter(*Finding.__slots__)
+
+
+def inputs_digest(
+    *, inputs: RankInputs, settings: RankSettings, findings_sum: int | None = None
+) -> str:
+    """SHA-256 over the settings and every input record, each collection in an order-
+    independent form (the findings as `findings_hash_sum`, given here when the caller
+    has it; every other collection as its rows' digests, sorted), so input order does not
+    matter. Stored with a run, it proves which inputs a rank was made from."""
     h = hashlib.sha256(orjson.dumps(settings, option=_OPTS))
     sha256, dumps = hashlib.sha256, orjson.dumps
     for name in ("services", "edges", "peers", "origins", "deployments", "project_versions",
@@ -142,14 +171,11 @@ def inputs_digest(*, inputs: RankInputs, settings: RankSettings) -> str:
         records = getattr(inputs, name)
         if not records:
             continue
-        fields = attrgetter(*type(records[0]).__slots__)
         if name == "findings":
-            # Ids are unique (the engine checks): sorting by id orders the rows, and whole
-            # chunks go through orjson at once, the cheapest path for the biggest list.
-            ordered = sorted(records, key=attrgetter("id"))
-            for start in range(0, len(ordered), 10_000):
-                h.update(dumps([fields(f) for f in ordered[start : start + 10_000]]))
+            total = findings_hash_sum(records) if findings_sum is None else findings_sum
+            h.update(total.to_bytes(32))
             continue
+        fields = attrgetter(*type(records[0]).__slots__)
         nested = name == "libraries"
         # Each row hashed on its own and the row digests sorted: order-independent, and
         # memory stays flat (no kilobyte orjson buffer kept per row, no copy of inputs).

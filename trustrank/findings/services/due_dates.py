@@ -68,6 +68,7 @@ WITH c AS (
     JOIN findings_finding f ON f.id = r.finding_id
     WHERE r.team_id = %(team)s AND f.team_id = %(team)s AND f.state = ANY(%(open)s)
       AND (%(run)s::bigint IS NULL OR r.run_id = %(run)s::bigint)
+      AND (%(ids)s::bigint[] IS NULL OR r.finding_id = ANY(%(ids)s::bigint[]))
 ), d AS (
     SELECT finding_id, decision, since, since + days AS due FROM c
 ), todo AS (
@@ -95,17 +96,40 @@ WHERE f.id = t.id
 """
 
 
+def settled_decision_sql(policy: PolicyDays) -> tuple[str, list[int | None]]:
+    """A SQL expression over `findings_finding f` (and its parameters): the finding's
+    `due_decision` when its due fields already are what `finding_due_dates_apply` would
+    write for a rank of that decision under `policy` (a day since, and the due date that
+    follows, unless set by hand); else NULL. A finding whose new decision equals it needs
+    no write, so a ranking run that read it can leave the finding out of the recomputation."""
+    return (
+        "CASE WHEN f.due_decision_since IS NOT NULL AND (f.due_date_manual OR "
+        "f.due_date IS NOT DISTINCT FROM f.due_decision_since + CASE f.due_decision "
+        "WHEN 'immediate' THEN %s::integer WHEN 'out-of-cycle' THEN %s::integer "
+        "WHEN 'scheduled' THEN %s::integer WHEN 'defer' THEN %s::integer END) "
+        "THEN f.due_decision END",
+        [policy.immediate_days, policy.out_of_cycle_days, policy.scheduled_days,
+         policy.defer_days],
+    )
+
+
 def finding_due_dates_apply(
     *, team_id: int, today: date | None = None, now: datetime | None = None,
-    run_id: int | None = None,
+    run_id: int | None = None, finding_ids: list[int] | None = None,
+    checked_policy: PolicyDays | None = None,
 ) -> int:
     """Recompute the team's due dates from the latest ranking decisions; returns the number of
     findings written. Idempotent: a second call with the same ranks writes nothing. `now` is
     the updated_at the written findings get (a ranking run passes it so that its next,
     incremental run can tell its own writes from everyone else's); `run_id` limits the work
     to the findings whose rank that run wrote (an incremental run: every other finding kept
-    its decision, so its due date stands)."""
+    its decision, so its due date stands). `finding_ids` limits it to those findings: the
+    caller checked every other ranked finding with `settled_decision_sql(checked_policy)`
+    and found its decision settled; if the team's policy is no longer `checked_policy`,
+    every finding is recomputed."""
     policy = triage_policy_for(team_id=team_id)
+    if finding_ids is not None and policy != checked_policy:
+        finding_ids = None
     with connection.cursor() as cur:
         cur.execute(
             _APPLY_SQL,
@@ -114,6 +138,8 @@ def finding_due_dates_apply(
                 "today": today or timezone.localdate(),
                 "now": now or timezone.now(),
                 "run": run_id,
+                "ids": None if finding_ids is None else "{" + ",".join(map(str, finding_ids))
+                + "}",
                 "open": list(OPEN_STATES),
                 "immediate": policy.immediate_days,
                 "out_of_cycle": policy.out_of_cycle_days,

@@ -7,10 +7,11 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from operator import methodcaller
 from typing import Any
 
 import orjson
@@ -38,6 +39,8 @@ class _Cached:
     result: RankResult
     rows: dict[int, tuple[int, int, str, float, str, str]]
     gathered_at: datetime
+    # The run's results digest, which the next run updates by the rows it changes.
+    results_digest: str = ""
     # The updated_at the run's own due-date writes set (they change nothing the engine
     # reads, so the next run skips them), and the findings someone else wrote after the
     # gather, whose updated_at those writes may have overwritten (the next run reads them).
@@ -174,19 +177,26 @@ def _execute(run: RankingRun) -> None:
         result = rank_incremental(
             previous=cached.result, inputs=gathered.inputs, settings=rs,
             changed_project_versions=versions, changed_services=services,
+            changed_findings=gathered.touched,
         )
     else:
         result = rank(inputs=gathered.inputs, settings=rs)
     t2 = time.perf_counter()
     _phase(run, "storing")
     with transaction.atomic():
-        counts, rows = _store(
+        counts, rows, (changed, gone) = _store(
             run=run, result=result, gathered=gathered,
             before=cached.rows if incremental and cached is not None else None,
             previous=cached.result if incremental and cached is not None else None,
+            previous_ids=cached.gathered.finding_ids
+            if incremental and cached is not None else None,
         )
         t3 = time.perf_counter()
-        digest = _rows_digest(rows)
+        if incremental and cached is not None and cached.results_digest:
+            digest = _rows_digest_update(cached.results_digest, before=cached.rows,
+                                         rows=rows, changed=changed, gone=gone)
+        else:
+            digest = _rows_digest(rows)
         service_results = services_json(result)
         t4 = time.perf_counter()
         # Due dates follow the decisions just stored (one set-based UPDATE). On a team's
@@ -198,6 +208,7 @@ def _execute(run: RankingRun) -> None:
             team_id=run.team_id, now=due_written_at,
             # An incremental run rewrote the rank of every finding whose decision changed.
             run_id=run.pk if incremental else None,
+            **_unsettled(gathered, rows, written_after),
         )
         t5 = time.perf_counter()
         RankingRun.objects.filter(pk=run.pk).update(
@@ -227,12 +238,32 @@ def _execute(run: RankingRun) -> None:
             finished_at=timezone.now(),
         )
     _PREVIOUS[run.team_id] = _Cached(
-        run_id=run.pk, gathered=gathered, result=result, rows=rows, gathered_at=gathered_at,
-        due_written_at=due_written_at, written_after_gather=written_after,
+        # The due dates just written settled what `settled` said: it is not kept.
+        run_id=run.pk, gathered=replace(gathered, settled=None), result=result, rows=rows,
+        gathered_at=gathered_at, results_digest=digest, due_written_at=due_written_at,
+        written_after_gather=written_after,
     )
     _PREVIOUS.move_to_end(run.team_id)
     while len(_PREVIOUS) > _PREVIOUS_MAX:
         _PREVIOUS.popitem(last=False)
+
+
+def _unsettled(
+    gathered: Gathered, rows: dict[int, tuple[int, int, str, float, str, str]],
+    written_after: tuple[int, ...],
+) -> dict[str, Any]:
+    """A full gather read which findings' due dates are settled for which decision: only
+    the ranked findings whose new decision differs, and those written by someone else
+    since the gather (their due fields may have changed), need recomputing. The result is
+    the same as recomputing every finding (the due-date SQL checks each one it is given
+    as it always does)."""
+    settled = gathered.settled
+    if settled is None:
+        return {}
+    get = settled.get
+    todo = [fid for fid, row in rows.items() if get(fid) != row[4]]
+    todo.extend(written_after)
+    return {"finding_ids": todo, "checked_policy": gathered.policy}
 
 
 def _written_since(team_id: int, since: datetime) -> tuple[int, ...]:
@@ -248,13 +279,37 @@ def _written_since(team_id: int, since: datetime) -> tuple[int, ...]:
     )
 
 
-def _rows_digest(rows: dict[int, tuple[int, int, str, float, str, str]]) -> str:
-    """SHA-256 of what the run stored: each finding's rank, score, decision and the digest
-    of its context (which covers the explanation). Equal results, equal digest."""
-    h = hashlib.sha256()
-    ids = sorted(rows)
-    # In chunks: one serialisation per 100,000 rows instead of one call per row.
-    for i in range(0, len(ids), 100_000):
-        h.update(orjson.dumps([(fid, *rows[fid]) for fid in ids[i : i + 100_000]]))
-    return h.hexdigest()
+_Row = tuple[int, int, str, float, str, str]
 
+
+_MODULUS = 1 << 256
+
+
+def _row_hashes(rows: Iterable[tuple[int, _Row]]) -> int:
+    """The sum of the SHA-256 of each (finding id, (rank, env rank, environment, score,
+    decision, context digest)) as orjson writes it, as a number."""
+    return sum(map(int.from_bytes, map(_digest_of, map(hashlib.sha256, map(
+        orjson.dumps, rows)))))
+
+
+_digest_of = methodcaller("digest")
+
+
+def _rows_digest(rows: dict[int, _Row]) -> str:
+    """What the run stored, as a digest: the sum modulo 2^256 of one SHA-256 per stored
+    row (the finding's id, rank, environment rank, environment, score, decision and the
+    digest of its context, which covers the explanation), in 64 hex digits. Equal rows,
+    equal digest, in any order; and a run that changed a few rows updates its
+    predecessor's digest by those rows alone (`_rows_digest_update`)."""
+    return f"{_row_hashes(rows.items()) % _MODULUS:064x}"
+
+
+def _rows_digest_update(
+    digest: str, *, before: dict[int, _Row], rows: dict[int, _Row], changed: list[int],
+    gone: list[int],
+) -> str:
+    """`_rows_digest(rows)` from the digest of `before`, given every finding whose row
+    changed or is new (`changed`) and every one whose row left (`gone`)."""
+    old = _row_hashes((fid, before[fid]) for fid in (*changed, *gone) if fid in before)
+    new = _row_hashes((fid, rows[fid]) for fid in changed)
+    return f"{(int(digest, 16) - old + new) % _MODULUS:064x}"
