@@ -18,6 +18,7 @@ from trustrank.findings import selectors
 from trustrank.findings.filters import FindingFilterSet
 from trustrank.findings.models import Finding, FindingKind
 from trustrank.findings.paging import CountedRows, RankOrderedRows
+from trustrank.findings.search import search_value
 from trustrank.findings.serializers import (
     BulkTriageJobSerializer,
     BulkTriageSerializer,
@@ -65,7 +66,7 @@ class FindingListApi(ListAPIView[Finding]):
         if self.request.query_params.get("ordering") == "rank":
             rows = RankOrderedRows(queryset, team_ids=team_ids)
         else:
-            search = bool(str(self.request.query_params.get("q") or "").strip())
+            search = bool(search_value(self.request.query_params))
             rows = CountedRows(queryset, team_ids=team_ids, search=search)
         return self.paginator.paginate_queryset(rows, self.request, view=self)
 

@@ -26,7 +26,12 @@ from trustrank.findings.models import (
     Severity,
     TriageState,
 )
-from trustrank.findings.search import is_purl_search, purl_condition, substring_condition
+from trustrank.findings.search import (
+    is_purl_search,
+    purl_condition,
+    search_value,
+    substring_condition,
+)
 from trustrank.vulns.engine.ecosystems import normalize_name
 
 DECISIONS = [
@@ -279,11 +284,10 @@ class FindingFilterSet(django_filters.FilterSet):
         # purls alike (trustrank/findings/search.py).
         return substring_condition(qs, sorted(spellings))
 
-    def searches_purls(self) -> bool:
-        """Whether the search is a purl prefix: its matches come from an index that carries
-        the list's order, so sorting them beats walking the order (paging.rows_by_id)."""
-        value = (self.data or {}).get("q") or ""
-        return self.is_valid() and is_purl_search(str(value).strip().lower())
+    def searches(self) -> bool:
+        """Whether a valid search value was given: its page then pages through its sorted
+        matches (paging.SortedMatches)."""
+        return self.is_valid() and bool(search_value(self.data))
 
     # --- for the page ---
 

@@ -15,6 +15,7 @@ component names, the purl), by substring. Two refinements keep a million-finding
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from django.db.models import Q, QuerySet, Value
 from django.db.models.functions import Lower, StrIndex
@@ -34,6 +35,11 @@ COMMON_WORDS = frozenset((
 ))
 _WORD = re.compile(r"[a-z0-9]+")
 _YEAR = re.compile(r"(19|20)\d\d")
+
+
+def search_value(params: Any) -> str:
+    """The search box's value in these query parameters, stripped ("" for none)."""
+    return str((params or {}).get("q") or "").strip()
 
 
 def is_purl_search(lowered: str) -> bool:

@@ -97,7 +97,7 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
     team_ids = principal.team_ids
     # A search's matches are found, sorted and kept with their total (paging.SortedMatches).
     matches: SortedMatches | None = None
-    if filterset.is_valid() and str(request.GET.get("q", "")).strip():
+    if filterset.searches():
         matches = SortedMatches(qs, team_ids=team_ids)
         matches = matches if matches.usable else None
     if matches is not None:
