@@ -7,7 +7,7 @@ import pytest
 
 from tests.ranking.scenario import build
 from tests.ranking.test_ranking_runs import rerank
-from trustrank.ranking.models import RankingRun
+from trustrank.ranking.models import RankingRun, ServiceResults
 from trustrank.runtime.models import Deployment
 
 pytestmark = pytest.mark.django_db
@@ -32,6 +32,25 @@ def test_a_run_keeps_each_services_trust_exposure_and_path(team, ranked):
     assert gateway["exposure"] == "open" and gateway["path"] == ["internet", "payment-gateway"]
     assert gateway["hops"][0]["target"] == "payment-gateway" and 0 <= gateway["trust"] <= 1
     assert run.services["prod"]["etcd"]["exposure"] == "small"
+
+
+def test_runs_that_found_the_same_share_one_copy_of_their_service_results(team, ranked):
+    from trustrank.runtime.models import Service
+
+    rerank(team)
+    first, second = RankingRun.objects.filter(team=team).order_by("pk")
+    assert first.services_digest and second.services_digest == first.services_digest
+    assert ServiceResults.objects.count() == 1
+    # An operator marks etcd as taking internet traffic: its exposure, so the results, change.
+    etcd = ranked["etcd"]
+    assert isinstance(etcd, Service)
+    Service.objects.filter(pk=etcd.pk).update(ingress_override=True)
+    rerank(team)
+    third = RankingRun.objects.filter(team=team).order_by("-pk").first()
+    assert third is not None and third.services_digest != first.services_digest
+    assert third.services["prod"]["etcd"]["exposure"] == "open"
+    assert first.services["prod"]["etcd"]["exposure"] == "small"
+    assert ServiceResults.objects.count() == 2
 
 
 def test_service_map_colours_by_trust_and_marks_exposure(client, make_user, team, ranked,

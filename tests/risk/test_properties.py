@@ -248,3 +248,56 @@ def test_incremental_run_rejects_duplicate_ids():
     with pytest.raises(ValueError, match="unique"):
         rank_incremental(previous=previous, inputs=replace(
             inputs, findings=(*inputs.findings, inputs.findings[0])))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_chained_incremental_runs_equal_full_runs_and_name_the_places_that_changed(seed):
+    """Several incremental runs in a row, each from the last (the queue index carried
+    along): findings changed, closed and new, a deployment's human impact, a version's
+    components and an edge of the graph. Each equals a full run, names exactly the places
+    whose finding differs, and leaves its predecessor usable as it was."""
+    rng = random.Random(seed)
+    inputs = generate(seed, findings=300)
+    previous = rank(inputs=inputs)
+    for step in range(5):
+        vulns = _vulns(inputs)
+        targets = rng.sample(vulns, 6)
+        closed = targets[0]
+        new = replace(targets[1], id=f"new-{step}", in_kev=not targets[1].in_kev)
+        records = {f.id: replace(f, epss=rng.random(), in_kev=not f.in_kev)
+                   for f in targets[2:]}
+        deployment = rng.choice(inputs.deployments)
+        version = rng.choice([v.key for v in inputs.project_versions])
+        edge = rng.choice(inputs.edges)
+        changed = replace(
+            inputs,
+            deployments=tuple(
+                replace(d, human_impact=rng.choice(HUMAN_IMPACTS)) if d is deployment else d
+                for d in inputs.deployments),
+            components=tuple(replace(c, hashes_present=not c.hashes_present)
+                             if c.project_version == version else c
+                             for c in inputs.components) if step % 2 else inputs.components,
+            edges=tuple(replace(e, sig=100 - e.sig) if e is edge and step == 3 else e
+                        for e in inputs.edges),
+            findings=(*[records.get(f.id, f) for f in inputs.findings if f is not closed], new),
+        )
+        named = {closed.id, new.id, *records}
+        result = rank_incremental(
+            previous=previous, inputs=changed,
+            changed_project_versions={version, deployment.project_version},
+            changed_services={(deployment.environment, deployment.service)},
+            changed_findings=named, changed_records=[new, *records.values()],
+        )
+        assert canonical_json(result) == canonical_json(rank(inputs=changed))
+        differ = [i for i, r in enumerate(result.findings)
+                  if i >= len(previous.findings) or previous.findings[i] is not r]
+        assert result.changed_places == differ
+        # The predecessor's index is untouched: ranking from it again gives the same.
+        again = rank_incremental(
+            previous=previous, inputs=changed,
+            changed_project_versions={version, deployment.project_version},
+            changed_services={(deployment.environment, deployment.service)},
+            changed_findings=named, changed_records=[new, *records.values()],
+        )
+        assert canonical_json(again) == canonical_json(result)
+        inputs, previous = changed, result

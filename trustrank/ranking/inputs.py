@@ -62,6 +62,8 @@ class Gathered:
     # An incremental gather's findings that are new, read again or closed since the
     # previous gather (every other record is the previous one, the same object).
     touched: frozenset[str] | None = None
+    # The current records of those still open (read again or new).
+    delta: tuple[ri.Finding, ...] | None = None
 
 
 def rank_settings() -> ri.RankSettings:
@@ -552,6 +554,7 @@ def ranking_inputs_gather(
         policy: PolicyDays | None = None
     else:
         touched = None
+        delta = None
         policy = triage_policy_for(team_id=team_id)
         settled = {}
         findings, ids, _closed = _findings(team_id, settled=settled, policy=policy)
@@ -562,4 +565,5 @@ def ranking_inputs_gather(
         libraries=tuple(libraries), findings=tuple(findings),
     )
     return Gathered(inputs=inputs, finding_ids=ids, window_minutes=minutes, settled=settled,
-                    policy=policy, touched=None if touched is None else frozenset(touched))
+                    policy=policy, touched=None if touched is None else frozenset(touched),
+                    delta=None if delta is None else tuple(delta))

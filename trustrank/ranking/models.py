@@ -11,6 +11,8 @@ the run, so a past rank can be reproduced.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -39,10 +41,9 @@ class RankingRun(models.Model):
     inputs_digest = models.CharField(max_length=64, blank=True)
     results_digest = models.CharField(max_length=64, blank=True)
     counts = models.JSONField(default=dict, blank=True)
-    # What the graph said about each service: {environment: {service: {trust, exposure,
-    # path, hops…}}}. Kept with the run so the service map and pages read it instead of
-    # analysing the graph again on every request.
-    services = models.JSONField(default=dict, blank=True)
+    # What the graph said about each service (a ServiceResults row, by its digest; '' before
+    # the run is done). Runs that computed the same share one row.
+    services_digest = models.CharField(max_length=64, blank=True)
     timings = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -65,6 +66,31 @@ class RankingRun(models.Model):
 
     def __str__(self) -> str:
         return f"ranking run {self.pk} ({self.status})"
+
+    @property
+    def services(self) -> dict[str, Any]:
+        """The run's per-service results ({} before it is done); one query per access."""
+        if not self.services_digest:
+            return {}
+        data = ServiceResults.objects.filter(digest=self.services_digest).values_list(
+            "data", flat=True
+        ).first()
+        return data if isinstance(data, dict) else {}
+
+
+class ServiceResults(models.Model):
+    """What the graph said about each service of a team: {environment: {service: {trust,
+    identity_trust, exposure, exposure_reason, path, hops}}}. Kept so the service map and
+    pages read it instead of analysing the graph again on every request; keyed by the
+    digest of its content, so the runs that found the same (most incremental runs, where
+    only findings moved) share one row instead of each writing megabytes of JSON."""
+
+    digest = models.CharField(max_length=64, primary_key=True)
+    data = models.JSONField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.digest[:12]
 
 
 class RankContext(models.Model):
@@ -129,11 +155,19 @@ class RankedFinding(models.Model):
 
 class RankChange(models.Model):
     """A finding's rank history: one row per run in which its rank, score or decision
-    changed (an unchanged finding writes nothing)."""
+    changed (an unchanged finding writes nothing).
 
-    run = models.ForeignKey(RankingRun, on_delete=models.CASCADE, related_name="changes")
+    A run that moves a few findings shifts the ranks of thousands behind them, all written
+    here; like RankedFinding the table has no database foreign keys (their deferred checks
+    were most of such a run's commit). Deletion still cascades in the ORM, and the readers
+    join the finding, so a row outliving its finding is never shown."""
+
+    run = models.ForeignKey(
+        RankingRun, on_delete=models.CASCADE, related_name="changes", db_constraint=False
+    )
     finding = models.ForeignKey(
-        "findings.Finding", on_delete=models.CASCADE, related_name="rank_changes"
+        "findings.Finding", on_delete=models.CASCADE, related_name="rank_changes",
+        db_constraint=False,
     )
     rank = models.IntegerField(null=True)
     score = models.FloatField(null=True)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Subquery
 from django.db.models.fields.json import KeyTransform
 from django.http import Http404
 
 from trustrank.accounts.principal import Principal
 from trustrank.findings.models import OPEN_STATES, Finding
-from trustrank.ranking.models import RankChange, RankingRun, RunStatus
+from trustrank.ranking.models import RankChange, RankingRun, RunStatus, ServiceResults
 
 
 def priority_list(
@@ -101,7 +101,7 @@ def ranking_runs_latest(*, principal: Principal) -> list[RankingRun]:
     return list(
         RankingRun.objects.filter(team_id__in=principal.team_ids)
         .select_related("team")
-        .defer("services", "weights")
+        .defer("weights")
         .order_by("team_id", "-created_at", "-pk")
         .distinct("team_id")
     )
@@ -110,8 +110,27 @@ def ranking_runs_latest(*, principal: Principal) -> list[RankingRun]:
 def ranking_run_latest_done(*, team_id: int) -> RankingRun | None:
     return (
         RankingRun.objects.filter(team_id=team_id, status=RunStatus.DONE)
-        .defer("services", "weights")
+        .defer("weights")
         .order_by("-finished_at", "-pk")
+        .first()
+    )
+
+
+def _latest_services_part(team_id: int, path: list[str]) -> Any:
+    """The part at `path` of the per-service results of the team's latest finished run:
+    only that part of the JSON is sent (one query)."""
+    latest = (
+        RankingRun.objects.filter(team_id=team_id, status=RunStatus.DONE)
+        .order_by("-finished_at", "-pk")
+        .values("services_digest")[:1]
+    )
+    part: Any = "data"
+    for key in path:
+        part = KeyTransform(key, part)
+    return (
+        ServiceResults.objects.filter(digest=Subquery(latest))
+        .annotate(part=part)
+        .values_list("part", flat=True)
         .first()
     )
 
@@ -120,25 +139,13 @@ def service_results(*, team_id: int, environment: str) -> dict[str, dict[str, An
     """Trust, exposure and path from the internet (with each hop's evidence) of each
     service of one environment, by service name, as the team's latest finished run computed
     them ({} before any run). Only that environment's part of the run's JSON is read."""
-    part = (
-        RankingRun.objects.filter(team_id=team_id, status=RunStatus.DONE)
-        .order_by("-finished_at", "-pk")
-        .annotate(part=KeyTransform(environment, "services"))
-        .values_list("part", flat=True)
-        .first()
-    )
+    part = _latest_services_part(team_id, [environment])
     return part if isinstance(part, dict) else {}
 
 
 def service_result(*, team_id: int, environment: str, service: str) -> dict[str, Any] | None:
     """One service's entry of `service_results` (None when the latest run has none)."""
-    part = (
-        RankingRun.objects.filter(team_id=team_id, status=RunStatus.DONE)
-        .order_by("-finished_at", "-pk")
-        .annotate(part=KeyTransform(service, KeyTransform(environment, "services")))
-        .values_list("part", flat=True)
-        .first()
-    )
+    part = _latest_services_part(team_id, [environment, service])
     return part if isinstance(part, dict) else None
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import gc
 from bisect import bisect_left
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from operator import itemgetter
 from typing import Any
@@ -37,6 +37,7 @@ from trustrank.risk.inputs import (
     RankInputs,
     RankSettings,
 )
+from trustrank.risk.queue import QueueIndex, assemble, merge
 from trustrank.risk.results import (
     RankedFinding,
     RankResult,
@@ -165,17 +166,6 @@ def _services(index: ContextIndex, analyses: Mapping[str, EnvironmentAnalysis]) 
 _new_ranked = tuple.__new__
 
 
-def _assemble(keyed: list[tuple[_Key, _Row]]) -> tuple[RankedFinding, ...]:
-    keyed.sort(key=itemgetter(0))
-    new, cls = _new_ranked, RankedFinding
-    # In place: each (key, row) pair is freed as its ranked finding is made, so the two
-    # million-element generations never coexist.
-    out: list[Any] = keyed
-    for i, (key, row) in enumerate(keyed):
-        out[i] = new(cls, (key[3], i + 1, *row))
-    return tuple(out)
-
-
 _DECISION_ORDER = {d: i for i, d in enumerate(DECISIONS)}
 
 
@@ -252,7 +242,7 @@ def rank(
         analyses = analyse(inputs=inputs, settings=settings, previous=analyses)
         index = ContextIndex(inputs=inputs, analyses=analyses, settings=settings)
         score = _Scorer(index, settings).score
-        findings = _assemble([score(f) for f in inputs.findings])
+        findings, queue_index = assemble([score(f) for f in inputs.findings])
         findings_sum = findings_hash_sum(inputs.findings) if with_digest else None
         digest = inputs_digest(
             inputs=inputs, settings=settings, findings_sum=findings_sum) if with_digest else ""
@@ -266,36 +256,35 @@ def rank(
         services=services,
         analyses=analyses,
         findings_sum=findings_sum,
+        queue_index=queue_index,
     )
 
 
-def _keep_untouched(
-    findings: tuple[RankedFinding, ...], touched: set[str], current: dict[str, Finding],
-    kept: list[RankedFinding], records_out: list[Finding], dirty_versions: set[str],
+def _to_rescore(
+    findings: tuple[RankedFinding, ...], index: QueueIndex, touched: set[str],
+    current: dict[str, Finding], records_out: list[Finding], dirty_versions: set[str],
     dirty_envs: set[str], services: set[tuple[str, str]],
-) -> None:
-    """`rank_incremental`'s split when the caller named the changed findings: a finding
-    not named keeps its previous record, so only what it depends on is checked (fields by
-    position: `RankedFinding` 0 finding_id, 13 project_version, 20 finding). The previous
-    records of the named ones go to `records_out`."""
-    append = kept.append
-    # Most findings name no environment of their own (vulnerabilities): the pair is made
-    # only for an environment that has a changed service.
-    service_envs = {env for env, _name in services}
-    for r in findings:
+    place_of: Callable[[str], int | None],
+) -> list[int]:
+    """`rank_incremental`'s split when the caller named the changed findings: the places
+    (ascending) of the previous queue to take out, found through `index`: the named
+    findings (their previous records go to `records_out`; `current` holds the new ones of
+    those still open) and the findings that depend on a changed version, environment or
+    service (their unchanged records go to `current`, to be scored again)."""
+    places = set(index.places_depending_on(
+        versions=dirty_versions, envs=dirty_envs, services=services).tolist())
+    for fid in touched:
+        at = place_of(fid)
+        if at is not None:
+            places.add(at)
+    removed = sorted(places)
+    for i in removed:
+        r = findings[i]
         if r[0] in touched:
             records_out.append(r[20])
-            continue  # rescored from `current` if still open
-        f = r[20]
-        if (
-            f.project_version in dirty_versions
-            or r[13] in dirty_versions
-            or (env := f.environment) in dirty_envs
-            or (env in service_envs and (env, f.service) in services)
-        ):
-            current[f.id] = f
         else:
-            append(r)
+            current[r[0]] = r[20]
+    return removed
 
 
 def rank_incremental(
@@ -306,6 +295,8 @@ def rank_incremental(
     changed_project_versions: Collection[str] = (),
     changed_services: Collection[tuple[str, str]] = (),
     changed_findings: Collection[str] | None = None,
+    changed_records: Collection[Finding] | None = None,
+    previous_places: Callable[[str], int | None] | None = None,
     with_digest: bool = True,
 ) -> RankResult:
     """Rank again reusing `previous` where nothing it depends on changed; the result is the
@@ -314,7 +305,11 @@ def rank_incremental(
     deployment changed (graph changes are detected by the environment digests).
     `changed_findings`, when given, names every finding that is new, changed or gone
     since `previous`: the other records of `inputs` are taken to be those of `previous`,
-    and are not compared one by one."""
+    and are not compared one by one; `changed_records`, when given with them, are the
+    current records of those still open (else they are looked up in `inputs`). Then the
+    findings to rescore are found, and merged back, in time proportional to what changed
+    (`queue.merge`); `previous_places`, when given, tells a finding id's place in
+    `previous.findings` (else a map of them is made)."""
     settings = settings or RankSettings()
     if previous.settings_version != settings.version:
         return rank(inputs=inputs, settings=settings, with_digest=with_digest)
@@ -325,7 +320,9 @@ def rank_incremental(
                 raise ValueError("finding ids must be unique")
         else:
             touched = set(changed_findings)
-            current = {f.id: f for f in inputs.findings if f.id in touched}
+            current = {f.id: f for f in (
+                inputs.findings if changed_records is None else changed_records)
+                if f.id in touched}
             records_in = list(current.values())
         records_out: list[Finding] = []
         analyses = analyse(inputs=inputs, settings=settings, previous=previous.analyses)
@@ -339,9 +336,13 @@ def rank_incremental(
             if d.environment in dirty_envs or (d.environment, d.service) in services:
                 dirty_versions.add(d.project_version)
         kept: list[RankedFinding] = []  # still in previous queue order
+        queue_index = changed_places = None
         if changed_findings is not None:
-            _keep_untouched(previous.findings, touched, current, kept, records_out,
-                            dirty_versions, dirty_envs, services)
+            queue_index = previous.queue_index or QueueIndex.build(previous.findings)
+            removed = _to_rescore(
+                previous.findings, queue_index, touched, current, records_out,
+                dirty_versions, dirty_envs, services,
+                previous_places or queue_index.places(previous.findings).get)
         else:
             for r in previous.findings:
                 f = current.pop(r.finding_id, None)
@@ -363,7 +364,12 @@ def rank_incremental(
         # What is left in `current` is new or changed: score it, sort it, and merge it
         # into the unchanged findings, which are already in order.
         fresh = sorted((score(f) for f in current.values()), key=itemgetter(0))
-        findings = _merge(kept, fresh)
+        if queue_index is not None:
+            merged = merge(previous.findings, queue_index, removed, fresh, _queue_key)
+            findings, changed_places, queue_index = (
+                merged.findings, merged.changed, merged.index)
+        else:
+            findings = _merge(kept, fresh)
         findings_sum = None
         if with_digest:
             if changed_findings is not None and previous.findings_sum is not None:
@@ -385,4 +391,6 @@ def rank_incremental(
         services=service_results,
         analyses=analyses,
         findings_sum=findings_sum,
+        changed_places=changed_places,
+        queue_index=queue_index,
     )

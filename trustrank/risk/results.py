@@ -86,6 +86,12 @@ class RankResult:
     # The findings' part of `inputs_digest` (`findings_hash_sum`), kept so an incremental
     # run updates it by the findings that changed; None when no digest was made.
     findings_sum: int | None = None
+    # An incremental result's places (ascending) whose finding is not the previous
+    # result's at that place; None when not known (a full run: compare them).
+    changed_places: list[int] | None = field(default=None, compare=False, repr=False)
+    # Where each finding sits and what it depends on (`queue.QueueIndex`), made by the first
+    # incremental run from this result and carried along by the next ones.
+    queue_index: Any = field(default=None, compare=False, repr=False)
 
 
 # --- canonical JSON and digests ---------------------------------------------------------

@@ -7,7 +7,7 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -21,7 +21,7 @@ from django.utils import timezone
 from trustrank.findings.services.due_dates import finding_due_dates_apply
 from trustrank.ranking.inputs import Gathered, rank_settings, ranking_inputs_gather
 from trustrank.ranking.models import RankingRun, RunStatus
-from trustrank.ranking.services.store import _collector_paused, _store, services_json
+from trustrank.ranking.services.store import _collector_paused, _store, services_store
 from trustrank.risk import inputs as ri
 from trustrank.risk.engine import rank, rank_incremental
 from trustrank.risk.results import RankResult
@@ -41,6 +41,8 @@ class _Cached:
     gathered_at: datetime
     # The run's results digest, which the next run updates by the rows it changes.
     results_digest: str = ""
+    # The digest its per-service results were stored under.
+    services_digest: str = ""
     # The updated_at the run's own due-date writes set (they change nothing the engine
     # reads, so the next run skips them), and the findings someone else wrote after the
     # gather, whose updated_at those writes may have overwritten (the next run reads them).
@@ -148,10 +150,21 @@ def _changed_since(old: ri.RankInputs, new: ri.RankInputs) -> tuple[set[str], se
     return versions, services
 
 
+def _places_in(cached: _Cached) -> Callable[[str], int | None]:
+    """A finding id's place in the cached result's queue: its stored rank less one."""
+    rows, ids = cached.rows, cached.gathered.finding_ids
+
+    def place_of(fid: str) -> int | None:
+        row = rows.get(ids.get(fid, 0))
+        return None if row is None else row[0] - 1
+
+    return place_of
+
+
 def _execute(run: RankingRun) -> None:
     t0 = time.perf_counter()
     rs = rank_settings()
-    # Only its id: the row also holds the run's per-service results (megabytes of JSON).
+    # Only its id: the row also holds the weights and counts.
     previous = RankingRun.objects.filter(
         team_id=run.team_id, status=RunStatus.DONE
     ).order_by("-finished_at", "-pk").only("pk").first()
@@ -177,7 +190,8 @@ def _execute(run: RankingRun) -> None:
         result = rank_incremental(
             previous=cached.result, inputs=gathered.inputs, settings=rs,
             changed_project_versions=versions, changed_services=services,
-            changed_findings=gathered.touched,
+            changed_findings=gathered.touched, changed_records=gathered.delta,
+            previous_places=_places_in(cached),
         )
     else:
         result = rank(inputs=gathered.inputs, settings=rs)
@@ -197,7 +211,11 @@ def _execute(run: RankingRun) -> None:
                                          rows=rows, changed=changed, gone=gone)
         else:
             digest = _rows_digest(rows)
-        service_results = services_json(result)
+        services_digest = services_store(
+            result, previous=cached.result if incremental and cached is not None else None,
+            previous_digest=cached.services_digest if incremental and cached is not None
+            else "",
+        )
         t4 = time.perf_counter()
         # Due dates follow the decisions just stored (one set-based UPDATE). On a team's
         # first run that writes every finding; its updated_at is noted so the next run does
@@ -220,7 +238,7 @@ def _execute(run: RankingRun) -> None:
             weights_version=rs.version,
             inputs_digest=result.inputs_digest,
             results_digest=digest,
-            services=service_results,
+            services_digest=services_digest,
             counts={
                 "findings": len(result.findings),
                 "services": len(gathered.inputs.services),
@@ -240,7 +258,8 @@ def _execute(run: RankingRun) -> None:
     _PREVIOUS[run.team_id] = _Cached(
         # The due dates just written settled what `settled` said: it is not kept.
         run_id=run.pk, gathered=replace(gathered, settled=None), result=result, rows=rows,
-        gathered_at=gathered_at, results_digest=digest, due_written_at=due_written_at,
+        gathered_at=gathered_at, results_digest=digest, services_digest=services_digest,
+        due_written_at=due_written_at,
         written_after_gather=written_after,
     )
     _PREVIOUS.move_to_end(run.team_id)

@@ -35,6 +35,28 @@ def services_json(result: RankResult) -> dict[str, dict[str, Any]]:
     return out
 
 
+def services_store(
+    result: RankResult, *, previous: RankResult | None = None, previous_digest: str = ""
+) -> str:
+    """Store the run's per-service results (a `ServiceResults` row unless one with the same
+    content exists) and return their digest. When `previous`, whose results were stored
+    under `previous_digest`, found the same for every service, nothing is built or sent:
+    the ten thousand services of a large team are ten megabytes of JSON."""
+    if previous is not None and previous_digest and result.services == previous.services:
+        return previous_digest
+    body = orjson.dumps(services_json(result), option=orjson.OPT_SORT_KEYS)
+    digest = hashlib.sha256(body).hexdigest()
+    with connection.cursor() as cur:
+        cur.execute("SELECT 1 FROM ranking_serviceresults WHERE digest = %s", [digest])
+        if cur.fetchone() is None:
+            cur.execute(
+                "INSERT INTO ranking_serviceresults (digest, data, created_at) "
+                "VALUES (%s, %s::jsonb, now()) ON CONFLICT (digest) DO NOTHING",
+                [digest, body.decode()],
+            )
+    return digest
+
+
 def context_of(r: RankedFinding) -> dict[str, Any]:
     return {
         "deployed": r.deployed,
@@ -114,7 +136,7 @@ def _store_rows(
         # the same places, whose stored rows stand; only the others are looked at.
         rows, changed_on_the_way, gone_on_the_way = _walk_changed(
             result.findings, previous.findings, before, finding_ids,
-            previous_ids or finding_ids, row_of,
+            previous_ids or finding_ids, row_of, differ=result.changed_places,
         )
         reused = len(before)
         env_counter = dict(Counter(map(itemgetter(2), rows.values())))
@@ -198,18 +220,22 @@ def _walk_changed(
     before: dict[int, tuple[int, int, str, float, str, str]], ids: dict[str, int],
     prev_ids: dict[str, int],
     row_of: Callable[[RankedFinding, int, str], tuple[int, int, str, float, str, str]],
+    differ: list[int] | None = None,
 ) -> tuple[dict[int, tuple[int, int, str, float, str, str]], list[int], list[int]]:
     """(rows, changed, gone) of an incremental run, from the previous queue `prev` and its
     stored rows `before`. A finding that is the previous result's object at the same place
     keeps its stored row while every environment has as many findings before it as it had
     (its environment rank stands); only the other places are walked. A walked finding's
     environment rank is one more than that of the nearest finding of its environment
-    before it, whose row is already final."""
+    before it, whose row is already final. `differ`, when the engine knew them, are the
+    places whose finding is not the previous one (ascending); else they are found."""
     n, n_prev = len(findings), len(prev)
-    common = min(n, n_prev)
-    # One identity test per place (the cheapest pass there is), then work per change.
-    differ = [i for i, x, y in zip(range(common), findings, prev, strict=False) if x is not y]
-    differ.extend(range(common, n))
+    if differ is None:
+        common = min(n, n_prev)
+        # One identity test per place (the cheapest pass there is), then work per change.
+        differ = [i for i, x, y in zip(range(common), findings, prev, strict=False)
+                  if x is not y]
+        differ.extend(range(common, n))
     rows = dict(before)
     changed: list[int] = []
     out: list[int] = []  # previous findings no longer at their place
