@@ -64,6 +64,7 @@ class Gathered:
     touched: frozenset[str] | None = None
     # The current records of those still open (read again or new).
     delta: tuple[ri.Finding, ...] | None = None
+    graph: GraphRead | None = None
 
 
 def rank_settings() -> ri.RankSettings:
@@ -162,20 +163,43 @@ SELECT s.id, e.name, s.kind, s.namespace, s.name, s.ingress_override,
 """
 
 
-def _graph(team_id: int, since: datetime, minutes: float, rates: _Rates) -> tuple[
-    list[ri.Service], list[ri.CallEdge], list[ri.ExternalPeer], list[ri.RootSpanOrigin],
-    dict[int, tuple[str, str]],
-]:
+@dataclass(frozen=True)
+class GraphRead:
+    """The graph part of a gather: what was read (`key`) and the records made of it.
+    A next gather that reads equal rows reuses these very records, so the engine knows
+    without hashing them that the graph did not change."""
+
+    key: tuple[Any, ...]
+    services: tuple[ri.Service, ...]
+    edges: tuple[ri.CallEdge, ...]
+    peers: tuple[ri.ExternalPeer, ...]
+    origins: tuple[ri.RootSpanOrigin, ...]
+    names: dict[int, tuple[str, str]]
+
+
+def _graph(
+    team_id: int, since: datetime, minutes: float, rates: _Rates,
+    previous: GraphRead | None = None,
+) -> GraphRead:
     identities = _identities(team_id)
-    services: list[ri.Service] = []
-    peers: list[ri.ExternalPeer] = []
-    names: dict[int, tuple[str, str]] = {}
-    kinds: dict[int, str] = {}
     # Raw SQL: only one attribute is read, so the rest of each service's attributes is
     # neither sent nor decoded (the ORM parsed ten thousand JSON documents per run).
     with connection.cursor() as cur:
         cur.execute(_SERVICES_SQL, [team_id])
         rows = cur.fetchall()
+    # Raw SQL: fifty thousand aggregated edges through the ORM cost half a second of
+    # converters per run.
+    with connection.cursor() as cur:
+        cur.execute(_EDGES_SQL, [rates.recent_since, team_id, since])
+        agg = cur.fetchall()
+    local = list(_local_origins(team_id, since))
+    key = (rows, identities, agg, local, minutes, rates.enabled, rates.bucket_minutes)
+    if previous is not None and previous.key == key:
+        return previous
+    services: list[ri.Service] = []
+    peers: list[ri.ExternalPeer] = []
+    names: dict[int, tuple[str, str]] = {}
+    kinds: dict[int, str] = {}
     for pk, env, kind, namespace, name, override, ingress in rows:
         names[pk] = (env, name)
         kinds[pk] = kind
@@ -197,11 +221,6 @@ def _graph(team_id: int, since: datetime, minutes: float, rates: _Rates) -> tupl
             peers.append(ri.ExternalPeer(environment=env, name=name, address_class="internet"))
     edges: list[ri.CallEdge] = []
     origins: list[ri.RootSpanOrigin] = []
-    # Raw SQL: fifty thousand aggregated edges through the ORM cost half a second of
-    # converters per run.
-    with connection.cursor() as cur:
-        cur.execute(_EDGES_SQL, [rates.recent_since, team_id, since])
-        agg = cur.fetchall()
     for caller, callee, total, errors, mtls, recent, peak in agg:
         if callee not in names or caller not in names:
             continue
@@ -240,14 +259,14 @@ def _graph(team_id: int, since: datetime, minutes: float, rates: _Rates) -> tupl
                 peak_calls_per_minute=rates.peak(peak),
             )
         )
-    for env, name, count, example in _local_origins(team_id, since):
+    for env, name, count, example in local:
         origins.append(
             ri.RootSpanOrigin(
                 environment=env, service=name, address_class=count[0], spans=count[1],
                 example_address=example,
             )
         )
-    return services, edges, peers, origins, names
+    return GraphRead(key, tuple(services), tuple(edges), tuple(peers), tuple(origins), names)
 
 
 def _local_origins(team_id: int, since: datetime) -> Iterator[tuple[str, str, Any, str]]:
@@ -527,13 +546,15 @@ def ranking_inputs_gather(
     skip_written_at: datetime | None = None, also_ids: tuple[int, ...] = (),
 ) -> Gathered:
     """The team's inputs. With `previous` and `changed_since`, findings are the previous
-    ones updated by what was written since (the graph evidence is always read anew);
-    `skip_written_at` and `also_ids` as for `_findings`."""
+    ones updated by what was written since; the graph evidence is always read anew, and
+    when its rows equal the previous gather's, the previous graph records are reused
+    (`GraphRead`); `skip_written_at` and `also_ids` as for `_findings`."""
     since, minutes = _window()
     rates = _Rates.for_window(since, minutes)
     rs = rank_settings()
-    services, edges, peers, origins, names = _graph(team_id, since, minutes, rates)
-    libraries = _libraries(team_id, since, minutes, names, rs, rates)
+    graph = _graph(team_id, since, minutes, rates,
+                   previous.graph if previous is not None else None)
+    libraries = _libraries(team_id, since, minutes, graph.names, rs, rates)
     deployments, version_ids = _deployments(team_id)
     versions, components = _components(version_ids)
     if previous is not None and changed_since is not None:
@@ -559,11 +580,11 @@ def ranking_inputs_gather(
         settled = {}
         findings, ids, _closed = _findings(team_id, settled=settled, policy=policy)
     inputs = ri.RankInputs(
-        services=tuple(services), edges=tuple(edges), peers=tuple(peers),
-        origins=tuple(origins), deployments=tuple(deployments),
+        services=graph.services, edges=graph.edges, peers=graph.peers,
+        origins=graph.origins, deployments=tuple(deployments),
         project_versions=tuple(versions), components=tuple(components),
         libraries=tuple(libraries), findings=tuple(findings),
     )
     return Gathered(inputs=inputs, finding_ids=ids, window_minutes=minutes, settled=settled,
                     policy=policy, touched=None if touched is None else frozenset(touched),
-                    delta=None if delta is None else tuple(delta))
+                    delta=None if delta is None else tuple(delta), graph=graph)

@@ -59,14 +59,26 @@ def _environments(inputs: RankInputs) -> list[str]:
     return sorted(names)
 
 
+_GRAPH_PARTS = ("services", "edges", "peers", "origins")
+
+
 def analyse(
     *,
     inputs: RankInputs,
     settings: RankSettings,
     previous: Mapping[str, EnvironmentAnalysis] | None = None,
+    previous_graph: Mapping[str, tuple[Any, bytes]] | None = None,
 ) -> dict[str, EnvironmentAnalysis]:
     """Graph analysis (exposure, paths, identity trust) per environment. An environment
-    whose graph inputs hash as in `previous` reuses the previous analysis."""
+    whose graph inputs hash as in `previous` reuses the previous analysis; when the graph
+    collections are the very objects `previous_graph` names (a result's `digest_parts`:
+    the gather found them unchanged; made under the same settings version), every previous
+    analysis is reused unhashed."""
+    if previous is not None and previous_graph and all(
+        name in previous_graph and previous_graph[name][0] is getattr(inputs, name)
+        for name in _GRAPH_PARTS
+    ):
+        return dict(previous)
     out: dict[str, EnvironmentAnalysis] = {}
     for env in _environments(inputs):
         old = (previous or {}).get(env)
@@ -244,8 +256,10 @@ def rank(
         score = _Scorer(index, settings).score
         findings, queue_index = assemble([score(f) for f in inputs.findings])
         findings_sum = findings_hash_sum(inputs.findings) if with_digest else None
+        parts: dict[str, tuple[Any, bytes]] = {}
         digest = inputs_digest(
-            inputs=inputs, settings=settings, findings_sum=findings_sum) if with_digest else ""
+            inputs=inputs, settings=settings, findings_sum=findings_sum, parts=parts,
+        ) if with_digest else ""
         # Still paused: with a million findings alive, the first allocations after the
         # collector resumes would set off a full collection (over a second).
         services = _services(index, analyses)
@@ -257,6 +271,7 @@ def rank(
         analyses=analyses,
         findings_sum=findings_sum,
         queue_index=queue_index,
+        digest_parts=parts,
     )
 
 
@@ -325,7 +340,8 @@ def rank_incremental(
                 if f.id in touched}
             records_in = list(current.values())
         records_out: list[Finding] = []
-        analyses = analyse(inputs=inputs, settings=settings, previous=previous.analyses)
+        analyses = analyse(inputs=inputs, settings=settings, previous=previous.analyses,
+                           previous_graph=previous.digest_parts)
         dirty_envs = {
             env for env, a in analyses.items() if previous.analyses.get(env) is not a
         } | (previous.analyses.keys() - analyses.keys())
@@ -381,8 +397,11 @@ def rank_incremental(
                 ) % (1 << 256)
             else:
                 findings_sum = findings_hash_sum(inputs.findings)
+        parts: dict[str, tuple[Any, bytes]] = {}
         digest = inputs_digest(
-            inputs=inputs, settings=settings, findings_sum=findings_sum) if with_digest else ""
+            inputs=inputs, settings=settings, findings_sum=findings_sum,
+            known=previous.digest_parts, parts=parts,
+        ) if with_digest else ""
         service_results = _services(index, analyses)
     return RankResult(
         settings_version=settings.version,
@@ -393,4 +412,5 @@ def rank_incremental(
         findings_sum=findings_sum,
         changed_places=changed_places,
         queue_index=queue_index,
+        digest_parts=parts,
     )

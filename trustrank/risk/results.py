@@ -92,6 +92,11 @@ class RankResult:
     # Where each finding sits and what it depends on (`queue.QueueIndex`), made by the first
     # incremental run from this result and carried along by the next ones.
     queue_index: Any = field(default=None, compare=False, repr=False)
+    # Each input collection's part of `inputs_digest`, with the collection it was made
+    # from: a next run given the very same collection (its gather found the rows
+    # unchanged) reuses the part instead of hashing the collection again.
+    digest_parts: Mapping[str, tuple[Any, bytes]] = field(
+        default_factory=dict, compare=False, repr=False)
 
 
 # --- canonical JSON and digests ---------------------------------------------------------
@@ -163,32 +168,46 @@ _finding_fields = attrgetter(*Finding.__slots__)
 
 
 def inputs_digest(
-    *, inputs: RankInputs, settings: RankSettings, findings_sum: int | None = None
+    *, inputs: RankInputs, settings: RankSettings, findings_sum: int | None = None,
+    known: Mapping[str, tuple[Any, bytes]] | None = None,
+    parts: dict[str, tuple[Any, bytes]] | None = None,
 ) -> str:
     """SHA-256 over the settings and every input record, each collection in an order-
     independent form (the findings as `findings_hash_sum`, given here when the caller
     has it; every other collection as its rows' digests, sorted), so input order does not
-    matter. Stored with a run, it proves which inputs a rank was made from."""
+    matter. Stored with a run, it proves which inputs a rank was made from. A collection
+    that is the very object `known` names (name -> (collection, part)) takes that part
+    as it is; `parts`, when given, receives each collection's."""
     h = hashlib.sha256(orjson.dumps(settings, option=_OPTS))
     sha256, dumps = hashlib.sha256, orjson.dumps
+    known = known or {}
     for name in ("services", "edges", "peers", "origins", "deployments", "project_versions",
                  "components", "libraries", "findings"):
         h.update(b"\x00" + name.encode() + b"\x00")
         records = getattr(inputs, name)
         if not records:
+            if parts is not None:
+                parts[name] = (records, b"")
             continue
         if name == "findings":
             total = findings_hash_sum(records) if findings_sum is None else findings_sum
             h.update(total.to_bytes(32))
             continue
-        fields = attrgetter(*type(records[0]).__slots__)
-        nested = name == "libraries"
-        # Each row hashed on its own and the row digests sorted: order-independent, and
-        # memory stays flat (no kilobyte orjson buffer kept per row, no copy of inputs).
-        digests = sorted(
-            sha256(dumps(_nested_fields(x) if nested else fields(x))).digest() for x in records
-        )
-        h.update(b"".join(digests))
+        was = known.get(name)
+        if was is not None and was[0] is records:
+            part = was[1]
+        else:
+            fields = attrgetter(*type(records[0]).__slots__)
+            nested = name == "libraries"
+            # Each row hashed on its own and the row digests sorted: order-independent,
+            # and memory stays flat (no kilobyte orjson buffer kept per row).
+            part = b"".join(sorted(
+                sha256(dumps(_nested_fields(x) if nested else fields(x))).digest()
+                for x in records
+            ))
+        if parts is not None:
+            parts[name] = (records, part)
+        h.update(part)
     return h.hexdigest()
 
 

@@ -18,7 +18,11 @@ import orjson
 from django.db import connection, transaction
 from django.utils import timezone
 
-from trustrank.findings.services.due_dates import finding_due_dates_apply
+from trustrank.findings.services.due_dates import (
+    PolicyDays,
+    finding_due_dates_apply,
+    triage_policy_for,
+)
 from trustrank.ranking.inputs import Gathered, rank_settings, ranking_inputs_gather
 from trustrank.ranking.models import RankingRun, RunStatus
 from trustrank.ranking.services.store import _collector_paused, _store, services_store
@@ -48,6 +52,9 @@ class _Cached:
     # gather, whose updated_at those writes may have overwritten (the next run reads them).
     due_written_at: datetime | None = None
     written_after_gather: tuple[int, ...] = ()
+    # The triage policy every stored due date was computed under (the next run recomputes
+    # only the findings whose decision it changed while the policy stays this one).
+    policy: PolicyDays | None = None
 
 
 # The previous run per team, kept by the worker process that made it. Bounded: a worker
@@ -222,12 +229,14 @@ def _execute(run: RankingRun) -> None:
         # not read them all again as changed.
         written_after = _written_since(run.team_id, gathered_at - _CLOCK_SKEW)
         due_written_at = timezone.now()
-        finding_due_dates_apply(
-            team_id=run.team_id, now=due_written_at,
-            # An incremental run rewrote the rank of every finding whose decision changed.
-            run_id=run.pk if incremental else None,
-            **_unsettled(gathered, rows, written_after),
-        )
+        if incremental and cached is not None:
+            unsettled = _decided_anew(gathered, cached, rows, changed, written_after)
+        else:
+            unsettled = _unsettled(gathered, rows, written_after)
+        # What the due dates below are computed under (they read it again: should it
+        # change in between, the next run finds it differs and recomputes every one).
+        policy = triage_policy_for(team_id=run.team_id)
+        finding_due_dates_apply(team_id=run.team_id, now=due_written_at, **unsettled)
         t5 = time.perf_counter()
         RankingRun.objects.filter(pk=run.pk).update(
             status=RunStatus.DONE,
@@ -261,6 +270,7 @@ def _execute(run: RankingRun) -> None:
         gathered_at=gathered_at, results_digest=digest, services_digest=services_digest,
         due_written_at=due_written_at,
         written_after_gather=written_after,
+        policy=policy,
     )
     _PREVIOUS.move_to_end(run.team_id)
     while len(_PREVIOUS) > _PREVIOUS_MAX:
@@ -283,6 +293,25 @@ def _unsettled(
     todo = [fid for fid, row in rows.items() if get(fid) != row[4]]
     todo.extend(written_after)
     return {"finding_ids": todo, "checked_policy": gathered.policy}
+
+
+def _decided_anew(
+    gathered: Gathered, cached: _Cached, rows: dict[int, _Row], changed: list[int],
+    written_after: tuple[int, ...],
+) -> dict[str, Any]:
+    """An incremental run's due-date work: the previous run settled every ranked
+    finding's due date under `cached.policy`, so only the findings whose decision this run
+    changed or that are new, those read again (someone wrote them: their due fields may
+    have changed) and those written since the gather need recomputing. None of these is
+    known without the policy: then every finding is recomputed."""
+    if cached.policy is None:
+        return {}
+    before = cached.rows
+    todo = [fid for fid in changed if (old := before.get(fid)) is None or old[4] != rows[fid][4]]
+    ids = gathered.finding_ids
+    todo.extend(ids[fid] for fid in gathered.touched or () if fid in ids)
+    todo.extend(written_after)
+    return {"finding_ids": todo, "checked_policy": cached.policy}
 
 
 def _written_since(team_id: int, since: datetime) -> tuple[int, ...]:
