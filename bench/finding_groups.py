@@ -34,8 +34,7 @@ INSERT INTO findings_finding (
   response, detail, evidence, first_seen, last_seen, resolved_at, auto_resolved, created_at,
   updated_at, environment, spiffe_id, component_key, component_purl, component_name,
   component_version, ecosystem, package_name, vuln_id, aliases, cve_id, match_status,
-  match_reason, fixed_versions, in_kev, vex_evidence, team_id, project_id, due_date,
-  due_date_manual, version)
+  match_reason, fixed_versions, in_kev, vex_evidence, team_id, project_id, version)
 SELECT 'vulnerability', '', 'osv', 'fp-' || g, '',
   (ARRAY['critical','high','medium','low'])[1 + g %% 4], 5.0,
   CASE WHEN g %% 5 = 0 THEN 'resolved' ELSE 'in_triage' END, '', '[]', '', '{}',
@@ -49,9 +48,11 @@ SELECT 'vulnerability', '', 'osv', 'fp-' || g, '',
   CASE WHEN g %% 13 = 0 THEN '[]'::jsonb
        ELSE jsonb_build_array((g %% 3) || '.' || (g %% 7) || '.' || (g %% 11 + 1),
                               ((g %% 3) + 1) || '.0.0') END,
-  g %% 97 = 0, '{}', %(team)s, %(first_project)s + (g * 7919) %% 200,
-  (now() - ((g %% 60 - 30) || ' days')::interval)::date, false, 1
-FROM generate_series(1, %(n)s) g
+  g %% 97 = 0, '{}', %(team)s, %(first_project)s + (g * 7919) %% 200, 1
+FROM generate_series(1, %(n)s) g;
+INSERT INTO findings_findingdue (finding_id, team_id, decision, since, due_date, manual)
+SELECT id, team_id, '', NULL, (now() - ((id %% 60 - 30) || ' days')::interval)::date, true
+FROM findings_finding WHERE team_id = %(team)s
 """
 
 RANKS_SQL = """
@@ -80,8 +81,7 @@ def build(*, findings: int) -> int:
     assert first is not None
     with transaction.atomic(), connection.cursor() as cur:
         params = {"team": team.pk, "first_project": first.pk, "n": findings}
-        cur.execute(FINDINGS_SQL, params)
-        for statement in RANKS_SQL.split(";"):
+        for statement in (FINDINGS_SQL + ";" + RANKS_SQL).split(";"):
             if statement.strip():
                 cur.execute(statement, params)
     with connection.cursor() as cur:

@@ -27,14 +27,14 @@ _FILL_SQL = """
 INSERT INTO findings_finding (
     team_id, kind, category, source, fingerprint, title, severity, severity_score, state,
     justification, response, detail, evidence, first_seen, last_seen, auto_resolved,
-    created_at, updated_at, version, due_date_manual, due_decision, environment, spiffe_id,
+    created_at, updated_at, version, environment, spiffe_id,
     component_key, component_purl, component_name, component_version, ecosystem,
     package_name, vuln_id, aliases, cve_id, match_status, match_reason, fixed_versions,
     in_kev, vex_evidence
 )
 SELECT %(team)s, 'vulnerability', '', 'osv', 'bench-' || g, 'bench finding ' || g, 'high',
        (g %% 100) / 10.0, CASE WHEN g %% 5 = 0 THEN 'resolved' ELSE 'in_triage' END,
-       '', '[]', '', '{}', now(), now(), false, now(), now(), 1, false, '', '', '',
+       '', '[]', '', '{}', now(), now(), false, now(), now(), 1, '', '',
        'npm:pkg-' || (g %% 5000), 'pkg:npm/pkg-' || (g %% 5000) || '@1.' || (g %% 97) || '.0',
        'pkg-' || (g %% 5000), '1.' || (g %% 97) || '.0', 'npm', 'pkg-' || (g %% 5000),
        'GHSA-' || lpad(to_hex(g), 4, '0') || '-' || lpad(to_hex(g * 7 %% 65536), 4, '0')

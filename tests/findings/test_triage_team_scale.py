@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 import re
-from datetime import timedelta
+from datetime import date, timedelta
 
 import pytest
 from django.db import connection
@@ -13,8 +13,9 @@ from django.utils import timezone
 
 from tests.findings.helpers import many_findings
 from trustrank.accounts.models import Role
-from trustrank.findings.models import AuditEvent, Finding, TriagePolicy
+from trustrank.findings.models import AuditEvent, Finding, FindingDue, TriagePolicy
 from trustrank.findings.services.audit import Actor
+from trustrank.findings.services.due_dates import finding_due_dates_apply
 from trustrank.findings.services.reconcile import FindingSpec, findings_reconcile
 
 pytestmark = pytest.mark.django_db
@@ -491,9 +492,9 @@ def test_assign_and_due_date_on_one_finding_and_the_list_fields(
 def test_assignee_me_on_the_page_and_overdue_marked_red(client, make_user, team, searchable):
     alice = make_user("alice", team=team, role=Role.TRIAGER)
     f = searchable["log4j"]
-    Finding.objects.filter(pk=f.pk).update(
-        assignee=alice, due_date=timezone.localdate() - timedelta(days=2)
-    )
+    Finding.objects.filter(pk=f.pk).update(assignee=alice)
+    FindingDue.objects.create(finding=f, team=team, manual=True,
+                              due_date=timezone.localdate() - timedelta(days=2))
     client.force_login(alice)
     html = client.get("/findings/?assignee=me").content.decode()
     assert "CVE-2021-44228" in html and "GHSA-vh95-rmgr-6w4m" not in html
@@ -513,15 +514,19 @@ def test_due_dates_follow_the_ranking_decision_and_the_team_policy(api, team, ma
     assert (log4j.ranked.decision, etcd.ranked.decision) == ("immediate", "scheduled")
     assert log4j.due_date == today + timedelta(days=1)
     assert etcd.due_date == today + timedelta(days=30)
-    assert log4j.due_decision_since == today and log4j.version == 2
+    # The service's own write: the finding itself (its version, what an analyst's change
+    # is checked against, and its updated_at) is not touched.
+    assert log4j.due_decision_since == today and log4j.version == 1
+    written = log4j.updated_at
 
     # A second run with the same decisions writes nothing.
     rerank(team)
     log4j.refresh_from_db()
-    assert log4j.version == 2
+    assert log4j.version == 1 and log4j.updated_at == written
+    assert finding_due_dates_apply(team_id=team.pk) == 0
 
     # A date set by hand survives runs and policy changes.
-    Finding.objects.filter(pk=etcd.pk).update(due_date=today, due_date_manual=True)
+    FindingDue.objects.filter(finding=etcd).update(due_date=today, manual=True)
     admin = api(team, "read", "admin")
     assert admin.get("/api/v1/triage-policy").json() == {
         "team": team.pk, "immediate_days": 1, "out_of_cycle_days": 7, "scheduled_days": 30,
@@ -533,7 +538,7 @@ def test_due_dates_follow_the_ranking_decision_and_the_team_policy(api, team, ma
     assert r.status_code == 200 and r.json()["immediate_days"] == 3
     log4j.refresh_from_db()
     etcd.refresh_from_db()
-    assert log4j.due_date == today + timedelta(days=3) and log4j.version == 3
+    assert log4j.due_date == today + timedelta(days=3) and log4j.version == 1
     assert etcd.due_date == today
     rerank(team)
     etcd.refresh_from_db()
@@ -744,7 +749,11 @@ def test_list_page_and_api_read_a_bounded_number_of_queries(
 ):
     user = make_user("q", team=team, role=Role.TRIAGER)
     ids = many_findings(team, 60, prefix="nq")
-    Finding.objects.filter(pk__in=ids).update(assignee=user, due_date="2020-01-01")
+    Finding.objects.filter(pk__in=ids).update(assignee=user)
+    FindingDue.objects.bulk_create(
+        FindingDue(finding_id=pk, team=team, due_date=date(2020, 1, 1), manual=True)
+        for pk in ids
+    )
     client.force_login(user)
     with django_assert_max_num_queries(16):
         assert client.get("/findings/").status_code == 200

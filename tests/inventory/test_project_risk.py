@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from trustrank.findings.models import Finding
+from trustrank.findings.models import Finding, FindingDue
 from trustrank.inventory.models import Project
 from trustrank.inventory.selectors import (
     project_mttr,
@@ -31,10 +31,12 @@ def finding(team, project, *, severity="high", state="in_triage", first_seen, re
     f = Finding.objects.create(
         team=team, project=project, kind="vulnerability", source="osv", fingerprint=f"r-{n}",
         severity=severity, state=state, first_seen=first_seen, resolved_at=resolved_at,
-        in_kev=kev, due_date=due, vuln_id=vuln or f"GHSA-risk-{n:04d}", ecosystem="npm",
+        in_kev=kev, vuln_id=vuln or f"GHSA-risk-{n:04d}", ecosystem="npm",
         package_name=f"pkg{n}", component_name=f"pkg{n}", component_version="1.0.0",
         title=f"finding {n}",
     )
+    if due is not None:
+        FindingDue.objects.create(finding=f, team=team, due_date=due, manual=True)
     if decision:
         ctx, _ = RankContext.objects.get_or_create(digest="r" * 64, defaults={"data": {}})
         RankedFinding.objects.create(finding=f, team=team, rank=rank or n, env_rank=rank or n,

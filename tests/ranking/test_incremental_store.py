@@ -88,10 +88,10 @@ def test_ranks_follow_their_finding_without_database_foreign_keys():
         "finding_id", flat=True)) == []
 
 
-def test_incremental_run_skips_the_due_dates_its_predecessor_wrote():
-    """A team's first run writes every finding's due date (and updated_at); the next,
-    incremental run reads only what others wrote since, and leaves every due date as a
-    full recomputation would."""
+def test_a_first_run_gives_due_dates_without_writing_the_findings():
+    """A team's first run gives every ranked finding its due date in FindingDue and leaves
+    the findings as they were (updated_at, version); the next, incremental run reads only
+    what others wrote since, and leaves every due date as a full recomputation would."""
     from trustrank.findings.services.due_dates import finding_due_dates_apply
     from trustrank.ranking import inputs
 
@@ -103,20 +103,23 @@ def test_incremental_run_skips_the_due_dates_its_predecessor_wrote():
     runs._PREVIOUS.clear()
     first = _run(team_id)
     cached = runs._PREVIOUS[team_id]
-    assert cached.due_written_at is not None and cached.written_after_gather == ()
     with connection.cursor() as cur:
         cur.execute(
-            "SELECT count(*) FROM findings_finding WHERE team_id = %s AND updated_at = %s "
-            "AND due_date IS NOT NULL", [team_id, cached.due_written_at])
-        # Every finding given a due date (a decision without days gets none).
-        assert cur.fetchone()[0] > first.counts["findings"] // 2
+            "SELECT count(*) FROM findings_finding WHERE team_id = %s "
+            "AND (updated_at > now() - interval '1 minute' OR version <> 1)", [team_id])
+        assert cur.fetchone()[0] == 0
+        cur.execute(
+            "SELECT count(*), count(due_date) FROM findings_findingdue WHERE team_id = %s",
+            [team_id])
+        rows, dated = cur.fetchone()
+        # A row per ranked finding; a decision without days (defer) gets no date.
+        assert rows == first.counts["findings"] and dated > first.counts["findings"] // 2
         cur.execute(
             "UPDATE findings_finding SET epss = 0.99, updated_at = now() WHERE id = "
             "(SELECT min(id) FROM findings_finding WHERE team_id = %s) RETURNING id", [team_id])
         touched = cur.fetchone()[0]
     delta, _ids, _closed = inputs._findings(
-        team_id, changed_since=cached.gathered_at - runs._CLOCK_SKEW,
-        skip_written_at=cached.due_written_at, also_ids=cached.written_after_gather)
+        team_id, changed_since=cached.gathered_at - runs._CLOCK_SKEW)
     assert [f.id for f in delta] == [str(touched)]
     _set_impact(team_id, "svc-3", "very high")
     incremental = _run(team_id)
@@ -163,19 +166,19 @@ def test_full_run_recomputes_only_unsettled_due_dates_and_leaves_what_recomputin
     _run(team_id)
     gathered = ranking_inputs_gather(team_id=team_id)
     assert gathered.settled is not None and len(gathered.settled) == 600
-    ids = list(Finding.objects.filter(team_id=team_id, due_date__isnull=False).order_by(
+    ids = list(Finding.objects.filter(team_id=team_id, due__due_date__isnull=False).order_by(
         "pk").values_list("pk", flat=True)[:4])
     with connection.cursor() as cur:
         # Stale in three ways, and one date a person set by hand.
-        cur.execute("UPDATE findings_finding SET due_date = NULL WHERE id = %s", [ids[0]])
-        cur.execute("UPDATE findings_finding SET due_decision_since = NULL WHERE id = %s",
+        cur.execute("UPDATE findings_findingdue SET due_date = NULL WHERE finding_id = %s",
+                    [ids[0]])
+        cur.execute("UPDATE findings_findingdue SET since = NULL WHERE finding_id = %s",
                     [ids[1]])
         # Settled, but for a decision the finding does not have.
-        cur.execute("UPDATE findings_finding SET due_decision = 'immediate', due_date = "
-                    "due_decision_since + 1 WHERE id = %s AND due_decision <> 'immediate'",
-                    [ids[2]])
-        cur.execute("UPDATE findings_finding SET due_date = '2001-01-01', due_date_manual = "
-                    "true WHERE id = %s", [ids[3]])
+        cur.execute("UPDATE findings_findingdue SET decision = 'immediate', due_date = "
+                    "since + 1 WHERE finding_id = %s AND decision <> 'immediate'", [ids[2]])
+        cur.execute("UPDATE findings_findingdue SET due_date = '2001-01-01', manual = true "
+                    "WHERE finding_id = %s", [ids[3]])
     gathered = ranking_inputs_gather(team_id=team_id)
     assert gathered.settled is not None and not {ids[0], ids[1]} & gathered.settled.keys()
     assert gathered.settled[ids[2]] == "immediate" and ids[3] in gathered.settled
@@ -184,7 +187,7 @@ def test_full_run_recomputes_only_unsettled_due_dates_and_leaves_what_recomputin
     run = _run(team_id)
     assert not run.incremental and run.counts["moved"] > 0
     assert finding_due_dates_apply(team_id=team_id) == 0
-    rows = {f.pk: f for f in Finding.objects.filter(pk__in=ids)}
+    rows = {f.pk: f for f in Finding.objects.filter(pk__in=ids).select_related("due")}
     assert rows[ids[0]].due_date is not None and rows[ids[1]].due_decision_since is not None
     assert rows[ids[2]].due_decision != "immediate"
     assert str(rows[ids[3]].due_date) == "2001-01-01"

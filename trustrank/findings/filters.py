@@ -173,7 +173,7 @@ class FindingFilterSet(django_filters.FilterSet):
         field_name="ranked__decision", choices=DECISIONS, distinct=False
     )
     due_before = django_filters.DateFilter(
-        field_name="due_date", lookup_expr="lt", label="Due before"
+        field_name="due__due_date", lookup_expr="lt", label="Due before"
     )
     ordering = django_filters.ChoiceFilter(
         method="filter_ordering",
@@ -234,7 +234,9 @@ class FindingFilterSet(django_filters.FilterSet):
         if value == "-rank":
             return qs.order_by(F("ranked__rank").desc(nulls_first=True), "id")
         if value == "due":
-            return qs.order_by(F("due_date").asc(nulls_last=True), "-baseline_priority", "-id")
+            return qs.order_by(
+                F("due__due_date").asc(nulls_last=True), "-baseline_priority", "-id"
+            )
         return qs
 
     def filter_open(self, qs: QuerySet[Finding], name: str, value: Any) -> QuerySet[Finding]:
@@ -258,7 +260,7 @@ class FindingFilterSet(django_filters.FilterSet):
     def filter_overdue(self, qs: QuerySet[Finding], name: str, value: Any) -> QuerySet[Finding]:
         if value is None:
             return qs
-        overdue = Q(state__in=OPEN_STATES, due_date__lt=timezone.localdate())
+        overdue = Q(state__in=OPEN_STATES, due__due_date__lt=timezone.localdate())
         return qs.filter(overdue) if value else qs.exclude(overdue)
 
     def filter_q(self, qs: QuerySet[Finding], name: str, value: str) -> QuerySet[Finding]:

@@ -12,6 +12,7 @@ category is documented (and typed) in `trustrank/findings/evidence.py`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
@@ -224,13 +225,8 @@ class Finding(models.Model):
     assignee = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    # From the ranking decision by the team's TriagePolicy, unless a person set it by hand.
-    due_date = models.DateField(null=True, blank=True)
-    due_date_manual = models.BooleanField(default=False, db_default=False)
-    # The ranking decision the due date counts from, and the day the finding first got it
-    # (kept by findings.services.due_dates after each ranking run).
-    due_decision = models.CharField(max_length=16, blank=True, db_default="")
-    due_decision_since = models.DateField(null=True, blank=True)
+    # The due date lives in FindingDue (`due`, below): a ranking run sets a million of them
+    # on a team's first run, which this table's indexes made minutes of work.
 
     # --- what the finding is about (every reference optional) ---
     # Environments are names: identity evidence names environments that traces never saw.
@@ -340,12 +336,6 @@ class Finding(models.Model):
             ),
             # What changed since a time: incremental ranking runs read only these.
             models.Index(fields=["team", "updated_at"], name="findings_team_updated"),
-            # Overdue counts and "my findings" lists.
-            models.Index(
-                fields=["team", "due_date"],
-                condition=Q(state__in=OPEN_STATES),
-                name="findings_team_due_open",
-            ),
             models.Index(fields=["team", "assignee"], name="findings_team_assignee"),
             models.Index(fields=["project_version", "state"], name="findings_pv_state"),
             models.Index(fields=["project", "state"], name="findings_project_state"),
@@ -419,6 +409,35 @@ class Finding(models.Model):
         r = self.ranked_or_none
         return None if r is None else r.context
 
+    # --- the due date (FindingDue), None until ranked or set by hand ---
+
+    @property
+    def due_or_none(self) -> FindingDue | None:
+        try:
+            return self.due  # type: ignore[attr-defined,no-any-return]
+        except ObjectDoesNotExist:
+            return None
+
+    @property
+    def due_date(self) -> Any:
+        d = self.due_or_none
+        return None if d is None else d.due_date
+
+    @property
+    def due_date_manual(self) -> bool:
+        d = self.due_or_none
+        return d is not None and d.manual
+
+    @property
+    def due_decision(self) -> str:
+        d = self.due_or_none
+        return "" if d is None else d.decision
+
+    @property
+    def due_decision_since(self) -> Any:
+        d = self.due_or_none
+        return None if d is None else d.since
+
     @property
     def overdue(self) -> bool:
         """Open with a due date in the past (today is not overdue yet)."""
@@ -435,6 +454,58 @@ class Finding(models.Model):
     @property
     def category_display(self) -> str:
         return CATEGORY_LABELS.get(self.category, self.category or self.get_kind_display())
+
+
+class FindingDue(models.Model):
+    """A finding's due date: from its ranking decision by the team's TriagePolicy (the day it
+    first got that decision plus the policy's days for it), or set by a person (`manual`:
+    ranking runs and policy changes leave it alone from then on).
+
+    A narrow table of its own rather than columns of Finding: a team's first ranking run
+    gives every finding a due date, and a million updates of the findings table (every one
+    of its indexes, the trigram one among them, written again per row) took minutes, where
+    a million rows here take seconds. No database foreign keys, as for RankedFinding (the
+    ORM still cascades a finding's or a team's delete). A finding without a row has no
+    due date."""
+
+    finding = models.OneToOneField(
+        Finding, on_delete=models.CASCADE, primary_key=True, related_name="due",
+        db_constraint=False,
+    )
+    team = models.ForeignKey(
+        "accounts.Team", on_delete=models.CASCADE, related_name="+", db_index=False,
+        db_constraint=False,
+    )
+    # The ranking decision the date counts from and the day the finding first got it
+    # ('' and None until a ranking run has seen the finding).
+    decision = models.CharField(max_length=16, blank=True, default="")
+    since = models.DateField(null=True, blank=True)
+    due_date = models.DateField(null=True, blank=True)
+    manual = models.BooleanField(default=False)
+
+    class Meta:
+        indexes = [
+            # Overdue counts and lists: the few rows due before a day, per team.
+            models.Index(fields=["team", "due_date"], name="findingdue_team_due"),
+        ]
+
+    def __str__(self) -> str:
+        return f"finding {self.finding_id} due {self.due_date}"
+
+
+def due_cache_fill(findings: Iterable[Finding], *, known: bool = True) -> None:
+    """Give each finding its FindingDue (or none) from one query, as select_related would:
+    reading `due_date` of a finding loaded without it costs a query per finding. With
+    `known=False` the findings are new and have none (no query)."""
+    by_pk = {f.pk: f for f in findings}
+    rows: dict[Any, FindingDue] = {}
+    if known:
+        ids = [pk for pk in by_pk if pk is not None]
+        for i in range(0, len(ids), 5000):
+            rows.update(FindingDue.objects.in_bulk(ids[i : i + 5000]))
+    cache = Finding.due.related.set_cached_value  # type: ignore[attr-defined]
+    for pk, f in by_pk.items():
+        cache(f, rows.get(pk))
 
 
 class TriagePolicy(models.Model):

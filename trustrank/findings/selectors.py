@@ -18,7 +18,9 @@ COUNT_CAP = 10_000
 def finding_list(*, principal: Principal) -> QuerySet[Finding]:
     return (
         Finding.objects.filter(team_id__in=principal.team_ids)
-        .select_related("project", "project_version", "service", "ranked__context", "assignee")
+        .select_related(
+            "project", "project_version", "service", "ranked__context", "assignee", "due"
+        )
         .order_by("-baseline_priority", "-id")
     )
 
@@ -32,7 +34,7 @@ def finding_get_for_principal(*, principal: Principal, finding_id: Any) -> Findi
         Finding.objects.filter(pk=pk, team_id__in=principal.team_ids)
         .select_related(
             "project", "project_version", "advisory", "component", "service", "certificate",
-            "ranked__context", "assignee",
+            "ranked__context", "assignee", "due",
         )
         .defer("certificate__der")
         .first()

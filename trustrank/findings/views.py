@@ -105,7 +105,7 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
     else:
         count, capped = capped_cached_count(qs, team_ids=team_ids, cap=COUNT_CAP)
     overdue_count, overdue_capped = capped_cached_count(
-        qs.filter(state__in=OPEN_STATES, due_date__lt=timezone.localdate()), team_ids=team_ids
+        qs.filter(state__in=OPEN_STATES, due__due_date__lt=timezone.localdate()), team_ids=team_ids
     )
     ordering = request.GET.get("ordering", "") if filterset.is_valid() else ""
     raw_after = request.GET.get("after", "")

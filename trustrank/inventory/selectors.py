@@ -160,7 +160,7 @@ def _risk_aggregates(today: date) -> dict[str, Any]:
     aggregates: dict[str, Any] = {
         "open_total": Count("id"),
         "kev": Count("id", filter=Q(in_kev=True)),
-        "overdue": Count("id", filter=Q(due_date__lt=today)),
+        "overdue": Count("id", filter=Q(due__due_date__lt=today)),
         "unranked": Count("id", filter=Q(ranked__isnull=True)),
     }
     for d in DECISION_KEYS:

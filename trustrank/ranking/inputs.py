@@ -424,6 +424,7 @@ SELECT f.id, f.kind, f.vuln_id, f.severity, f.cvss_score, f.in_kev, f.kev_date_a
        {settled}
   FROM findings_finding f
   LEFT JOIN runtime_service s ON s.id = f.service_id
+  {due_join}
   -- An identity finding is about the service its SPIFFE ID is mapped to.
   LEFT JOIN identity_identity i ON i.id = f.identity_id
  WHERE f.team_id = %s AND {where}
@@ -433,14 +434,12 @@ SELECT f.id, f.kind, f.vuln_id, f.severity, f.cvss_score, f.in_kev, f.kev_date_a
 
 def _findings(
     team_id: int, *, changed_since: datetime | None = None,
-    skip_written_at: datetime | None = None, also_ids: tuple[int, ...] = (),
     settled: dict[int, str] | None = None, policy: PolicyDays | None = None,
 ) -> tuple[list[ri.Finding], dict[str, int], set[str]]:
     """(open findings, their database ids, ids that left the open states). With
-    `changed_since`, only findings written since then (an incremental run's delta), less
-    those whose updated_at is `skip_written_at` (the previous run's own due-date writes),
-    plus `also_ids`. With `settled` and `policy`, `settled` receives each open finding's
-    decision whose due date is settled under `policy` (`settled_decision_sql`)."""
+    `changed_since`, only findings written since then (an incremental run's delta). With
+    `settled` and `policy`, `settled` receives each open finding's decision whose due date
+    is settled under `policy` (`settled_decision_sql`)."""
     # Raw rows, not the ORM: a million findings is the design point, and building model
     # rows (or even values_list tuples) costs several times the fetch itself.
     assert set(OPEN_STATES) == {"in_triage", "exploitable"}
@@ -449,23 +448,19 @@ def _findings(
         settled_decision_sql(policy) if settled is not None and policy is not None
         else ("NULL", [])
     )
+    due_join = (
+        "LEFT JOIN findings_findingdue d ON d.finding_id = f.id" if settled_params else ""
+    )
     if changed_since is None:
         sql, params = (
             _FINDINGS_SQL.format(where="f.state IN ('in_triage', 'exploitable')",
-                                 settled=settled_sql), [*settled_params, team_id]
+                                 settled=settled_sql, due_join=due_join),
+            [*settled_params, team_id],
         )
-    elif skip_written_at is None:
-        sql = _FINDINGS_SQL.format(where="f.updated_at >= %s", settled=settled_sql)
-        params = [*settled_params, team_id, changed_since]
     else:
-        # Two ranges of the (team, updated_at) index around the skipped instant: a filter
-        # `<>` would fetch every skipped row from the heap first.
-        sql = _FINDINGS_SQL.format(
-            where="((f.updated_at >= %s AND f.updated_at < %s) OR f.updated_at > %s"
-                  " OR f.id = ANY(%s::bigint[]))", settled=settled_sql,
-        )
-        params = [*settled_params, team_id, changed_since, skip_written_at, skip_written_at,
-                  list(also_ids)]
+        sql = _FINDINGS_SQL.format(where="f.updated_at >= %s", settled=settled_sql,
+                                   due_join=due_join)
+        params = [*settled_params, team_id, changed_since]
     note_settled = settled.__setitem__ if settled is not None else None
     findings: list[ri.Finding] = []
     ids: dict[str, int] = {}
@@ -543,12 +538,11 @@ def _findings(
 
 def ranking_inputs_gather(
     *, team_id: int, previous: Gathered | None = None, changed_since: datetime | None = None,
-    skip_written_at: datetime | None = None, also_ids: tuple[int, ...] = (),
 ) -> Gathered:
     """The team's inputs. With `previous` and `changed_since`, findings are the previous
     ones updated by what was written since; the graph evidence is always read anew, and
     when its rows equal the previous gather's, the previous graph records are reused
-    (`GraphRead`); `skip_written_at` and `also_ids` as for `_findings`."""
+    (`GraphRead`)."""
     since, minutes = _window()
     rates = _Rates.for_window(since, minutes)
     rs = rank_settings()
@@ -559,8 +553,7 @@ def ranking_inputs_gather(
     versions, components = _components(version_ids)
     if previous is not None and changed_since is not None:
         delta, delta_ids, closed = _findings(
-            team_id, changed_since=changed_since, skip_written_at=skip_written_at,
-            also_ids=also_ids,
+            team_id, changed_since=changed_since,
         )
         # The previous records less those read again or closed, then the ones read: one
         # set lookup per finding rather than a dictionary of a million.

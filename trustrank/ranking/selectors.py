@@ -22,7 +22,9 @@ def priority_list(
     qs = Finding.objects.filter(ranked__team_id__in=principal.team_ids)
     if open_only:
         qs = qs.filter(state__in=OPEN_STATES)
-    qs = qs.select_related("project", "project_version", "ranked__context", "team", "assignee")
+    qs = qs.select_related(
+        "project", "project_version", "ranked__context", "team", "assignee", "due"
+    )
     # Ranks are unique within a team's queue: with one team the rank alone orders, which
     # lets PostgreSQL read the index in order and stop after a page.
     tiebreak = [] if len(principal.team_ids) == 1 else ["ranked__team_id"]

@@ -99,7 +99,7 @@ def copy_sql(selection: ExportSelection) -> tuple[str, tuple[Any, ...]]:
         "response": response,
         "detail": detail,
         "assignee": F("as_of_assignee") if as_of else F("assignee__username"),
-        "due_date": F("due_date"),
+        "due_date": F("due__due_date"),
         "severity": F("severity"),
         "cvss": F("cvss_score"),
         "epss": F("epss"),

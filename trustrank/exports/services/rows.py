@@ -60,7 +60,7 @@ _STATE_FILTERS = ("state", "open")
 
 _FIELDS = (
     "id", "kind", "category", "title", "state", "justification", "response", "detail",
-    "assignee__username", "due_date", "severity", "cvss_score", "epss", "in_kev", "vuln_id",
+    "assignee__username", "due__due_date", "severity", "cvss_score", "epss", "in_kev", "vuln_id",
     "aliases", "cve_id", "project__name", "project_version__version", "project_version_id",
     "component_purl", "component_name", "component_version", "environment", "service__name",
     "rank_", "env_rank_", "score_", "decision_", "context_", "first_seen", "last_seen",
@@ -280,7 +280,7 @@ def _row(v: dict[str, Any], explanations: _Explanations) -> dict[str, Any]:
         "response": list(response or []),
         "detail": detail,
         "assignee": v.get("as_of_assignee", v["assignee__username"]) or "",
-        "due_date": v["due_date"],
+        "due_date": v["due__due_date"],
         "severity": v["severity"],
         "cvss": v["cvss_score"],
         "epss": v["epss"],

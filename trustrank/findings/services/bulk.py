@@ -34,6 +34,7 @@ from trustrank.findings.services.triage import (
     TriageForbidden,
     _validate_parts,
     assignee_resolve,
+    due_dates_save,
     triage_apply,
     triage_validate,
 )
@@ -128,8 +129,8 @@ def _apply_kwargs(changes: dict[str, Any], *, assignee: Any) -> dict[str, Any]:
     return kwargs
 
 
-_SNAPSHOT = ["state", "justification", "response", "detail", "assignee_id", "due_date",
-             "due_date_manual", "version", "resolved_at", "auto_resolved"]
+_SNAPSHOT = ["state", "justification", "response", "detail", "assignee_id", "version",
+             "resolved_at", "auto_resolved"]
 
 
 def _differs(f: Finding, kwargs: dict[str, Any]) -> bool:
@@ -163,10 +164,11 @@ def bulk_triage_batch(
     # Row locks in id order: a finding changed by someone between the selection and now is
     # seen as it is, and two bulk changes (or a reconcile) never deadlock.
     rows = list(
-        Finding.objects.select_for_update()
+        Finding.objects.select_for_update(of=("self",))
         .filter(pk__in=ids, team_id__in=list(team_ids))
+        .select_related("due")
         .order_by("pk")
-        .only("pk", "team_id", "environment", *_SNAPSHOT)
+        .only("pk", "team_id", "environment", *_SNAPSHOT, "due")
     )
     to_change: list[Finding] = []
     events = []
@@ -208,10 +210,10 @@ def bulk_triage_batch(
             values[name] = kwargs[name]
     if "assignee" in kwargs:
         values["assignee"] = kwargs["assignee"]
-    if "due_date" in kwargs:
-        values.update(due_date=kwargs["due_date"], due_date_manual=True)
     # One UPDATE for the batch: every changed row gets the same values.
     Finding.objects.filter(pk__in=[f.pk for f in to_change]).update(**values)
+    if "due_date" in kwargs:
+        due_dates_save(to_change)
     audit_events_record_bulk(events)
     result.changed += len(to_change)
 

@@ -2,15 +2,16 @@
 
 A finding's due date is the day it first got its current decision plus the policy's days for
 that decision (no days: no due date). A ranking run calls `finding_due_dates_apply` at its end;
-one set-based UPDATE records each ranked open finding's decision and the day it got it, and
-recomputes the due date of every finding whose date no person set by hand. A finding whose due
-date moves gets a new version, like any other change to its triage.
+one set-based upsert of FindingDue records each ranked open finding's decision and the day it
+got it, and recomputes the due date of every finding whose date no person set by hand. These
+are the service's own writes: the finding's version (what an analyst's change is checked
+against) moves only when a person changes its triage, its due date included.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date
 
 from django.db import connection
 from django.utils import timezone
@@ -56,72 +57,70 @@ def triage_policy_for(*, team_id: int) -> PolicyDays:
 _APPLY_SQL = """
 WITH c AS (
     SELECT r.finding_id, r.decision,
-           CASE WHEN f.due_decision = r.decision AND f.due_decision_since IS NOT NULL
-                THEN f.due_decision_since ELSE %(today)s::date END AS since,
+           CASE WHEN d.decision = r.decision AND d.since IS NOT NULL
+                THEN d.since ELSE %(today)s::date END AS since,
            CASE r.decision
                 WHEN 'immediate' THEN %(immediate)s::integer
                 WHEN 'out-of-cycle' THEN %(out_of_cycle)s::integer
                 WHEN 'scheduled' THEN %(scheduled)s::integer
                 WHEN 'defer' THEN %(defer)s::integer
-           END AS days
+           END AS days,
+           d.finding_id IS NOT NULL AS known, COALESCE(d.manual, false) AS manual,
+           d.decision AS old_decision, d.since AS old_since, d.due_date AS old_due
     FROM ranking_rankedfinding r
     JOIN findings_finding f ON f.id = r.finding_id
+    LEFT JOIN findings_findingdue d ON d.finding_id = r.finding_id
     WHERE r.team_id = %(team)s AND f.team_id = %(team)s AND f.state = ANY(%(open)s)
       AND (%(run)s::bigint IS NULL OR r.run_id = %(run)s::bigint)
       AND (%(ids)s::bigint[] IS NULL OR r.finding_id = ANY(%(ids)s::bigint[]))
-), d AS (
-    SELECT finding_id, decision, since, since + days AS due FROM c
 ), todo AS (
-    -- Only the rows that change, locked in id order as bulk triage and reconciliation lock
-    -- theirs, so the three never deadlock.
-    SELECT f.id, d.decision, d.since, d.due
-    FROM findings_finding f JOIN d ON d.finding_id = f.id
-    WHERE f.due_decision IS DISTINCT FROM d.decision
-       OR f.due_decision_since IS DISTINCT FROM d.since
-       OR (NOT f.due_date_manual AND f.due_date IS DISTINCT FROM d.due)
-    ORDER BY f.id
-    FOR UPDATE OF f
+    -- Only the rows that change, in id order (as bulk triage writes its own).
+    SELECT finding_id, decision, since,
+           CASE WHEN manual THEN old_due ELSE since + days END AS due, manual
+    FROM c
+    WHERE NOT known
+       OR old_decision IS DISTINCT FROM decision
+       OR old_since IS DISTINCT FROM since
+       OR (NOT manual AND old_due IS DISTINCT FROM since + days)
+    ORDER BY finding_id
 )
-UPDATE findings_finding f SET
-    due_decision = t.decision,
-    due_decision_since = t.since,
-    due_date = CASE WHEN f.due_date_manual THEN f.due_date ELSE t.due END,
-    version = f.version + CASE
-        WHEN NOT f.due_date_manual AND f.due_date IS DISTINCT FROM t.due THEN 1 ELSE 0 END,
-    updated_at = CASE
-        WHEN NOT f.due_date_manual AND f.due_date IS DISTINCT FROM t.due THEN %(now)s
-        ELSE f.updated_at END
-FROM todo t
-WHERE f.id = t.id
+INSERT INTO findings_findingdue AS d (finding_id, team_id, decision, since, due_date, manual)
+SELECT finding_id, %(team)s, decision, since, due, manual FROM todo
+ON CONFLICT (finding_id) DO UPDATE SET
+    decision = EXCLUDED.decision,
+    since = EXCLUDED.since,
+    -- A date set by hand since the rows were read stays.
+    due_date = CASE WHEN d.manual THEN d.due_date ELSE EXCLUDED.due_date END
 """
 
 
 def settled_decision_sql(policy: PolicyDays) -> tuple[str, list[int | None]]:
-    """A SQL expression over `findings_finding f` (and its parameters): the finding's
-    `due_decision` when its due fields already are what `finding_due_dates_apply` would
-    write for a rank of that decision under `policy` (a day since, and the due date that
-    follows, unless set by hand); else NULL. A finding whose new decision equals it needs
-    no write, so a ranking run that read it can leave the finding out of the recomputation."""
+    """A SQL expression over `findings_findingdue d` joined to the finding (and its
+    parameters): the finding's due decision when its due date already is what
+    `finding_due_dates_apply` would write for a rank of that decision under `policy` (a day
+    since, and the due date that follows, unless set by hand); else NULL. A finding whose
+    new decision equals it needs no write, so a ranking run that read it can leave the
+    finding out of the recomputation."""
     return (
-        "CASE WHEN f.due_decision_since IS NOT NULL AND (f.due_date_manual OR "
-        "f.due_date IS NOT DISTINCT FROM f.due_decision_since + CASE f.due_decision "
+        "CASE WHEN d.since IS NOT NULL AND (d.manual OR "
+        "d.due_date IS NOT DISTINCT FROM d.since + CASE d.decision "
         "WHEN 'immediate' THEN %s::integer WHEN 'out-of-cycle' THEN %s::integer "
         "WHEN 'scheduled' THEN %s::integer WHEN 'defer' THEN %s::integer END) "
-        "THEN f.due_decision END",
+        "THEN d.decision END",
         [policy.immediate_days, policy.out_of_cycle_days, policy.scheduled_days,
          policy.defer_days],
     )
 
 
 def finding_due_dates_apply(
-    *, team_id: int, today: date | None = None, now: datetime | None = None,
+    *, team_id: int, today: date | None = None,
     run_id: int | None = None, finding_ids: list[int] | None = None,
     checked_policy: PolicyDays | None = None,
 ) -> int:
     """Recompute the team's due dates from the latest ranking decisions; returns the number of
-    findings written. Idempotent: a second call with the same ranks writes nothing. `now` is
-    the updated_at the written findings get (a ranking run passes it so that its next,
-    incremental run can tell its own writes from everyone else's); `run_id` limits the work
+    findings written. Idempotent: a second call with the same ranks writes nothing. It
+    writes FindingDue rows only, never the findings (their updated_at stays what people and
+    loads wrote, which is what incremental ranking runs read); `run_id` limits the work
     to the findings whose rank that run wrote (an incremental run: every other finding kept
     its decision, so its due date stands). `finding_ids` limits it to those findings: the
     caller checked every other ranked finding with `settled_decision_sql(checked_policy)`
@@ -136,7 +135,6 @@ def finding_due_dates_apply(
             {
                 "team": team_id,
                 "today": today or timezone.localdate(),
-                "now": now or timezone.now(),
                 "run": run_id,
                 "ids": None if finding_ids is None else "{" + ",".join(map(str, finding_ids))
                 + "}",

@@ -24,6 +24,7 @@ from trustrank.findings.models import (
     Finding,
     Justification,
     TriageState,
+    due_cache_fill,
     severity_score_for,
 )
 from trustrank.findings.services.audit import Actor, audit_events_record_bulk
@@ -99,7 +100,7 @@ _LIFECYCLE_FIELDS = ["state", "resolved_at", "auto_resolved", "updated_at", "ver
 # Triage columns people change while a reconcile runs: read again under the row lock.
 _TRIAGE_FIELDS = [
     "state", "justification", "response", "detail", "resolved_at", "auto_resolved",
-    "version", "assignee_id", "due_date", "due_date_manual",
+    "version", "assignee_id",
 ]
 
 
@@ -214,6 +215,7 @@ def findings_reconcile(
                     at=now,
                 )
             )
+        due_cache_fill(to_create, known=False)
         Finding.objects.bulk_create(to_create, batch_size=500)
         for f in to_create:
             spec = wanted[f.fingerprint]
@@ -261,6 +263,8 @@ def _lock_and_refresh_triage(findings: Iterable[Finding]) -> None:
             f = by_pk[pk]
             for name, value in zip(_TRIAGE_FIELDS, values, strict=True):
                 setattr(f, name, value)
+    # Their due dates, which the audit events record (state_of).
+    due_cache_fill(by_pk.values())
 
 
 def _new_finding(*, team_id: int, kind: str, spec: FindingSpec, now: datetime) -> Finding:

@@ -23,6 +23,7 @@ from trustrank.findings.models import (
     VEX_RESPONSES,
     Comment,
     Finding,
+    FindingDue,
     Justification,
     TriageState,
 )
@@ -142,11 +143,25 @@ def triage_apply(
     if assignee is not UNSET:
         f.assignee = assignee
     if due_date is not UNSET:
-        f.due_date = due_date
         # A person chose it (or chose none): ranking runs leave it alone from now on.
-        f.due_date_manual = True
+        # Kept on the finding's FindingDue (in memory; due_dates_save writes it).
+        due = f.due_or_none
+        if due is None:
+            due = FindingDue(team_id=f.team_id)
+            f.due = due  # type: ignore[attr-defined]
+        due.due_date = due_date
+        due.manual = True
     f.updated_at = now
     f.version += 1
+
+
+def due_dates_save(findings: Iterable[Finding]) -> None:
+    """Store the due dates `triage_apply` set by hand on these findings (one upsert)."""
+    rows = [f.due for f in findings]  # type: ignore[attr-defined]
+    FindingDue.objects.bulk_create(
+        rows, update_conflicts=True, unique_fields=["finding"],
+        update_fields=["due_date", "manual"],
+    )
 
 
 def finding_triage(
@@ -187,7 +202,9 @@ def finding_triage(
     if assignee is not UNSET:
         user = assignee_resolve(value=assignee, team_ids=[finding.team_id])
     with transaction.atomic():
-        f = Finding.objects.select_for_update().get(pk=finding.pk)
+        f = Finding.objects.select_for_update(of=("self",)).select_related("due").get(
+            pk=finding.pk
+        )
         if expected_version is not None and f.version != expected_version:
             raise TriageConflict(f, expected_version=expected_version)
         # Taken after the row lock: two analysts racing on one finding get audit events in
@@ -201,10 +218,11 @@ def finding_triage(
         f.save(
             update_fields=[
                 "state", "justification", "response", "detail", "auto_resolved",
-                "resolved_at", "updated_at", "version", "assignee", "due_date",
-                "due_date_manual",
+                "resolved_at", "updated_at", "version", "assignee",
             ]
         )
+        if due_date is not UNSET:
+            due_dates_save([f])
         audit_event_record(
             actor=Actor.of(principal),
             action="state_changed" if state is not None else "triage_changed",

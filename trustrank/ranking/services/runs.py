@@ -47,11 +47,6 @@ class _Cached:
     results_digest: str = ""
     # The digest its per-service results were stored under.
     services_digest: str = ""
-    # The updated_at the run's own due-date writes set (they change nothing the engine
-    # reads, so the next run skips them), and the findings someone else wrote after the
-    # gather, whose updated_at those writes may have overwritten (the next run reads them).
-    due_written_at: datetime | None = None
-    written_after_gather: tuple[int, ...] = ()
     # The triage policy every stored due date was computed under (the next run recomputes
     # only the findings whose decision it changed while the policy stays this one).
     policy: PolicyDays | None = None
@@ -186,7 +181,6 @@ def _execute(run: RankingRun) -> None:
         gathered = ranking_inputs_gather(
             team_id=run.team_id, previous=cached.gathered,
             changed_since=cached.gathered_at - _CLOCK_SKEW,
-            skip_written_at=cached.due_written_at, also_ids=cached.written_after_gather,
         )
     else:
         gathered = ranking_inputs_gather(team_id=run.team_id)
@@ -224,11 +218,9 @@ def _execute(run: RankingRun) -> None:
             else "",
         )
         t4 = time.perf_counter()
-        # Due dates follow the decisions just stored (one set-based UPDATE). On a team's
-        # first run that writes every finding; its updated_at is noted so the next run does
-        # not read them all again as changed.
+        # Due dates follow the decisions just stored (one set-based upsert of FindingDue,
+        # a row per finding on a team's first run; the findings themselves are not written).
         written_after = _written_since(run.team_id, gathered_at - _CLOCK_SKEW)
-        due_written_at = timezone.now()
         if incremental and cached is not None:
             unsettled = _decided_anew(gathered, cached, rows, changed, written_after)
         else:
@@ -236,7 +228,7 @@ def _execute(run: RankingRun) -> None:
         # What the due dates below are computed under (they read it again: should it
         # change in between, the next run finds it differs and recomputes every one).
         policy = triage_policy_for(team_id=run.team_id)
-        finding_due_dates_apply(team_id=run.team_id, now=due_written_at, **unsettled)
+        finding_due_dates_apply(team_id=run.team_id, **unsettled)
         t5 = time.perf_counter()
         RankingRun.objects.filter(pk=run.pk).update(
             status=RunStatus.DONE,
@@ -268,8 +260,6 @@ def _execute(run: RankingRun) -> None:
         # The due dates just written settled what `settled` said: it is not kept.
         run_id=run.pk, gathered=replace(gathered, settled=None), result=result, rows=rows,
         gathered_at=gathered_at, results_digest=digest, services_digest=services_digest,
-        due_written_at=due_written_at,
-        written_after_gather=written_after,
         policy=policy,
     )
     _PREVIOUS.move_to_end(run.team_id)
