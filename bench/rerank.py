@@ -14,8 +14,10 @@ Last line: {"full_seconds": …, "incremental_seconds": …, "first_page_ms": �
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
+import pstats
 import random
 import resource
 import sys
@@ -150,8 +152,9 @@ def build(*, findings: int, services: int, edges: int, versions: int, seed: int)
 
 
 def reusable(*, findings: int) -> int | None:
-    """The bench team of an earlier build, reset to before its first ranking run, when it
-    holds `findings` findings; else None."""
+    """The bench team of an earlier build, reset to before its first ranking run (no ranks,
+    runs or due dates: ranking runs write nothing else of the team), when it holds
+    `findings` findings; else None."""
     from django.db import connection, transaction
 
     from trustrank.accounts.models import Team
@@ -168,6 +171,7 @@ def reusable(*, findings: int) -> int | None:
             "DELETE FROM ranking_rankchange WHERE run_id IN "
             "(SELECT id FROM ranking_rankingrun WHERE team_id = %s)", [team.pk])
         cur.execute("DELETE FROM ranking_rankingrun WHERE team_id = %s", [team.pk])
+        cur.execute("DELETE FROM findings_findingdue WHERE team_id = %s", [team.pk])
         cur.execute("DELETE FROM accounts_apikey WHERE team_id = %s", [team.pk])
         cur.execute(
             "UPDATE runtime_deployment SET human_impact = 'medium' WHERE service_name = 'svc-3' "
@@ -177,6 +181,7 @@ def reusable(*, findings: int) -> int | None:
         cur.execute("VACUUM ANALYZE findings_finding")
         cur.execute("VACUUM ANALYZE ranking_rankedfinding")
         cur.execute("VACUUM ANALYZE ranking_rankchange")
+        cur.execute("VACUUM ANALYZE findings_findingdue")
     return team.pk
 
 
@@ -189,9 +194,11 @@ def main() -> None:
     parser.add_argument(
         "--reuse", action="store_true",
         help="keep the bench team's evidence and findings from an earlier build when their "
-             "count matches (its ranks, runs and the changed deployment are reset; the due "
-             "dates an earlier run set are kept, so the runs measure a team in steady state, "
-             "not its first ranking)")
+             "count matches (its ranks, runs, due dates and the changed deployment are "
+             "reset, so the full run is the team's first, as after a build)")
+    parser.add_argument(
+        "--profile", action="store_true",
+        help="profile the incremental run (cProfile) and print its 30 costliest calls")
     args = parser.parse_args()
 
     import django
@@ -216,12 +223,19 @@ def main() -> None:
 
     cpu: dict[str, float] = {}
 
-    def run(label: str) -> float:
+    def run(label: str, profile: bool = False) -> float:
         r = ranking_run_request(team_id=team_id, trigger="bench", delay_seconds=0)
         pg = _backend_cpu()
+        profiler = cProfile.Profile() if profile else None
         start, c = time.perf_counter(), time.process_time()
+        if profiler is not None:
+            profiler.enable()
         status = ranking_run_execute(run_id=r.pk)
+        if profiler is not None:
+            profiler.disable()
         took, took_cpu = time.perf_counter() - start, time.process_time() - c
+        if profiler is not None:
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
         pg = _backend_cpu() - pg
         r = RankingRun.objects.get(pk=r.pk)
         assert status == "done", r.error
@@ -241,7 +255,7 @@ def main() -> None:
             "UPDATE runtime_deployment SET human_impact = 'very high' "
             "WHERE service_name = 'svc-3' AND environment_id IN "
             "(SELECT id FROM runtime_environment WHERE team_id = %s)", [team_id])
-    incremental = run("incremental run")
+    incremental = run("incremental run", profile=args.profile)
 
     key = api_key_issue(team=Team.objects.get(pk=team_id), name="bench", scopes=["read"]).secret
     client = Client(HTTP_X_API_KEY=key)

@@ -153,6 +153,42 @@ def test_ranked_rows_copy_as_text_keeps_every_value():
         assert {r[0]: r[1:] for r in cur.fetchall()} == rows
 
 
+def test_rank_history_copy_as_text_keeps_every_value():
+    """The history rows are COPY text formatted by the store: a why whose factor values hold
+    backslashes, tabs, quotes and newlines, scores of every kind, new and gone findings
+    read back exactly."""
+    import orjson
+
+    from trustrank.accounts.models import Team
+    from trustrank.ranking.services.store import _history
+
+    team = Team.objects.create(name="history-text")
+    run = RankingRun.objects.create(team=team, trigger="test")
+    odd = 'C:\\temp\tx "y"\nz ü'
+
+    def ctx(value: str, effect: float) -> bytes:
+        return orjson.dumps({"explanation": [{"name": "path", "value": value,
+                                              "effect": effect}]})
+
+    new_context = {"a" * 64: ctx("internet", 1.0), "b" * 64: ctx(odd, 2.5)}
+    before = {1: (5, 5, "", 0.1 + 0.2, "scheduled", "a" * 64),
+              3: (9, 9, "", 12.0, "defer", "a" * 64)}
+    rows = {1: (2, 2, "", 1e-7, "immediate", "b" * 64),
+            2: (7, 7, "", 100.0, "out-of-cycle", "a" * 64)}
+    with connection.cursor() as cur:
+        _history(cur, run=run, moved=[1, 2], gone=[], before=before, rows=rows,
+                 new_context=new_context, first=False)
+    by_id = {c.finding_id: c for c in RankChange.objects.filter(run=run)}
+    one, two = by_id[1], by_id[2]
+    assert (one.rank, one.score, one.decision) == (2, 1e-7, "immediate")
+    assert (one.previous_rank, one.previous_score, one.previous_decision) == (
+        5, 0.1 + 0.2, "scheduled")
+    assert one.why == [{"factor": "path", "before": "internet", "after": odd,
+                        "effect_change": 1.5}]
+    assert (two.rank, two.score, two.previous_rank, two.previous_score,
+            two.previous_decision, two.why) == (7, 100.0, None, None, "", [])
+
+
 def test_full_run_recomputes_only_unsettled_due_dates_and_leaves_what_recomputing_all_would():
     """A full run reads which due dates are settled for which decision with the findings
     and recomputes only the others; the due dates it leaves are those a recomputation of
@@ -207,6 +243,43 @@ def test_due_dates_of_a_changed_policy_are_all_recomputed():
     TriagePolicy.objects.update_or_create(team_id=team_id, defaults={"scheduled_days": 3})
     assert finding_due_dates_apply(team_id=team_id, finding_ids=[],
                                    checked_policy=PolicyDays()) > 0
+
+
+def test_a_first_run_inserts_due_dates_equal_to_a_recomputation_and_keeps_a_hand_set_one():
+    """A first run inserts the due dates of findings that have none in bulk; they are what
+    the recomputation of every finding gives (a second, unrestricted pass writes nothing),
+    and a date a person set between the gather and the insert stays."""
+    from datetime import date
+
+    from trustrank.findings.models import Finding, FindingDue
+    from trustrank.findings.services.due_dates import (
+        PolicyDays,
+        finding_due_dates_apply,
+        finding_due_dates_insert,
+    )
+    from trustrank.ranking.inputs import ranking_inputs_gather
+
+    team_id = build(findings=400, services=40, edges=120, versions=20, seed=14)
+    gathered = ranking_inputs_gather(team_id=team_id)
+    assert gathered.settled == {} and gathered.unsettled_rows == frozenset()
+    runs._PREVIOUS.clear()
+    first = _run(team_id)
+    assert FindingDue.objects.filter(team_id=team_id).count() == first.counts["findings"]
+    assert finding_due_dates_apply(team_id=team_id) == 0
+    by_decision = dict(FindingDue.objects.filter(team_id=team_id).values_list(
+        "decision", "due_date").distinct())
+    assert by_decision["scheduled"] is not None and by_decision.get("defer", None) is None
+
+    pk = Finding.objects.filter(team_id=team_id).order_by("pk").values_list(
+        "pk", flat=True)[0]
+    FindingDue.objects.filter(finding_id=pk).update(due_date=date(2001, 1, 1), manual=True)
+    assert finding_due_dates_insert(team_id=team_id, decisions=[(pk, "immediate")],
+                                    checked_policy=PolicyDays()) == 0
+    due = FindingDue.objects.get(finding_id=pk)
+    assert due.manual and due.due_date == date(2001, 1, 1)
+    # Under another policy than the one checked, nothing is inserted.
+    assert finding_due_dates_insert(team_id=team_id, decisions=[(pk, "immediate")],
+                                    checked_policy=PolicyDays(immediate_days=5)) is None
 
 
 def test_results_digest_updated_by_the_changed_rows_equals_the_whole_digest():

@@ -59,6 +59,9 @@ class Gathered:
     # a ranking run recomputes due dates only where the new decision differs.
     settled: dict[int, str] | None = None
     policy: PolicyDays | None = None
+    # With `settled`: the open findings that have a due-date row not settled for any
+    # decision (few). A finding in neither has no row: its due date can be inserted.
+    unsettled_rows: frozenset[int] | None = None
     # An incremental gather's findings that are new, read again or closed since the
     # previous gather (every other record is the previous one, the same object).
     touched: frozenset[str] | None = None
@@ -435,11 +438,13 @@ SELECT f.id, f.kind, f.vuln_id, f.severity, f.cvss_score, f.in_kev, f.kev_date_a
 def _findings(
     team_id: int, *, changed_since: datetime | None = None,
     settled: dict[int, str] | None = None, policy: PolicyDays | None = None,
+    unsettled_rows: set[int] | None = None,
 ) -> tuple[list[ri.Finding], dict[str, int], set[str]]:
     """(open findings, their database ids, ids that left the open states). With
     `changed_since`, only findings written since then (an incremental run's delta). With
     `settled` and `policy`, `settled` receives each open finding's decision whose due date
-    is settled under `policy` (`settled_decision_sql`)."""
+    is settled under `policy` (`settled_decision_sql`), and `unsettled_rows` the open
+    findings whose due-date row is settled for none."""
     # Raw rows, not the ORM: a million findings is the design point, and building model
     # rows (or even values_list tuples) costs several times the fetch itself.
     assert set(OPEN_STATES) == {"in_triage", "exploitable"}
@@ -503,8 +508,11 @@ def _findings(
                     continue
                 fid = str(pk)
                 ids[fid] = pk
-                if settled_decision and note_settled is not None:
-                    note_settled(pk, share(settled_decision, settled_decision))
+                if settled_decision is not None and note_settled is not None:
+                    if settled_decision:
+                        note_settled(pk, share(settled_decision, settled_decision))
+                    elif unsettled_rows is not None:
+                        unsettled_rows.add(pk)
                 if kind == "vulnerability":
                     key = keys.get(purl) if purl else None
                     if key is None:
@@ -566,12 +574,14 @@ def ranking_inputs_gather(
         ids.update(delta_ids)
         settled: dict[int, str] | None = None
         policy: PolicyDays | None = None
+        unsettled_rows: set[int] | None = None
     else:
         touched = None
         delta = None
         policy = triage_policy_for(team_id=team_id)
-        settled = {}
-        findings, ids, _closed = _findings(team_id, settled=settled, policy=policy)
+        settled, unsettled_rows = {}, set()
+        findings, ids, _closed = _findings(team_id, settled=settled, policy=policy,
+                                           unsettled_rows=unsettled_rows)
     inputs = ri.RankInputs(
         services=graph.services, edges=graph.edges, peers=graph.peers,
         origins=graph.origins, deployments=tuple(deployments),
@@ -579,5 +589,8 @@ def ranking_inputs_gather(
         libraries=tuple(libraries), findings=tuple(findings),
     )
     return Gathered(inputs=inputs, finding_ids=ids, window_minutes=minutes, settled=settled,
-                    policy=policy, touched=None if touched is None else frozenset(touched),
+                    policy=policy,
+                    unsettled_rows=None if unsettled_rows is None
+                    else frozenset(unsettled_rows),
+                    touched=None if touched is None else frozenset(touched),
                     delta=None if delta is None else tuple(delta), graph=graph)

@@ -171,16 +171,19 @@ def deployments_from_telemetry(*, team_id: int) -> int:
     services = Service.objects.filter(
         environment__team_id=team_id, kind=NodeKind.SERVICE
     ).exclude(version="")
-    for s in services.only("pk", "environment_id", "namespace", "name", "version"):
-        if (s.environment_id, s.namespace, s.name) in declared:
+    # Plain values: every ranking run asks, for every service of the team.
+    for environment_id, namespace, name, version in services.values_list(
+        "environment_id", "namespace", "name", "version"
+    ):
+        if (environment_id, namespace, name) in declared:
             continue
-        matches = by_name.get((s.name, s.version), [])
+        matches = by_name.get((name, version), [])
         if len(matches) != 1:
             continue
         Deployment.objects.get_or_create(
-            environment_id=s.environment_id,
-            namespace=s.namespace,
-            service_name=s.name,
+            environment_id=environment_id,
+            namespace=namespace,
+            service_name=name,
             defaults={
                 "project_version_id": matches[0],
                 "source": DeploymentSource.TELEMETRY,

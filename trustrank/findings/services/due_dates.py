@@ -11,9 +11,11 @@ against) moves only when a person changes its triage, its due date included.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
+from typing import Any
 
-from django.db import connection
+import psycopg
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from trustrank.accounts.models import Scope
@@ -95,18 +97,20 @@ ON CONFLICT (finding_id) DO UPDATE SET
 
 
 def settled_decision_sql(policy: PolicyDays) -> tuple[str, list[int | None]]:
-    """A SQL expression over `findings_findingdue d` joined to the finding (and its
+    """A SQL expression over `findings_findingdue d` left-joined to the finding (and its
     parameters): the finding's due decision when its due date already is what
     `finding_due_dates_apply` would write for a rank of that decision under `policy` (a day
-    since, and the due date that follows, unless set by hand); else NULL. A finding whose
-    new decision equals it needs no write, so a ranking run that read it can leave the
-    finding out of the recomputation."""
+    since, and the due date that follows, unless set by hand); '' when it has a row
+    settled for no decision; NULL when it has no row. A finding whose new decision equals
+    the first needs no write, so a ranking run that read it can leave the finding out of
+    the recomputation; one without a row can be inserted (`finding_due_dates_insert`)."""
     return (
-        "CASE WHEN d.since IS NOT NULL AND (d.manual OR "
+        "CASE WHEN d.finding_id IS NULL THEN NULL "
+        "WHEN d.since IS NOT NULL AND (d.manual OR "
         "d.due_date IS NOT DISTINCT FROM d.since + CASE d.decision "
         "WHEN 'immediate' THEN %s::integer WHEN 'out-of-cycle' THEN %s::integer "
         "WHEN 'scheduled' THEN %s::integer WHEN 'defer' THEN %s::integer END) "
-        "THEN d.decision END",
+        "THEN d.decision ELSE '' END",
         [policy.immediate_days, policy.out_of_cycle_days, policy.scheduled_days,
          policy.defer_days],
     )
@@ -146,6 +150,56 @@ def finding_due_dates_apply(
             },
         )
         return int(cur.rowcount)
+
+
+def finding_due_dates_insert(
+    *, team_id: int, decisions: list[tuple[int, str]], checked_policy: PolicyDays,
+    today: date | None = None,
+) -> int | None:
+    """The due dates of ranked findings that have none yet, given as (finding id, decision):
+    a team's first ranking run gives one to every finding, and this writes them by one
+    COPY (PostgreSQL stores a chunk while the next is formatted) instead of a join of the
+    whole queue with the findings. Should someone have written a row meanwhile (a date set
+    by hand), the COPY is undone and the rows go in by an upsert that keeps theirs.
+    Returns the rows inserted, or None when the team's policy is no longer
+    `checked_policy` (the caller recomputes every finding instead)."""
+    policy = triage_policy_for(team_id=team_id)
+    if policy != checked_policy:
+        return None
+    day = today or timezone.localdate()
+    dues = {}
+    for decision in DECISION_FIELDS:
+        days = policy.days_for(decision)
+        dues[decision] = r"\N" if days is None else (day + timedelta(days=days)).isoformat()
+    head = f"\t{team_id}\t{day.isoformat()}\t"
+
+    def copy_into(cur: Any, table: str) -> None:
+        with cur.copy(f"COPY {table} (finding_id, team_id, since, decision, due_date, manual) "
+                      "FROM STDIN") as copy:
+            for i in range(0, len(decisions), 50_000):
+                copy.write("".join(
+                    f"{fid}{head}{decision}\t{dues[decision]}\tf\n"
+                    for fid, decision in decisions[i : i + 50_000]
+                ))
+
+    with connection.cursor() as cur:
+        try:
+            with transaction.atomic():
+                copy_into(cur, "findings_findingdue")
+            return len(decisions)
+        except (IntegrityError, psycopg.IntegrityError):
+            pass
+        cur.execute(
+            "CREATE TEMPORARY TABLE due_new (LIKE findings_findingdue) ON COMMIT DROP"
+        )
+        copy_into(cur, "due_new")
+        cur.execute(
+            "INSERT INTO findings_findingdue SELECT * FROM due_new ORDER BY finding_id "
+            "ON CONFLICT (finding_id) DO NOTHING"
+        )
+        inserted = int(cur.rowcount)
+        cur.execute("DROP TABLE due_new")
+    return inserted
 
 
 def triage_policy_set(

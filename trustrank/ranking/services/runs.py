@@ -21,6 +21,7 @@ from django.utils import timezone
 from trustrank.findings.services.due_dates import (
     PolicyDays,
     finding_due_dates_apply,
+    finding_due_dates_insert,
     triage_policy_for,
 )
 from trustrank.ranking.inputs import Gathered, rank_settings, ranking_inputs_gather
@@ -228,7 +229,7 @@ def _execute(run: RankingRun) -> None:
         # What the due dates below are computed under (they read it again: should it
         # change in between, the next run finds it differs and recomputes every one).
         policy = triage_policy_for(team_id=run.team_id)
-        finding_due_dates_apply(team_id=run.team_id, **unsettled)
+        _due_dates(run.team_id, gathered, unsettled, written_after, rows)
         t5 = time.perf_counter()
         RankingRun.objects.filter(pk=run.pk).update(
             status=RunStatus.DONE,
@@ -283,6 +284,36 @@ def _unsettled(
     todo = [fid for fid, row in rows.items() if get(fid) != row[4]]
     todo.extend(written_after)
     return {"finding_ids": todo, "checked_policy": gathered.policy}
+
+
+def _due_dates(
+    team_id: int, gathered: Gathered, unsettled: dict[str, Any],
+    written_after: tuple[int, ...], rows: dict[int, _Row],
+) -> None:
+    """Recompute the due dates `unsettled` names. Of a full run's, those of findings with
+    no due-date row at all (every finding on a team's first run) are inserted in bulk
+    (`finding_due_dates_insert`); the rest go through the recomputation, which checks
+    each finding as it is now."""
+    ids: list[int] | None = unsettled.get("finding_ids")
+    policy = unsettled.get("checked_policy")
+    unsettled_rows = gathered.unsettled_rows
+    if ids and policy is not None and gathered.settled is not None and unsettled_rows is not None:
+        settled, written = gathered.settled, set(written_after)
+        fresh = [fid for fid in ids
+                 if fid not in settled and fid not in unsettled_rows and fid not in written
+                 and fid in rows]
+        if fresh:
+            done = finding_due_dates_insert(
+                team_id=team_id, checked_policy=policy,
+                decisions=[(fid, rows[fid][4]) for fid in fresh],
+            )
+            if done is None:
+                unsettled = {}  # the policy changed since the gather: recompute all
+            else:
+                known = set(fresh)
+                unsettled = {**unsettled,
+                             "finding_ids": [fid for fid in ids if fid not in known]}
+    finding_due_dates_apply(team_id=team_id, **unsettled)
 
 
 def _decided_anew(
