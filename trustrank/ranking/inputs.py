@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -417,22 +417,50 @@ SELECT f.id, f.kind, f.vuln_id, f.severity, f.cvss_score, f.in_kev, f.kev_date_a
        -- fetched at once hold every value in memory.
        CASE WHEN COALESCE(f.component_purl, '') = '' THEN f.component_key END,
        CASE WHEN COALESCE(f.component_purl, '') = '' THEN f.component_name END,
-       CASE WHEN f.kind <> 'vulnerability' THEN f.category END,
-       CASE WHEN f.kind <> 'vulnerability' THEN f.environment END,
-       CASE WHEN f.kind <> 'vulnerability' THEN COALESCE(s.name, NULLIF(i.service_name, ''))
-       END,
+       {other},
        f.baseline_priority,
-       CASE WHEN f.kind <> 'vulnerability' THEN left(f.fingerprint, 16) END,
+       {subject},
        f.state IN ('in_triage', 'exploitable'),
        {settled}
   FROM findings_finding f
-  LEFT JOIN runtime_service s ON s.id = f.service_id
+  {joins}
   {due_join}
-  -- An identity finding is about the service its SPIFFE ID is mapped to.
-  LEFT JOIN identity_identity i ON i.id = f.identity_id
  WHERE f.team_id = %s AND {where}
  ORDER BY f.id
 """
+
+# What only identity and reliability findings read: their category, environment, the
+# service they are about and a short subject.
+_OTHER_COLUMNS = (
+    "CASE WHEN f.kind <> 'vulnerability' THEN f.category END, "
+    "CASE WHEN f.kind <> 'vulnerability' THEN f.environment END, "
+    "CASE WHEN f.kind <> 'vulnerability' THEN COALESCE(s.name, NULLIF(i.service_name, '')) "
+    "END"
+)
+_OTHER_SUBJECT = "CASE WHEN f.kind <> 'vulnerability' THEN left(f.fingerprint, 16) END"
+_OTHER_JOINS = (
+    "LEFT JOIN runtime_service s ON s.id = f.service_id "
+    # An identity finding is about the service its SPIFFE ID is mapped to.
+    "LEFT JOIN identity_identity i ON i.id = f.identity_id"
+)
+
+
+def _findings_statements(where: str, settled: str, due_join: str, *, split: bool) -> list[str]:
+    """The findings read: one statement, or (`split`) one for vulnerabilities, which need
+    neither the joins nor the other kinds' columns (a million rows: the joins alone were
+    a second of PostgreSQL's time), and one for the other kinds."""
+    if not split:
+        return [_FINDINGS_SQL.format(other=_OTHER_COLUMNS, subject=_OTHER_SUBJECT,
+                                     joins=_OTHER_JOINS, due_join=due_join, settled=settled,
+                                     where=where)]
+    return [
+        _FINDINGS_SQL.format(other="NULL, NULL, NULL", subject="NULL", joins="",
+                             due_join=due_join, settled=settled,
+                             where=f"f.kind = 'vulnerability' AND {where}"),
+        _FINDINGS_SQL.format(other=_OTHER_COLUMNS, subject=_OTHER_SUBJECT,
+                             joins=_OTHER_JOINS, due_join=due_join, settled=settled,
+                             where=f"f.kind <> 'vulnerability' AND {where}"),
+    ]
 
 
 def _findings(
@@ -457,14 +485,12 @@ def _findings(
         "LEFT JOIN findings_findingdue d ON d.finding_id = f.id" if settled_params else ""
     )
     if changed_since is None:
-        sql, params = (
-            _FINDINGS_SQL.format(where="f.state IN ('in_triage', 'exploitable')",
-                                 settled=settled_sql, due_join=due_join),
-            [*settled_params, team_id],
-        )
+        statements = _findings_statements("f.state IN ('in_triage', 'exploitable')",
+                                          settled_sql, due_join, split=True)
+        params = [*settled_params, team_id]
     else:
-        sql = _FINDINGS_SQL.format(where="f.updated_at >= %s", settled=settled_sql,
-                                   due_join=due_join)
+        statements = _findings_statements("f.updated_at >= %s", settled_sql, due_join,
+                                          split=False)
         params = [*settled_params, team_id, changed_since]
     note_settled = settled.__setitem__ if settled is not None else None
     findings: list[ri.Finding] = []
@@ -484,9 +510,15 @@ def _findings(
     append = findings.append
     # A server-side cursor read in chunks: the driver never holds a million rows at once
     # (the memory it frees would stay with the process, outside Python's own arenas).
-    with transaction.atomic(), connection.chunked_cursor() as cur:
-        cur.execute(sql, params)
-        while chunk := cur.fetchmany(CHUNK):
+    def chunks() -> Iterator[list[tuple[Any, ...]]]:
+        for sql in statements:
+            with connection.chunked_cursor() as cur:
+                cur.execute(sql, params)
+                while chunk := cur.fetchmany(CHUNK):
+                    yield chunk
+
+    with transaction.atomic():
+        for chunk in chunks():
             closed.update(str(r[0]) for r in chunk if not r[20])
             advisories = {r[10] for r in chunk if r[10]} - advisories_seen
             if advisories:
@@ -566,12 +598,18 @@ def ranking_inputs_gather(
         # The previous records less those read again or closed, then the ones read: one
         # set lookup per finding rather than a dictionary of a million.
         touched = {f.id for f in delta} | closed
-        findings = [f for f in previous.inputs.findings if f.id not in touched]
-        findings.extend(delta)
-        ids = dict(previous.finding_ids)
-        for fid in closed:
-            ids.pop(fid, None)
-        ids.update(delta_ids)
+        findings: Sequence[ri.Finding]
+        if touched:
+            findings = [f for f in previous.inputs.findings if f.id not in touched]
+            findings.extend(delta)
+            ids = dict(previous.finding_ids)
+            for fid in closed:
+                ids.pop(fid, None)
+            ids.update(delta_ids)
+        else:
+            # No finding written since: the previous records and ids as they are (neither
+            # is changed after a gather), not a copy of a million of each.
+            findings, ids = previous.inputs.findings, previous.finding_ids
         settled: dict[int, str] | None = None
         policy: PolicyDays | None = None
         unsettled_rows: set[int] | None = None

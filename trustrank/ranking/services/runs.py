@@ -303,6 +303,9 @@ def _due_dates(
                  if fid not in settled and fid not in unsettled_rows and fid not in written
                  and fid in rows]
         if fresh:
+            # In id order: the primary key's B-tree then grows at its right edge instead of
+            # splitting pages all over (the queue's order is random by id).
+            fresh.sort()
             done = finding_due_dates_insert(
                 team_id=team_id, checked_policy=policy,
                 decisions=[(fid, rows[fid][4]) for fid in fresh],
