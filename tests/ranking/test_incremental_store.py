@@ -153,6 +153,26 @@ def test_ranked_rows_copy_as_text_keeps_every_value():
         assert {r[0]: r[1:] for r in cur.fetchall()} == rows
 
 
+def test_a_queue_written_whole_has_the_digest_of_its_rows(monkeypatch):
+    """A run that rewrites the whole queue hashes its rows while they are sent: the digest
+    is the one of the rows stored, and equals a run's that writes row by row."""
+    from trustrank.ranking.services import store
+
+    team_id = build(findings=500, services=50, edges=150, versions=25, seed=15)
+    runs._PREVIOUS.clear()
+    row_by_row = _run(team_id)
+    stored = _stored(team_id)
+    rows = {r[0]: (r[1], r[2], r[3], r[4], r[5], r[6]) for r in stored}
+    assert row_by_row.results_digest == runs._rows_digest(rows)
+    monkeypatch.setattr(store, "_REWRITE_ABOVE", 0)
+    with connection.cursor() as cur:
+        cur.execute("DELETE FROM ranking_rankedfinding WHERE team_id = %s", [team_id])
+    runs._PREVIOUS.clear()
+    whole = _run(team_id)
+    assert _stored(team_id) == stored
+    assert whole.results_digest == row_by_row.results_digest
+
+
 def test_rank_history_copy_as_text_keeps_every_value():
     """The history rows are COPY text formatted by the store: a why whose factor values hold
     backslashes, tabs, quotes and newlines, scores of every kind, new and gone findings
@@ -268,7 +288,7 @@ def test_a_first_run_inserts_due_dates_equal_to_a_recomputation_and_keeps_a_hand
     assert finding_due_dates_apply(team_id=team_id) == 0
     by_decision = dict(FindingDue.objects.filter(team_id=team_id).values_list(
         "decision", "due_date").distinct())
-    assert by_decision["scheduled"] is not None and by_decision.get("defer", None) is None
+    assert by_decision["scheduled"] is not None and by_decision.get("defer") is None
 
     pk = Finding.objects.filter(team_id=team_id).order_by("pk").values_list(
         "pk", flat=True)[0]

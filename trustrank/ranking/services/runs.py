@@ -200,17 +200,20 @@ def _execute(run: RankingRun) -> None:
     t2 = time.perf_counter()
     _phase(run, "storing")
     with transaction.atomic():
-        counts, rows, (changed, gone) = _store(
+        counts, rows, (changed, gone), rows_hash = _store(
             run=run, result=result, gathered=gathered,
             before=cached.rows if incremental and cached is not None else None,
             previous=cached.result if incremental and cached is not None else None,
             previous_ids=cached.gathered.finding_ids
             if incremental and cached is not None else None,
+            row_hashes=_row_hashes,
         )
         t3 = time.perf_counter()
         if incremental and cached is not None and cached.results_digest:
             digest = _rows_digest_update(cached.results_digest, before=cached.rows,
                                          rows=rows, changed=changed, gone=gone)
+        elif rows_hash is not None:
+            digest = f"{rows_hash % _MODULUS:064x}"  # `_rows_digest(rows)`, hashed by the store
         else:
             digest = _rows_digest(rows)
         services_digest = services_store(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import hashlib
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from operator import itemgetter
 from typing import Any
@@ -74,6 +74,9 @@ def context_of(r: RankedFinding) -> dict[str, Any]:
     }
 
 
+_Row = tuple[int, int, str, float, str, str]
+
+
 # Above this many changed ranks a run rewrites the team's queue whole (delete + COPY) rather
 # than row by row.
 _REWRITE_ABOVE = 250_000
@@ -87,16 +90,19 @@ def _store(
     before: dict[int, tuple[int, int, str, float, str, str]] | None = None,
     previous: RankResult | None = None,
     previous_ids: dict[str, int] | None = None,
-) -> tuple[dict[str, Any], dict[int, tuple[int, int, str, float, str, str]],
-           tuple[list[int], list[int]]]:
+    row_hashes: Callable[[Iterable[tuple[int, _Row]]], int] | None = None,
+) -> tuple[dict[str, Any], dict[int, _Row], tuple[list[int], list[int]], int | None]:
     """Write the run's ranks; `before` is the stored queue when the caller knows it (an
     incremental run), else it is read; `previous` is the result `before` was made from, if
     the caller kept it, and `previous_ids` the finding ids it was made with. Returns the
-    counts, the rows now stored, and the findings whose row was written (new or changed)
-    and whose row was dropped."""
+    counts, the rows now stored, the findings whose row was written (new or changed)
+    and whose row was dropped, and, when the whole queue was written and `row_hashes`
+    given, `row_hashes` of every (finding id, row): computed chunk by chunk while
+    PostgreSQL stores the chunk before, where it costs no wall time."""
     with _collector_paused():
         return _store_rows(run=run, result=result, gathered=gathered, before=before,
-                           previous=previous, previous_ids=previous_ids)
+                           previous=previous, previous_ids=previous_ids,
+                           row_hashes=row_hashes)
 
 
 def _store_rows(
@@ -107,8 +113,8 @@ def _store_rows(
     before: dict[int, tuple[int, int, str, float, str, str]] | None,
     previous: RankResult | None,
     previous_ids: dict[str, int] | None,
-) -> tuple[dict[str, Any], dict[int, tuple[int, int, str, float, str, str]],
-           tuple[list[int], list[int]]]:
+    row_hashes: Callable[[Iterable[tuple[int, _Row]]], int] | None = None,
+) -> tuple[dict[str, Any], dict[int, _Row], tuple[list[int], list[int]], int | None]:
     # The context of a ranked finding, keyed cheaply: the engine shares one factor tuple
     # per advisory facts and one per deployment context, so their identities (alive as
     # long as `result`) stand for their values; the other fields are plain values, sliced
@@ -200,7 +206,13 @@ def _store_rows(
                     [_int_array(changed)],
                 )
             targets = changed
-        _copy_ranked(cur, team_id=run.team_id, run_id=run.pk, targets=targets, rows=rows)
+        hashed: list[int] = []
+        on_chunk = None
+        if rewrite and row_hashes is not None:
+            def on_chunk(chunk: list[int]) -> None:
+                hashed.append(row_hashes((fid, rows[fid]) for fid in chunk))
+        _copy_ranked(cur, team_id=run.team_id, run_id=run.pk, targets=targets, rows=rows,
+                     on_chunk=on_chunk)
         if rewrite:
             # The planner must know the new queue's size to walk its index for a page.
             cur.execute("ANALYZE ranking_rankedfinding")
@@ -212,7 +224,7 @@ def _store_rows(
         "updated": len(changed),
         "left_queue": len(gone),
     }
-    return counts, rows, (changed, gone)
+    return counts, rows, (changed, gone), sum(hashed) if on_chunk is not None else None
 
 
 def _walk_changed(
@@ -306,10 +318,12 @@ def _copy_text(value: str) -> str:
 def _copy_ranked(
     cur: Any, *, team_id: int, run_id: int, targets: list[int],
     rows: dict[int, tuple[int, int, str, float, str, str]],
+    on_chunk: Callable[[list[int]], None] | None = None,
 ) -> None:
     """COPY the ranked rows of `targets`, formatted here a chunk at a time: the driver's
     per-row path costs about three times as much at a million rows. A float's repr reads
-    back as the same float8."""
+    back as the same float8. `on_chunk` is called with each chunk's ids once it is sent,
+    while PostgreSQL stores it."""
     texts: dict[str, str] = {}
     with cur.copy(
         "COPY ranking_rankedfinding (finding_id, team_id, run_id, rank, env_rank, "
@@ -318,7 +332,8 @@ def _copy_ranked(
         for start in range(0, len(targets), 50_000):
             lines: list[str] = []
             append = lines.append
-            for fid in targets[start : start + 50_000]:
+            chunk = targets[start : start + 50_000]
+            for fid in chunk:
                 rank_, env_rank, env, score, decision, ctx_id = rows[fid]
                 env_text = texts.get(env)
                 if env_text is None:
@@ -326,6 +341,8 @@ def _copy_ranked(
                 append(f"{fid}\t{team_id}\t{run_id}\t{rank_}\t{env_rank}\t{env_text}\t"
                        f"{score!r}\t{decision}\t{ctx_id}\n")
             copy.write("".join(lines))
+            if on_chunk is not None:
+                on_chunk(chunk)
 
 
 @contextmanager
@@ -409,7 +426,7 @@ def _history(
             t = whys_text[why] = why.replace("\\", "\\\\")
         return t
 
-    lines = []
+    lines: list[str] = []
     append = lines.append
     for fid in moved:
         new = rows[fid]
