@@ -376,6 +376,11 @@ TRUSTRANK_RANKING_WEIGHTS_VERSION = envstr("TRUSTRANK_RANKING_WEIGHTS_VERSION", 
 TRUSTRANK_RANKING_EPSS_POC_THRESHOLD = envfloat("TRUSTRANK_RANKING_EPSS_POC_THRESHOLD", 0.1)
 # Telemetry (calls, library use) older than this does not count.
 TRUSTRANK_RANKING_WINDOW_MINUTES = envint("TRUSTRANK_RANKING_WINDOW_MINUTES", 1440, minimum=1)
+# A ranking run that gives at least this many findings their first due date inserts them on
+# a second database connection while it stores the queue (a team's first run).
+TRUSTRANK_RANKING_DUE_THREAD_ABOVE = envint(
+    "TRUSTRANK_RANKING_DUE_THREAD_ABOVE", 50_000, minimum=1
+)
 # A load (SBOM, traces, certificates, feeds) starts a ranking run this long after it; loads
 # that follow within the delay share the run.
 TRUSTRANK_RANKING_DEBOUNCE_SECONDS = envint("TRUSTRANK_RANKING_DEBOUNCE_SECONDS", 60, minimum=0)

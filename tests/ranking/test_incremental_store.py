@@ -153,6 +153,37 @@ def test_ranked_rows_copy_as_text_keeps_every_value():
         assert {r[0]: r[1:] for r in cur.fetchall()} == rows
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_first_run_inserts_many_due_dates_on_a_second_connection(settings, monkeypatch):
+    """Above the setting, a first run's due dates go in on a connection of their own while
+    the queue is stored: every ranked finding gets the date a recomputation gives, a date
+    set by hand before the run stays, and nothing is left for the run's own pass."""
+    from datetime import date
+
+    from trustrank.findings.models import Finding, FindingDue
+    from trustrank.findings.services.due_dates import finding_due_dates_apply
+
+    settings.TRUSTRANK_RANKING_DUE_THREAD_ABOVE = 100
+    team_id = build(findings=400, services=40, edges=120, versions=20, seed=16)
+    pk = Finding.objects.filter(team_id=team_id).order_by("pk").values_list(
+        "pk", flat=True)[0]
+    FindingDue.objects.create(finding_id=pk, team_id=team_id, due_date=date(2001, 1, 1),
+                              manual=True)
+    started: list[object] = []
+    real = runs._DueInserter.start
+    monkeypatch.setattr(runs._DueInserter, "start", classmethod(
+        lambda cls, *args: started.append(real(*args)) or started[-1]))
+    runs._PREVIOUS.clear()
+    first = _run(team_id)
+    inserter = started[0]
+    assert isinstance(inserter, runs._DueInserter)
+    assert inserter.inserted == first.counts["findings"] - 1  # all but the hand-set one
+    assert FindingDue.objects.filter(team_id=team_id).count() == first.counts["findings"]
+    assert finding_due_dates_apply(team_id=team_id) == 0
+    due = FindingDue.objects.get(finding_id=pk)
+    assert due.manual and due.due_date == date(2001, 1, 1) and due.decision != ""
+
+
 def test_a_queue_written_whole_has_the_digest_of_its_rows(monkeypatch):
     """A run that rewrites the whole queue hashes its rows while they are sent: the digest
     is the one of the rows stored, and equals a run's that writes row by row."""
