@@ -235,7 +235,7 @@ def main() -> None:
             profiler.disable()
         took, took_cpu = time.perf_counter() - start, time.process_time() - c
         if profiler is not None:
-            pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+            pstats.Stats(profiler).sort_stats("cumulative").print_stats(45)
         pg = _backend_cpu() - pg
         r = RankingRun.objects.get(pk=r.pk)
         assert status == "done", r.error

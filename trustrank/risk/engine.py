@@ -157,13 +157,21 @@ class _Scorer:
         return (-best_d, not best.deployed, -score, f.id), row
 
 
-def _services(index: ContextIndex, analyses: Mapping[str, EnvironmentAnalysis]) -> tuple[
-        ServiceResult, ...]:
+def _services(
+    index: ContextIndex, analyses: Mapping[str, EnvironmentAnalysis],
+    reuse: Callable[[str, str, str], ServiceResult | None] | None = None,
+) -> tuple[ServiceResult, ...]:
+    """Every service's result; `reuse(environment, name, version)` gives the previous
+    run's result for a service nothing it depends on changed since (else None)."""
     out = []
     for env in sorted(analyses):
         for name, svc in sorted(analyses[env].services.items()):
             deps = index.by_service.get((env, name), [])
             version = deps[0].project_version if deps else ""
+            kept = reuse(env, name, version) if reuse is not None else None
+            if kept is not None:
+                out.append(kept)
+                continue
             trust, _ = index.fused_trust(svc, version, None)
             out.append(ServiceResult(
                 environment=env, name=name, trust=trust, identity_trust=svc.identity_trust,
@@ -402,7 +410,16 @@ def rank_incremental(
             inputs=inputs, settings=settings, findings_sum=findings_sum,
             known=previous.digest_parts, parts=parts,
         ) if with_digest else ""
-        service_results = _services(index, analyses)
+        before = {(r.environment, r.name): r for r in previous.services}
+
+        def reuse(env: str, name: str, version: str) -> ServiceResult | None:
+            # A service's result reads its environment's analysis, its deployment and the
+            # provenance of the version deployed: unchanged, the previous result stands.
+            if (env in dirty_envs or (env, name) in services or version in dirty_versions):
+                return None
+            return before.get((env, name))
+
+        service_results = _services(index, analyses, reuse)
     return RankResult(
         settings_version=settings.version,
         inputs_digest=digest,
