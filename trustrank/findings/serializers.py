@@ -26,6 +26,9 @@ class FindingSerializer(serializers.ModelSerializer[Finding]):
     assignee = serializers.IntegerField(source="assignee_id", allow_null=True, read_only=True)
     assignee_name = serializers.SerializerMethodField()
     overdue = serializers.BooleanField(read_only=True)
+    # Read from the finding's FindingDue (None until ranked or set by hand).
+    due_date = serializers.DateField(read_only=True, allow_null=True)
+    due_date_manual = serializers.BooleanField(read_only=True)
 
     class Meta:
         model = Finding
