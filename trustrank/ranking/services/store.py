@@ -163,13 +163,20 @@ def _store_rows(
                 changed_on_the_way.append(fid)
     new_context = {ctx[0]: ctx[1] for ctx in contexts.values()}
     with connection.cursor() as cur:
+        # Only the contexts not stored yet are sent: an incremental run's walked rows
+        # mostly keep theirs, and PostgreSQL parsed megabytes of JSON to find them there.
+        cur.execute(
+            "SELECT digest FROM ranking_rankcontext WHERE digest = ANY(%s::varchar[])",
+            ["{" + ",".join(new_context) + "}"],
+        )
+        stored = {row[0] for row in cur.fetchall()}
         # One JSON object (digest -> context) as one parameter: the driver quotes a string
         # in C, where a text array is escaped element by element in Python.
         cur.execute(
             "INSERT INTO ranking_rankcontext (digest, data, created_at) "
             "SELECT key, value, now() FROM jsonb_each(%s::jsonb) "
             "ON CONFLICT (digest) DO NOTHING",
-            [_json_object(new_context)],
+            [_json_object({d: b for d, b in new_context.items() if d not in stored})],
         )
         if before is None:
             cur.execute(
