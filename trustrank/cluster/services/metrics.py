@@ -62,6 +62,20 @@ def series_key(*, name: str, labels: Sequence[tuple[str, str]]) -> str:
     return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
 
 
+def series_keys(idents: Iterable[tuple[str, Labels]]) -> list[str]:
+    """`series_key` of many (name, labels): the labels' part is built once per label set
+    (the 40 series of a dcgm GPU share one)."""
+    texts: dict[Labels, bytes] = {}
+    keys = []
+    md5 = hashlib.md5
+    for name, labels in idents:
+        text = texts.get(labels)
+        if text is None:
+            text = texts[labels] = "\x1e".join(map("\x1d".join, labels)).encode()
+        keys.append(md5(name.encode() + b"\x1f" + text, usedforsecurity=False).hexdigest())
+    return keys
+
+
 @dataclass(frozen=True)
 class MetricsLoaded:
     series: int
@@ -152,7 +166,7 @@ def _link_values(labels: Sequence[tuple[str, str]]) -> list[str]:
 
 
 _SERIES_BATCH = "cluster_series_batch"
-_SERIES_COLUMNS = ("key", "name", "labels", "kind", "unit", "namespace", "pod", "container",
+_SERIES_COLUMNS = ("key", "name", "kind", "unit", "labels", "namespace", "pod", "container",
                    "node", "gpu", "gpu_uuid")
 _SERIES_BATCH_CREATE = f"""
 CREATE TEMP TABLE IF NOT EXISTS {_SERIES_BATCH} (
@@ -187,6 +201,28 @@ def _copy_text_escape(text: str) -> str:
             .replace("\r", "\\r"))
 
 
+def _series_rows(unknown: dict[str, int], items: Sequence[Series]) -> str:
+    """The COPY text of the new series: one buffer, escaped by C-level replaces, rather
+    than a write_row per series (a large cluster's first scrape has 320,000). The labels
+    (JSON and link columns) are escaped once per label set and names once per name: the
+    40 series of a dcgm GPU share their labels, 8,000 GPUs share each name."""
+    by_labels: dict[Labels, str] = {}
+    by_name: dict[tuple[str, str, str], str] = {}
+    rows = []
+    for key, position in unknown.items():
+        item = items[position]
+        labels = by_labels.get(item.labels)
+        if labels is None:
+            labels = by_labels[item.labels] = "\t".join(map(_copy_text_escape, (
+                orjson.dumps(dict(item.labels)).decode(), *_link_values(item.labels))))
+        named = by_name.get((item.name, item.kind, item.unit))
+        if named is None:
+            named = by_name[(item.name, item.kind, item.unit)] = "\t".join(map(
+                _copy_text_escape, (item.name[:255], str(item.kind)[:16], item.unit[:64])))
+        rows.append(f"{key}\t{named}\t{labels}")
+    return "\n".join(rows) + "\n"
+
+
 def _series_upsert(
     *, cluster: Cluster, unknown: dict[str, int], items: Sequence[Series], now: datetime
 ) -> tuple[dict[str, int], int]:
@@ -204,16 +240,7 @@ def _series_upsert(
             with cur.copy(
                 f"COPY {_SERIES_BATCH} ({', '.join(_SERIES_COLUMNS)}) FROM STDIN"
             ) as copy:
-                # One text buffer, each row escaped by C-level replaces, rather than a
-                # write_row per series: a large cluster's first scrape has 320,000.
-                rows = []
-                for key, position in unknown.items():
-                    item = items[position]
-                    rows.append(_copy_text_escape("\x00".join((
-                        key, item.name[:255], orjson.dumps(dict(item.labels)).decode(),
-                        str(item.kind)[:16], item.unit[:64], *_link_values(item.labels),
-                    ))).replace("\x00", "\t"))
-                copy.write("\n".join(rows) + "\n")
+                copy.write(_series_rows(unknown, items))
             # The new rows come back from the INSERT; only series that existed already
             # (another worker made them, or a cache was cleared) are looked up, by the
             # unique (cluster, key) index. A join of the batch against the cluster's

@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from trustrank.cluster.models import Cluster
 from trustrank.cluster.services import metrics
-from trustrank.cluster.services.metrics import MetricsLoaded, minutes_store, series_key
+from trustrank.cluster.services.metrics import MetricsLoaded, minutes_store, series_keys
 from trustrank.parsers.otlp_metrics import RESOURCE_LABELS, ParsedMetrics, ResourceMetrics
 from trustrank.parsers.series import Labels, MetricKind, Series
 
@@ -129,10 +129,11 @@ class OtlpPoints:
     ) -> int:
         items: list[Series] = []
         by_key: dict[str, int] = {}
-        for ident in unknown:
+        keys = series_keys((name, labels) for _, name, labels in unknown)
+        for key, ident in zip(keys, unknown, strict=True):
             _, name, labels = ident
             kind, unit = kinds[ident]
-            by_key[series_key(name=name, labels=labels)] = len(items)
+            by_key[key] = len(items)
             items.append(Series(name, labels, kind, (), (), unit))
         found, created = metrics._series_upsert(
             cluster=self.cluster, unknown=by_key, items=items, now=now
