@@ -31,11 +31,49 @@ TABLE = "cluster_metricminute"
 _MINUTE_MS = 60_000
 _DAY_MS = 86_400_000
 
-# (cluster id, name, labels) -> series id. Series are created once and never change their
-# id, so a worker keeps what it has looked up; bounded so a churning cluster cannot grow
-# it without limit. Filled only after commit (a rolled-back insert leaves no stale id).
-_SERIES_IDS: dict[tuple[int, str, Labels], int] = {}
-_SERIES_IDS_MAX = 2_000_000
+
+
+class SeriesIds:
+    """The series ids a worker has looked up or created, by (cluster id, labels), then
+    name. Series are created once and never change their id, so a worker keeps them;
+    bounded (`limit` series) so a churning cluster cannot grow it without limit. Filled
+    only after commit: a rolled-back insert leaves no stale id.
+
+    Label set first, because points come label set by label set (a dcgm GPU's 40 metrics
+    share one): a loader hashes a label set once per request and resource, and each point
+    then costs one look-up by name, whose hash Python keeps."""
+
+    def __init__(self, *, limit: int) -> None:
+        self.limit = limit
+        self.size = 0
+        self.by_labels: dict[tuple[int, Labels], dict[str, int]] = {}
+
+    def names(self, cluster_id: int, labels: Labels) -> dict[str, int]:
+        """name -> id for the label set (an empty dict when none is known; read only)."""
+        return self.by_labels.get((cluster_id, labels)) or {}
+
+    def get(self, cluster_id: int, name: str, labels: Labels) -> int | None:
+        names = self.by_labels.get((cluster_id, labels))
+        return None if names is None else names.get(name)
+
+    def remember_on_commit(
+        self, cluster_id: int, found: Sequence[tuple[str, Labels, int]]
+    ) -> None:
+        """Keep (name, labels, id) once the current transaction commits."""
+
+        def remember() -> None:
+            if self.size + len(found) > self.limit:
+                self.by_labels.clear()
+                self.size = 0
+            for name, labels, series_id in found:
+                names = self.by_labels.setdefault((cluster_id, labels), {})
+                self.size += name not in names
+                names[name] = series_id
+
+        transaction.on_commit(remember)
+
+
+_SERIES_IDS = SeriesIds(limit=2_000_000)
 _PARTITIONS: set[date] = set()
 # Every load that creates series of a cluster takes this transaction lock, with the
 # cluster's id, before it writes: loads of one cluster then never race to insert the same
@@ -165,30 +203,27 @@ def _link_values(labels: Sequence[tuple[str, str]]) -> list[str]:
     return found
 
 
-_SERIES_BATCH = "cluster_series_batch"
 _SERIES_COLUMNS = ("key", "name", "kind", "unit", "labels", "namespace", "pod", "container",
                    "node", "gpu", "gpu_uuid")
-_SERIES_BATCH_CREATE = f"""
-CREATE TEMP TABLE IF NOT EXISTS {_SERIES_BATCH} (
-    key varchar(32), name varchar(255), labels jsonb, kind varchar(16), unit varchar(64),
-    namespace varchar(253), pod varchar(253), container varchar(253), node varchar(253),
-    gpu varchar(64), gpu_uuid varchar(128)
-) ON COMMIT DELETE ROWS
-"""
-# A plain INSERT of the keys not stored yet (one probe of the unique index each; OFFSET 0
-# keeps it a probe, not a join over the cluster's series), under the cluster's load lock
-# (`_MERGE_LOCK`, which every writer of series takes first): ON CONFLICT's
-# speculative insertion cost half as much again.
-_SERIES_INSERT = f"""
-INSERT INTO cluster_metricseries (cluster_id, first_seen, {", ".join(_SERIES_COLUMNS)})
-SELECT %s, %s, {", ".join(_SERIES_COLUMNS)} FROM {_SERIES_BATCH} b
-WHERE NOT EXISTS (SELECT 1 FROM cluster_metricseries s WHERE s.cluster_id = %s
-                  AND s.key = b.key OFFSET 0)
-RETURNING key, id
-"""  # noqa: S608 (constant names only)
+# New series go straight into the table by COPY, with ids drawn from its sequence first,
+# under the cluster's load lock (`_MERGE_LOCK`, which every writer of series takes before
+# it looks): after the look-up of the keys, nobody else can insert one of them. An
+# INSERT … SELECT from a session table (with a probe per row and RETURNING) cost about a
+# third more of the backend's time, and ON CONFLICT's speculative insertion more again.
+# The keys go as one comma-separated text (hex digests hold no comma): psycopg's dumping
+# of a list runs a regex per element, a second for a scrape's 320,000 new series.
 _SERIES_FOUND = """
-SELECT key, id FROM cluster_metricseries WHERE cluster_id = %s AND key = ANY(%s)
+SELECT key, id FROM cluster_metricseries
+WHERE cluster_id = %s AND key = ANY(string_to_array(%s, ','))
 """
+_SERIES_IDS_DRAW = """
+SELECT nextval(pg_get_serial_sequence('cluster_metricseries', 'id'))
+FROM generate_series(1, %s)
+"""
+_SERIES_COPY = (
+    f"COPY cluster_metricseries (id, cluster_id, first_seen, {', '.join(_SERIES_COLUMNS)}) "
+    "FROM STDIN"
+)
 
 
 # COPY's text format: backslash, tab, newline and carriage return escaped. (A NUL, which
@@ -201,16 +236,20 @@ def _copy_text_escape(text: str) -> str:
             .replace("\r", "\\r"))
 
 
-def _series_rows(unknown: dict[str, int], items: Sequence[Series]) -> str:
-    """The COPY text of the new series: one buffer, escaped by C-level replaces, rather
-    than a write_row per series (a large cluster's first scrape has 320,000). The labels
-    (JSON and link columns) are escaped once per label set and names once per name: the
-    40 series of a dcgm GPU share their labels, 8,000 GPUs share each name."""
+def _series_rows(
+    keys: Iterable[str], *, ids: Iterable[int], head: str, unknown: dict[str, int],
+    items: Sequence[Series],
+) -> str:
+    """The COPY text of the new series (`head`: the cluster and time columns): one
+    buffer, escaped by C-level replaces, rather than a write_row per series (a large
+    cluster's first scrape has 320,000). The labels (JSON and link columns) are escaped
+    once per label set and names once per name: the 40 series of a dcgm GPU share their
+    labels, 8,000 GPUs share each name."""
     by_labels: dict[Labels, str] = {}
     by_name: dict[tuple[str, str, str], str] = {}
     rows = []
-    for key, position in unknown.items():
-        item = items[position]
+    for key, series_id in zip(keys, ids, strict=True):
+        item = items[unknown[key]]
         labels = by_labels.get(item.labels)
         if labels is None:
             labels = by_labels[item.labels] = "\t".join(map(_copy_text_escape, (
@@ -219,41 +258,37 @@ def _series_rows(unknown: dict[str, int], items: Sequence[Series]) -> str:
         if named is None:
             named = by_name[(item.name, item.kind, item.unit)] = "\t".join(map(
                 _copy_text_escape, (item.name[:255], str(item.kind)[:16], item.unit[:64])))
-        rows.append(f"{key}\t{named}\t{labels}")
+        rows.append(f"{series_id}\t{head}\t{key}\t{named}\t{labels}")
     return "\n".join(rows) + "\n"
 
 
 def _series_upsert(
     *, cluster: Cluster, unknown: dict[str, int], items: Sequence[Series], now: datetime
 ) -> tuple[dict[str, int], int]:
-    """Ids of the series keyed in `unknown`, creating those that do not exist. Through a
-    COPY into a session table and two set-based statements, on psycopg's own cursor:
-    Django's client-side binding rewrites every placeholder of a bulk INSERT with a regex,
-    which cost more than the insert itself for a scrape's new series."""
+    """Ids of the series keyed in `unknown`, creating those that do not exist. On
+    psycopg's own cursor: Django's client-side binding rewrites every placeholder of a
+    bulk statement with a regex, which cost more than the insert itself."""
     import psycopg
 
     with transaction.atomic():
         connection.ensure_connection()
         with psycopg.Cursor(connection.connection) as cur:
-            cur.execute(_SERIES_BATCH_CREATE)
-            cur.execute(f"DELETE FROM {_SERIES_BATCH}")  # noqa: S608 (a constant name)
-            with cur.copy(
-                f"COPY {_SERIES_BATCH} ({', '.join(_SERIES_COLUMNS)}) FROM STDIN"
-            ) as copy:
-                copy.write(_series_rows(unknown, items))
-            # The new rows come back from the INSERT; only series that existed already
-            # (another worker made them, or a cache was cleared) are looked up, by the
-            # unique (cluster, key) index. A join of the batch against the cluster's
-            # series instead read every series of the cluster on each load.
             cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_MERGE_LOCK, cluster.pk])
-            cur.execute(_SERIES_INSERT, [cluster.pk, now, cluster.pk])
+            # Only series that exist already (another worker made them, or a cache was
+            # cleared) are found, by the unique (cluster, key) index; a join against the
+            # cluster's series instead read every series of the cluster on each load.
+            cur.execute(_SERIES_FOUND, [cluster.pk, ",".join(unknown)])
             found = {key: int(series_id) for key, series_id in cur.fetchall()}
-            created = len(found)
             missing = [key for key in unknown if key not in found]
             if missing:
-                cur.execute(_SERIES_FOUND, [cluster.pk, missing])
-                found.update((key, int(series_id)) for key, series_id in cur.fetchall())
-    return found, created
+                cur.execute(_SERIES_IDS_DRAW, [len(missing)])
+                ids = [int(row[0]) for row in cur.fetchall()]
+                head = f"{cluster.pk}\t{now.isoformat()}"
+                with cur.copy(_SERIES_COPY) as copy:
+                    copy.write(_series_rows(missing, ids=ids, head=head, unknown=unknown,
+                                            items=items))
+                found.update(zip(missing, ids, strict=True))
+    return found, len(missing)
 
 
 def _series_ids(
@@ -263,7 +298,7 @@ def _series_ids(
     ids = np.empty(len(items), dtype=np.int64)
     unknown: dict[str, int] = {}
     for position, item in enumerate(items):
-        known = _SERIES_IDS.get((cluster.pk, item.name, item.labels))
+        known = _SERIES_IDS.get(cluster.pk, item.name, item.labels)
         if known is None:
             unknown[series_key(name=item.name, labels=item.labels)] = position
         else:
@@ -271,18 +306,12 @@ def _series_ids(
     if not unknown:
         return ids, 0
     found, created = _series_upsert(cluster=cluster, unknown=unknown, items=items, now=now)
-    new: dict[tuple[int, str, Labels], int] = {}
+    new: list[tuple[str, Labels, int]] = []
     for key, position in unknown.items():
         ids[position] = found[key]
         item = items[position]
-        new[(cluster.pk, item.name, item.labels)] = found[key]
-
-    def remember() -> None:
-        if len(_SERIES_IDS) + len(new) > _SERIES_IDS_MAX:
-            _SERIES_IDS.clear()
-        _SERIES_IDS.update(new)
-
-    transaction.on_commit(remember)
+        new.append((item.name, item.labels, found[key]))
+    _SERIES_IDS.remember_on_commit(cluster.pk, new)
     return ids, created
 
 
