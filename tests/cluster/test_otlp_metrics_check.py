@@ -157,3 +157,15 @@ def test_arbitrary_bytes_give_the_parse_answer_or_its_error():
                 _checked(bytes(body))
         else:
             assert _checked(bytes(body)) == expected
+
+
+def test_label_sets_found_good_are_remembered_and_bad_ones_never():
+    otlp_metrics._CLEAN_RESTS.clear()
+    for _ in range(2):
+        assert _checked(BODIES["dcgm"]) == _expected(BODIES["dcgm"])
+        assert _checked(BODIES["nul label"]) == _expected(BODIES["nul label"])
+    assert len(otlp_metrics._CLEAN_RESTS[OtlpLimits()]) == 3 * 2  # one per GPU (3 nodes)
+    # Another limit is another verdict: a label set good under one may be too long here.
+    tight = OtlpLimits(max_label_length=4)
+    assert _checked(BODIES["dcgm"], limits=tight) == _expected(BODIES["dcgm"], limits=tight)
+    assert _checked(BODIES["dcgm"], limits=tight)[1] > 0
