@@ -29,6 +29,7 @@ from trustrank.cluster.models import (
     ClusterPodChange,
     MetricSeries,
 )
+from trustrank.cluster.services import metrics
 from trustrank.cluster.services.metrics import (
     metrics_minutes_compact,
     metrics_minutes_compact_due,
@@ -325,6 +326,18 @@ def test_each_load_appends_partial_minutes_that_read_and_compact_as_one(team):
     assert [r[4:] for r in minutes(cluster)] == [(1.0, 8.0, 21.0, 5, 8.0)]
     assert metrics_minutes_compact(day=base.date()) == 1
     assert _raw_rows(cluster) == [(base, 5)]
+
+
+def test_minutes_are_copied_in_pieces_across_two_days(team, monkeypatch):
+    monkeypatch.setattr(metrics, "_COPY_CHUNK", 3)
+    cluster = Cluster.objects.create(team=team, name="c")
+    midnight = int(datetime(2026, 11, 30, tzinfo=UTC).timestamp() * 1000)
+    series_store(cluster=cluster, series=[
+        Series("g", (("gpu", str(gpu)),), MetricKind.GAUGE, (midnight - 30_000, midnight),
+               (float(gpu), float(gpu) + 0.5)) for gpu in range(5)])
+    rows = minutes(cluster)
+    assert [(r[3], r[4], r[7]) for r in rows] == [
+        (str(gpu), value, 1) for gpu in range(5) for value in (gpu, gpu + 0.5)]
 
 
 def test_retention_drops_whole_day_partitions(team, settings):

@@ -12,7 +12,7 @@ compacted to one row per minute.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -335,14 +335,25 @@ _PG_EPOCH_MINUTE = 10_957 * (_DAY_MS // _MINUTE_MS)
 _COPY_FIELDS = ("series_id", "minute", "min", "max", "sum", "count", "last", "last_ms")
 
 
-def _copy_buffer(columns: dict[str, np.ndarray[Any, Any]]) -> bytes:
-    rows = np.empty(len(columns["series_id"]), dtype=_COPY_ROW)
-    rows["fields"] = 8
-    for index, name in enumerate(_COPY_FIELDS, start=1):
-        rows[f"l{index}"] = 4 if name == "count" else 8
-        rows[name] = columns[name]
-    rows["minute"] = (columns["minute"] - _PG_EPOCH_MINUTE) * 60_000_000
-    return _COPY_HEADER + rows.tobytes() + _COPY_TRAILER
+# Rows per COPY write: a batch of a million points would otherwise build its whole binary
+# buffer (70 bytes a row) two or three times over in memory.
+_COPY_CHUNK = 65_536
+
+
+def _copy_chunks(columns: dict[str, np.ndarray[Any, Any]]) -> Iterator[bytes]:
+    """The binary COPY stream of the rows, in pieces of `_COPY_CHUNK` rows."""
+    yield _COPY_HEADER
+    total = len(columns["series_id"])
+    for start in range(0, total, _COPY_CHUNK):
+        part = {name: column[start:start + _COPY_CHUNK] for name, column in columns.items()}
+        rows = np.empty(len(part["series_id"]), dtype=_COPY_ROW)
+        rows["fields"] = 8
+        for index, name in enumerate(_COPY_FIELDS, start=1):
+            rows[f"l{index}"] = 4 if name == "count" else 8
+            rows[name] = part[name]
+        rows["minute"] = (part["minute"] - _PG_EPOCH_MINUTE) * 60_000_000
+        yield rows.tobytes()
+    yield _COPY_TRAILER
 
 
 def _minutes_append(*, columns: dict[str, np.ndarray[Any, Any]]) -> None:
@@ -352,13 +363,15 @@ def _minutes_append(*, columns: dict[str, np.ndarray[Any, Any]]) -> None:
     with transaction.atomic():
         connection.ensure_connection()
         with connection.connection.cursor() as cur:
-            for day_number in np.unique(day_of):
-                mask = day_of == day_number
-                rows = {name: column[mask] for name, column in columns.items()}
+            days = np.unique(day_of)
+            for day_number in days:
+                rows = columns if len(days) == 1 else {
+                    name: column[day_of == day_number] for name, column in columns.items()}
                 part = partition_name(epoch + timedelta(days=int(day_number)))
                 with cur.copy(f"COPY {part} ({', '.join(_COPY_FIELDS)}) FROM STDIN "
                               "(FORMAT BINARY)") as copy:
-                    copy.write(_copy_buffer(rows))
+                    for chunk in _copy_chunks(rows):
+                        copy.write(chunk)
 
 
 # A minute's partial rows combined, for one series (`s.id` of the enclosing query, as a
