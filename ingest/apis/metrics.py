@@ -51,7 +51,7 @@ from trustrank.parsers.otlp_metrics import (
     JSON,
     PROTOBUF,
     OtlpMetricsError,
-    otlp_metrics_parse,
+    otlp_metrics_check,
 )
 from trustrank.parsers.prometheus_text import (
     OPENMETRICS,
@@ -149,7 +149,8 @@ def metrics_export(request: HttpRequest) -> HttpResponse:
     try:
         raw = request.body
         body = decode_body(raw, content_encoding=content_encoding, limit=limit)
-        parsed = otlp_metrics_parse(body=body, encoding=encoding)
+        # The counts of the parse without building its result: the worker parses again.
+        checked = otlp_metrics_check(body=body, encoding=encoding)
     except (RequestDataTooBig, BodyTooLarge):
         return problem_response(
             413, "Payload too large",
@@ -160,19 +161,18 @@ def metrics_export(request: HttpRequest) -> HttpResponse:
         return _otlp_error(encoding, 400, _RPC_INVALID_ARGUMENT, str(exc))
     fallback = request.GET.get("cluster", "")
     try:
-        for resource in parsed.resources:
-            if resource.metrics:
-                cluster_name_clean(resource.cluster or fallback)
+        for name in checked.clusters:
+            cluster_name_clean(name or fallback)
     except ClusterNameInvalid as exc:
         return _otlp_error(encoding, 400, _RPC_INVALID_ARGUMENT, str(exc))
-    if parsed.accepted_points:
+    if checked.accepted_points:
         # Stored (payload and job row committed) before the exporter hears "success". A
         # gzip body (the Collector's otlphttp exporter compresses by default) is stored as
         # it came: a tenth of the bytes to write, and PostgreSQL does not compress it again
         # (TOAST compression of a 2 MB decoded body cost more than the parse).
         params: dict[str, Any] = {
             "format": OTLP, "encoding": "json" if encoding == JSON else "protobuf",
-            "cluster": fallback, "points": parsed.accepted_points,
+            "cluster": fallback, "points": checked.accepted_points,
         }
         if gzipped:
             params["content_encoding"] = "gzip"
@@ -181,8 +181,8 @@ def metrics_export(request: HttpRequest) -> HttpResponse:
             principal=principal, params=params, priority=priority, content_type=encoding,
         )
     return HttpResponse(
-        _otlp_response(encoding=encoding, rejected=parsed.rejected_points,
-                       message=parsed.message()),
+        _otlp_response(encoding=encoding, rejected=checked.rejected_points,
+                       message=checked.message()),
         status=200, content_type=encoding,
     )
 

@@ -67,11 +67,14 @@ def _store(
 # A worker that takes an OTLP job also takes the team's other queued OTLP jobs, up to
 # these bounds, and stores them in the same transaction: each job alone would pay about
 # 12 ms of fixed cost (claim, payload, a dozen statements, commit) for the 8,192 points a
-# Collector's batch processor sends, and the scrapes of one minute would update the same
-# minute rows once per request. The bounds keep a batch's memory (one parsed request at
-# a time, columns of 24 bytes a point) and its transaction short.
-BATCH_MAX_JOBS = 64
-BATCH_MAX_POINTS = 400_000
+# Collector's batch processor sends, and the scrapes of one minute would each append
+# their own partial minute rows. A worker that keeps up takes small batches; one that
+# falls behind catches up with large ones, whose scrapes of a minute fold into one row
+# (a 15 s scrape interval: up to four points a row). The bounds keep a batch's memory
+# (one parsed request at a time, columns of 24 bytes a point: about 25 MB, and numpy's
+# sort of them) and its transaction bounded.
+BATCH_MAX_JOBS = 160
+BATCH_MAX_POINTS = 1_000_000
 
 
 def _otlp_batch_claim(job: IngestJob) -> list[IngestJob]:

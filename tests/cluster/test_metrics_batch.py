@@ -15,7 +15,7 @@ from ingest.services import job_run
 from tests.cluster.otlp_build import dcgm_request
 from tests.cluster.test_receivers_storage import PB, _headers, minutes
 from trustrank.cluster.models import Cluster, MetricSeries
-from trustrank.cluster.services.metrics import series_store
+from trustrank.cluster.services.metrics import series_key, series_keys, series_store
 from trustrank.parsers.otlp_metrics import otlp_metrics_parse
 from trustrank.parsers.series import MetricKind, Series
 
@@ -121,3 +121,9 @@ def test_new_series_keep_tabs_newlines_and_backslashes_in_names_and_labels(team)
     stored = MetricSeries.objects.get(cluster=cluster)
     assert (stored.name, stored.pod) == ("odd\\name\t", "p\\1\t2")
     assert stored.labels == dict(labels)
+
+
+def test_series_keys_in_bulk_are_the_keys_one_at_a_time():
+    shared = (("gpu", "0"), ("pod", "p\tq"))
+    idents = [("a", shared), ("b", shared), ("a", ()), ("a\x1f", (("k", "v\x1d"),))]
+    assert series_keys(idents) == [series_key(name=n, labels=labels) for n, labels in idents]

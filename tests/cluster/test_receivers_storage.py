@@ -29,9 +29,14 @@ from trustrank.cluster.models import (
     ClusterPodChange,
     MetricSeries,
 )
+from trustrank.cluster.services import metrics
 from trustrank.cluster.services.metrics import (
+    metrics_minutes_compact,
+    metrics_minutes_compact_due,
     metrics_retention_apply,
     minute_partitions,
+    minutes_combined_sql,
+    partition_name,
     series_store,
     series_window,
 )
@@ -65,11 +70,12 @@ def run_jobs() -> list[IngestJob]:
 
 
 def minutes(cluster: Cluster) -> list[tuple]:
+    """The stored minutes as readers see them (a load's rows combined with other loads')."""
     with connection.cursor() as cur:
         cur.execute(
-            "SELECT s.name, s.pod, s.node, s.gpu, m.min, m.max, m.sum, m.count, m.last "
-            "FROM cluster_metricminute m JOIN cluster_metricseries s ON s.id = m.series_id "
-            "WHERE s.cluster_id = %s ORDER BY s.name, s.gpu, m.minute", [cluster.pk])
+            "SELECT name, pod, node, gpu, min, max, sum, count, last FROM ("
+            + minutes_combined_sql(where="s.cluster_id = %s")
+            + ") m ORDER BY name, gpu, minute", [datetime(1970, 1, 1, tzinfo=UTC), cluster.pk])
         return cur.fetchall()
 
 
@@ -279,6 +285,59 @@ def test_series_store_rolls_points_up_per_minute_and_merges_repeated_loads(team)
     assert [r[4:] for r in rows] == [(1.0, 9.0, 15.0, 3, 9.0), (7.0, 7.0, 7.0, 1, 7.0)]
     [stored] = series_window(cluster=cluster, since=base - timedelta(minutes=1))
     assert stored.values == (5.0, 7.0) and stored.timestamps_ms == (ms + 20_000, ms + 70_000)
+
+
+def _raw_rows(cluster: Cluster) -> list[tuple]:
+    with connection.cursor() as cur:
+        cur.execute("SELECT m.minute, m.count FROM cluster_metricminute m "
+                    "JOIN cluster_metricseries s ON s.id = m.series_id "
+                    "WHERE s.cluster_id = %s ORDER BY m.minute, m.count", [cluster.pk])
+        return cur.fetchall()
+
+
+def test_each_load_appends_partial_minutes_that_read_and_compact_as_one(team):
+    cluster = Cluster.objects.create(team=team, name="c")
+    base = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
+    ms = int(base.timestamp() * 1000)
+    labels = (("gpu", "0"),)
+    # The second load holds the minute's earliest point: the last value goes by time,
+    # not by the order of the loads.
+    series_store(cluster=cluster, series=[Series("g", labels, MetricKind.GAUGE,
+                                                 (ms + 30_000, ms + 40_000), (4.0, 6.0))])
+    series_store(cluster=cluster, series=[Series("g", labels, MetricKind.GAUGE,
+                                                 (ms + 10_000,), (2.0,))])
+    series_store(cluster=cluster, series=[Series("g", labels, MetricKind.GAUGE,
+                                                 (ms + 50_000,), (8.0,))])
+    assert [count for _, count in _raw_rows(cluster)] == [1, 1, 2]
+    combined = minutes(cluster)
+    assert [r[4:] for r in combined] == [(2.0, 8.0, 20.0, 4, 8.0)]
+    [stored] = series_window(cluster=cluster, since=base)
+    assert stored.values == (5.0,) and stored.timestamps_ms == (ms + 50_000,)
+
+    assert metrics_minutes_compact_due(now=base + timedelta(hours=1)) == []  # not finished
+    assert metrics_minutes_compact_due(now=base + timedelta(days=1)) == [
+        partition_name(base.date())]
+    assert _raw_rows(cluster) == [(base, 4)]
+    assert minutes(cluster) == combined
+    assert metrics_minutes_compact_due(now=base + timedelta(days=1)) == []  # done once
+    # A late point for a compacted day is a partial row again, read with the rest.
+    series_store(cluster=cluster, series=[Series("g", labels, MetricKind.GAUGE,
+                                                 (ms + 20_000,), (1.0,))])
+    assert [r[4:] for r in minutes(cluster)] == [(1.0, 8.0, 21.0, 5, 8.0)]
+    assert metrics_minutes_compact(day=base.date()) == 1
+    assert _raw_rows(cluster) == [(base, 5)]
+
+
+def test_minutes_are_copied_in_pieces_across_two_days(team, monkeypatch):
+    monkeypatch.setattr(metrics, "_COPY_CHUNK", 3)
+    cluster = Cluster.objects.create(team=team, name="c")
+    midnight = int(datetime(2026, 11, 30, tzinfo=UTC).timestamp() * 1000)
+    series_store(cluster=cluster, series=[
+        Series("g", (("gpu", str(gpu)),), MetricKind.GAUGE, (midnight - 30_000, midnight),
+               (float(gpu), float(gpu) + 0.5)) for gpu in range(5)])
+    rows = minutes(cluster)
+    assert [(r[3], r[4], r[7]) for r in rows] == [
+        (str(gpu), value, 1) for gpu in range(5) for value in (gpu, gpu + 0.5)]
 
 
 def test_retention_drops_whole_day_partitions(team, settings):

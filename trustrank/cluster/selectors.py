@@ -18,7 +18,7 @@ from trustrank.cluster.models import (
     MetricSeries,
     ReplayRun,
 )
-from trustrank.cluster.services.metrics import series_window
+from trustrank.cluster.services.metrics import minutes_combined_sql, series_window
 from trustrank.findings.models import OPEN_STATES, Finding, FindingKind, FindingSource
 from trustrank.parsers.series import Series
 from trustrank.risk.cluster.gpu import UTILISATION_METRICS, utilisation_percent
@@ -139,13 +139,12 @@ def gpu_lines(
     # and read only their series, instead of every GPU's hours of minutes.
     with connection.cursor() as cur:
         cur.execute(
-            "SELECT s.node, s.gpu FROM cluster_metricseries s "
-            "JOIN cluster_metricminute m ON m.series_id = s.id "
-            "WHERE s.cluster_id = %s AND s.name = ANY(%s) AND m.minute >= %s "
-            "GROUP BY s.node, s.gpu "
-            "ORDER BY avg(m.sum / m.count * CASE WHEN s.name = %s THEN 100 ELSE 1 END), "
-            "s.node, s.gpu",
-            [cluster.pk, list(UTILISATION_METRICS), since, "DCGM_FI_PROF_GR_ENGINE_ACTIVE"],
+            "SELECT m.node, m.gpu FROM ("  # noqa: S608 (constant SQL)
+            + minutes_combined_sql(where="s.cluster_id = %s AND s.name = ANY(%s)")
+            + ") m GROUP BY m.node, m.gpu "
+            "ORDER BY avg(m.sum / m.count * CASE WHEN m.name = %s THEN 100 ELSE 1 END), "
+            "m.node, m.gpu",
+            [since, cluster.pk, list(UTILISATION_METRICS), "DCGM_FI_PROF_GR_ENGINE_ACTIVE"],
         )
         ranked = [(node, gpu) for node, gpu in cur.fetchall()]
     chosen_pairs = set(ranked[:limit])

@@ -44,6 +44,13 @@ def clusters_diagnose() -> int:
 
 @shared_task(acks_late=True)
 def cluster_metrics_retention() -> list[str]:
-    from trustrank.cluster.services.metrics import metrics_retention_apply
+    """Drop the day partitions past retention, then fold each finished day's partial
+    minute rows into one row per minute; returns the names of the dropped partitions."""
+    from trustrank.cluster.services.metrics import (
+        metrics_minutes_compact_due,
+        metrics_retention_apply,
+    )
 
-    return metrics_retention_apply()
+    dropped = metrics_retention_apply()
+    metrics_minutes_compact_due()
+    return dropped

@@ -3,15 +3,16 @@
 Every point is folded into its series' minute (min, max, sum, count, last). Histograms
 arrive as the classic `_bucket{le=…}`/`_sum`/`_count` series (every parser flattens them
 so), so buckets merge per minute like any other series: cumulative ones keep their last
-value, delta ones add up in `sum`. Points are grouped in numpy, sent by binary COPY
-and merged set-based (`INSERT … SELECT … ON CONFLICT DO UPDATE`), never one ORM save
-per point.
+value, delta ones add up in `sum`. Points are grouped in numpy and appended by binary
+COPY as partial minute rows (one per series and minute of a load), never one ORM save
+per point and never an update: readers combine a minute's rows, and finished days are
+compacted to one row per minute.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -30,15 +31,54 @@ TABLE = "cluster_metricminute"
 _MINUTE_MS = 60_000
 _DAY_MS = 86_400_000
 
-# (cluster id, name, labels) -> series id. Series are created once and never change their
-# id, so a worker keeps what it has looked up; bounded so a churning cluster cannot grow
-# it without limit. Filled only after commit (a rolled-back insert leaves no stale id).
-_SERIES_IDS: dict[tuple[int, str, Labels], int] = {}
-_SERIES_IDS_MAX = 2_000_000
+
+
+class SeriesIds:
+    """The series ids a worker has looked up or created, by (cluster id, labels), then
+    name. Series are created once and never change their id, so a worker keeps them;
+    bounded (`limit` series) so a churning cluster cannot grow it without limit. Filled
+    only after commit: a rolled-back insert leaves no stale id.
+
+    Label set first, because points come label set by label set (a dcgm GPU's 40 metrics
+    share one): a loader hashes a label set once per request and resource, and each point
+    then costs one look-up by name, whose hash Python keeps."""
+
+    def __init__(self, *, limit: int) -> None:
+        self.limit = limit
+        self.size = 0
+        self.by_labels: dict[tuple[int, Labels], dict[str, int]] = {}
+
+    def names(self, cluster_id: int, labels: Labels) -> dict[str, int]:
+        """name -> id for the label set (an empty dict when none is known; read only)."""
+        return self.by_labels.get((cluster_id, labels)) or {}
+
+    def get(self, cluster_id: int, name: str, labels: Labels) -> int | None:
+        names = self.by_labels.get((cluster_id, labels))
+        return None if names is None else names.get(name)
+
+    def remember_on_commit(
+        self, cluster_id: int, found: Sequence[tuple[str, Labels, int]]
+    ) -> None:
+        """Keep (name, labels, id) once the current transaction commits."""
+
+        def remember() -> None:
+            if self.size + len(found) > self.limit:
+                self.by_labels.clear()
+                self.size = 0
+            for name, labels, series_id in found:
+                names = self.by_labels.setdefault((cluster_id, labels), {})
+                self.size += name not in names
+                names[name] = series_id
+
+        transaction.on_commit(remember)
+
+
+_SERIES_IDS = SeriesIds(limit=2_000_000)
 _PARTITIONS: set[date] = set()
-# Every load of a cluster's series and minutes takes this transaction lock, with the
+# Every load that creates series of a cluster takes this transaction lock, with the
 # cluster's id, before it writes: loads of one cluster then never race to insert the same
-# series or minute. (The two-number form, apart from the partitions' one-number lock.)
+# series. (The two-number form, apart from the partitions' one-number lock.) Minutes need
+# no lock: they are appended, never merged in place.
 _MERGE_LOCK = 0x6D6D
 
 # Labels that link a series to cluster objects (dcgm-exporter, kube-state-metrics, vLLM,
@@ -58,6 +98,20 @@ def series_key(*, name: str, labels: Sequence[tuple[str, str]]) -> str:
     """MD5 of name\x1f k\x1dv \x1e k\x1dv …: the series' unique key in its cluster."""
     text = name + "\x1f" + "\x1e".join(map("\x1d".join, labels))
     return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
+
+
+def series_keys(idents: Iterable[tuple[str, Labels]]) -> list[str]:
+    """`series_key` of many (name, labels): the labels' part is built once per label set
+    (the 40 series of a dcgm GPU share one)."""
+    texts: dict[Labels, bytes] = {}
+    keys = []
+    md5 = hashlib.md5
+    for name, labels in idents:
+        text = texts.get(labels)
+        if text is None:
+            text = texts[labels] = "\x1e".join(map("\x1d".join, labels)).encode()
+        keys.append(md5(name.encode() + b"\x1f" + text, usedforsecurity=False).hexdigest())
+    return keys
 
 
 @dataclass(frozen=True)
@@ -149,30 +203,27 @@ def _link_values(labels: Sequence[tuple[str, str]]) -> list[str]:
     return found
 
 
-_SERIES_BATCH = "cluster_series_batch"
-_SERIES_COLUMNS = ("key", "name", "labels", "kind", "unit", "namespace", "pod", "container",
+_SERIES_COLUMNS = ("key", "name", "kind", "unit", "labels", "namespace", "pod", "container",
                    "node", "gpu", "gpu_uuid")
-_SERIES_BATCH_CREATE = f"""
-CREATE TEMP TABLE IF NOT EXISTS {_SERIES_BATCH} (
-    key varchar(32), name varchar(255), labels jsonb, kind varchar(16), unit varchar(64),
-    namespace varchar(253), pod varchar(253), container varchar(253), node varchar(253),
-    gpu varchar(64), gpu_uuid varchar(128)
-) ON COMMIT DELETE ROWS
-"""
-# A plain INSERT of the keys not stored yet (one probe of the unique index each; OFFSET 0
-# keeps it a probe, not a join over the cluster's series), under the cluster's load lock
-# (`_MERGE_LOCK`, which every writer of series and minutes takes first): ON CONFLICT's
-# speculative insertion cost half as much again.
-_SERIES_INSERT = f"""
-INSERT INTO cluster_metricseries (cluster_id, first_seen, {", ".join(_SERIES_COLUMNS)})
-SELECT %s, %s, {", ".join(_SERIES_COLUMNS)} FROM {_SERIES_BATCH} b
-WHERE NOT EXISTS (SELECT 1 FROM cluster_metricseries s WHERE s.cluster_id = %s
-                  AND s.key = b.key OFFSET 0)
-RETURNING key, id
-"""  # noqa: S608 (constant names only)
+# New series go straight into the table by COPY, with ids drawn from its sequence first,
+# under the cluster's load lock (`_MERGE_LOCK`, which every writer of series takes before
+# it looks): after the look-up of the keys, nobody else can insert one of them. An
+# INSERT … SELECT from a session table (with a probe per row and RETURNING) cost about a
+# third more of the backend's time, and ON CONFLICT's speculative insertion more again.
+# The keys go as one comma-separated text (hex digests hold no comma): psycopg's dumping
+# of a list runs a regex per element, a second for a scrape's 320,000 new series.
 _SERIES_FOUND = """
-SELECT key, id FROM cluster_metricseries WHERE cluster_id = %s AND key = ANY(%s)
+SELECT key, id FROM cluster_metricseries
+WHERE cluster_id = %s AND key = ANY(string_to_array(%s, ','))
 """
+_SERIES_IDS_DRAW = """
+SELECT nextval(pg_get_serial_sequence('cluster_metricseries', 'id'))
+FROM generate_series(1, %s)
+"""
+_SERIES_COPY = (
+    f"COPY cluster_metricseries (id, cluster_id, first_seen, {', '.join(_SERIES_COLUMNS)}) "
+    "FROM STDIN"
+)
 
 
 # COPY's text format: backslash, tab, newline and carriage return escaped. (A NUL, which
@@ -185,46 +236,59 @@ def _copy_text_escape(text: str) -> str:
             .replace("\r", "\\r"))
 
 
+def _series_rows(
+    keys: Iterable[str], *, ids: Iterable[int], head: str, unknown: dict[str, int],
+    items: Sequence[Series],
+) -> str:
+    """The COPY text of the new series (`head`: the cluster and time columns): one
+    buffer, escaped by C-level replaces, rather than a write_row per series (a large
+    cluster's first scrape has 320,000). The labels (JSON and link columns) are escaped
+    once per label set and names once per name: the 40 series of a dcgm GPU share their
+    labels, 8,000 GPUs share each name."""
+    by_labels: dict[Labels, str] = {}
+    by_name: dict[tuple[str, str, str], str] = {}
+    rows = []
+    for key, series_id in zip(keys, ids, strict=True):
+        item = items[unknown[key]]
+        labels = by_labels.get(item.labels)
+        if labels is None:
+            labels = by_labels[item.labels] = "\t".join(map(_copy_text_escape, (
+                orjson.dumps(dict(item.labels)).decode(), *_link_values(item.labels))))
+        named = by_name.get((item.name, item.kind, item.unit))
+        if named is None:
+            named = by_name[(item.name, item.kind, item.unit)] = "\t".join(map(
+                _copy_text_escape, (item.name[:255], str(item.kind)[:16], item.unit[:64])))
+        rows.append(f"{series_id}\t{head}\t{key}\t{named}\t{labels}")
+    return "\n".join(rows) + "\n"
+
+
 def _series_upsert(
     *, cluster: Cluster, unknown: dict[str, int], items: Sequence[Series], now: datetime
 ) -> tuple[dict[str, int], int]:
-    """Ids of the series keyed in `unknown`, creating those that do not exist. Through a
-    COPY into a session table and two set-based statements, on psycopg's own cursor:
-    Django's client-side binding rewrites every placeholder of a bulk INSERT with a regex,
-    which cost more than the insert itself for a scrape's new series."""
+    """Ids of the series keyed in `unknown`, creating those that do not exist. On
+    psycopg's own cursor: Django's client-side binding rewrites every placeholder of a
+    bulk statement with a regex, which cost more than the insert itself."""
     import psycopg
 
     with transaction.atomic():
         connection.ensure_connection()
         with psycopg.Cursor(connection.connection) as cur:
-            cur.execute(_SERIES_BATCH_CREATE)
-            cur.execute(f"DELETE FROM {_SERIES_BATCH}")  # noqa: S608 (a constant name)
-            with cur.copy(
-                f"COPY {_SERIES_BATCH} ({', '.join(_SERIES_COLUMNS)}) FROM STDIN"
-            ) as copy:
-                # One text buffer, each row escaped by C-level replaces, rather than a
-                # write_row per series: a large cluster's first scrape has 320,000.
-                rows = []
-                for key, position in unknown.items():
-                    item = items[position]
-                    rows.append(_copy_text_escape("\x00".join((
-                        key, item.name[:255], orjson.dumps(dict(item.labels)).decode(),
-                        str(item.kind)[:16], item.unit[:64], *_link_values(item.labels),
-                    ))).replace("\x00", "\t"))
-                copy.write("\n".join(rows) + "\n")
-            # The new rows come back from the INSERT; only series that existed already
-            # (another worker made them, or a cache was cleared) are looked up, by the
-            # unique (cluster, key) index. A join of the batch against the cluster's
-            # series instead read every series of the cluster on each load.
             cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_MERGE_LOCK, cluster.pk])
-            cur.execute(_SERIES_INSERT, [cluster.pk, now, cluster.pk])
+            # Only series that exist already (another worker made them, or a cache was
+            # cleared) are found, by the unique (cluster, key) index; a join against the
+            # cluster's series instead read every series of the cluster on each load.
+            cur.execute(_SERIES_FOUND, [cluster.pk, ",".join(unknown)])
             found = {key: int(series_id) for key, series_id in cur.fetchall()}
-            created = len(found)
             missing = [key for key in unknown if key not in found]
             if missing:
-                cur.execute(_SERIES_FOUND, [cluster.pk, missing])
-                found.update((key, int(series_id)) for key, series_id in cur.fetchall())
-    return found, created
+                cur.execute(_SERIES_IDS_DRAW, [len(missing)])
+                ids = [int(row[0]) for row in cur.fetchall()]
+                head = f"{cluster.pk}\t{now.isoformat()}"
+                with cur.copy(_SERIES_COPY) as copy:
+                    copy.write(_series_rows(missing, ids=ids, head=head, unknown=unknown,
+                                            items=items))
+                found.update(zip(missing, ids, strict=True))
+    return found, len(missing)
 
 
 def _series_ids(
@@ -234,7 +298,7 @@ def _series_ids(
     ids = np.empty(len(items), dtype=np.int64)
     unknown: dict[str, int] = {}
     for position, item in enumerate(items):
-        known = _SERIES_IDS.get((cluster.pk, item.name, item.labels))
+        known = _SERIES_IDS.get(cluster.pk, item.name, item.labels)
         if known is None:
             unknown[series_key(name=item.name, labels=item.labels)] = position
         else:
@@ -242,58 +306,21 @@ def _series_ids(
     if not unknown:
         return ids, 0
     found, created = _series_upsert(cluster=cluster, unknown=unknown, items=items, now=now)
-    new: dict[tuple[int, str, Labels], int] = {}
+    new: list[tuple[str, Labels, int]] = []
     for key, position in unknown.items():
         ids[position] = found[key]
         item = items[position]
-        new[(cluster.pk, item.name, item.labels)] = found[key]
-
-    def remember() -> None:
-        if len(_SERIES_IDS) + len(new) > _SERIES_IDS_MAX:
-            _SERIES_IDS.clear()
-        _SERIES_IDS.update(new)
-
-    transaction.on_commit(remember)
+        new.append((item.name, item.labels, found[key]))
+    _SERIES_IDS.remember_on_commit(cluster.pk, new)
     return ids, created
 
 
-# Minute rows reach PostgreSQL by binary COPY into a temporary table, built by numpy as
-# one buffer (no Python object per row), then merge into the partitioned table in one
-# statement. Binding arrays instead costs more in psycopg's list dumping than the insert.
-_BATCH = "cluster_minute_batch"
-_BATCH_CREATE = f"""
-CREATE TEMP TABLE IF NOT EXISTS {_BATCH} (
-    series_id bigint, minute bigint, min float8, max float8, sum float8, count int4,
-    last float8, last_ms bigint
-) ON COMMIT DELETE ROWS
-"""
-# The merge, per day partition (no tuple routing). Rows of minutes already stored merge
-# by ON CONFLICT; rows of new minutes are a plain INSERT, found by one probe of the
-# primary key each (OFFSET 0 keeps the probe per row: as a join the planner may read the
-# whole partition). A plain INSERT costs a third of ON CONFLICT's speculative insertion,
-# and most rows of a load are new minutes. Loads of one cluster take a transaction lock
-# first, so no other load can insert a minute between the probe and the INSERT.
-_EXISTS = (
-    "EXISTS (SELECT 1 FROM {part} e WHERE e.series_id = b.series_id "
-    "AND e.minute = to_timestamp(b.minute * 60) OFFSET 0)"
-)
-_MERGE_EXISTING = """
-INSERT INTO {part} AS m (series_id, minute, min, max, sum, count, last, last_ms)
-SELECT series_id, to_timestamp(minute * 60), min, max, sum, count, last, last_ms
-FROM {batch} b WHERE b.minute >= %s AND b.minute < %s AND {exists}
-ON CONFLICT (series_id, minute) DO UPDATE SET
-    min = LEAST(m.min, EXCLUDED.min),
-    max = GREATEST(m.max, EXCLUDED.max),
-    sum = m.sum + EXCLUDED.sum,
-    count = m.count + EXCLUDED.count,
-    last = CASE WHEN EXCLUDED.last_ms >= m.last_ms THEN EXCLUDED.last ELSE m.last END,
-    last_ms = GREATEST(m.last_ms, EXCLUDED.last_ms)
-"""
-_INSERT_NEW = """
-INSERT INTO {part} (series_id, minute, min, max, sum, count, last, last_ms)
-SELECT series_id, to_timestamp(minute * 60), min, max, sum, count, last, last_ms
-FROM {batch} b WHERE b.minute >= %s AND b.minute < %s AND NOT {exists}
-"""
+# Minute rows are partial: each load appends the (series, minute) rows of its own points
+# by one binary COPY per day partition (no tuple routing), built by numpy as one buffer,
+# and never updates a stored row. Readers combine a minute's rows (`_MINUTE_COMBINED`)
+# and `metrics_minutes_compact` folds a finished day into one row per minute. Merging
+# into stored minutes instead (INSERT … ON CONFLICT DO UPDATE) cost about 15 µs a row of
+# the backend's CPU, a non-HOT update of a full page, against about 4 µs to append one.
 _COPY_ROW = np.dtype([
     ("fields", ">i2"),
     ("l1", ">i4"), ("series_id", ">i8"), ("l2", ">i4"), ("minute", ">i8"),
@@ -303,40 +330,124 @@ _COPY_ROW = np.dtype([
 ])
 _COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + b"\x00" * 8
 _COPY_TRAILER = b"\xff\xff"
+# timestamptz in binary COPY: microseconds since 2000-01-01 UTC.
+_PG_EPOCH_MINUTE = 10_957 * (_DAY_MS // _MINUTE_MS)
+_COPY_FIELDS = ("series_id", "minute", "min", "max", "sum", "count", "last", "last_ms")
 
 
-def _copy_buffer(columns: dict[str, np.ndarray[Any, Any]]) -> bytes:
-    rows = np.empty(len(columns["series_id"]), dtype=_COPY_ROW)
-    rows["fields"] = 8
-    for index, name in enumerate(
-        ("series_id", "minute", "min", "max", "sum", "count", "last", "last_ms"), start=1
-    ):
-        rows[f"l{index}"] = 4 if name == "count" else 8
-        rows[name] = columns[name]
-    return _COPY_HEADER + rows.tobytes() + _COPY_TRAILER
+# Rows per COPY write: a batch of a million points would otherwise build its whole binary
+# buffer (70 bytes a row) two or three times over in memory.
+_COPY_CHUNK = 65_536
 
 
-def _minutes_merge(
-    *, cluster_id: int, days: Iterable[date], columns: dict[str, np.ndarray[Any, Any]]
-) -> None:
+def _copy_chunks(columns: dict[str, np.ndarray[Any, Any]]) -> Iterator[bytes]:
+    """The binary COPY stream of the rows, in pieces of `_COPY_CHUNK` rows."""
+    yield _COPY_HEADER
+    total = len(columns["series_id"])
+    for start in range(0, total, _COPY_CHUNK):
+        part = {name: column[start:start + _COPY_CHUNK] for name, column in columns.items()}
+        rows = np.empty(len(part["series_id"]), dtype=_COPY_ROW)
+        rows["fields"] = 8
+        for index, name in enumerate(_COPY_FIELDS, start=1):
+            rows[f"l{index}"] = 4 if name == "count" else 8
+            rows[name] = part[name]
+        rows["minute"] = (part["minute"] - _PG_EPOCH_MINUTE) * 60_000_000
+        yield rows.tobytes()
+    yield _COPY_TRAILER
+
+
+def _minutes_append(*, columns: dict[str, np.ndarray[Any, Any]]) -> None:
+    """COPY the rows into their day partitions (created already)."""
+    day_of = columns["minute"] // (_DAY_MS // _MINUTE_MS)
+    epoch = date(1970, 1, 1)
     with transaction.atomic():
         connection.ensure_connection()
-        raw = connection.connection
-        with raw.cursor() as cur:
-            cur.execute(_BATCH_CREATE)
-            # DELETE, not TRUNCATE: the table is empty unless this transaction stored another
-            # cluster already, and TRUNCATE would swap its file on every load.
-            cur.execute(f"DELETE FROM {_BATCH}")  # noqa: S608 (a constant name)
-            with cur.copy(f"COPY {_BATCH} FROM STDIN (FORMAT BINARY)") as copy:
-                copy.write(_copy_buffer(columns))
-            cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_MERGE_LOCK, cluster_id])
-            for day in sorted(days):
-                first = (day - date(1970, 1, 1)).days * (_DAY_MS // _MINUTE_MS)
-                bounds = [first, first + _DAY_MS // _MINUTE_MS]
-                names = {"part": partition_name(day), "batch": _BATCH}
-                exists = _EXISTS.format(**names)
-                cur.execute(_MERGE_EXISTING.format(exists=exists, **names), bounds)
-                cur.execute(_INSERT_NEW.format(exists=exists, **names), bounds)
+        with connection.connection.cursor() as cur:
+            days = np.unique(day_of)
+            for day_number in days:
+                rows = columns if len(days) == 1 else {
+                    name: column[day_of == day_number] for name, column in columns.items()}
+                part = partition_name(epoch + timedelta(days=int(day_number)))
+                with cur.copy(f"COPY {part} ({', '.join(_COPY_FIELDS)}) FROM STDIN "
+                              "(FORMAT BINARY)") as copy:
+                    for chunk in _copy_chunks(rows):
+                        copy.write(chunk)
+
+
+# A minute's partial rows combined, for one series (`s.id` of the enclosing query, as a
+# LATERAL subquery: one index range scan per series). The last value is the one with the
+# latest time; of equal times, the larger value (rows of one minute have no load order).
+_MINUTE_COMBINED = f"""
+SELECT minute, min(min) AS min, max(max) AS max, sum(sum) AS sum, sum(count) AS count,
+       (array_agg(last ORDER BY last_ms DESC, last DESC))[1] AS last, max(last_ms) AS last_ms
+FROM {TABLE} WHERE series_id = s.id AND minute >= %s GROUP BY minute
+"""  # noqa: S608 (a constant name)
+
+
+def minutes_combined_sql(*, where: str) -> str:
+    """SQL for the combined minutes (series columns `name`, `pod`, `node`, `gpu`, then
+    `minute`, `min`, `max`, `sum`, `count`, `last`, `last_ms`) of the series matching
+    `where` (a constant condition on `s`, the series). Parameters: the first minute,
+    then those of `where`. What readers outside this module (pages, tests) use instead
+    of the raw partial rows."""
+    return (
+        "SELECT s.name, s.pod, s.node, s.gpu, m.minute, m.min, m.max, m.sum, m.count, "  # noqa: S608
+        f"m.last, m.last_ms FROM cluster_metricseries s CROSS JOIN LATERAL ("
+        f"{_MINUTE_COMBINED}) m WHERE {where}"
+    )
+
+
+# Compaction, per finished day: a partition whose rows were folded carries this comment;
+# points arriving later for that day add partial rows again, which readers combine.
+_COMPACTED = "compacted"
+_COMPACT = """
+CREATE TEMP TABLE cluster_minute_compact ON COMMIT DROP AS
+SELECT series_id, minute, min(min) AS min, max(max) AS max, sum(sum) AS sum,
+       sum(count)::int4 AS count, (array_agg(last ORDER BY last_ms DESC, last DESC))[1] AS last,
+       max(last_ms) AS last_ms
+FROM {part} GROUP BY series_id, minute HAVING count(*) > 1
+"""
+
+
+def metrics_minutes_compact(*, day: date) -> int:
+    """Fold the day partition's partial rows into one row per (series, minute); returns
+    the number of minutes that had more than one row. Loads are held off the partition
+    while it runs (readers are not)."""
+    part = partition_name(day)
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute(f"LOCK TABLE {part} IN SHARE ROW EXCLUSIVE MODE")
+        cur.execute(_COMPACT.format(part=part))
+        cur.execute("SELECT count(*) FROM cluster_minute_compact")
+        folded = int(cur.fetchone()[0])
+        if folded:
+            cur.execute(f"DELETE FROM {part} p USING cluster_minute_compact c "  # noqa: S608
+                        "WHERE p.series_id = c.series_id AND p.minute = c.minute")
+            cur.execute(f"INSERT INTO {part} ({', '.join(_COPY_FIELDS)}) "  # noqa: S608
+                        f"SELECT {', '.join(_COPY_FIELDS)} FROM cluster_minute_compact")
+        # Dropped here too: a caller's outer transaction would keep it to its own commit.
+        cur.execute("DROP TABLE cluster_minute_compact")
+        cur.execute(f"COMMENT ON TABLE {part} IS '{_COMPACTED}'")
+    return folded
+
+
+def metrics_minutes_compact_due(*, now: datetime | None = None) -> list[str]:
+    """Compact every finished day partition not compacted yet (the periodic retention
+    task runs it); returns their names."""
+    today = (now or timezone.now()).astimezone(UTC).date()
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = %s::regclass "
+            "AND coalesce(obj_description(c.oid, 'pg_class'), '') <> %s",
+            [TABLE, _COMPACTED],
+        )
+        pending = {row[0] for row in cur.fetchall()}
+    done = []
+    for name, day in minute_partitions():
+        if name in pending and day < today:
+            metrics_minutes_compact(day=day)
+            done.append(name)
+    return done
 
 
 def series_store(
@@ -392,8 +503,9 @@ def minutes_store(
     val: np.ndarray[Any, Any], now: datetime,
 ) -> int:
     """Points as columns (series id, milliseconds, value) folded into their minutes, in
-    one COPY and one merge however many requests they came from; returns the number of
-    (series, minute) rows written."""
+    one COPY per day however many requests they came from; returns the number of
+    (series, minute) rows written (partial rows: readers combine them with those of
+    other loads)."""
     sid = series_ids
     minute = ts // _MINUTE_MS
 
@@ -412,7 +524,7 @@ def minutes_store(
     epoch = date(1970, 1, 1)
     days = {epoch + timedelta(days=int(d)) for d in np.unique(g_minute * _MINUTE_MS // _DAY_MS)}
     minutes_partition_ensure(days=days)
-    _minutes_merge(cluster_id=cluster.pk, days=days, columns={
+    _minutes_append(columns={
         "series_id": g_sid, "minute": g_minute, "min": g_min, "max": g_max, "sum": g_sum,
         "count": g_count, "last": g_last, "last_ms": g_last_ms,
     })
@@ -435,8 +547,8 @@ def series_window(
 ) -> list[Series]:
     """Stored series as parser `Series` (one sample per minute, at the minute's last
     timestamp), for the diagnoses' input builders and the charts."""
-    where = ["s.cluster_id = %s", "m.minute >= %s"]
-    params: list[Any] = [cluster.pk, since.replace(second=0, microsecond=0)]
+    where = ["s.cluster_id = %s"]
+    params: list[Any] = [since.replace(second=0, microsecond=0), cluster.pk]
     name_filters = []
     if names is not None:
         name_filters.append("s.name = ANY(%s)")
@@ -454,7 +566,7 @@ def series_window(
         "SELECT s.id, s.name, s.labels, s.kind, s.unit, "  # noqa: S608
         "array_agg(m.last_ms ORDER BY m.minute), "
         "array_agg(m.last ORDER BY m.minute), array_agg(m.sum / m.count ORDER BY m.minute) "
-        f"FROM cluster_metricseries s JOIN {TABLE} m ON m.series_id = s.id "
+        f"FROM cluster_metricseries s CROSS JOIN LATERAL ({_MINUTE_COMBINED}) m "
         f"WHERE {' AND '.join(where)} GROUP BY s.id ORDER BY s.name, s.id"
     )
     with connection.cursor() as cur:

@@ -23,12 +23,11 @@ from collections.abc import Iterable
 from datetime import datetime
 
 import numpy as np
-from django.db import transaction
 from django.utils import timezone
 
 from trustrank.cluster.models import Cluster
 from trustrank.cluster.services import metrics
-from trustrank.cluster.services.metrics import MetricsLoaded, minutes_store, series_key
+from trustrank.cluster.services.metrics import MetricsLoaded, minutes_store, series_keys
 from trustrank.parsers.otlp_metrics import RESOURCE_LABELS, ParsedMetrics, ResourceMetrics
 from trustrank.parsers.series import Labels, MetricKind, Series
 
@@ -44,9 +43,9 @@ class OtlpPoints:
         self._ids: array[int] = array("q")
         self._ts_ns: array[int] = array("Q")
         self._values: array[float] = array("d")
-        # Series created in this transaction: known to later requests of the batch, and
-        # to the worker's cache once committed.
-        self._created: dict[_Ident, int] = {}
+        # Series created in this transaction, labels -> name -> id: known to later
+        # requests of the batch, and to the worker's cache once committed.
+        self._created: dict[Labels, dict[str, int]] = {}
 
     @property
     def points(self) -> int:
@@ -56,7 +55,7 @@ class OtlpPoints:
         """Append one request's points (its resources of this cluster). `minutes` of the
         result is 0: the minutes are written by `store`."""
         pk = self.cluster.pk
-        known, created = metrics._SERIES_IDS.get, self._created.get
+        known, created = metrics._SERIES_IDS.names, self._created.setdefault
         ids, ts_ns, values = self._ids, self._ts_ns, self._values
         first = len(ids)
         unknown: dict[_Ident, list[int]] = {}
@@ -66,8 +65,9 @@ class OtlpPoints:
             extra = {k: resource.attributes[k] for k in RESOURCE_LABELS if k in resource.attributes}
             # Keyed by the parser's label tuple itself (id): the parser hands the same
             # tuple object to every metric of a resource that has that label set, and
-            # they all stay alive (in `resources`) for this loop.
-            merged: dict[int, Labels] = {}
+            # they all stay alive (in `resources`) for this loop. Each entry: the merged
+            # labels, the ids known by name and those created in this batch by name.
+            merged: dict[int, tuple[Labels, dict[str, int], dict[str, int]]] = {}
             rest = []
             for metric in resource.metrics:
                 numbers = metric.numbers
@@ -77,14 +77,15 @@ class OtlpPoints:
                     continue
                 name, kind = metric.name, None
                 for raw in numbers.labels:
-                    labels = merged.get(id(raw))
-                    if labels is None:
-                        labels = merged[id(raw)] = tuple(sorted({**extra, **dict(raw)}.items()))
-                    ident = (pk, name, labels)
-                    series_id = known(ident)
+                    entry = merged.get(id(raw))
+                    if entry is None:
+                        labels = tuple(sorted({**extra, **dict(raw)}.items()))
+                        entry = merged[id(raw)] = (labels, known(pk, labels), created(labels, {}))
+                    series_id = entry[1].get(name)
                     if series_id is None:
-                        series_id = created(ident)
+                        series_id = entry[2].get(name)
                         if series_id is None:
+                            ident = (pk, name, entry[0])
                             spots = unknown.get(ident)
                             if spots is None:
                                 spots = unknown[ident] = []
@@ -103,9 +104,9 @@ class OtlpPoints:
                 ).series())
         for item in others:
             ident = (pk, item.name, item.labels)
-            series_id = known(ident)
+            series_id = metrics._SERIES_IDS.get(pk, item.name, item.labels)
             if series_id is None:
-                series_id = created(ident)
+                series_id = self._created.get(item.labels, {}).get(item.name)
             if series_id is None:
                 spots = unknown.get(ident)
                 if spots is None:
@@ -129,10 +130,11 @@ class OtlpPoints:
     ) -> int:
         items: list[Series] = []
         by_key: dict[str, int] = {}
-        for ident in unknown:
+        keys = series_keys((name, labels) for _, name, labels in unknown)
+        for key, ident in zip(keys, unknown, strict=True):
             _, name, labels = ident
             kind, unit = kinds[ident]
-            by_key[series_key(name=name, labels=labels)] = len(items)
+            by_key[key] = len(items)
             items.append(Series(name, labels, kind, (), (), unit))
         found, created = metrics._series_upsert(
             cluster=self.cluster, unknown=by_key, items=items, now=now
@@ -140,7 +142,7 @@ class OtlpPoints:
         ids = self._ids
         for key, ident in zip(by_key, unknown, strict=True):
             series_id = found[key]
-            self._created[ident] = series_id
+            self._created.setdefault(ident[2], {})[ident[1]] = series_id
             for spot in unknown[ident]:
                 ids[spot] = series_id
         return created
@@ -157,14 +159,10 @@ class OtlpPoints:
             val=np.frombuffer(self._values, dtype=np.float64),
             now=self.latest or timezone.now(),
         )
-        new = dict(self._created)
-
-        def remember() -> None:
-            if len(metrics._SERIES_IDS) + len(new) > metrics._SERIES_IDS_MAX:
-                metrics._SERIES_IDS.clear()
-            metrics._SERIES_IDS.update(new)
-
-        transaction.on_commit(remember)
+        metrics._SERIES_IDS.remember_on_commit(self.cluster.pk, [
+            (name, labels, series_id) for labels, names in self._created.items()
+            for name, series_id in names.items()
+        ])
         self._ids, self._ts_ns, self._values = array("q"), array("Q"), array("d")
         self._created = {}
         return minutes
