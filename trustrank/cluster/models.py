@@ -224,7 +224,8 @@ class ClusterEvent(models.Model):
 
 class MetricSeries(models.Model):
     """One metric name with one label set in one cluster. Its per-minute points live in the
-    day-partitioned table `cluster_metricminute` (raw SQL, see migration 0003). The columns
+    day-partitioned table `cluster_metricminute` (raw SQL, see migration 0003; partial rows
+    per load since 0006, combined by readers, see `services.metrics`). The columns
     beside the labels link it to cluster objects: dcgm-exporter's `Hostname`/`gpu`/`UUID`,
     Kubernetes' `namespace`/`pod`/`container`, or the OTLP `k8s.*` resource attributes."""
 
