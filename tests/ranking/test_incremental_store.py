@@ -10,6 +10,7 @@ from django.db import connection
 
 from bench.rerank import build
 from trustrank.ranking.models import RankChange, RankingRun
+from trustrank.ranking.services import due as due_service
 from trustrank.ranking.services import runs
 from trustrank.ranking.services.requests import ranking_run_request
 
@@ -170,13 +171,13 @@ def test_a_first_run_inserts_many_due_dates_on_a_second_connection(settings, mon
     FindingDue.objects.create(finding_id=pk, team_id=team_id, due_date=date(2001, 1, 1),
                               manual=True)
     started: list[object] = []
-    real = runs._DueInserter.start
-    monkeypatch.setattr(runs._DueInserter, "start", classmethod(
+    real = due_service.DueInserter.start
+    monkeypatch.setattr(due_service.DueInserter, "start", classmethod(
         lambda cls, *args: started.append(real(*args)) or started[-1]))
     runs._PREVIOUS.clear()
     first = _run(team_id)
     inserter = started[0]
-    assert isinstance(inserter, runs._DueInserter)
+    assert isinstance(inserter, due_service.DueInserter)
     assert inserter.inserted == first.counts["findings"] - 1  # all but the hand-set one
     assert FindingDue.objects.filter(team_id=team_id).count() == first.counts["findings"]
     assert finding_due_dates_apply(team_id=team_id) == 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
@@ -16,18 +15,20 @@ from operator import methodcaller
 from typing import Any
 
 import orjson
-from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
 from trustrank.findings.services.due_dates import (
     PolicyDays,
-    finding_due_dates_apply,
-    finding_due_dates_insert,
     triage_policy_for,
 )
 from trustrank.ranking.inputs import Gathered, rank_settings, ranking_inputs_gather
 from trustrank.ranking.models import RankingRun, RunStatus
+from trustrank.ranking.services.due import (
+    DueInserter,
+    due_dates_apply,
+    due_dates_unsettled,
+)
 from trustrank.ranking.services.store import _collector_paused, _store, services_store
 from trustrank.risk import inputs as ri
 from trustrank.risk.engine import rank, rank_incremental
@@ -202,8 +203,8 @@ def _execute(run: RankingRun) -> None:
     t2 = time.perf_counter()
     _phase(run, "storing")
     # A team's first run: the due dates of findings that have none go in beside the queue,
-    # on a connection of their own (see _DueInserter).
-    early = None if incremental else _DueInserter.start(run.team_id, gathered, result)
+    # on a connection of their own (see due.DueInserter).
+    early = None if incremental else DueInserter.start(run.team_id, gathered, result)
     with transaction.atomic():
         counts, rows, (changed, gone), rows_hash = _store(
             run=run, result=result, gathered=gathered,
@@ -233,13 +234,13 @@ def _execute(run: RankingRun) -> None:
         if incremental and cached is not None:
             unsettled = _decided_anew(gathered, cached, rows, changed, written_after)
         else:
-            unsettled = _unsettled(gathered, rows, written_after)
+            unsettled = due_dates_unsettled(gathered, rows, written_after)
         # What the due dates below are computed under (they read it again: should it
         # change in between, the next run finds it differs and recomputes every one).
         policy = triage_policy_for(team_id=run.team_id)
         if early is not None:
             unsettled = early.finish(unsettled)
-        _due_dates(run.team_id, gathered, unsettled, written_after, rows)
+        due_dates_apply(run.team_id, gathered, unsettled, written_after, rows)
         t5 = time.perf_counter()
         RankingRun.objects.filter(pk=run.pk).update(
             status=RunStatus.DONE,
@@ -277,119 +278,6 @@ def _execute(run: RankingRun) -> None:
     while len(_PREVIOUS) > _PREVIOUS_MAX:
         _PREVIOUS.popitem(last=False)
 
-
-def _unsettled(
-    gathered: Gathered, rows: dict[int, tuple[int, int, str, float, str, str]],
-    written_after: tuple[int, ...],
-) -> dict[str, Any]:
-    """A full gather read which findings' due dates are settled for which decision: only
-    the ranked findings whose new decision differs, and those written by someone else
-    since the gather (their due fields may have changed), need recomputing. The result is
-    the same as recomputing every finding (the due-date SQL checks each one it is given
-    as it always does)."""
-    settled = gathered.settled
-    if settled is None:
-        return {}
-    get = settled.get
-    todo = [fid for fid, row in rows.items() if get(fid) != row[4]]
-    todo.extend(written_after)
-    return {"finding_ids": todo, "checked_policy": gathered.policy}
-
-
-class _DueInserter:
-    """The first-run due dates of a large queue, inserted by a thread on a connection of
-    its own while this one stores the queue: each insert is PostgreSQL work for seconds at
-    a million findings, and two backends do it on two cores at once.
-
-    The thread's transaction commits on its own: should the run fail afterwards, the due
-    dates stay, computed from the decisions the run found (as the next run would, which
-    recomputes any whose decision then differs). Only findings with no due-date row at the
-    gather are inserted, in id order; a row written meanwhile (a date set by hand) makes
-    the thread insert by the upsert that keeps it."""
-
-    def __init__(self, team_id: int, decisions: list[tuple[int, str]],
-                 policy: PolicyDays) -> None:
-        self.decisions = decisions
-        self.error: BaseException | None = None
-        self.inserted: int | None = None
-        self._thread = threading.Thread(
-            target=self._run, args=(team_id, policy), name="ranking-due-dates", daemon=True)
-        self._thread.start()
-
-    @classmethod
-    def start(cls, team_id: int, gathered: Gathered, result: RankResult) -> _DueInserter | None:
-        settled, unsettled_rows, policy = (
-            gathered.settled, gathered.unsettled_rows, gathered.policy)
-        if settled is None or unsettled_rows is None or policy is None:
-            return None
-        if len(result.findings) - len(settled) < settings.TRUSTRANK_RANKING_DUE_THREAD_ABOVE:
-            return None
-        ids = gathered.finding_ids
-        decisions: list[tuple[int, str]] = []
-        for r in result.findings:
-            fid = ids[r[0]]
-            if fid not in settled and fid not in unsettled_rows:
-                decisions.append((fid, r[3]))
-        if len(decisions) < settings.TRUSTRANK_RANKING_DUE_THREAD_ABOVE:
-            return None
-        decisions.sort()
-        return cls(team_id, decisions, policy)
-
-    def _run(self, team_id: int, policy: PolicyDays) -> None:
-        try:
-            with transaction.atomic():
-                self.inserted = finding_due_dates_insert(
-                    team_id=team_id, decisions=self.decisions, checked_policy=policy)
-        except BaseException as exc:  # re-raised by finish(), in the run's thread
-            self.error = exc
-        finally:
-            connection.close()
-
-    def finish(self, unsettled: dict[str, Any]) -> dict[str, Any]:
-        """Wait for the thread; `unsettled` less what it inserted."""
-        self._thread.join()
-        if self.error is not None:
-            raise self.error
-        if self.inserted is None:
-            return {}  # the policy changed since the gather: recompute every finding
-        ids = unsettled.get("finding_ids")
-        if ids is None:
-            return unsettled
-        done = {fid for fid, _ in self.decisions}
-        return {**unsettled, "finding_ids": [fid for fid in ids if fid not in done]}
-
-
-def _due_dates(
-    team_id: int, gathered: Gathered, unsettled: dict[str, Any],
-    written_after: tuple[int, ...], rows: dict[int, _Row],
-) -> None:
-    """Recompute the due dates `unsettled` names. Of a full run's, those of findings with
-    no due-date row at all (every finding on a team's first run) are inserted in bulk
-    (`finding_due_dates_insert`); the rest go through the recomputation, which checks
-    each finding as it is now."""
-    ids: list[int] | None = unsettled.get("finding_ids")
-    policy = unsettled.get("checked_policy")
-    unsettled_rows = gathered.unsettled_rows
-    if ids and policy is not None and gathered.settled is not None and unsettled_rows is not None:
-        settled, written = gathered.settled, set(written_after)
-        fresh = [fid for fid in ids
-                 if fid not in settled and fid not in unsettled_rows and fid not in written
-                 and fid in rows]
-        if fresh:
-            # In id order: the primary key's B-tree then grows at its right edge instead of
-            # splitting pages all over (the queue's order is random by id).
-            fresh.sort()
-            done = finding_due_dates_insert(
-                team_id=team_id, checked_policy=policy,
-                decisions=[(fid, rows[fid][4]) for fid in fresh],
-            )
-            if done is None:
-                unsettled = {}  # the policy changed since the gather: recompute all
-            else:
-                known = set(fresh)
-                unsettled = {**unsettled,
-                             "finding_ids": [fid for fid in ids if fid not in known]}
-    finding_due_dates_apply(team_id=team_id, **unsettled)
 
 
 def _decided_anew(

@@ -1,0 +1,145 @@
+"""A ranking run's due dates: which findings' due dates its decisions leave to recompute,
+and the bulk insert of those that have none yet (a team's first run), beside the queue on
+a second connection when they are many."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from trustrank.findings.services.due_dates import (
+    PolicyDays,
+    finding_due_dates_apply,
+    finding_due_dates_insert,
+)
+from trustrank.ranking.inputs import Gathered
+from trustrank.risk.results import RankResult
+
+# A stored rank row: (rank, env rank, environment, score, decision, context digest).
+Row = tuple[int, int, str, float, str, str]
+
+
+def _without_due_row(gathered: Gathered) -> Callable[[int], bool] | None:
+    """Whether a finding had no due-date row at a full gather (neither settled for a
+    decision nor settled for none); None for a gather that did not read them."""
+    settled, unsettled_rows = gathered.settled, gathered.unsettled_rows
+    if settled is None or unsettled_rows is None:
+        return None
+    return lambda fid: fid not in settled and fid not in unsettled_rows
+
+
+def _less(unsettled: dict[str, Any], done: set[int]) -> dict[str, Any]:
+    """`unsettled` without the findings whose due date was inserted (`done`)."""
+    ids = unsettled.get("finding_ids")
+    if ids is None:
+        return unsettled
+    return {**unsettled, "finding_ids": [fid for fid in ids if fid not in done]}
+
+
+def due_dates_unsettled(
+    gathered: Gathered, rows: dict[int, Row],
+    written_after: tuple[int, ...],
+) -> dict[str, Any]:
+    """A full gather read which findings' due dates are settled for which decision: only
+    the ranked findings whose new decision differs, and those written by someone else
+    since the gather (their due fields may have changed), need recomputing. The result is
+    the same as recomputing every finding (the due-date SQL checks each one it is given
+    as it always does)."""
+    settled = gathered.settled
+    if settled is None:
+        return {}
+    get = settled.get
+    todo = [fid for fid, row in rows.items() if get(fid) != row[4]]
+    todo.extend(written_after)
+    return {"finding_ids": todo, "checked_policy": gathered.policy}
+
+
+class DueInserter:
+    """The first-run due dates of a large queue, inserted by a thread on a connection of
+    its own while this one stores the queue: each insert is PostgreSQL work for seconds at
+    a million findings, and two backends do it on two cores at once.
+
+    The thread's transaction commits on its own: should the run fail afterwards, the due
+    dates stay, computed from the decisions the run found (as the next run would, which
+    recomputes any whose decision then differs). Only findings with no due-date row at the
+    gather are inserted, in id order; a row written meanwhile (a date set by hand) makes
+    the thread insert by the upsert that keeps it."""
+
+    def __init__(self, team_id: int, decisions: list[tuple[int, str]],
+                 policy: PolicyDays) -> None:
+        self.decisions = decisions
+        self.error: BaseException | None = None
+        self.inserted: int | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(team_id, policy), name="ranking-due-dates", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def start(cls, team_id: int, gathered: Gathered, result: RankResult) -> DueInserter | None:
+        rowless = _without_due_row(gathered)
+        if rowless is None or gathered.policy is None or gathered.settled is None:
+            return None
+        above = settings.TRUSTRANK_RANKING_DUE_THREAD_ABOVE
+        if len(result.findings) - len(gathered.settled) < above:
+            return None
+        ids = gathered.finding_ids
+        decisions: list[tuple[int, str]] = []
+        for r in result.findings:
+            fid = ids[r[0]]
+            if rowless(fid):
+                decisions.append((fid, r[3]))
+        if len(decisions) < above:
+            return None
+        decisions.sort()
+        return cls(team_id, decisions, gathered.policy)
+
+    def _run(self, team_id: int, policy: PolicyDays) -> None:
+        try:
+            with transaction.atomic():
+                self.inserted = finding_due_dates_insert(
+                    team_id=team_id, decisions=self.decisions, checked_policy=policy)
+        except BaseException as exc:  # re-raised by finish(), in the run's thread
+            self.error = exc
+        finally:
+            connection.close()
+
+    def finish(self, unsettled: dict[str, Any]) -> dict[str, Any]:
+        """Wait for the thread; `unsettled` less what it inserted."""
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+        if self.inserted is None:
+            return {}  # the policy changed since the gather: recompute every finding
+        return _less(unsettled, {fid for fid, _ in self.decisions})
+
+
+def due_dates_apply(
+    team_id: int, gathered: Gathered, unsettled: dict[str, Any],
+    written_after: tuple[int, ...], rows: dict[int, Row],
+) -> None:
+    """Recompute the due dates `unsettled` names. Of a full run's, those of findings with
+    no due-date row at all (every finding on a team's first run) are inserted in bulk
+    (`finding_due_dates_insert`); the rest go through the recomputation, which checks
+    each finding as it is now."""
+    ids: list[int] | None = unsettled.get("finding_ids")
+    policy = unsettled.get("checked_policy")
+    rowless = _without_due_row(gathered)
+    if ids and policy is not None and rowless is not None:
+        written = set(written_after)
+        fresh = [fid for fid in ids if rowless(fid) and fid not in written and fid in rows]
+        if fresh:
+            # In id order: the primary key's B-tree then grows at its right edge instead of
+            # splitting pages all over (the queue's order is random by id).
+            fresh.sort()
+            done = finding_due_dates_insert(
+                team_id=team_id, checked_policy=policy,
+                decisions=[(fid, rows[fid][4]) for fid in fresh],
+            )
+            # None: the policy changed since the gather, so every finding is recomputed.
+            unsettled = {} if done is None else _less(unsettled, set(fresh))
+    finding_due_dates_apply(team_id=team_id, **unsettled)
+
