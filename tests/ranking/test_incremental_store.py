@@ -132,9 +132,10 @@ def test_a_first_run_gives_due_dates_without_writing_the_findings():
     assert _stored(team_id) == stored
 
 
-def test_ranked_rows_copy_as_text_keeps_every_value():
-    """The store formats COPY's text itself: environment names with a backslash, tab or
-    newline and scores of every kind of float read back exactly."""
+def test_ranked_rows_copy_keeps_every_value():
+    """The store lays out COPY's binary rows itself: environment names with a backslash,
+    tab, newline or non-ASCII letters, an empty one, and scores of every kind of float read
+    back exactly."""
     from trustrank.accounts.models import Team
     from trustrank.ranking.services.store import _copy_ranked
 
@@ -144,9 +145,11 @@ def test_ranked_rows_copy_as_text_keeps_every_value():
         2: (2, 1, "tab\there", 100.0, "out-of-cycle", "b" * 64),
         3: (3, 1, "line\nbreak\r", 1e-7, "scheduled", "c" * 64),
         4: (4, 1, "", 33.3333, "defer", "d" * 64),
+        5: (5, 2, "prod\\east", 0.0, "immediate", "e" * 64),
+        6: (6, 1, "zürich-ß", 5e-324, "immediate", "f" * 64),
     }
     with connection.cursor() as cur:
-        _copy_ranked(cur, team_id=team.pk, run_id=7, targets=[4, 2, 1, 3], rows=rows)
+        _copy_ranked(cur, team_id=team.pk, run_id=7, targets=[4, 2, 6, 1, 5, 3], rows=rows)
         cur.execute(
             "SELECT finding_id, rank, env_rank, environment, score, decision, context_id "
             "FROM ranking_rankedfinding WHERE team_id = %s AND run_id = 7 ORDER BY finding_id",
