@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import gc
 from bisect import bisect_left
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from operator import itemgetter
+from itertools import repeat
+from operator import attrgetter, itemgetter
 from typing import Any
+
+import numpy as np
 
 from trustrank.risk.context import ContextIndex, DeploymentContext
 from trustrank.risk.graph import EnvironmentAnalysis, analyse_environment, environment_digest
@@ -37,7 +40,7 @@ from trustrank.risk.inputs import (
     RankInputs,
     RankSettings,
 )
-from trustrank.risk.queue import QueueIndex, assemble, merge
+from trustrank.risk.queue import QueueColumns, QueueIndex, assemble, merge
 from trustrank.risk.results import (
     RankedFinding,
     RankResult,
@@ -156,6 +159,97 @@ class _Scorer:
                    *best.tail[:-1], context_factors, f)
         return (-best_d, not best.deployed, -score, f.id), row
 
+    def queue(self, records: Sequence[Finding]) -> QueueColumns:
+        """Every finding of `records` scored, as columns: what `score` gives per finding,
+        the same values. A deployed vulnerability's score and decision depend only on its
+        advisory facts and its best contexts, so those are looked up once per distinct
+        key (`_VULN_KEY`, `_CONTEXT_KEY`, each a pass in C over the findings) and combined
+        by numpy; the other findings (identity and reliability findings, versions deployed
+        nowhere: few) go through `score`."""
+        n = len(records)
+        cols = QueueColumns.empty(n)
+        vuln = np.fromiter(map("vulnerability".__eq__, map(_KIND, records)), dtype=bool,
+                           count=n)
+        at = np.flatnonzero(vuln)
+        vrecords = list(map(records.__getitem__, at.tolist()))
+        facts_code, facts_first = _dense(map(_VULN_KEY, vrecords), len(at))
+        bests_code, bests_first = _dense(map(_CONTEXT_KEY, vrecords), len(at))
+        facts = [self._facts(vrecords[i]) for i in facts_first.tolist()]
+        bests = [self._bests(vrecords[i]) for i in bests_first.tolist()]
+        slot = np.array([x.slot for x in facts], dtype=np.int64)[facts_code]
+        facts_points = np.array([x.points for x in facts], dtype=np.float64)
+        # Each distinct context of every slot, by identity (the caches keep them alive).
+        contexts: dict[int, int] = {}
+        context_list: list[DeploymentContext] = []
+        of_slot = np.empty((len(bests), 6), dtype=np.int64)
+        for b, six in enumerate(bests):
+            for s_, c in enumerate(six):
+                code = contexts.get(id(c))
+                if code is None:
+                    code = contexts[id(c)] = len(context_list)
+                    context_list.append(c)
+                of_slot[b, s_] = code
+        context = of_slot[bests_code, slot]
+        decisions = np.array([c.decisions for c in context_list], dtype=np.int64).reshape(
+            len(context_list), 6)
+        deployed = np.array([c.deployed for c in context_list], dtype=bool)[context]
+        raw = 50.0 + (facts_points[facts_code]
+                      + np.array([c.points for c in context_list], dtype=np.float64)[context])
+        # Python's round, not numpy's (which differs in the last digit now and then): once
+        # per distinct sum.
+        sums, inverse = np.unique(raw, return_inverse=True)
+        rounded = np.array([round(min(100.0, max(0.0, x)), 4) for x in sums.tolist()],
+                           dtype=np.float64)
+        cols.score[at] = rounded[inverse.reshape(-1)]
+        cols.decision[at] = decisions[context, slot]
+        cols.deployed[at] = deployed
+        cols.mid[at] = facts_code
+        cols.tail[at] = context
+        cols.mids.extend((x.exploitation, x.automatable, x.factors) for x in facts)
+        cols.tails.extend(c.tail for c in context_list)
+        # The rest one by one: their rows as `score` makes them, split the same way.
+        slow = np.flatnonzero(~vuln).tolist() + at[~deployed].tolist()
+        for i in slow:
+            _key, row = self.score(records[i])
+            cols.score[i], cols.decision[i] = row[0], _DECISION_ORDER[row[1]]
+            cols.deployed[i] = row[8]
+            cols.mid[i], cols.tail[i] = len(cols.mids), len(cols.tails)
+            cols.mids.append(row[5:8])
+            cols.tails.append(row[8:18])
+        return cols
+
+    def _facts(self, f: Finding) -> VulnFacts:
+        vkey = _VULN_KEY(f)
+        facts = self.vuln_cache.get(vkey)
+        if facts is None:
+            facts = self.vuln_cache[vkey] = vuln_facts(f, self.settings)
+        return facts
+
+    def _bests(self, f: Finding) -> tuple[DeploymentContext, ...]:
+        bests = self.context_cache.get(_CONTEXT_KEY(f))
+        if bests is None:
+            bests = self.index.best_contexts(
+                project_version=f.project_version, component_key=f.component_key,
+                environment=f.environment, service=f.service,
+            )
+        return bests
+
+
+# What a vulnerability's advisory facts and its contexts are looked up by (the keys of
+# `_Scorer.vuln_cache` and `ContextIndex.cache`).
+_VULN_KEY = attrgetter("vuln_id", "in_kev", "kev_date", "epss", "epss_percentile",
+                       "epss_date", "cvss_score", "cvss_vector", "severity")
+_CONTEXT_KEY = attrgetter("project_version", "component_key", "environment", "service")
+_KIND = attrgetter("kind")
+
+
+def _dense(keys: Iterable[Any], n: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(a code per key, numbered by first occurrence; the place of each code's first)."""
+    table: dict[Any, int] = {}
+    codes = np.fromiter(map(table.setdefault, keys, map(len, repeat(table, n))),
+                        dtype=np.int64, count=n)
+    return codes, np.unique(codes, return_index=True)[1]
+
 
 def _services(
     index: ContextIndex, analyses: Mapping[str, EnvironmentAnalysis],
@@ -261,8 +355,8 @@ def rank(
     with _collector_paused():
         analyses = analyse(inputs=inputs, settings=settings, previous=analyses)
         index = ContextIndex(inputs=inputs, analyses=analyses, settings=settings)
-        score = _Scorer(index, settings).score
-        findings, queue_index = assemble([score(f) for f in inputs.findings])
+        findings, queue_index = assemble(
+            inputs.findings, _Scorer(index, settings).queue(inputs.findings))
         findings_sum = findings_hash_sum(inputs.findings) if with_digest else None
         parts: dict[str, tuple[Any, bytes]] = {}
         digest = inputs_digest(

@@ -12,15 +12,16 @@ places whose finding is not the previous one (what the store has to write).
 
 from __future__ import annotations
 
-from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from operator import attrgetter, itemgetter
+from itertools import repeat
+from operator import add, attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
 
+from trustrank.risk.inputs import DECISIONS, Finding
 from trustrank.risk.results import RankedFinding
 
 # RankedFinding fields by position: 0 finding_id, 13 project_version, 20 finding.
@@ -142,44 +143,54 @@ class QueueIndex:
 _new_ranked = tuple.__new__
 
 
+@dataclass
+class QueueColumns:
+    """A scored queue before it is sorted, one entry per finding in input order: score,
+    decision (index in `DECISIONS`), deployed, and codes of the ranked finding's middle
+    (exploitation, automatable, the advisory's factors: `mids`) and tail (deployed …
+    context factors: `tails`) fields."""
+
+    score: np.ndarray[Any, Any]
+    decision: np.ndarray[Any, Any]
+    deployed: np.ndarray[Any, Any]
+    mid: np.ndarray[Any, Any]
+    tail: np.ndarray[Any, Any]
+    mids: list[tuple[Any, ...]]
+    tails: list[tuple[Any, ...]]
+
+    @classmethod
+    def empty(cls, n: int) -> QueueColumns:
+        return cls(np.zeros(n, dtype=np.float64), np.zeros(n, dtype=np.int64),
+                   np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64),
+                   np.zeros(n, dtype=np.int64), [], [])
+
+
+_HEAD = attrgetter("kind", "component_key", "baseline")
+
+
 def assemble(
-    keyed: list[tuple[Any, tuple[Any, ...]]],
+    records: Sequence[Finding], cols: QueueColumns,
 ) -> tuple[tuple[RankedFinding, ...], QueueIndex]:
-    """(sort key, ranked-finding fields after the rank) pairs as the queue, and its index:
-    one pass, while each finding is at hand (a pass of its own over a million findings
-    costs about a second of memory reads)."""
-    keyed.sort(key=itemgetter(0))
-    n = len(keyed)
-    versions: dict[str, int] = {"": 0}
-    envs: dict[str, int] = {"": 0}
-    services: dict[tuple[str, str], int] = {("", ""): 0}
-    columns = [array("i", bytes(4 * n)) for _ in range(4)]
-    record_version, context_version, env_code, service_code = columns
-    get = versions.get
-    new, cls = _new_ranked, RankedFinding
-    # In place: each (key, row) pair is freed as its ranked finding is made, so the two
-    # million-element generations never coexist.
-    out: list[Any] = keyed
-    for i, (key, row) in enumerate(keyed):
-        out[i] = new(cls, (key[3], i + 1, *row))
-        f = row[-1]
-        version = f.project_version
-        code = get(version)
-        if code is None:
-            code = versions[version] = len(versions)
-        record_version[i] = code
-        version = row[_CONTEXT_VERSION - 2]
-        code = get(version)
-        if code is None:
-            code = versions[version] = len(versions)
-        context_version[i] = code
-        env = f.environment
-        if env:
-            env_code[i] = envs.setdefault(env, len(envs))
-            service_code[i] = services.setdefault((env, f.service), len(services))
-    codes = [np.frombuffer(c, dtype=np.int32) for c in columns]
-    return tuple(out), QueueIndex(versions, envs, services, codes[0], codes[1], codes[2],
-                                  codes[3])
+    """The queue of `records` scored as `cols`, and its index. Queue order: decision (most
+    urgent first), deployed before deployed nowhere, score (highest first), finding id;
+    sorted by numpy on those columns (the id by its place among the ids in string order),
+    and each ranked finding made of its columns by passes in C."""
+    n = len(records)
+    ids = list(map(attrgetter("id"), records))
+    id_order = np.empty(n, dtype=np.int64)
+    # Python's string order (numpy's drops trailing NUL characters).
+    id_order[sorted(range(n), key=ids.__getitem__)] = np.arange(n)
+    order = np.lexsort((id_order, -cols.score, ~cols.deployed, -cols.decision))
+    places = order.tolist()
+    ranked = list(map(records.__getitem__, places))
+    heads = zip(map(ids.__getitem__, places), range(1, n + 1), cols.score[order].tolist(),
+                map(DECISIONS.__getitem__, cols.decision[order].tolist()), strict=True)
+    rows = map(add, map(add, map(add, map(add, heads, map(_HEAD, ranked)),
+                                     map(cols.mids.__getitem__, cols.mid[order].tolist())),
+                        map(cols.tails.__getitem__, cols.tail[order].tolist())),
+               zip(ranked))
+    findings: tuple[RankedFinding, ...] = tuple(map(_new_ranked, repeat(RankedFinding), rows))
+    return findings, QueueIndex.build(findings)
 
 
 @dataclass(frozen=True)
