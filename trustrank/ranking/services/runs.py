@@ -234,7 +234,8 @@ def _execute(run: RankingRun) -> None:
         if incremental and cached is not None:
             unsettled = _decided_anew(gathered, cached, rows, changed, written_after)
         else:
-            unsettled = due_dates_unsettled(gathered, rows, written_after)
+            unsettled = due_dates_unsettled(gathered, rows, written_after,
+                                            inserted=early is not None)
         # What the due dates below are computed under (they read it again: should it
         # change in between, the next run finds it differs and recomputes every one).
         policy = triage_policy_for(team_id=run.team_id)

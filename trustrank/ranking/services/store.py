@@ -176,8 +176,12 @@ def _store_rows(
                 [run.team_id],
             )
             before = {row[0]: row[1:] for row in cur.fetchall()}
-            changed = [fid for fid, row in rows.items() if before.get(fid) != row]
-            gone = [fid for fid in before if fid not in rows]
+            if before:
+                changed = [fid for fid, row in rows.items() if before.get(fid) != row]
+                gone = [fid for fid in before if fid not in rows]
+            else:
+                # The team's first run: every row is new (no comparison per row).
+                changed, gone = list(rows), []
         else:
             changed = changed_on_the_way
             gone = gone_on_the_way or []
@@ -185,7 +189,7 @@ def _store_rows(
             fid for fid in changed
             if fid not in before or before[fid][0] != rows[fid][0]
             or before[fid][3] != rows[fid][3] or before[fid][4] != rows[fid][4]
-        ]
+        ] if before else changed
         _history(cur, run=run, moved=moved, gone=gone, before=before, rows=rows,
                  new_context=new_context, first=not before)
         rewrite = len(changed) + len(gone) > _REWRITE_ABOVE
