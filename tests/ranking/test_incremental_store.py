@@ -132,6 +132,44 @@ def test_a_first_run_gives_due_dates_without_writing_the_findings():
     assert _stored(team_id) == stored
 
 
+def test_the_findings_read_column_by_column_gives_the_records_of_the_row_loop(monkeypatch):
+    """Chunks of open vulnerabilities become records column by column, read a chunk ahead
+    by a thread; the records, ids and settled decisions are those the row loop makes."""
+    from trustrank.findings.services.due_dates import triage_policy_for
+    from trustrank.ranking import inputs as gather
+
+    team_id = build(findings=1200, services=60, edges=200, versions=30, seed=5)
+    runs._PREVIOUS.clear()
+    _run(team_id)  # every finding has a due date now: settled decisions are read too
+    with connection.cursor() as cur:
+        # Rows the column path does not take, in the first chunks: a zero baseline, no purl.
+        first = "SELECT id FROM findings_finding WHERE team_id = %s ORDER BY id"
+        cur.execute("UPDATE findings_finding SET epss = 0, cvss_score = 0, severity_score = 0 "
+                    f"WHERE id IN ({first} LIMIT 3)", [team_id])
+        cur.execute("UPDATE findings_finding SET component_purl = '' "
+                    f"WHERE id IN ({first} LIMIT 2 OFFSET 150)", [team_id])
+    monkeypatch.setattr(gather, "CHUNK", 100)
+    policy = triage_policy_for(team_id=team_id)
+    by_column: list[int] = []
+    add = gather._add_vulnerabilities
+    monkeypatch.setattr(gather, "_add_vulnerabilities",
+                        lambda chunk, *a, **k: by_column.append(len(chunk)) or add(chunk, *a, **k))
+
+    def read() -> tuple[object, ...]:
+        settled: dict[int, str] = {}
+        unsettled: set[int] = set()
+        out = gather._findings(team_id, settled=settled, policy=policy,
+                               unsettled_rows=unsettled)
+        return (*out, settled, unsettled)
+
+    by_columns = read()
+    monkeypatch.setattr(gather, "_vulnerabilities_only", lambda chunk: False)
+    by_rows = read()
+    assert by_columns == by_rows
+    assert len(by_rows[0]) == 1200 and len(by_rows[3]) == 1200
+    assert sum(by_column) == 1000  # all chunks but the first two
+
+
 def test_ranked_rows_copy_keeps_every_value():
     """The store lays out COPY's binary rows itself: environment names with a backslash,
     tab, newline or non-ASCII letters, an empty one, and scores of every kind of float read
