@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import queue
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from itertools import repeat
+from itertools import islice, repeat
 from operator import itemgetter
 from typing import Any
 
@@ -16,6 +18,7 @@ import numpy as np
 import orjson
 from django.db import connection
 from django.utils import timezone
+from psycopg.copy import LibpqWriter
 
 from trustrank.ranking.inputs import Gathered
 from trustrank.ranking.models import RankChange, RankingRun
@@ -102,9 +105,76 @@ def _store(
     given, `row_hashes` of every (finding id, row): computed chunk by chunk while
     PostgreSQL stores the chunk before, where it costs no wall time."""
     with _collector_paused():
+        if before is None and previous is None:
+            first = _store_first(run=run, result=result, gathered=gathered,
+                                 row_hashes=row_hashes)
+            if first is not None:
+                return first
         return _store_rows(run=run, result=result, gathered=gathered, before=before,
                            previous=previous, previous_ids=previous_ids,
                            row_hashes=row_hashes)
+
+
+def _contexts_insert(cur: Any, new_context: dict[str, bytes]) -> None:
+    """Store the contexts (digest -> JSON) not stored yet. Only those are sent: an
+    incremental run's walked rows mostly keep theirs, and PostgreSQL parsed megabytes of
+    JSON to find them there."""
+    cur.execute(
+        "SELECT digest FROM ranking_rankcontext WHERE digest = ANY(%s::varchar[])",
+        ["{" + ",".join(new_context) + "}"],
+    )
+    stored = {row[0] for row in cur.fetchall()}
+    # One JSON object (digest -> context) as one parameter: the driver quotes a string
+    # in C, where a text array is escaped element by element in Python.
+    cur.execute(
+        "INSERT INTO ranking_rankcontext (digest, data, created_at) "
+        "SELECT key, value, now() FROM jsonb_each(%s::jsonb) "
+        "ON CONFLICT (digest) DO NOTHING",
+        [_json_object({d: b for d, b in new_context.items() if d not in stored})],
+    )
+
+
+def _store_first(
+    *, run: RankingRun, result: RankResult, gathered: Gathered,
+    row_hashes: Callable[[Iterable[tuple[int, _Row]]], int] | None,
+) -> tuple[dict[str, Any], dict[int, _Row], tuple[list[int], list[int]], int | None] | None:
+    """A team's first queue, written while it is made: a chunk's rows are made while
+    PostgreSQL stores the chunk before (the rows of a million findings took seconds to
+    make, during which PostgreSQL waited). What `_store_rows` does for a queue with no
+    stored row (everything new, nothing moved, no history); None when the team has stored
+    rows: then `_store_rows` compares."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT 1 FROM ranking_rankedfinding WHERE team_id = %s LIMIT 1",
+                    [run.team_id])
+        if cur.fetchone() is not None:
+            return None
+        contexts: dict[tuple[Any, ...], tuple[str, bytes]] = {}
+        rows: dict[int, _Row] = {}
+        env_counter: dict[str, int] = {}
+        hashed: list[int] = []
+
+        def on_chunk(chunk: list[int]) -> None:
+            if row_hashes is not None:
+                hashed.append(row_hashes(zip(chunk, map(rows.__getitem__, chunk),
+                                             strict=True)))
+
+        _copy_ranked_chunks(
+            cur, team_id=run.team_id, run_id=run.pk, rows=rows, on_chunk=on_chunk,
+            chunks=_queue_row_chunks(result.findings, gathered.finding_ids, contexts, rows,
+                                     env_counter))
+        new_context = {ctx[0]: ctx[1] for ctx in contexts.values()}
+        _contexts_insert(cur, new_context)
+        if len(rows) > _REWRITE_ABOVE:
+            # The planner must know the new queue's size to walk its index for a page.
+            cur.execute("ANALYZE ranking_rankedfinding")
+    counts = {
+        "by_environment": {env: n for env, n in sorted(env_counter.items())},
+        "contexts": len(new_context),
+        "moved": len(rows),
+        "updated": len(rows),
+        "left_queue": 0,
+    }
+    return counts, rows, (list(rows), []), sum(hashed) if row_hashes is not None else None
 
 
 def _store_rows(
@@ -154,21 +224,7 @@ def _store_rows(
             changed_on_the_way = [fid for fid, row in rows.items() if before.get(fid) != row]
     new_context = {ctx[0]: ctx[1] for ctx in contexts.values()}
     with connection.cursor() as cur:
-        # Only the contexts not stored yet are sent: an incremental run's walked rows
-        # mostly keep theirs, and PostgreSQL parsed megabytes of JSON to find them there.
-        cur.execute(
-            "SELECT digest FROM ranking_rankcontext WHERE digest = ANY(%s::varchar[])",
-            ["{" + ",".join(new_context) + "}"],
-        )
-        stored = {row[0] for row in cur.fetchall()}
-        # One JSON object (digest -> context) as one parameter: the driver quotes a string
-        # in C, where a text array is escaped element by element in Python.
-        cur.execute(
-            "INSERT INTO ranking_rankcontext (digest, data, created_at) "
-            "SELECT key, value, now() FROM jsonb_each(%s::jsonb) "
-            "ON CONFLICT (digest) DO NOTHING",
-            [_json_object({d: b for d, b in new_context.items() if d not in stored})],
-        )
+        _contexts_insert(cur, new_context)
         if before is None:
             cur.execute(
                 "SELECT finding_id, rank, env_rank, environment, score, decision, context_id "
@@ -318,43 +374,66 @@ def _queue_rows(
 ) -> tuple[dict[int, _Row], dict[str, int]]:
     """Every ranked finding's row (finding id -> (rank, env rank, environment, score,
     decision, context digest)), in queue order, and the findings per environment; the
-    contexts met go into `contexts`. Column by column, each a pass in C over the queue: a
+    contexts met go into `contexts`."""
+    rows: dict[int, _Row] = {}
+    env_counter: dict[str, int] = {}
+    for _chunk in _queue_row_chunks(findings, finding_ids, contexts, rows, env_counter):
+        pass
+    return rows, env_counter
+
+
+_CHUNK = 50_000
+
+
+def _queue_row_chunks(
+    findings: tuple[RankedFinding, ...], finding_ids: dict[str, int],
+    contexts: dict[tuple[Any, ...], tuple[str, bytes]], rows: dict[int, _Row],
+    env_counter: dict[str, int],
+) -> Iterator[list[int]]:
+    """`_queue_rows` a chunk at a time: each chunk's rows go into `rows` (in queue order)
+    before its finding ids are yielded, so a COPY can send them while the next are made;
+    `env_counter` is filled first. Column by column, each a pass in C over the chunk: a
     Python loop with a few lookups per finding cost seconds at a million findings."""
     n = len(findings)
-    ids = list(map(finding_ids.__getitem__, map(itemgetter(0), findings)))
     # The environment a finding is queued in: its context's when it runs somewhere.
     envs = [r[11] if r[10] else "" for r in findings]
     env_codes: dict[str, int] = {}
     codes = np.fromiter(map(env_codes.setdefault, envs, map(len, repeat(env_codes, n))),
                         dtype=np.int64, count=n)
     env_rank = np.empty(n, dtype=np.int64)
-    env_counter: dict[str, int] = {}
     for env, code in env_codes.items():
         at = np.flatnonzero(codes == code)
         env_rank[at] = np.arange(1, len(at) + 1)
         env_counter[env] = len(at)
+    env_ranks = env_rank.tolist()
     # The context of a ranked finding, keyed cheaply: the engine shares one factor tuple
     # per advisory facts and one per deployment context, so their identities (alive as
     # long as `findings`) stand for their values; the other fields are plain values
     # (`RankedFinding` order: exploitation, automatable, then deployed … path). Each key
     # is numbered by the first place it occurs at; its digest is made once, from there.
-    keys = zip(map(id, map(itemgetter(9), findings)), map(id, map(itemgetter(19), findings)),
-               map(itemgetter(slice(7, 9)), findings), map(itemgetter(slice(10, 19)), findings),
-               strict=True)
     first: dict[tuple[Any, ...], int] = {}
-    places = list(map(first.setdefault, keys, range(n)))
     digest_at: dict[int, str] = {}
-    for key, i in first.items():
-        ctx = contexts.get(key)
-        if ctx is None:
-            body = orjson.dumps(context_of(findings[i]), option=orjson.OPT_SORT_KEYS)
-            ctx = contexts[key] = (hashlib.sha256(body).hexdigest(), body)
-        digest_at[i] = ctx[0]
-    rows = dict(zip(ids, zip(
-        range(1, n + 1), env_rank.tolist(), envs, map(itemgetter(2), findings),
-        map(itemgetter(3), findings), map(digest_at.__getitem__, places), strict=True,
-    ), strict=True))
-    return rows, env_counter
+    for start in range(0, n, _CHUNK):
+        part = findings[start : start + _CHUNK]
+        end = start + len(part)
+        ids = list(map(finding_ids.__getitem__, map(itemgetter(0), part)))
+        keys = zip(map(id, map(itemgetter(9), part)), map(id, map(itemgetter(19), part)),
+                   map(itemgetter(slice(7, 9)), part), map(itemgetter(slice(10, 19)), part),
+                   strict=True)
+        known = len(first)
+        places = list(map(first.setdefault, keys, range(start, end)))
+        for key, i in islice(first.items(), known, None):
+            ctx = contexts.get(key)
+            if ctx is None:
+                body = orjson.dumps(context_of(findings[i]), option=orjson.OPT_SORT_KEYS)
+                ctx = contexts[key] = (hashlib.sha256(body).hexdigest(), body)
+            digest_at[i] = ctx[0]
+        rows.update(zip(ids, zip(
+            range(start + 1, end + 1), env_ranks[start:end], envs[start:end],
+            map(itemgetter(2), part), map(itemgetter(3), part),
+            map(digest_at.__getitem__, places), strict=True,
+        ), strict=True))
+        yield ids
 
 
 # COPY's binary format: the file header, and the end-of-data word.
@@ -391,19 +470,66 @@ def _copy_ranked(
     rows: dict[int, tuple[int, int, str, float, str, str]],
     on_chunk: Callable[[list[int]], None] | None = None,
 ) -> None:
-    """COPY the ranked rows of `targets` in the binary format, laid out by numpy a chunk
-    at a time: formatting a million rows as text cost seconds of the process (and
-    PostgreSQL parsed every number back). Within a chunk the rows go grouped by
-    environment, decision and context digest length (one record layout each), in their
-    order within a group. `on_chunk` is called with each chunk's ids once it is sent,
-    while PostgreSQL stores it."""
+    """COPY the ranked rows of `targets` (see `_copy_ranked_chunks`)."""
+    _copy_ranked_chunks(
+        cur, team_id=team_id, run_id=run_id, rows=rows, on_chunk=on_chunk,
+        chunks=(targets[i : i + _CHUNK] for i in range(0, len(targets), _CHUNK)))
+
+
+class _QueuedWriter(LibpqWriter):
+    """psycopg's writer, fed by a thread from a short queue: `write` returns at once, so
+    the next chunk is made (and the last one hashed) while PostgreSQL stores this one.
+    With the plain writer each `write` waited until PostgreSQL had taken nearly the whole
+    chunk, so the two took turns. Unlike psycopg's `QueuedLibpqWriter` (1,024 buffers of
+    128 KiB), at most `depth` chunks wait: megabytes, not a hundred."""
+
+    def __init__(self, cursor: Any, depth: int = 2) -> None:
+        super().__init__(cursor)
+        self._pending: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._send, name="ranked-copy", daemon=True)
+        self._thread.start()
+
+    def _send(self) -> None:
+        try:
+            while (data := self._pending.get()) is not None:
+                super().write(data)  # waits on the socket with the GIL released
+        except BaseException as exc:  # raised by write() or finish(), in the caller's thread
+            self._error = exc
+            while self._pending.get() is not None:
+                pass
+
+    def write(self, data: Any) -> None:
+        if self._error is not None:
+            raise self._error
+        self._pending.put(data)
+
+    def finish(self, exc: BaseException | None = None) -> None:
+        self._pending.put(None)
+        self._thread.join()
+        if self._error is not None and exc is None:
+            raise self._error
+        super().finish(exc)
+
+
+def _copy_ranked_chunks(
+    cur: Any, *, team_id: int, run_id: int, chunks: Iterable[list[int]],
+    rows: dict[int, tuple[int, int, str, float, str, str]],
+    on_chunk: Callable[[list[int]], None] | None = None,
+) -> None:
+    """COPY the ranked rows of the finding ids of each chunk (each in `rows` by the time
+    it comes) in the binary format, laid out by numpy a chunk at a time: formatting a
+    million rows as text cost seconds of the process (and PostgreSQL parsed every number
+    back). Within a chunk the rows go grouped by environment, decision and context digest
+    length (one record layout each), in their order within a group. `on_chunk` is called
+    with each chunk's ids once it is sent, while PostgreSQL stores it."""
     with cur.copy(
         "COPY ranking_rankedfinding (finding_id, team_id, run_id, rank, env_rank, "
-        "environment, score, decision, context_id) FROM STDIN (FORMAT BINARY)"
+        "environment, score, decision, context_id) FROM STDIN (FORMAT BINARY)",
+        writer=_QueuedWriter(cur.cursor),
     ) as copy:
         copy.write(_BINARY_HEADER)
-        for start in range(0, len(targets), 50_000):
-            chunk = targets[start : start + 50_000]
+        for chunk in chunks:
             n = len(chunk)
             values = list(map(rows.__getitem__, chunk))
             digests: dict[str, int] = {}
