@@ -58,6 +58,7 @@ def test_incremental_run_stores_what_a_full_run_stores():
         assert not full.incremental
         assert _stored(team_id) == stored
         assert full.results_digest == incremental.results_digest
+        assert full.inputs_digest == incremental.inputs_digest
         assert full.counts["contexts"] == incremental.counts["contexts"]
         assert full.counts["moved"] == 0
 
