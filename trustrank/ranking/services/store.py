@@ -278,7 +278,7 @@ def _store_rows(
     counts = {
         "by_environment": {env: n for env, n in sorted(env_counter.items())},
         # Distinct contexts of the whole queue, reused rows' included.
-        "contexts": len({row[5] for row in rows.values()}) if reused else len(new_context),
+        "contexts": len(set(map(itemgetter(5), rows.values()))) if reused else len(new_context),
         "moved": len(moved),
         "updated": len(changed),
         "left_queue": len(gone),
