@@ -266,11 +266,16 @@ def main() -> None:
         receiver = _child("receive", args, secret=secret)
         got, done = _result(receiver), _result(worker)
 
+    import numpy as np
     from django.db import connection
 
+    from trustrank.cluster.services.metrics import CHUNK
+
     with connection.cursor() as cur:
-        cur.execute("SELECT count(*), sum(count) FROM cluster_metricminute")
-        minute_rows, minute_points = cur.fetchone()
+        cur.execute("SELECT data FROM cluster_metricchunk")
+        chunks = [np.frombuffer(bytes(data), dtype=CHUNK) for (data,) in cur.fetchall()]
+    minute_rows = sum(len(chunk) for chunk in chunks)
+    minute_points = sum(int(chunk["count"].sum()) for chunk in chunks)
     latencies: list[float] = got["latencies"]  # type: ignore[assignment]
     points = int(done["points"])  # type: ignore[call-overload]
     wall = float(done["last"]) - float(got["first"])  # type: ignore[arg-type]
@@ -280,7 +285,8 @@ def main() -> None:
            "worker_db": done["db_cpu"]}
     total_cpu = sum(float(v) for v in cpu.values())  # type: ignore[arg-type]
     print(f"requests: {len(latencies):,} of {args.nodes_per_request} node(s); points "
-          f"{points:,} (expected {expected:,}); minute rows {minute_rows:,} holding "
+          f"{points:,} (expected {expected:,}); {len(chunks):,} chunks of {minute_rows:,} "
+          f"series minutes holding "
           f"{minute_points:,} points; {done['runs']} job runs")
     print(f"receiver: p50 {1000 * percentile(latencies, 0.5):.1f} ms, p99 "
           f"{1000 * percentile(latencies, 0.99):.1f} ms, {points / receive_wall:,.0f} points/s "

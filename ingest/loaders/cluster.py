@@ -29,6 +29,7 @@ from trustrank.cluster.services.objects import (
 )
 from trustrank.parsers.errors import ParserError
 from trustrank.parsers.kubernetes import kubernetes_parse
+from trustrank.parsers.otlp_columns import otlp_metrics_columns
 from trustrank.parsers.otlp_metrics import JSON, PROTOBUF, ResourceMetrics, otlp_metrics_parse
 from trustrank.parsers.prometheus_text import TEXT, prometheus_text_parse
 from trustrank.parsers.remote_write import remote_write_parse
@@ -123,16 +124,27 @@ def _otlp_add(
     encoding = JSON if job.params.get("encoding") == "json" else PROTOBUF
     # Judge point ages against the time of receipt: a job run late must keep what the
     # receiver accepted.
+    now_ns = int(job.created_at.timestamp() * 1e9)
+    fallback = str(job.params.get("cluster") or "")
     try:
         if job.params.get("content_encoding") == "gzip":
             payload = decode_body(payload, content_encoding="gzip",
                                   limit=settings.TRUSTRANK_MAX_UPLOAD_BYTES)
-        parsed = otlp_metrics_parse(
-            body=payload, encoding=encoding, now_ns=int(job.created_at.timestamp() * 1e9)
-        )
+        columns = otlp_metrics_columns(body=payload, now_ns=now_ns) if (
+            encoding == PROTOBUF) else None
+        names = {r.get("k8s.cluster.name") or fallback for r in columns.resources} if (
+            columns is not None) else set()
+        if columns is not None and len(names) == 1:
+            # The usual request: one cluster's good gauge and sum points, as columns.
+            name = names.pop()
+            points = batches.get(name)
+            if points is None:
+                points = batches[name] = OtlpPoints(cluster=_cluster(job=job, name=name))
+            return {**points.add_columns(columns, now=job.created_at).as_dict(),
+                    "clusters": 1}
+        parsed = otlp_metrics_parse(body=payload, encoding=encoding, now_ns=now_ns)
     except (ParserError, BodyTooLarge, BodyUndecodable) as exc:
         raise IngestRejected(str(exc)) from exc
-    fallback = str(job.params.get("cluster") or "")
     by_cluster: dict[str, list[ResourceMetrics]] = defaultdict(list)
     for resource in parsed.resources:
         by_cluster[resource.cluster or fallback].append(resource)
@@ -170,20 +182,23 @@ def otlp_metrics_load(*, job: IngestJob, payload: bytes, progress: Progress) -> 
                 status=JobStatus.FAILED, error=str(exc)[:10000], finished_at=timezone.now(),
                 lease_until=None, phase="failed",
             )
-    minutes = 0
+    minutes = new_series = 0
     for name, points in sorted(batches.items()):
         progress(phase=f"storing {name}")
-        minutes += points.store()
+        stored = points.store()
+        minutes += stored.minutes
+        new_series += stored.new_series
         cluster_diagnose_request(cluster_id=points.cluster.pk)
-    # `minutes` of a batch: the rows the whole batch wrote, on every job of it.
+    # `minutes` and `new_series` of a batch: what the whole batch wrote, on every job of it.
     finished = timezone.now()
+    batch = {"minutes": minutes, "new_series": new_series, "batch": len(done) + 1}
     for other, other_counts in done:
         IngestJob.objects.filter(pk=other.pk).update(
-            status=JobStatus.DONE, counts={**other_counts, "minutes": minutes,
-                                           "batch": len(done) + 1, "batched_with": str(job.pk)},
+            status=JobStatus.DONE,
+            counts={**other_counts, **batch, "batched_with": str(job.pk)},
             result={}, finished_at=finished, lease_until=None, phase="done", error="",
         )
-    return {**counts, "minutes": minutes, "batch": len(done) + 1}
+    return {**counts, **batch}
 
 
 def _by_label(series: Iterable[Series], *, label: str, fallback: str) -> dict[str, list[Series]]:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import gzip
 import time
 
+import orjson
 import pytest
+from django.db import connection
 from django.test import Client
 
 from ingest.models import IngestJob, IngestPayload, JobStatus
@@ -15,7 +17,8 @@ from ingest.services import job_run
 from tests.cluster.otlp_build import dcgm_request
 from tests.cluster.test_receivers_storage import PB, _headers, minutes
 from trustrank.cluster.models import Cluster, MetricSeries
-from trustrank.cluster.services.metrics import series_key, series_keys, series_store
+from trustrank.cluster.services.metrics import series_store
+from trustrank.cluster.services.metrics_ids import labels_key
 from trustrank.parsers.otlp_metrics import otlp_metrics_parse
 from trustrank.parsers.series import MetricKind, Series
 
@@ -123,7 +126,13 @@ def test_new_series_keep_tabs_newlines_and_backslashes_in_names_and_labels(team)
     assert stored.labels == dict(labels)
 
 
-def test_series_keys_in_bulk_are_the_keys_one_at_a_time():
-    shared = (("gpu", "0"), ("pod", "p\tq"))
-    idents = [("a", shared), ("b", shared), ("a", ()), ("a\x1f", (("k", "v\x1d"),))]
-    assert series_keys(idents) == [series_key(name=n, labels=labels) for n, labels in idents]
+def test_label_set_keys_are_the_ones_the_migration_computes_in_sql():
+    # Migration 0007 keyed the label sets it moved in SQL; a load must find them again.
+    for labels in ((), (("gpu", "0"), ("pod", "p\tq")), (("a", "é"), ("b\x1f", "v\x1d")),
+                   (("Z", "1"), ("a", "2"), ("é", "3"))):
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT md5(coalesce((SELECT string_agg(e.key || chr(29) || e.value, chr(30) "
+                "ORDER BY e.key COLLATE \"C\") FROM jsonb_each_text(%s::jsonb) e), ''))::uuid",
+                [orjson.dumps(dict(labels)).decode()])
+            assert cur.fetchone()[0] == labels_key(labels)

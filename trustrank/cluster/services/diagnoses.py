@@ -19,7 +19,7 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from trustrank.cluster.models import Cluster, ClusterWorkload
-from trustrank.cluster.services.metrics import series_window
+from trustrank.cluster.services.metrics_read import series_window
 from trustrank.cluster.services.objects import snapshot_current
 from trustrank.findings.models import Finding, FindingKind, FindingSource
 from trustrank.findings.services.audit import Actor
