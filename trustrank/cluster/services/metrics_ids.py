@@ -46,6 +46,15 @@ _MAX = {"namespace": 253, "pod": 253, "container": 253, "node": 253, "gpu": 64, 
 _LINK_ORDER = tuple((names, _MAX[column]) for column, names in _LINKS.items())
 
 
+def sorted_unique(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """The distinct values, sorted. numpy's own `unique` hashes when it need not return
+    an inverse, about sixty times slower than its (vectorised) sort for a million int64."""
+    ordered = np.sort(values)
+    if len(ordered) < 2:
+        return ordered
+    return ordered[np.r_[True, ordered[1:] != ordered[:-1]]]
+
+
 def labels_key(labels: Labels) -> uuid.UUID:
     """MD5 of k\x1dv joined by \x1e, in label order: the label set's key in its cluster
     (migration 0007 computes the same in SQL)."""
@@ -121,9 +130,9 @@ class _Cache:
         known = self.series.get(cluster_id)
         added = np.fromiter(series, dtype=np.int64)
         if len(added):
-            merged = added if known is None else np.union1d(known, added)
+            merged = sorted_unique(added if known is None else np.r_[known, added])
             self.size += len(merged) - (0 if known is None else len(known))
-            self.series[cluster_id] = np.unique(merged) if known is None else merged
+            self.series[cluster_id] = merged
         self.labels.update(((cluster_id, item), labels_id) for item, labels_id in labels.items())
         self.names.update(((cluster_id, name), name_id) for name, name_id in names.items())
         self.size += len(self.labels) + len(self.names) - before

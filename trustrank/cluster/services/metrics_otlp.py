@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from trustrank.cluster.models import Cluster
 from trustrank.cluster.services.metrics import MetricsLoaded, items_series_ids, minutes_store
-from trustrank.cluster.services.metrics_ids import NAME_BITS, SeriesIds
+from trustrank.cluster.services.metrics_ids import NAME_BITS, SeriesIds, sorted_unique
 from trustrank.parsers.otlp_columns import MetricColumns
 from trustrank.parsers.otlp_metrics import (
     RESOURCE_LABELS,
@@ -63,7 +63,7 @@ class OtlpPoints:
         self._ts_ms.append(ts_ms)
         self._values.append(values)
         self.points += len(series)
-        distinct = len(np.unique(series)) if len(series) else 0
+        distinct = len(sorted_unique(series))
         return MetricsLoaded(series=distinct, new_series=0, points=len(series), minutes=0)
 
     def add_columns(self, columns: MetricColumns, *, now: datetime) -> MetricsLoaded:
@@ -118,10 +118,9 @@ class OtlpPoints:
         ts = np.concatenate(self._ts_ms)
         values = np.concatenate(self._values)
         self._series, self._ts_ms, self._values = [], [], []
-        self._ids.observe(np.unique(series))
-        new_series = self._ids.finish()
         minutes = minutes_store(cluster=self.cluster, series_ids=series, ts=ts, val=values,
-                                now=self.latest or timezone.now())
+                                now=self.latest or timezone.now(), ids=self._ids)
+        new_series = self._ids.finish()
         return MetricsLoaded(series=0, new_series=new_series, points=len(series),
                              minutes=minutes)
 
