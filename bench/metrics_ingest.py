@@ -275,14 +275,13 @@ def main() -> None:
         receiver = _child("receive", args, secret=secret)
         got, done = _result(receiver), _result(worker)
 
-    import numpy as np
     from django.db import connection
 
-    from trustrank.cluster.services.metrics import CHUNK
+    from trustrank.cluster.services.metrics import chunk_records
 
     with connection.cursor() as cur:
         cur.execute("SELECT data FROM cluster_metricchunk")
-        chunks = [np.frombuffer(bytes(data), dtype=CHUNK) for (data,) in cur.fetchall()]
+        chunks = [chunk_records(bytes(data)) for (data,) in cur.fetchall()]
     minute_rows = sum(len(chunk) for chunk in chunks)
     minute_points = sum(int(chunk["count"].sum()) for chunk in chunks)
     latencies: list[float] = got["latencies"]  # type: ignore[assignment]

@@ -90,6 +90,11 @@ class IngestPayload(models.Model):
         IngestJob, on_delete=models.CASCADE, primary_key=True, related_name="payload"
     )
     data = models.BinaryField()
+    # What the receiver derived from `data` while validating it, for the worker (OTLP
+    # metrics: the request as packed columns, `parsers.otlp_columns.columns_pack`), so
+    # that the worker need not decompress and read the body again. `data` stays the
+    # source of truth: a worker that cannot use this reads `data`.
+    prepared = models.BinaryField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"payload of job {self.job_id}"

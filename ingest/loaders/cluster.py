@@ -29,7 +29,11 @@ from trustrank.cluster.services.objects import (
 )
 from trustrank.parsers.errors import ParserError
 from trustrank.parsers.kubernetes import kubernetes_parse
-from trustrank.parsers.otlp_columns import otlp_metrics_columns
+from trustrank.parsers.otlp_columns import (
+    columns_decode,
+    columns_unpack,
+    otlp_metrics_columns,
+)
 from trustrank.parsers.otlp_metrics import JSON, PROTOBUF, ResourceMetrics, otlp_metrics_parse
 from trustrank.parsers.prometheus_text import TEXT, prometheus_text_parse
 from trustrank.parsers.remote_write import remote_write_parse
@@ -118,20 +122,37 @@ def _payload(job_id: Any) -> bytes:
     return bytes(row[0])
 
 
+def _prepared(job_ids: list[Any]) -> dict[Any, bytes]:
+    """The packed columns the receiver stored with each job, where it stored any."""
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute("SELECT job_id, prepared FROM ingest_ingestpayload "
+                       "WHERE job_id = ANY(%s) AND prepared IS NOT NULL", [job_ids],
+                       binary=True)
+        return {job_id: bytes(prepared) for job_id, prepared in cursor.fetchall()}
+
+
 def _otlp_add(
-    *, job: IngestJob, payload: bytes, batches: dict[str, OtlpPoints]
+    *, job: IngestJob, payload: bytes | None, prepared: bytes | None,
+    batches: dict[str, OtlpPoints],
 ) -> dict[str, Any]:
+    """Add one job's points to the batch: from the columns the receiver packed, else
+    from its body (`payload`, read here when None)."""
     encoding = JSON if job.params.get("encoding") == "json" else PROTOBUF
     # Judge point ages against the time of receipt: a job run late must keep what the
     # receiver accepted.
     now_ns = int(job.created_at.timestamp() * 1e9)
     fallback = str(job.params.get("cluster") or "")
     try:
-        if job.params.get("content_encoding") == "gzip":
-            payload = decode_body(payload, content_encoding="gzip",
-                                  limit=settings.TRUSTRANK_MAX_UPLOAD_BYTES)
-        columns = otlp_metrics_columns(body=payload, now_ns=now_ns) if (
-            encoding == PROTOBUF) else None
+        raw = None if prepared is None else columns_unpack(prepared)
+        columns = None if raw is None else columns_decode(raw)
+        if columns is None:
+            payload = _payload(job.pk) if payload is None else payload
+            if job.params.get("content_encoding") == "gzip":
+                payload = decode_body(payload, content_encoding="gzip",
+                                      limit=settings.TRUSTRANK_MAX_UPLOAD_BYTES)
+            if encoding == PROTOBUF:
+                columns = otlp_metrics_columns(body=payload, now_ns=now_ns)
         names = {r.get("k8s.cluster.name") or fallback for r in columns.resources} if (
             columns is not None) else set()
         if columns is not None and len(names) == 1:
@@ -142,6 +163,11 @@ def _otlp_add(
                 points = batches[name] = OtlpPoints(cluster=_cluster(job=job, name=name))
             return {**points.add_columns(columns, now=job.created_at).as_dict(),
                     "clusters": 1}
+        if payload is None:
+            payload = _payload(job.pk)
+            if job.params.get("content_encoding") == "gzip":
+                payload = decode_body(payload, content_encoding="gzip",
+                                      limit=settings.TRUSTRANK_MAX_UPLOAD_BYTES)
         parsed = otlp_metrics_parse(body=payload, encoding=encoding, now_ns=now_ns)
     except (ParserError, BodyTooLarge, BodyUndecodable) as exc:
         raise IngestRejected(str(exc)) from exc
@@ -169,13 +195,16 @@ def otlp_metrics_load(*, job: IngestJob, payload: bytes, progress: Progress) -> 
     with connection.cursor() as cur:
         cur.execute("SET LOCAL synchronous_commit = off")
     others = _otlp_batch_claim(job)
+    prepared = _prepared([job.pk, *(other.pk for other in others)])
     batches: dict[str, OtlpPoints] = {}
-    counts = _otlp_add(job=job, payload=payload, batches=batches)
+    counts = _otlp_add(job=job, payload=payload, prepared=prepared.get(job.pk),
+                       batches=batches)
     done: list[tuple[IngestJob, dict[str, Any]]] = []
     for at, other in enumerate(others, start=1):
         progress(phase=f"parsing {at + 1} of {len(others) + 1}")
         try:
-            done.append((other, _otlp_add(job=other, payload=_payload(other.pk),
+            done.append((other, _otlp_add(job=other, payload=None,
+                                          prepared=prepared.pop(other.pk, None),
                                           batches=batches)))
         except IngestRejected as exc:
             IngestJob.objects.filter(pk=other.pk).update(

@@ -136,3 +136,36 @@ def test_label_set_keys_are_the_ones_the_migration_computes_in_sql():
                 "ORDER BY e.key COLLATE \"C\") FROM jsonb_each_text(%s::jsonb) e), ''))::uuid",
                 [orjson.dumps(dict(labels)).decode()])
             assert cur.fetchone()[0] == labels_key(labels)
+
+
+def test_the_receiver_stores_columns_the_worker_loads_as_it_would_the_body(key, team):
+    now_ns = time.time_ns()
+    bodies = [dcgm_request(nodes=2, gpus=2, series=4, time_ns=now_ns - at * 15_000_000_000)
+              .SerializeToString() for at in range(2)]
+    for at, body in enumerate(bodies):
+        _post(key, body, gzipped=at == 0)
+    payloads = list(IngestPayload.objects.order_by("job__created_at"))
+    assert all(p.prepared and bytes(p.prepared).startswith(b"TRc1") for p in payloads)
+    # The first job's body is gone: only its packed columns can give its points. The
+    # second job's packed columns are damaged: the worker reads its body instead.
+    IngestPayload.objects.filter(pk=payloads[0].pk).update(data=b"not the body")
+    IngestPayload.objects.filter(pk=payloads[1].pk).update(prepared=b"TRc1 damaged")
+
+    job_run(job_id=str(payloads[0].job_id))
+
+    assert [j.status for j in IngestJob.objects.all()] == [JobStatus.DONE] * 2
+    reference = Cluster.objects.create(team=team, name="reference")
+    for body in bodies:
+        series_store(cluster=reference, series=otlp_metrics_parse(body=body).series())
+    stored = sorted(minutes(Cluster.objects.get(team=team, name="prod")))
+    assert stored and stored == sorted(minutes(reference))
+
+
+def test_json_and_histograms_store_no_columns(key):
+    now = str(time.time_ns())
+    doc = {"resourceMetrics": [{"scopeMetrics": [{"metrics": [{"name": "g", "gauge": {
+        "dataPoints": [{"timeUnixNano": now, "asDouble": 1}]}}]}]}]}
+    response = Client().post("/v1/metrics?cluster=c", data=orjson.dumps(doc),
+                             content_type="application/json", **_headers(key))
+    assert response.status_code == 200
+    assert IngestPayload.objects.get().prepared is None

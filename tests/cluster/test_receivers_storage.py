@@ -7,7 +7,6 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import numpy as np
 import orjson
 import pytest
 from django.db import connection
@@ -32,7 +31,7 @@ from trustrank.cluster.models import (
 )
 from trustrank.cluster.services import metrics
 from trustrank.cluster.services.metrics import (
-    CHUNK,
+    chunk_records,
     metrics_minutes_compact,
     metrics_minutes_compact_due,
     metrics_retention_apply,
@@ -293,7 +292,7 @@ def _raw_rows(cluster: Cluster) -> list[tuple]:
                     [cluster.pk])
         rows = cur.fetchall()
     return sorted((minute, int(count)) for minute, data in rows
-                  for count in np.frombuffer(bytes(data), dtype=CHUNK)["count"])
+                  for count in chunk_records(bytes(data))["count"])
 
 
 def test_each_load_appends_partial_minutes_that_read_and_compact_as_one(team):
@@ -379,3 +378,19 @@ def test_columnar_otlp_store_matches_the_series_path_histograms_included(team):
     assert minutes(columnar) == minutes(by_series)
     assert MetricSeries.objects.filter(
         cluster=columnar, name="vllm:e2e_request_latency_seconds_bucket").count() == 3
+
+
+def test_chunks_read_alike_compressed_or_packed_as_migration_0007_left_them(team):
+    cluster = Cluster.objects.create(team=team, name="c")
+    ms = int(datetime(2026, 11, 30, 10, 0, tzinfo=UTC).timestamp() * 1000)
+    series_store(cluster=cluster, series=[
+        Series("g", (("gpu", str(gpu)),), MetricKind.GAUGE, (ms, ms + 5_000),
+               (float(gpu), 2.0 * gpu)) for gpu in range(4)])
+    before = minutes(cluster)
+    with connection.cursor() as cur:
+        cur.execute("SELECT data FROM cluster_metricchunk WHERE cluster_id = %s", [cluster.pk])
+        [(data,)] = cur.fetchall()
+        assert bytes(data).startswith(b"\x28\xb5\x2f\xfd")  # zstd
+        cur.execute("UPDATE cluster_metricchunk SET data = %s WHERE cluster_id = %s",
+                    [chunk_records(bytes(data)).tobytes(), cluster.pk])
+    assert minutes(cluster) == before and len(before) == 4

@@ -947,13 +947,10 @@ def _protobuf_resources(
 # --- checking a request without building its points -----------------------------------
 #
 # A receiver stores the body and leaves the parse to a worker, but must answer with the
-# exact partial-success counts. A request whose data points are all gauge or sum points in
-# one of the two usual layouts ([start][time][double] or [time][double], then attributes)
-# is checked with whole-request C-level calls: one join of the prefixes, the tag bytes
-# compared by slices, times and values as numpy columns, each distinct attribute set
-# decoded once. Anything that would be rejected, stale or decoded the general way (other
-# metric types, integer values, exemplars, bad labels or times) is parsed in full instead,
-# so the counts and problems are those of `otlp_metrics_parse` either way.
+# exact partial-success counts. A request whose data points are all good gauge or sum
+# points in one of the two usual layouts is read as whole-request columns
+# (`otlp_columns`); anything else is parsed in full, so the counts and problems are those
+# of `otlp_metrics_parse` either way. The layouts and the verdicts kept across requests:
 
 _LONG_POINT = np.dtype({"names": ["start", "time", "value"], "formats": ["<u8", "<u8", "<f8"],
                         "offsets": [1, 10, 19], "itemsize": 27})
@@ -967,109 +964,18 @@ _CLEAN_RESTS: dict[OtlpLimits, set[bytes]] = {}
 _CLEAN_RESTS_MAX = 50_000
 
 
-def _clean_points(
-    raws: list[bytes], width: int, tags: tuple[bytes, ...], window: tuple[int, int],
-) -> set[bytes] | None:
-    """The distinct attribute bytes of points all in the layout `width` (27 or 18) with
-    times inside the window and finite values; None when any is not."""
-    count = len(raws)
-    prefix, rest = (_PREFIX_27, _REST_27) if width == 27 else (_PREFIX_18, _REST_18)
-    prefixes = b"".join(map(prefix, raws))
-    if len(prefixes) != width * count:
-        return None
-    for offset, tag in zip((0, 9, 18), tags, strict=False):
-        if prefixes[offset::width] != tag * count:
-            return None
-    columns = np.frombuffer(prefixes, dtype=_LONG_POINT if width == 27 else _SHORT_POINT)
-    times = columns["time"]
-    if int(times.min()) < window[0] or int(times.max()) > window[1]:
-        return None
-    if not np.isfinite(columns["value"]).all():
-        return None
-    return set(map(rest, raws))
-
-
-def _protobuf_check(
-    body: bytes, *, window: tuple[int, int], limits: OtlpLimits
-) -> MetricsCheck | None:
-    """The counts of a request whose every point is good, or None (parse it in full)."""
-    try:
-        request: Any = _ShadowRequest.FromString(body)
-    except (DecodeError, RecursionError) as exc:
-        raise OtlpMetricsError(
-            f"body is not a protobuf ExportMetricsServiceRequest: {exc}"
-        ) from exc
-    max_name = limits.max_name_length
-    raws: list[bytes] = []
-    clusters: dict[str, None] = {}
-    for resource_metrics in request.resource_metrics:
-        holds_metrics = False
-        for scope_metrics in resource_metrics.scope_metrics:
-            for metric in scope_metrics.metrics:
-                kind = metric.WhichOneof("data")
-                if kind is None:
-                    continue
-                name = metric.name
-                if (kind != "gauge" and kind != "sum") or not 0 < len(name) <= max_name or (
-                    "\x00" in name
-                ):
-                    return None
-                raws.extend((metric.gauge if kind == "gauge" else metric.sum).data_points)
-                holds_metrics = True
-        if holds_metrics:
-            attributes = {
-                kv.key: _any_str(kv.value) for kv in resource_metrics.resource.attributes
-            }
-            clusters.setdefault(attributes.get("k8s.cluster.name", ""))
-    if raws:
-        try:
-            leads = bytes(map(_LEAD, raws))
-        except IndexError:
-            return None  # an empty point: no value
-        long_count = leads.count(0x11)
-        if long_count + leads.count(0x19) != len(raws):
-            return None
-        longs = raws if long_count == len(raws) else [r for r in raws if r[0] == 0x11]
-        shorts = [] if long_count == len(raws) else [r for r in raws if r[0] == 0x19]
-        rests: set[bytes] = set()
-        for group, width, tags in ((longs, 27, (b"\x11", b"\x19", b"\x21")),
-                                   (shorts, 18, (b"\x19", b"\x21"))):
-            if group:
-                found = _clean_points(group, width, tags, window)
-                if found is None:
-                    return None
-                rests |= found
-        known = _CLEAN_RESTS.setdefault(limits, set())
-        labeler = _Labeler(limits)
-        for rest in rests - known:
-            if _rest_entry(rest, labeler).__class__ is not tuple:
-                return None
-        if len(known) + len(rests) > _CLEAN_RESTS_MAX:
-            known.clear()
-        known |= rests
-    return MetricsCheck(total_points=len(raws), rejected_points=0, stale_points=0,
-                        problems=(), clusters=tuple(clusters))
-
-
 def otlp_metrics_check(
     *, body: bytes, encoding: str = PROTOBUF, now_ns: int | None = None,
     limits: OtlpLimits | None = None,
 ) -> MetricsCheck:
     """The counts, problems and clusters `otlp_metrics_parse` would give, for a receiver
     that stores the body for a worker to parse: about a fifth of the parse's time for a
-    Collector's protobuf request, the full parse for anything else. Raises
-    `OtlpMetricsError` exactly when the parse would."""
-    if encoding == PROTOBUF:
-        limits = limits or OtlpLimits()
-        checked = _protobuf_check(body, window=_window(now_ns, limits), limits=limits)
-        if checked is not None:
-            return checked
-    parsed = otlp_metrics_parse(body=body, encoding=encoding, now_ns=now_ns, limits=limits)
-    return MetricsCheck(
-        total_points=parsed.total_points, rejected_points=parsed.rejected_points,
-        stale_points=parsed.stale_points, problems=parsed.problems,
-        clusters=tuple(dict.fromkeys(r.cluster for r in parsed.resources if r.metrics)),
-    )
+    Collector's protobuf request (read as columns, `otlp_columns`), the full parse for
+    anything else. Raises `OtlpMetricsError` exactly when the parse would."""
+    from trustrank.parsers.otlp_columns import otlp_metrics_check_columns
+
+    return otlp_metrics_check_columns(body=body, encoding=encoding, now_ns=now_ns,
+                                      limits=limits)[0]
 
 
 def _metric(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -125,10 +125,10 @@ class _Cache:
         self.size = 0
 
     def keep(self, *, cluster_id: int, labels: dict[Labels, int], names: dict[str, int],
-             series: Iterable[int]) -> None:
+             series: np.ndarray[Any, Any]) -> None:
         before = len(self.labels) + len(self.names)
         known = self.series.get(cluster_id)
-        added = np.fromiter(series, dtype=np.int64)
+        added = series
         if len(added):
             merged = sorted_unique(added if known is None else np.r_[known, added])
             self.size += len(merged) - (0 if known is None else len(known))
@@ -142,10 +142,7 @@ class _Cache:
     def missing(self, cluster_id: int, series: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         """The ids among `series` (sorted, unique) not known for the cluster."""
         known = self.series.get(cluster_id)
-        if known is None or not len(known):
-            return series
-        at = np.minimum(np.searchsorted(known, series), len(known) - 1)
-        return series[known[at] != series]
+        return series if known is None else series[~_among(known, series)]
 
 
 _CACHE = _Cache(limit=4_000_000)
@@ -170,9 +167,10 @@ class SeriesIds:
         self.names: dict[str, int] = {}
         self._new_labels: dict[int, tuple[uuid.UUID, Labels]] = {}
         self._new_names: dict[int, tuple[str, MetricKind | str, str]] = {}
-        self._known: set[int] = set()  # series found stored (or cached) this load
+        # Series found stored this load, and series seen first by this load: sorted ids.
+        self._known = np.zeros(0, dtype=np.int64)
+        self._pairs = np.zeros(0, dtype=np.int64)
         self._loaded: set[int] = set()  # label sets whose stored names were read
-        self._pairs: set[int] = set()  # series seen first by this load
         self._locked = False
 
     # -- resolving -------------------------------------------------------------------
@@ -200,10 +198,12 @@ class SeriesIds:
                 cur.execute("SELECT key, id, names FROM cluster_metriclabels "
                             "WHERE cluster_id = %s AND key = ANY(%s)",
                             [self.cluster_id, list(keys)])
+                stored = []
                 for key, labels_id, names in cur.fetchall():
                     found[keys.pop(key)] = labels_id
                     self._loaded.add(labels_id)
-                    self._known.update(labels_id << NAME_BITS | n for n in names)
+                    stored.extend(labels_id << NAME_BITS | n for n in names)
+                self._know(stored)
                 if keys:
                     cur.execute(_DRAW, ["cluster_metriclabels", len(keys)])
                     for (labels_id,), (key, item) in zip(cur.fetchall(), keys.items(),
@@ -246,33 +246,41 @@ class SeriesIds:
                         self._new_names[name_id] = meta
         return [found[name] for name, _, _ in items]
 
+    def _know(self, series: Sequence[int]) -> None:
+        if series:
+            self._known = sorted_unique(np.r_[self._known, np.array(series, dtype=np.int64)])
+
     def observe(self, series: np.ndarray[Any, Any]) -> None:
         """Note the series a load stores (`series`: their ids, sorted and unique)."""
         fresh = _CACHE.missing(self.cluster_id, series)
+        fresh = fresh[~_among(self._known, fresh) & ~_among(self._pairs, fresh)]
         if not len(fresh):
             return
-        known, pairs = self._known, self._pairs
-        found = [s for s in fresh.tolist() if s not in known and s not in pairs]
-        unread = {s >> NAME_BITS for s in found} - self._loaded - self._new_labels.keys()
+        unread = (set(sorted_unique(fresh >> NAME_BITS).tolist()) - self._loaded
+                  - self._new_labels.keys())
         if unread:
             # Label sets known from the cache but not all their names: read them once.
             with self._cursor() as cur:
                 cur.execute("SELECT id, names FROM cluster_metriclabels WHERE id = ANY(%s)",
                             [sorted(unread)])
-                for labels_id, names in cur.fetchall():
-                    known.update(labels_id << NAME_BITS | n for n in names)
+                self._know([labels_id << NAME_BITS | n
+                            for labels_id, names in cur.fetchall() for n in names])
             self._loaded |= unread
-        pairs.update(s for s in found if s not in known)
+            fresh = fresh[~_among(self._known, fresh)]
+        self._pairs = sorted_unique(np.r_[self._pairs, fresh])
 
     # -- writing -----------------------------------------------------------------------
 
     def finish(self) -> int:
         """Write what this load created; returns the number of new series."""
         pairs = self._pairs
-        by_labels: dict[int, list[int]] = {}
-        for pair in pairs:
-            by_labels.setdefault(pair >> NAME_BITS, []).append(pair & NAME_MASK)
-        if self._new_names or self._new_labels or pairs:
+        owners, names_of = pairs >> NAME_BITS, pairs & NAME_MASK
+        bounds = np.r_[0, np.flatnonzero(owners[1:] != owners[:-1]) + 1, len(pairs)]
+        # label set id -> (first, end) of its new names in `pairs` (sorted by label set).
+        runs = dict(zip(owners[bounds[:-1]].tolist(),
+                        zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True),
+                        strict=True)) if len(pairs) else {}
+        if self._new_names or self._new_labels or len(pairs):
             with self._cursor() as cur:
                 self._lock(cur)
                 head = f"{self.cluster_id}\t{self.now.isoformat()}"
@@ -284,21 +292,44 @@ class SeriesIds:
                             for name_id, (name, kind, unit) in self._new_names.items()))
                 if self._new_labels:
                     with cur.copy(_LABELS_COPY) as copy:
-                        copy.write("".join(
-                            f"{labels_id}\t{head}\t{key}\t"
-                            f"{_escape(orjson.dumps(dict(item)).decode())}\t"
-                            "{" + ",".join(map(str, sorted(by_labels.pop(labels_id, ())))) + "}\t"
-                            + "\t".join(map(_escape, link_values(item))) + "\n"
-                            for labels_id, (key, item) in self._new_labels.items()))
-                if by_labels:
-                    ids = [i for i, names in by_labels.items() for _ in names]
-                    names = [n for found in by_labels.values() for n in found]
-                    cur.execute(_NAMES_ADD, [ids, names])
-        cluster_id, seen = self.cluster_id, self._known | pairs
+                        copy.write(self._labels_rows(head, runs, names_of))
+                if runs:
+                    # Label sets stored before, with names new to them.
+                    keep = ~np.isin(owners, np.fromiter(self._new_labels, dtype=np.int64))
+                    if keep.any():
+                        cur.execute(_NAMES_ADD, [owners[keep].tolist(),
+                                                 names_of[keep].tolist()])
+        cluster_id, seen = self.cluster_id, sorted_unique(np.r_[self._known, pairs])
         labels, names = dict(self.labels), dict(self.names)
         transaction.on_commit(lambda: _CACHE.keep(
             cluster_id=cluster_id, labels=labels, names=names, series=seen))
         created = len(pairs)
-        self._new_labels, self._new_names, self._pairs = {}, {}, set()
-        self._known = seen
+        self._new_labels, self._new_names = {}, {}
+        self._pairs, self._known = np.zeros(0, dtype=np.int64), seen
         return created
+
+    def _labels_rows(self, head: str, runs: dict[int, tuple[int, int]],
+                     names_of: np.ndarray[Any, Any]) -> str:
+        """COPY text of the new label sets, with the names each was seen with. Label
+        sets sharing their names (a dcgm GPU's 40) share the array's text."""
+        arrays: dict[bytes, str] = {}
+        rows = []
+        for labels_id, (key, item) in self._new_labels.items():
+            start, end = runs.get(labels_id, (0, 0))
+            chunk = names_of[start:end]
+            raw = chunk.tobytes()
+            text = arrays.get(raw)
+            if text is None:
+                text = arrays[raw] = "{" + ",".join(map(str, chunk.tolist())) + "}"
+            rows.append(f"{labels_id}\t{head}\t{key}\t"
+                        f"{_escape(orjson.dumps(dict(item)).decode())}\t{text}\t"
+                        + "\t".join(map(_escape, link_values(item))) + "\n")
+        return "".join(rows)
+
+
+def _among(known: np.ndarray[Any, Any], values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Which of `values` are in `known` (sorted)."""
+    if not len(known) or not len(values):
+        return np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(known, values), len(known) - 1)
+    return known[at] == values

@@ -20,7 +20,7 @@ import psycopg
 from django.db import connection
 
 from trustrank.cluster.models import Cluster, MetricLabels, MetricName
-from trustrank.cluster.services.metrics import CHUNK, TABLE, Minutes
+from trustrank.cluster.services.metrics import CHUNK, TABLE, Minutes, chunk_records
 from trustrank.cluster.services.metrics_ids import NAME_BITS, NAME_MASK
 from trustrank.parsers.series import MetricKind, Series
 
@@ -35,7 +35,7 @@ def chunks_combine(
     runs that came in more than one chunk."""
     parts, names, minutes, sizes = [], [], [], []
     for name_id, minute, data in rows:
-        part = np.frombuffer(data, dtype=CHUNK)
+        part = chunk_records(data)
         if series is not None:
             wanted = (part["labels_id"].astype(np.int64) << NAME_BITS) | name_id
             part = part[np.isin(wanted, series, assume_unique=False)]
