@@ -29,11 +29,7 @@ from trustrank.cluster.services.objects import (
 )
 from trustrank.parsers.errors import ParserError
 from trustrank.parsers.kubernetes import kubernetes_parse
-from trustrank.parsers.otlp_columns import (
-    columns_decode,
-    columns_unpack,
-    otlp_metrics_columns,
-)
+from trustrank.parsers.otlp_columns import columns_unpack, otlp_metrics_raw_columns
 from trustrank.parsers.otlp_metrics import JSON, PROTOBUF, ResourceMetrics, otlp_metrics_parse
 from trustrank.parsers.prometheus_text import TEXT, prometheus_text_parse
 from trustrank.parsers.remote_write import remote_write_parse
@@ -144,15 +140,14 @@ def _otlp_add(
     now_ns = int(job.created_at.timestamp() * 1e9)
     fallback = str(job.params.get("cluster") or "")
     try:
-        raw = None if prepared is None else columns_unpack(prepared)
-        columns = None if raw is None else columns_decode(raw)
+        columns = None if prepared is None else columns_unpack(prepared)
         if columns is None:
             payload = _payload(job.pk) if payload is None else payload
             if job.params.get("content_encoding") == "gzip":
                 payload = decode_body(payload, content_encoding="gzip",
                                       limit=settings.TRUSTRANK_MAX_UPLOAD_BYTES)
             if encoding == PROTOBUF:
-                columns = otlp_metrics_columns(body=payload, now_ns=now_ns)
+                columns = otlp_metrics_raw_columns(body=payload, now_ns=now_ns)
         names = {r.get("k8s.cluster.name") or fallback for r in columns.resources} if (
             columns is not None) else set()
         if columns is not None and len(names) == 1:

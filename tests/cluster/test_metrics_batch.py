@@ -145,11 +145,11 @@ def test_the_receiver_stores_columns_the_worker_loads_as_it_would_the_body(key, 
     for at, body in enumerate(bodies):
         _post(key, body, gzipped=at == 0)
     payloads = list(IngestPayload.objects.order_by("job__created_at"))
-    assert all(p.prepared and bytes(p.prepared).startswith(b"TRc1") for p in payloads)
+    assert all(p.prepared and bytes(p.prepared).startswith(b"TRc2") for p in payloads)
     # The first job's body is gone: only its packed columns can give its points. The
     # second job's packed columns are damaged: the worker reads its body instead.
     IngestPayload.objects.filter(pk=payloads[0].pk).update(data=b"not the body")
-    IngestPayload.objects.filter(pk=payloads[1].pk).update(prepared=b"TRc1 damaged")
+    IngestPayload.objects.filter(pk=payloads[1].pk).update(prepared=b"TRc2 damaged")
 
     job_run(job_id=str(payloads[0].job_id))
 

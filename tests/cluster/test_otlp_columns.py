@@ -13,39 +13,44 @@ from tests.cluster.test_otlp_metrics import NOW, _gauge
 from tests.cluster.test_otlp_metrics_check import BODIES
 from trustrank.parsers.otlp_columns import (
     RawColumns,
-    columns_decode,
     columns_pack,
     columns_unpack,
-    otlp_metrics_columns,
     otlp_metrics_raw_columns,
+    rest_labels,
 )
 from trustrank.parsers.otlp_metrics import otlp_metrics_parse
 
 
 def _parsed_points(body: bytes) -> list[tuple[object, ...]]:
+    """The parse's points, each with the kind and unit of its name's first metric (what
+    storage keeps of a name)."""
     parsed = otlp_metrics_parse(body=body, now_ns=NOW)
+    first: dict[str, tuple[str, str]] = {}
     found = []
     for resource in parsed.resources:
         for metric in resource.metrics:
+            kind, unit = first.setdefault(metric.name, (str(metric.kind), metric.unit))
             numbers = metric.numbers
             if numbers is None:
                 continue
             for labels, at, value in zip(numbers.labels, numbers.time_ns, numbers.values,
                                          strict=True):
                 found.append((tuple(sorted(resource.attributes.items())), metric.name,
-                              str(metric.kind), metric.unit, labels, at, value))
+                              kind, unit, labels, at, value))
     return sorted(found)
 
 
-def _column_points(columns) -> list[tuple[object, ...]]:
+def _column_points(columns: RawColumns) -> list[tuple[object, ...]]:
     found = []
+    point_metric = np.repeat(np.arange(len(columns.metric_points)), columns.metric_points)
     for at in range(columns.points):
-        metric = int(columns.point_metric[at])
+        metric = int(point_metric[at])
+        name = int(columns.metric_name[metric])
         resource = columns.resources[int(columns.metric_resource[metric])]
-        found.append((tuple(sorted(resource.items())), columns.names[metric],
-                      str(columns.kinds[metric]), columns.units[metric],
-                      columns.labels[int(columns.point_labels[at])], int(columns.time_ns[at]),
-                      float(columns.values[at])))
+        found.append((tuple(sorted(resource.items())), columns.names[name],
+                      str(columns.kinds[name]), columns.units[name],
+                      rest_labels(columns.rests[int(columns.point_labels[at])]),
+                      int(columns.time_ns[at]), float(columns.values[at])))
     return sorted(found)
 
 
@@ -79,7 +84,7 @@ BODIES_AND_RANDOM = {**BODIES, **{f"random {seed}": _random_request(seed) for se
 def test_columns_hold_the_points_of_the_parse(name):
     body = BODIES_AND_RANDOM[name]
     try:
-        columns = otlp_metrics_columns(body=body, now_ns=NOW)
+        columns = otlp_metrics_raw_columns(body=body, now_ns=NOW)
     except Exception:
         with pytest.raises(Exception):  # noqa: B017 (the parse raises the same)
             otlp_metrics_parse(body=body, now_ns=NOW)
@@ -91,7 +96,7 @@ def test_columns_hold_the_points_of_the_parse(name):
 
 def test_clean_requests_are_read_as_columns():
     for name in ("dcgm", "no cluster", "mixed layouts", "huge finite values", "random 3"):
-        assert otlp_metrics_columns(body=BODIES_AND_RANDOM[name], now_ns=NOW) is not None, name
+        assert otlp_metrics_raw_columns(body=BODIES_AND_RANDOM[name], now_ns=NOW) is not None, name
 
 
 @pytest.mark.parametrize("name", ["dcgm", "two clusters and one without metrics", "random 7"])
@@ -106,7 +111,7 @@ def test_packed_columns_unpack_to_the_same(name):
             assert np.array_equal(left, right), field
         else:
             assert left == right, field
-    assert _column_points(columns_decode(back)) == _parsed_points(BODIES_AND_RANDOM[name])
+    assert _column_points(back) == _parsed_points(BODIES_AND_RANDOM[name])
 
 
 def test_a_large_request_packs_small():
@@ -116,7 +121,7 @@ def test_a_large_request_packs_small():
     assert len(columns_pack(raw)) < len(body) / 5
 
 
-@pytest.mark.parametrize("data", [b"", b"TRc1", b"TRc1garbage", b"XXXX" + bytes(100),
-                                  b"TRc2" + bytes(100)])
+@pytest.mark.parametrize("data", [b"", b"TRc2", b"TRc2garbage", b"XXXX" + bytes(100),
+                                  b"TRc1" + bytes(100)])
 def test_anything_else_unpacks_to_none(data):
     assert columns_unpack(data) is None

@@ -13,10 +13,10 @@ the caller parses in full (`otlp_metrics_parse`), which gives the same points.
 
 A receiver answers a request's partial success from these columns (all its points are
 good) and stores them beside the raw body, packed (`columns_pack`), so that the worker
-need not decompress and read the request a second time: `columns_unpack` and
-`columns_decode` (attribute bytes to labels) give it the same `MetricColumns` the raw body
-would (`otlp_metrics_columns`). The raw body stays the source of truth; a worker that
-finds no packed columns, or a version it does not know, reads the body.
+need not decompress and read the request a second time: `columns_unpack` gives it the
+columns the raw body would, and `rest_labels` the label set of attribute bytes it has not
+met before. The raw body stays the source of truth; a worker that finds no packed
+columns, or a version it does not know, reads the body.
 """
 
 from __future__ import annotations
@@ -62,17 +62,19 @@ _LABELS_CACHE_MAX = 100_000
 
 @dataclass(frozen=True, slots=True)
 class RawColumns:
-    """Point i belongs to metric `point_metric[i]`, has the attribute bytes
+    """The points of metric j are the next `metric_points[j]` points, in order; metric j
+    is named `names[metric_name[j]]` and sits in the resource
+    `resources[metric_resource[j]]` (its attributes). Point i has the attribute bytes
     `rests[point_labels[i]]` (the point's own, before the resource's), time `time_ns[i]`
-    and value `values[i]`. Metric j is `names[j]` of kind `kinds[j]` and unit `units[j]`
-    in the resource `resources[metric_resource[j]]` (its attributes) and has
-    `metric_points[j]` points, in order. `clusters`: the `k8s.cluster.name` of every
-    resource holding gauges or sums, each once, as `MetricsCheck.clusters`."""
+    and value `values[i]`. Each name has the kind and unit of its first metric (storage
+    keeps a name's first kind and unit anyway). `clusters`: the `k8s.cluster.name` of
+    every resource holding gauges or sums, each once, as `MetricsCheck.clusters`."""
 
     resources: tuple[dict[str, str], ...]
     names: tuple[str, ...]
     kinds: tuple[MetricKind, ...]
     units: tuple[str, ...]
+    metric_name: np.ndarray[Any, Any]
     metric_resource: np.ndarray[Any, Any]
     metric_points: np.ndarray[Any, Any]
     rests: tuple[bytes, ...]
@@ -80,27 +82,6 @@ class RawColumns:
     time_ns: np.ndarray[Any, Any]
     values: np.ndarray[Any, Any]
     clusters: tuple[str, ...]
-
-    @property
-    def points(self) -> int:
-        return len(self.values)
-
-
-@dataclass(frozen=True, slots=True)
-class MetricColumns:
-    """`RawColumns` with the attribute bytes decoded: point i has the label set
-    `labels[point_labels[i]]` and belongs to metric `point_metric[i]`."""
-
-    resources: tuple[dict[str, str], ...]
-    names: tuple[str, ...]
-    kinds: tuple[MetricKind, ...]
-    units: tuple[str, ...]
-    metric_resource: np.ndarray[Any, Any]
-    point_metric: np.ndarray[Any, Any]
-    labels: tuple[Labels, ...]
-    point_labels: np.ndarray[Any, Any]
-    time_ns: np.ndarray[Any, Any]
-    values: np.ndarray[Any, Any]
 
     @property
     def points(self) -> int:
@@ -157,41 +138,46 @@ def otlp_metrics_raw_columns(
     raws: list[bytes] = []
     resources: list[dict[str, str]] = []
     clusters: dict[str, None] = {}
-    names: list[str] = []
+    # Per distinct name (a dcgm request repeats 40 names in each of its 25 resources).
+    name_index: dict[str, int] = {}
     kinds: list[MetricKind] = []
     units: list[str] = []
+    metric_name: list[int] = []
     metric_resource: list[int] = []
     counts: list[int] = []
     for resource_metrics in request.resource_metrics:
-        before = len(names)
+        before = len(metric_name)
         holds_metrics = False
         for scope_metrics in resource_metrics.scope_metrics:
             for metric in scope_metrics.metrics:
                 kind = metric.WhichOneof("data")
                 if kind is None:
                     continue
-                name = metric.name
-                if (kind != "gauge" and kind != "sum") or not 0 < len(name) <= max_name or (
-                    "\x00" in name
-                ):
+                if kind != "gauge" and kind != "sum":
                     return None
+                name = metric.name
+                index = name_index.get(name)
+                if index is None:
+                    if not 0 < len(name) <= max_name or "\x00" in name:
+                        return None
+                    index = name_index[name] = len(name_index)
+                    data = metric.gauge if kind == "gauge" else metric.sum
+                    kinds.append(MetricKind.GAUGE if kind == "gauge" else _kind(kind, data))
+                    units.append(metric.unit)
                 holds_metrics = True
-                data = metric.gauge if kind == "gauge" else metric.sum
-                points = data.data_points
+                points = (metric.gauge if kind == "gauge" else metric.sum).data_points
                 if not points:
                     continue
                 raws.extend(points)
                 counts.append(len(points))
-                names.append(name)
-                kinds.append(MetricKind.GAUGE if kind == "gauge" else _kind(kind, data))
-                units.append(metric.unit)
+                metric_name.append(index)
         if holds_metrics:
             attributes = {
                 kv.key: _any_str(kv.value) for kv in resource_metrics.resource.attributes
             }
             clusters.setdefault(attributes.get("k8s.cluster.name", ""))
-            if len(names) > before:
-                metric_resource.extend([len(resources)] * (len(names) - before))
+            if len(metric_name) > before:
+                metric_resource.extend([len(resources)] * (len(metric_name) - before))
                 resources.append(attributes)
     count = len(raws)
     times = np.empty(count, dtype=np.uint64)
@@ -235,8 +221,9 @@ def otlp_metrics_raw_columns(
             known.clear()
         known |= unknown
     return RawColumns(
-        resources=tuple(resources), names=tuple(names), kinds=tuple(kinds),
-        units=tuple(units), metric_resource=np.array(metric_resource, dtype=np.int32),
+        resources=tuple(resources), names=tuple(name_index), kinds=tuple(kinds),
+        units=tuple(units), metric_name=np.array(metric_name, dtype=np.int32),
+        metric_resource=np.array(metric_resource, dtype=np.int32),
         metric_points=np.array(counts, dtype=np.int64), rests=tuple(distinct),
         point_labels=point_labels, time_ns=times, values=values, clusters=tuple(clusters),
     )
@@ -262,54 +249,36 @@ def otlp_metrics_check_columns(
     ), None
 
 
-def columns_decode(raw: RawColumns, *, limits: OtlpLimits | None = None) -> MetricColumns | None:
-    """The columns with their attribute bytes decoded to labels (None when one does not
-    decode to a good label set)."""
+def rest_labels(rest: bytes, *, limits: OtlpLimits | None = None) -> Labels | None:
+    """The label set of a point's attribute bytes (as `RawColumns.rests` holds them), or
+    None when they do not decode to a good one. Remembered across requests."""
     limits = limits or OtlpLimits()
     cache = _LABELS_CACHE.setdefault(limits, {})
-    labeler: _Labeler | None = None
-    decoded: list[Labels] = []
-    for rest in raw.rests:
-        labels = cache.get(rest)
-        if labels is None:
-            labeler = labeler or _Labeler(limits)
-            entry = _rest_entry(rest, labeler)
-            if entry.__class__ is not tuple:
-                return None
-            if len(cache) >= _LABELS_CACHE_MAX:
-                cache.clear()
-            labels = cache[rest] = entry  # type: ignore[assignment]
-        decoded.append(labels)
-    return MetricColumns(
-        resources=raw.resources, names=raw.names, kinds=raw.kinds, units=raw.units,
-        metric_resource=raw.metric_resource,
-        point_metric=np.repeat(np.arange(len(raw.names), dtype=np.int32), raw.metric_points),
-        labels=tuple(decoded), point_labels=raw.point_labels, time_ns=raw.time_ns,
-        values=raw.values,
-    )
-
-
-def otlp_metrics_columns(
-    *, body: bytes, now_ns: int | None = None, limits: OtlpLimits | None = None
-) -> MetricColumns | None:
-    """The request as decoded columns, or None (parse it with `otlp_metrics_parse`)."""
-    raw = otlp_metrics_raw_columns(body=body, now_ns=now_ns, limits=limits)
-    return None if raw is None else columns_decode(raw, limits=limits)
+    labels = cache.get(rest)
+    if labels is None:
+        entry = _rest_entry(rest, _Labeler(limits))
+        if entry.__class__ is not tuple:
+            return None
+        if len(cache) >= _LABELS_CACHE_MAX:
+            cache.clear()
+        labels = cache[rest] = entry  # type: ignore[assignment]
+    return labels
 
 
 # --- packed columns ------------------------------------------------------------------------
 #
 # MAGIC, then zstd of: a header (the byte lengths of the parts), the metadata as JSON
 # (resources, names, kinds, units, clusters), the attribute bytes joined, and the numpy
-# columns little-endian: rest ends (int64), metric resource (int32), metric points (int64),
-# point labels (int32), times (uint64), values (float64). A dcgm request of 8,000 points
+# columns little-endian: rest ends (int64), metric name and resource (int32), metric
+# points (int64), point labels (int32), times (uint64), values (float64). A dcgm request of 8,000 points
 # packs to about a tenth of its raw protobuf.
 
-_MAGIC = b"TRc1"
-_HEADER = struct.Struct("<8Q")
+_MAGIC = b"TRc2"
+_HEADER = struct.Struct("<9Q")
 _KINDS = {str(kind): kind for kind in MetricKind}  # a look-up, not an Enum call per metric
-_ARRAYS = (("rest_ends", "<i8"), ("metric_resource", "<i4"), ("metric_points", "<i8"),
-           ("point_labels", "<i4"), ("time_ns", "<u8"), ("values", "<f8"))
+_ARRAYS = (("rest_ends", "<i8"), ("metric_name", "<i4"), ("metric_resource", "<i4"),
+           ("metric_points", "<i8"), ("point_labels", "<i4"), ("time_ns", "<u8"),
+           ("values", "<f8"))
 
 
 def columns_pack(raw: RawColumns) -> bytes:
@@ -321,8 +290,8 @@ def columns_pack(raw: RawColumns) -> bytes:
     rest_ends = np.cumsum(np.fromiter(map(len, raw.rests), dtype=np.int64,
                                       count=len(raw.rests)))
     arrays = [np.ascontiguousarray(column, dtype=dtype).tobytes() for column, (_, dtype) in zip(
-        (rest_ends, raw.metric_resource, raw.metric_points, raw.point_labels, raw.time_ns,
-         raw.values), _ARRAYS, strict=True)]
+        (rest_ends, raw.metric_name, raw.metric_resource, raw.metric_points,
+         raw.point_labels, raw.time_ns, raw.values), _ARRAYS, strict=True)]
     parts = [meta, rests, *arrays]
     body = _HEADER.pack(*map(len, parts)) + b"".join(parts)
     return _MAGIC + bytes(cramjam.zstd.compress(body, level=1))
@@ -343,7 +312,7 @@ def columns_unpack(data: bytes) -> RawColumns | None:
         if at != len(body):
             return None
         meta = orjson.loads(parts[0])
-        rest_ends, metric_resource, metric_points, point_labels, time_ns, values = (
+        rest_ends, metric_name, metric_resource, metric_points, point_labels, time_ns, values = (
             np.frombuffer(part, dtype=dtype) for part, (_, dtype) in zip(
                 parts[2:], _ARRAYS, strict=True))
         blob = bytes(parts[1])
@@ -352,7 +321,8 @@ def columns_unpack(data: bytes) -> RawColumns | None:
         return RawColumns(
             resources=tuple(meta["resources"]), names=tuple(meta["names"]),
             kinds=tuple(map(_KINDS.__getitem__, meta["kinds"])), units=tuple(meta["units"]),
-            metric_resource=metric_resource, metric_points=metric_points, rests=rests,
+            metric_name=metric_name, metric_resource=metric_resource,
+            metric_points=metric_points, rests=rests,
             point_labels=point_labels, time_ns=time_ns, values=values,
             clusters=tuple(meta["clusters"]),
         )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -114,19 +114,23 @@ class _Cache:
     def __init__(self, *, limit: int) -> None:
         self.limit = limit
         self.labels: dict[tuple[int, Labels], int] = {}
+        # (cluster, (resource attributes, a point's attribute bytes)) -> label-set id.
+        self.raw: dict[tuple[int, tuple[Labels, bytes]], int] = {}
         self.names: dict[tuple[int, str], int] = {}
         self.series: dict[int, np.ndarray[Any, Any]] = {}
         self.size = 0
 
     def clear(self) -> None:
         self.labels.clear()
+        self.raw.clear()
         self.names.clear()
         self.series.clear()
         self.size = 0
 
     def keep(self, *, cluster_id: int, labels: dict[Labels, int], names: dict[str, int],
-             series: np.ndarray[Any, Any]) -> None:
-        before = len(self.labels) + len(self.names)
+             series: np.ndarray[Any, Any], raw: dict[tuple[Labels, bytes], int]) -> None:
+        before = len(self.labels) + len(self.names) + len(self.raw)
+        self.raw.update(((cluster_id, key), labels_id) for key, labels_id in raw.items())
         known = self.series.get(cluster_id)
         added = series
         if len(added):
@@ -135,7 +139,7 @@ class _Cache:
             self.series[cluster_id] = merged
         self.labels.update(((cluster_id, item), labels_id) for item, labels_id in labels.items())
         self.names.update(((cluster_id, name), name_id) for name, name_id in names.items())
-        self.size += len(self.labels) + len(self.names) - before
+        self.size += len(self.labels) + len(self.names) + len(self.raw) - before
         if self.size > self.limit:
             self.clear()
 
@@ -164,6 +168,7 @@ class SeriesIds:
         self.cluster_id = cluster_id
         self.now = now
         self.labels: dict[Labels, int] = {}
+        self.raw: dict[tuple[Labels, bytes], int] = {}
         self.names: dict[str, int] = {}
         self._new_labels: dict[int, tuple[uuid.UUID, Labels]] = {}
         self._new_names: dict[int, tuple[str, MetricKind | str, str]] = {}
@@ -211,6 +216,28 @@ class SeriesIds:
                         found[item] = labels_id
                         self._new_labels[labels_id] = (key, item)
         return [found[item] for item in items]
+
+    def labels_ids_raw(
+        self, keys: Sequence[tuple[Labels, bytes]],
+        *, labels_of: Callable[[tuple[Labels, bytes]], Labels],
+    ) -> list[int]:
+        """The ids of label sets given as (resource attributes, a point's attribute
+        bytes): looked up by those while met before, else `labels_of` the key resolved by
+        `labels_ids`."""
+        raw, cached, cluster_id = self.raw, _CACHE.raw, self.cluster_id
+        missing = []
+        for key in keys:
+            if key not in raw:
+                labels_id = cached.get((cluster_id, key))
+                if labels_id is None:
+                    missing.append(key)
+                else:
+                    raw[key] = labels_id
+        if missing:
+            missing = list(dict.fromkeys(missing))
+            resolved = self.labels_ids([labels_of(key) for key in missing])
+            raw.update(zip(missing, resolved, strict=True))
+        return [raw[key] for key in keys]
 
     def _cached_labels(self, item: Labels) -> bool:
         labels_id = _CACHE.labels.get((self.cluster_id, item))
@@ -300,9 +327,9 @@ class SeriesIds:
                         cur.execute(_NAMES_ADD, [owners[keep].tolist(),
                                                  names_of[keep].tolist()])
         cluster_id, seen = self.cluster_id, sorted_unique(np.r_[self._known, pairs])
-        labels, names = dict(self.labels), dict(self.names)
+        labels, names, raw = dict(self.labels), dict(self.names), dict(self.raw)
         transaction.on_commit(lambda: _CACHE.keep(
-            cluster_id=cluster_id, labels=labels, names=names, series=seen))
+            cluster_id=cluster_id, labels=labels, names=names, series=seen, raw=raw))
         created = len(pairs)
         self._new_labels, self._new_names = {}, {}
         self._pairs, self._known = np.zeros(0, dtype=np.int64), seen

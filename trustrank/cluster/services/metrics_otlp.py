@@ -26,9 +26,10 @@ from django.utils import timezone
 from trustrank.cluster.models import Cluster
 from trustrank.cluster.services.metrics import MetricsLoaded, items_series_ids, minutes_store
 from trustrank.cluster.services.metrics_ids import NAME_BITS, SeriesIds, sorted_unique
-from trustrank.parsers.otlp_columns import MetricColumns
+from trustrank.parsers.otlp_columns import RawColumns, rest_labels
 from trustrank.parsers.otlp_metrics import (
     RESOURCE_LABELS,
+    OtlpMetricsError,
     ParsedMetrics,
     ResourceMetrics,
     _with,
@@ -36,11 +37,16 @@ from trustrank.parsers.otlp_metrics import (
 from trustrank.parsers.series import Labels
 
 _NS_PER_MS = 1_000_000
-# (resource attributes copied, point labels) -> the series' labels, kept across requests:
-# a Collector sends the same pairs scrape after scrape, and merging and sorting a dcgm
-# GPU's thirteen labels cost about 20 µs. Bounded.
-_MERGED: dict[tuple[Labels, Labels], Labels] = {}
-_MERGED_MAX = 200_000
+
+
+def _merged(key: tuple[Labels, bytes]) -> Labels:
+    """A series' labels: the resource's attributes copied, then the point's own."""
+    extra, rest = key
+    labels = rest_labels(rest)
+    if labels is None:
+        # The receiver (or the worker's read of the body) found them good already.
+        raise OtlpMetricsError("a data point's attributes do not decode to a label set")
+    return _with(dict(extra), labels)
 
 
 class OtlpPoints:
@@ -71,32 +77,32 @@ class OtlpPoints:
         distinct = len(sorted_unique(series))
         return MetricsLoaded(series=distinct, new_series=0, points=len(series), minutes=0)
 
-    def add_columns(self, columns: MetricColumns, *, now: datetime) -> MetricsLoaded:
+    def add_columns(self, columns: RawColumns, *, now: datetime) -> MetricsLoaded:
         """Append one request's points (a whole request of this cluster). `minutes` and
         `new_series` of the result are 0: `store` writes them."""
         ids = self._resolver(now)
         if not columns.points:
             return MetricsLoaded(0, 0, 0, 0)
-        n_labels = len(columns.labels)
-        point_resource = columns.metric_resource[columns.point_metric].astype(np.int64)
-        pairs, inverse = np.unique(point_resource * n_labels + columns.point_labels,
+        n_rests = len(columns.rests)
+        point_metric = np.repeat(np.arange(len(columns.metric_points), dtype=np.int64),
+                                 columns.metric_points)
+        point_resource = columns.metric_resource[point_metric].astype(np.int64)
+        # A series' labels are its point's attribute bytes with its resource's attributes:
+        # resolved per distinct (resource attributes, attribute bytes), by the bytes as
+        # they came while the worker has met them before.
+        pairs, inverse = np.unique(point_resource * n_rests + columns.point_labels,
                                    return_inverse=True)
         extras = [tuple((k, attributes[k]) for k in RESOURCE_LABELS if k in attributes)
                   for attributes in columns.resources]
-        merged: list[Labels] = []
-        for pair in pairs.tolist():
-            extra, labels = extras[pair // n_labels], columns.labels[pair % n_labels]
-            found = _MERGED.get((extra, labels))
-            if found is None:
-                if len(_MERGED) >= _MERGED_MAX:
-                    _MERGED.clear()
-                found = _MERGED[(extra, labels)] = _with(dict(extra), labels)
-            merged.append(found)
-        labels_ids = np.array(ids.labels_ids(merged), dtype=np.int64)
-        name_ids = np.array(
-            ids.name_ids(list(zip(columns.names, columns.kinds, columns.units, strict=True))),
-            dtype=np.int64)
-        series = labels_ids[inverse] << NAME_BITS | name_ids[columns.point_metric]
+        keys = [(extras[pair // n_rests], columns.rests[pair % n_rests])
+                for pair in pairs.tolist()]
+        labels_ids = np.array(ids.labels_ids_raw(keys, labels_of=_merged), dtype=np.int64)
+        used = sorted_unique(columns.metric_name.astype(np.int64))
+        name_ids = np.zeros(len(columns.names), dtype=np.int64)
+        name_ids[used] = ids.name_ids([(columns.names[at], columns.kinds[at], columns.units[at])
+                                       for at in used.tolist()])
+        series = (labels_ids[inverse] << NAME_BITS
+                  | name_ids[columns.metric_name[point_metric]])
         return self._append(series, (columns.time_ns // _NS_PER_MS).astype(np.int64),
                             columns.values)
 
