@@ -117,7 +117,7 @@ def test_an_unreadable_job_in_a_batch_fails_alone(key, team):
 
 def test_new_series_keep_tabs_newlines_and_backslashes_in_names_and_labels(team):
     cluster = Cluster.objects.create(team=team, name="c")
-    labels = (("pod", "p\\1\t2"), ("reason", "line\none\r\\n"))
+    labels = (("pod", "p\\1\t2"), ("quote", 'say "hi"\x01'), ("reason", "line\none\r\\n"))
     series_store(cluster=cluster, series=[
         Series("odd\\name\t", labels, MetricKind.GAUGE, (int(time.time() * 1000),), (1.0,)),
     ])

@@ -58,6 +58,18 @@ from trustrank.parsers.series import Labels, MetricKind
 # the same label sets scrape after scrape). Bounded: about 2 KB an entry.
 _LABELS_CACHE: dict[OtlpLimits, dict[bytes, Labels]] = {}
 _LABELS_CACHE_MAX = 100_000
+# One labeler per limits, kept across requests: its cache of single KeyValues decodes a
+# GPU model, a namespace or a driver version once for thousands of label sets. Replaced
+# when its caches grow past the bound.
+_LABELERS: dict[OtlpLimits, _Labeler] = {}
+_LABELER_MAX = 200_000
+
+
+def _labeler(limits: OtlpLimits) -> _Labeler:
+    labeler = _LABELERS.get(limits)
+    if labeler is None or len(labeler.pairs) + len(labeler.cache) > _LABELER_MAX:
+        labeler = _LABELERS[limits] = _Labeler(limits)
+    return labeler
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +225,7 @@ def otlp_metrics_raw_columns(
     known = _CLEAN_RESTS.setdefault(limits, set())
     unknown = distinct.keys() - known
     if unknown:
-        labeler = _Labeler(limits)
+        labeler = _labeler(limits)
         for rest in unknown:
             if _rest_entry(rest, labeler).__class__ is not tuple:
                 return None
@@ -256,7 +268,7 @@ def rest_labels(rest: bytes, *, limits: OtlpLimits | None = None) -> Labels | No
     cache = _LABELS_CACHE.setdefault(limits, {})
     labels = cache.get(rest)
     if labels is None:
-        entry = _rest_entry(rest, _Labeler(limits))
+        entry = _rest_entry(rest, _labeler(limits))
         if entry.__class__ is not tuple:
             return None
         if len(cache) >= _LABELS_CACHE_MAX:

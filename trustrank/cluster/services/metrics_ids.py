@@ -348,9 +348,13 @@ class SeriesIds:
             text = arrays.get(raw)
             if text is None:
                 text = arrays[raw] = "{" + ",".join(map(str, chunk.tolist())) + "}"
-            rows.append(f"{labels_id}\t{head}\t{key}\t"
-                        f"{_escape(orjson.dumps(dict(item)).decode())}\t{text}\t"
-                        + "\t".join(map(_escape, link_values(item))) + "\n")
+            labels = orjson.dumps(dict(item)).decode()
+            fields = [labels, text, *link_values(item)]
+            # JSON writes a backslash for any quote, backslash or control character in a
+            # label, so a label set without one in its JSON needs no escaping at all.
+            if "\\" in labels:
+                fields = [_escape(field) for field in fields]
+            rows.append(f"{labels_id}\t{head}\t{key}\t" + "\t".join(fields) + "\n")
         return "".join(rows)
 
 
