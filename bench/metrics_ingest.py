@@ -170,7 +170,6 @@ def work(args: argparse.Namespace) -> None:
     import ingest.services as ingest_services
     from ingest.models import IngestJob, JobStatus
 
-    expected = args.nodes * args.gpus * args.series * args.scrapes
     requests = -(-args.nodes // args.nodes_per_request) * args.scrapes
     pid = backend_pid()
     profiler = cProfile.Profile() if args.profile else None

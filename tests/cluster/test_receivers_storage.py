@@ -29,7 +29,6 @@ from trustrank.cluster.models import (
     ClusterPodChange,
     MetricSeries,
 )
-from trustrank.cluster.services import metrics
 from trustrank.cluster.services.metrics import (
     chunk_records,
     metrics_minutes_compact,
@@ -39,8 +38,8 @@ from trustrank.cluster.services.metrics import (
     partition_name,
     series_store,
 )
-from trustrank.cluster.services.metrics_read import minute_rows, series_window
 from trustrank.cluster.services.metrics_otlp import parsed_metrics_store
+from trustrank.cluster.services.metrics_read import minute_rows, series_window
 from trustrank.parsers.otlp_metrics import otlp_metrics_parse
 from trustrank.parsers.series import MetricKind, Series
 

@@ -205,6 +205,7 @@ def otlp_metrics_raw_columns(
         long_count = int(longs.sum())
         if long_count + int((leads == 0x19).sum()) != count:
             return None
+        groups: list[tuple[list[bytes], int, Any]]
         if long_count in (0, count):
             groups = [(raws, 27 if long_count else 18, slice(None))]
         else:
@@ -282,8 +283,8 @@ def rest_labels(rest: bytes, *, limits: OtlpLimits | None = None) -> Labels | No
 # MAGIC, then zstd of: a header (the byte lengths of the parts), the metadata as JSON
 # (resources, names, kinds, units, clusters), the attribute bytes joined, and the numpy
 # columns little-endian: rest ends (int64), metric name and resource (int32), metric
-# points (int64), point labels (int32), times (uint64), values (float64). A dcgm request of 8,000 points
-# packs to about a tenth of its raw protobuf.
+# points (int64), point labels (int32), times (uint64), values (float64). A dcgm request
+# of 8,000 points packs to a few per cent of its raw protobuf.
 
 _MAGIC = b"TRc2"
 _HEADER = struct.Struct("<9Q")

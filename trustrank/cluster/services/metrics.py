@@ -9,8 +9,9 @@ The minutes of one metric name in one minute are stored together, as one *chunk*
 the day-partitioned table `cluster_metricchunk` (cluster, name, minute, number of series)
 whose `data` is the packed array of the series' minutes (`CHUNK`: label-set id, min, max,
 sum, count, last value, time of the last value; big-endian, as PostgreSQL's own binary
-sends write them, so migration 0007 could build it in SQL), compressed by zstd. A load groups its points in
-numpy and appends one chunk per (name, minute) it touched, never updating a stored one: a
+sends write them, so migration 0007 could build it in SQL), compressed by zstd. A load
+groups its points in numpy and appends one chunk per (name, minute) it touched, never
+updating a stored one: a
 row per series and minute instead cost PostgreSQL about 4 µs a point to insert and index,
 and a dcgm scrape has 320,000. Readers (`metrics_read`) combine the chunks of a minute,
 and `metrics_minutes_compact` folds a finished day's chunks into one per (name, minute).

@@ -203,7 +203,7 @@ class SeriesIds:
                 cur.execute("SELECT key, id, names FROM cluster_metriclabels "
                             "WHERE cluster_id = %s AND key = ANY(%s)",
                             [self.cluster_id, list(keys)])
-                stored = []
+                stored: list[int] = []
                 for key, labels_id, names in cur.fetchall():
                     found[keys.pop(key)] = labels_id
                     self._loaded.add(labels_id)

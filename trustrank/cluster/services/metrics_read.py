@@ -135,8 +135,8 @@ def _name_ids(
     starts = tuple(prefixes)
     found = {}
     for name_id, name, kind, unit in rows.values_list("id", "name", "kind", "unit"):
-        if wanted is None and not starts or (
-            wanted is not None and name in wanted) or (starts and name.startswith(starts)):
+        if (wanted is None and not starts) or (wanted is not None and name in wanted) or (
+                starts and name.startswith(starts)):
             found[name_id] = (name, kind, unit)
     return found
 
