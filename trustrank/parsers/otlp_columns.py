@@ -28,7 +28,6 @@ from typing import Any
 import cramjam
 import numpy as np
 import orjson
-from google.protobuf.message import DecodeError
 
 from trustrank.parsers.otlp_metrics import (
     _CLEAN_RESTS,
@@ -44,11 +43,10 @@ from trustrank.parsers.otlp_metrics import (
     PROTOBUF,
     MetricsCheck,
     OtlpLimits,
-    OtlpMetricsError,
     _any_str,
     _Labeler,
     _rest_entry,
-    _ShadowRequest,
+    _shadow_request,
     _window,
     otlp_metrics_parse,
 )
@@ -140,12 +138,7 @@ def otlp_metrics_raw_columns(
     the usual layouts. Raises `OtlpMetricsError` when the body is no protobuf request."""
     limits = limits or OtlpLimits()
     window = _window(now_ns, limits)
-    try:
-        request: Any = _ShadowRequest.FromString(body)
-    except (DecodeError, RecursionError) as exc:
-        raise OtlpMetricsError(
-            f"body is not a protobuf ExportMetricsServiceRequest: {exc}"
-        ) from exc
+    request = _shadow_request(body)
     max_name = limits.max_name_length
     raws: list[bytes] = []
     resources: list[dict[str, str]] = []

@@ -890,16 +890,21 @@ def otlp_metrics_parse(
     )
 
 
-def _protobuf_resources(
-    body: bytes, *, labeler: _Labeler, tally: _Tally, window: tuple[int, int],
-    limits: OtlpLimits,
-) -> list[ResourceMetrics]:
+def _shadow_request(body: bytes) -> Any:
+    """The body decoded with the shadow schema; `OtlpMetricsError` when it does not."""
     try:
-        request: Any = _ShadowRequest.FromString(body)
+        return _ShadowRequest.FromString(body)
     except (DecodeError, RecursionError) as exc:
         raise OtlpMetricsError(
             f"body is not a protobuf ExportMetricsServiceRequest: {exc}"
         ) from exc
+
+
+def _protobuf_resources(
+    body: bytes, *, labeler: _Labeler, tally: _Tally, window: tuple[int, int],
+    limits: OtlpLimits,
+) -> list[ResourceMetrics]:
+    request = _shadow_request(body)
     resources = []
     max_name = limits.max_name_length
     for r_index, resource_metrics in enumerate(request.resource_metrics):
