@@ -4,6 +4,7 @@ calls the cluster app's services; nothing here knows about storage."""
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from datetime import timedelta
@@ -78,27 +79,50 @@ BATCH_MAX_JOBS = 160
 BATCH_MAX_POINTS = 1_000_000
 
 
-def _otlp_batch_claim(job: IngestJob) -> list[IngestJob]:
+def _otlp_batch_wait(job: IngestJob) -> list[IngestJob]:
+    """`_otlp_batch_claim`, waiting (TRUSTRANK_METRICS_BATCH_WAIT_MS from the job's
+    arrival at most) while the batch is small and the job not urgent."""
+    taken = _otlp_batch_claim(job, taken=[])
+    wait = settings.TRUSTRANK_METRICS_BATCH_WAIT_MS / 1000
+    if not wait or job.priority < settings.TRUSTRANK_DEFAULT_PRIORITY:
+        return taken
+    deadline = job.created_at.timestamp() + wait
+    while time.time() < deadline and _points(job, taken) < BATCH_MAX_POINTS // 4:
+        time.sleep(min(0.01, max(0.0, deadline - time.time())))
+        taken = _otlp_batch_claim(job, taken=taken)
+    return taken
+
+
+def _points(job: IngestJob, taken: list[IngestJob]) -> int:
+    return sum(int(j.params.get("points") or 0) for j in (job, *taken))
+
+
+def _otlp_batch_claim(job: IngestJob, *, taken: list[IngestJob]) -> list[IngestJob]:
     """The team's other queued OTLP jobs, oldest first, claimed inside the caller's
-    transaction: a rollback hands them back to the queue; a commit finishes them with
-    the job that took them. Rows another worker is claiming are skipped, not waited for."""
+    transaction (added to `taken`, those claimed before): a rollback hands them back to
+    the queue; a commit finishes them with the job that took them. Rows another worker is
+    claiming are skipped, not waited for."""
+    if len(taken) >= BATCH_MAX_JOBS - 1:
+        return taken
     now = timezone.now()
     queued = list(
         IngestJob.objects.select_for_update(skip_locked=True)
         .filter(status=JobStatus.QUEUED, kind=job.kind, team_id=job.team_id,
                 params__format=OTLP)
         .exclude(pk=job.pk).order_by("created_at")
-        .only("pk", "params", "created_at", "team_id", "attempts")[:BATCH_MAX_JOBS - 1]
+        .only("pk", "params", "created_at", "team_id", "attempts")[:BATCH_MAX_JOBS - 1
+                                                                    - len(taken)]
     )
-    taken: list[IngestJob] = []
-    points = int(job.params.get("points") or 0)
+    taken = list(taken)
+    points = _points(job, taken)
+    first = len(taken)
     for other in queued:
         points += int(other.params.get("points") or 0)
         if taken and points > BATCH_MAX_POINTS:
             break
         taken.append(other)
-    if taken:
-        IngestJob.objects.filter(pk__in=[other.pk for other in taken]).update(
+    if len(taken) > first:
+        IngestJob.objects.filter(pk__in=[other.pk for other in taken[first:]]).update(
             status=JobStatus.RUNNING, attempts=F("attempts") + 1, started_at=now,
             lease_until=now + timedelta(seconds=settings.TRUSTRANK_JOB_LEASE_SECONDS),
             phase=f"with job {job.pk}"[:40], error="",
@@ -189,7 +213,7 @@ def otlp_metrics_load(*, job: IngestJob, payload: bytes, progress: Progress) -> 
     # again (their claim lapses), so the commit need not wait for its WAL flush.
     with connection.cursor() as cur:
         cur.execute("SET LOCAL synchronous_commit = off")
-    others = _otlp_batch_claim(job)
+    others = _otlp_batch_wait(job)
     prepared = _prepared([job.pk, *(other.pk for other in others)])
     batches: dict[str, OtlpPoints] = {}
     counts = _otlp_add(job=job, payload=payload, prepared=prepared.get(job.pk),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import time
+from datetime import timedelta
 
 import orjson
 import pytest
@@ -169,3 +170,28 @@ def test_json_and_histograms_store_no_columns(key):
                              content_type="application/json", **_headers(key))
     assert response.status_code == 200
     assert IngestPayload.objects.get().prepared is None
+
+
+def test_a_fresh_job_waits_a_little_for_more_unless_urgent(key, team, settings):
+    from ingest.loaders.cluster import _otlp_batch_wait
+
+    settings.TRUSTRANK_METRICS_BATCH_WAIT_MS = 300
+    body = dcgm_request(nodes=1, gpus=1, series=2, time_ns=time.time_ns()).SerializeToString()
+    _post(key, body)
+    job = IngestJob.objects.get()
+    started = time.monotonic()
+    assert _otlp_batch_wait(job) == []
+    assert 0.15 < time.monotonic() - started < 2
+    job.priority = 1  # X-Priority: 1
+    started = time.monotonic()
+    _otlp_batch_wait(job)
+    assert time.monotonic() - started < 0.15
+    job.priority = 10
+    job.created_at -= timedelta(seconds=1)  # waited in the queue already
+    started = time.monotonic()
+    _otlp_batch_wait(job)
+    assert time.monotonic() - started < 0.15
+    _post(key, body)  # a second request queued: claimed with the first
+    job.created_at += timedelta(seconds=1)
+    assert len(_otlp_batch_wait(job)) == 1
+    assert IngestJob.objects.filter(status=JobStatus.RUNNING).count() == 1

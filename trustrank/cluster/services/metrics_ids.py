@@ -152,11 +152,6 @@ class _Cache:
 _CACHE = _Cache(limit=4_000_000)
 
 
-def ids_cache_clear() -> None:
-    """Forget every id this process learnt (tests, and a cluster deleted)."""
-    _CACHE.clear()
-
-
 class SeriesIds:
     """A load's ids for one cluster, inside the load's transaction. `labels_ids` and
     `name_ids` find or create; `observe` notes the series a load wrote; `finish` writes
