@@ -12,12 +12,14 @@ import orjson
 import pytest
 from django.db import connection
 from django.test import Client
+from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 from ingest.models import IngestJob, IngestPayload, JobStatus
 from ingest.services import job_run
-from tests.cluster.otlp_build import dcgm_request
+from tests.cluster.otlp_build import dcgm_request, request
+from tests.cluster.test_otlp_metrics import _gauge
 from tests.cluster.test_receivers_storage import PB, _headers, minutes
-from trustrank.cluster.models import Cluster, MetricSeries
+from trustrank.cluster.models import Cluster, MetricName, MetricSeries
 from trustrank.cluster.services.metrics import series_store
 from trustrank.cluster.services.metrics_ids import labels_key
 from trustrank.parsers.otlp_metrics import otlp_metrics_parse
@@ -195,3 +197,14 @@ def test_a_fresh_job_waits_a_little_for_more_unless_urgent(key, team, settings):
     job.created_at += timedelta(seconds=1)
     assert len(_otlp_batch_wait(job)) == 1
     assert IngestJob.objects.filter(status=JobStatus.RUNNING).count() == 1
+
+
+def test_a_metric_without_points_makes_no_name(key, team):
+    now_ns = time.time_ns()
+    empty = metrics_pb2.Metric(name="never_sampled")
+    empty.gauge.SetInParent()
+    body = request([({"k8s.cluster.name": "prod"}, [
+        empty, _gauge("sampled", [(now_ns, 1.0, {"gpu": "0"})])])]).SerializeToString()
+    _post(key, body)
+    job_run(job_id=str(IngestJob.objects.get().pk))
+    assert list(MetricName.objects.values_list("name", flat=True)) == ["sampled"]

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter, methodcaller
 from typing import Any
 
 import cramjam
@@ -98,6 +100,12 @@ class RawColumns:
         return len(self.values)
 
 
+_DATA = methodcaller("WhichOneof", "data")
+_NAME = attrgetter("name")
+_POINTS = attrgetter("data_points")
+_NUMBERS = frozenset({"gauge", "sum", None})
+
+
 def _kind(kind: str, data: Any) -> MetricKind:
     """As `Metric.kind` for gauges and sums."""
     if kind == "gauge":
@@ -154,28 +162,32 @@ def otlp_metrics_raw_columns(
         before = len(metric_name)
         holds_metrics = False
         for scope_metrics in resource_metrics.scope_metrics:
-            for metric in scope_metrics.metrics:
-                kind = metric.WhichOneof("data")
-                if kind is None:
-                    continue
-                if kind != "gauge" and kind != "sum":
-                    return None
-                name = metric.name
-                index = name_index.get(name)
-                if index is None:
+            # A scope's metrics by whole-list calls (map, comprehensions) rather than a
+            # loop body per metric: a dcgm request has 1,000 metrics of 8 points.
+            metrics = scope_metrics.metrics
+            types = list(map(_DATA, metrics))
+            if not _NUMBERS.issuperset(types):
+                return None  # histograms, summaries: the full parse
+            if None in types:
+                present = [(m, t) for m, t in zip(metrics, types, strict=True) if t]
+                metrics, types = [m for m, _ in present], [t for _, t in present]
+            if not metrics:
+                continue
+            holds_metrics = True
+            datas = [m.gauge if t == "gauge" else m.sum for m, t in zip(metrics, types,
+                                                                          strict=True)]
+            for metric, name, data in zip(metrics, map(_NAME, metrics), datas, strict=True):
+                if name not in name_index:
                     if not 0 < len(name) <= max_name or "\x00" in name:
                         return None
-                    index = name_index[name] = len(name_index)
-                    data = metric.gauge if kind == "gauge" else metric.sum
-                    kinds.append(MetricKind.GAUGE if kind == "gauge" else _kind(kind, data))
+                    name_index[name] = len(name_index)
+                    gauge = metric.WhichOneof("data") == "gauge"
+                    kinds.append(MetricKind.GAUGE if gauge else _kind("sum", data))
                     units.append(metric.unit)
-                holds_metrics = True
-                points = (metric.gauge if kind == "gauge" else metric.sum).data_points
-                if not points:
-                    continue
-                raws.extend(points)
-                counts.append(len(points))
-                metric_name.append(index)
+                metric_name.append(name_index[name])
+            points = list(map(_POINTS, datas))
+            counts.extend(map(len, points))
+            raws.extend(chain.from_iterable(points))
         if holds_metrics:
             attributes = {
                 kv.key: _any_str(kv.value) for kv in resource_metrics.resource.attributes

@@ -97,7 +97,7 @@ class OtlpPoints:
         keys = [(extras[pair // n_rests], columns.rests[pair % n_rests])
                 for pair in pairs.tolist()]
         labels_ids = np.array(ids.labels_ids_raw(keys, labels_of=_merged), dtype=np.int64)
-        used = sorted_unique(columns.metric_name.astype(np.int64))
+        used = sorted_unique(columns.metric_name[columns.metric_points > 0].astype(np.int64))
         name_ids = np.zeros(len(columns.names), dtype=np.int64)
         name_ids[used] = ids.name_ids([(columns.names[at], columns.kinds[at], columns.units[at])
                                        for at in used.tolist()])
