@@ -219,9 +219,10 @@ class ParsedMetrics:
     def series(self, *, resource_labels: Iterable[str] = RESOURCE_LABELS) -> Iterator[Series]:
         """Gauges and sums as one `Series` per label set; explicit histograms as classic
         `<name>_bucket{le=…}` (cumulative), `<name>_sum` and `<name>_count` series, the
-        shape a Prometheus scrape of the same histogram has. Exponential histograms and
-        summaries are not flattened (use the points). Point labels win over copied
-        resource attributes."""
+        shape a Prometheus scrape of the same histogram has; exponential histograms the
+        same, their buckets' upper bounds as `le`; summaries as `<name>{quantile=…}`,
+        `<name>_sum` and `<name>_count`, as Prometheus exposes them. Point labels win
+        over copied resource attributes."""
         wanted = tuple(resource_labels)
         for resource in self.resources:
             extra = {k: resource.attributes[k] for k in wanted if k in resource.attributes}
@@ -287,27 +288,68 @@ def _metric_series(metric: Metric, extra: dict[str, str]) -> Iterator[Series]:
                 help=metric.description,
             )
     for point in metric.histograms:
-        ms = point.time_ns // _NS_PER_MS
-        cumulative = 0
-        for index, count in enumerate(point.bucket_counts):
-            cumulative += count
-            le = _le(point.bounds[index]) if index < len(point.bounds) else "+Inf"
+        bounds = [*map(_le, point.bounds), "+Inf"]
+        yield from _classic_histogram(metric, extra, point.labels, point.time_ns,
+                                      zip(bounds, point.bucket_counts, strict=False),
+                                      point.count, point.sum)
+    for expo in metric.exponential_histograms:
+        yield from _classic_histogram(metric, extra, expo.labels, expo.time_ns,
+                                      _exponential_buckets(expo), expo.count, expo.sum)
+    for summary in metric.summaries:
+        ms = summary.time_ns // _NS_PER_MS
+        for quantile, value in summary.quantiles:
             yield Series(
-                name=f"{metric.name}_bucket", labels=_with(extra, point.labels, ("le", le)),
-                kind=MetricKind.HISTOGRAM, timestamps_ms=(ms,), values=(float(cumulative),),
-                unit=metric.unit,
+                name=metric.name, labels=_with(extra, summary.labels, ("quantile", _le(quantile))),
+                kind=MetricKind.SUMMARY, timestamps_ms=(ms,), values=(value,), unit=metric.unit,
             )
+        for suffix, total in (("_count", float(summary.count)), ("_sum", summary.sum)):
+            yield Series(
+                name=metric.name + suffix, labels=_with(extra, summary.labels),
+                kind=MetricKind.SUMMARY, timestamps_ms=(ms,), values=(total,), unit=metric.unit,
+            )
+
+
+def _classic_histogram(
+    metric: Metric, extra: dict[str, str], labels: Labels, time_ns: int,
+    buckets: Iterable[tuple[str, int]], count: int, total: float | None,
+) -> Iterator[Series]:
+    """`<name>_bucket{le=…}` (cumulative), `<name>_count` and `<name>_sum` series of one
+    histogram point, from its (upper bound, count in that bucket) pairs in bound order."""
+    ms = time_ns // _NS_PER_MS
+    cumulative = 0
+    for le, in_bucket in buckets:
+        cumulative += in_bucket
         yield Series(
-            name=f"{metric.name}_count", labels=_with(extra, point.labels),
-            kind=MetricKind.HISTOGRAM, timestamps_ms=(ms,), values=(float(point.count),),
+            name=f"{metric.name}_bucket", labels=_with(extra, labels, ("le", le)),
+            kind=MetricKind.HISTOGRAM, timestamps_ms=(ms,), values=(float(cumulative),),
             unit=metric.unit,
         )
-        if point.sum is not None:
-            yield Series(
-                name=f"{metric.name}_sum", labels=_with(extra, point.labels),
-                kind=MetricKind.HISTOGRAM, timestamps_ms=(ms,), values=(point.sum,),
-                unit=metric.unit,
-            )
+    yield Series(
+        name=f"{metric.name}_count", labels=_with(extra, labels),
+        kind=MetricKind.HISTOGRAM, timestamps_ms=(ms,), values=(float(count),),
+        unit=metric.unit,
+    )
+    if total is not None:
+        yield Series(
+            name=f"{metric.name}_sum", labels=_with(extra, labels),
+            kind=MetricKind.HISTOGRAM, timestamps_ms=(ms,), values=(total,),
+            unit=metric.unit,
+        )
+
+
+def _exponential_buckets(point: ExponentialHistogramPoint) -> list[tuple[str, int]]:
+    """An exponential histogram's buckets as classic (upper bound, count) pairs in value
+    order: the negative buckets (bucket j holds [-base^(offset+j+1), -base^(offset+j))),
+    the zero bucket (up to the zero threshold), the positive buckets (bucket i holds
+    (base^(offset+i), base^(offset+i+1)]), then +Inf; base = 2^(2^-scale)."""
+    base = 2.0 ** (2.0 ** -point.scale)
+    buckets = [(_le(-(base ** (point.negative_offset + j))), count)
+               for j, count in reversed(list(enumerate(point.negative_counts)))]
+    buckets.append((_le(point.zero_threshold), point.zero_count))
+    buckets += [(_le(base ** (point.positive_offset + i + 1)), count)
+                for i, count in enumerate(point.positive_counts)]
+    buckets.append(("+Inf", 0))
+    return buckets
 
 
 def _le(bound: float) -> str:
