@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import zlib
+from isal import isal_zlib
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -16,11 +16,14 @@ class BodyUndecodable(ValueError):
 
 
 def gunzip_limited(data: bytes, *, limit: int) -> bytes:
-    """Decompress gzip data, refusing to produce more than `limit` bytes (gzip bombs)."""
-    decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    """Decompress gzip data, refusing to produce more than `limit` bytes (gzip bombs).
+    By ISA-L (python-isal, zlib's interface): about two and a half times as fast as zlib's
+    inflate, and every gzip OTLP request is inflated by its receiver."""
+    decompressor = isal_zlib.decompressobj(16 + isal_zlib.MAX_WBITS)
     try:
         out = decompressor.decompress(data, limit + 1)
-    except zlib.error as exc:
+    # isal's stub declares `error` as an instance; it is the exception class.
+    except isal_zlib.error as exc:  # type: ignore[misc]
         raise BodyUndecodable(f"the gzip data is corrupt: {exc}") from exc
     if len(out) > limit or decompressor.unconsumed_tail:
         raise BodyTooLarge(

@@ -47,12 +47,8 @@ from trustrank.cluster.services.objects import ClusterNameInvalid, cluster_name_
 from trustrank.lib.api import problem_response
 from trustrank.parsers.kubernetes import KubernetesError, kubernetes_parse
 from trustrank.parsers.otlp import media_type, status_encode
-from trustrank.parsers.otlp_metrics import (
-    JSON,
-    PROTOBUF,
-    OtlpMetricsError,
-    otlp_metrics_check,
-)
+from trustrank.parsers.otlp_columns import columns_pack, otlp_metrics_check_columns
+from trustrank.parsers.otlp_metrics import JSON, PROTOBUF, OtlpMetricsError
 from trustrank.parsers.prometheus_text import (
     OPENMETRICS,
     TEXT,
@@ -149,8 +145,9 @@ def metrics_export(request: HttpRequest) -> HttpResponse:
     try:
         raw = request.body
         body = decode_body(raw, content_encoding=content_encoding, limit=limit)
-        # The counts of the parse without building its result: the worker parses again.
-        checked = otlp_metrics_check(body=body, encoding=encoding)
+        # The counts of the parse; for a Collector's usual request also its columns,
+        # stored packed beside the body so the worker need not read it again.
+        checked, columns = otlp_metrics_check_columns(body=body, encoding=encoding)
     except (RequestDataTooBig, BodyTooLarge):
         return problem_response(
             413, "Payload too large",
@@ -179,6 +176,7 @@ def metrics_export(request: HttpRequest) -> HttpResponse:
         ingest_services.job_create(
             team=api_key.team, kind=JobKind.TELEMETRY, payload=raw if gzipped else body,
             principal=principal, params=params, priority=priority, content_type=encoding,
+            prepared=None if columns is None else columns_pack(columns),
         )
     return HttpResponse(
         _otlp_response(encoding=encoding, rejected=checked.rejected_points,

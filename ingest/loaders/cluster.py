@@ -4,6 +4,7 @@ calls the cluster app's services; nothing here knows about storage."""
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from datetime import timedelta
@@ -29,6 +30,7 @@ from trustrank.cluster.services.objects import (
 )
 from trustrank.parsers.errors import ParserError
 from trustrank.parsers.kubernetes import kubernetes_parse
+from trustrank.parsers.otlp_columns import columns_unpack, otlp_metrics_raw_columns
 from trustrank.parsers.otlp_metrics import JSON, PROTOBUF, ResourceMetrics, otlp_metrics_parse
 from trustrank.parsers.prometheus_text import TEXT, prometheus_text_parse
 from trustrank.parsers.remote_write import remote_write_parse
@@ -77,27 +79,50 @@ BATCH_MAX_JOBS = 160
 BATCH_MAX_POINTS = 1_000_000
 
 
-def _otlp_batch_claim(job: IngestJob) -> list[IngestJob]:
+def _otlp_batch_wait(job: IngestJob) -> list[IngestJob]:
+    """`_otlp_batch_claim`, waiting (TRUSTRANK_METRICS_BATCH_WAIT_MS from the job's
+    arrival at most) while the batch is small and the job not urgent."""
+    taken = _otlp_batch_claim(job, taken=[])
+    wait = settings.TRUSTRANK_METRICS_BATCH_WAIT_MS / 1000
+    if not wait or job.priority < settings.TRUSTRANK_DEFAULT_PRIORITY:
+        return taken
+    deadline = job.created_at.timestamp() + wait
+    while time.time() < deadline and _points(job, taken) < BATCH_MAX_POINTS // 4:
+        time.sleep(min(0.01, max(0.0, deadline - time.time())))
+        taken = _otlp_batch_claim(job, taken=taken)
+    return taken
+
+
+def _points(job: IngestJob, taken: list[IngestJob]) -> int:
+    return sum(int(j.params.get("points") or 0) for j in (job, *taken))
+
+
+def _otlp_batch_claim(job: IngestJob, *, taken: list[IngestJob]) -> list[IngestJob]:
     """The team's other queued OTLP jobs, oldest first, claimed inside the caller's
-    transaction: a rollback hands them back to the queue; a commit finishes them with
-    the job that took them. Rows another worker is claiming are skipped, not waited for."""
+    transaction (added to `taken`, those claimed before): a rollback hands them back to
+    the queue; a commit finishes them with the job that took them. Rows another worker is
+    claiming are skipped, not waited for."""
+    if len(taken) >= BATCH_MAX_JOBS - 1:
+        return taken
     now = timezone.now()
     queued = list(
         IngestJob.objects.select_for_update(skip_locked=True)
         .filter(status=JobStatus.QUEUED, kind=job.kind, team_id=job.team_id,
                 params__format=OTLP)
         .exclude(pk=job.pk).order_by("created_at")
-        .only("pk", "params", "created_at", "team_id", "attempts")[:BATCH_MAX_JOBS - 1]
+        .only("pk", "params", "created_at", "team_id", "attempts")[:BATCH_MAX_JOBS - 1
+                                                                    - len(taken)]
     )
-    taken: list[IngestJob] = []
-    points = int(job.params.get("points") or 0)
+    taken = list(taken)
+    points = _points(job, taken)
+    first = len(taken)
     for other in queued:
         points += int(other.params.get("points") or 0)
         if taken and points > BATCH_MAX_POINTS:
             break
         taken.append(other)
-    if taken:
-        IngestJob.objects.filter(pk__in=[other.pk for other in taken]).update(
+    if len(taken) > first:
+        IngestJob.objects.filter(pk__in=[other.pk for other in taken[first:]]).update(
             status=JobStatus.RUNNING, attempts=F("attempts") + 1, started_at=now,
             lease_until=now + timedelta(seconds=settings.TRUSTRANK_JOB_LEASE_SECONDS),
             phase=f"with job {job.pk}"[:40], error="",
@@ -117,22 +142,54 @@ def _payload(job_id: Any) -> bytes:
     return bytes(row[0])
 
 
+def _prepared(job_ids: list[Any]) -> dict[Any, bytes]:
+    """The packed columns the receiver stored with each job, where it stored any."""
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute("SELECT job_id, prepared FROM ingest_ingestpayload "
+                       "WHERE job_id = ANY(%s) AND prepared IS NOT NULL", [job_ids],
+                       binary=True)
+        return {job_id: bytes(prepared) for job_id, prepared in cursor.fetchall()}
+
+
 def _otlp_add(
-    *, job: IngestJob, payload: bytes, batches: dict[str, OtlpPoints]
+    *, job: IngestJob, payload: bytes | None, prepared: bytes | None,
+    batches: dict[str, OtlpPoints],
 ) -> dict[str, Any]:
+    """Add one job's points to the batch: from the columns the receiver packed, else
+    from its body (`payload`, read here when None)."""
     encoding = JSON if job.params.get("encoding") == "json" else PROTOBUF
     # Judge point ages against the time of receipt: a job run late must keep what the
     # receiver accepted.
+    now_ns = int(job.created_at.timestamp() * 1e9)
+    fallback = str(job.params.get("cluster") or "")
     try:
-        if job.params.get("content_encoding") == "gzip":
-            payload = decode_body(payload, content_encoding="gzip",
-                                  limit=settings.TRUSTRANK_MAX_UPLOAD_BYTES)
-        parsed = otlp_metrics_parse(
-            body=payload, encoding=encoding, now_ns=int(job.created_at.timestamp() * 1e9)
-        )
+        columns = None if prepared is None else columns_unpack(prepared)
+        if columns is None:
+            payload = _payload(job.pk) if payload is None else payload
+            if job.params.get("content_encoding") == "gzip":
+                payload = decode_body(payload, content_encoding="gzip",
+                                      limit=settings.TRUSTRANK_MAX_UPLOAD_BYTES)
+            if encoding == PROTOBUF:
+                columns = otlp_metrics_raw_columns(body=payload, now_ns=now_ns)
+        names = {r.get("k8s.cluster.name") or fallback for r in columns.resources} if (
+            columns is not None) else set()
+        if columns is not None and len(names) == 1:
+            # The usual request: one cluster's good gauge and sum points, as columns.
+            name = names.pop()
+            points = batches.get(name)
+            if points is None:
+                points = batches[name] = OtlpPoints(cluster=_cluster(job=job, name=name))
+            return {**points.add_columns(columns, now=job.created_at).as_dict(),
+                    "clusters": 1}
+        if payload is None:
+            payload = _payload(job.pk)
+            if job.params.get("content_encoding") == "gzip":
+                payload = decode_body(payload, content_encoding="gzip",
+                                      limit=settings.TRUSTRANK_MAX_UPLOAD_BYTES)
+        parsed = otlp_metrics_parse(body=payload, encoding=encoding, now_ns=now_ns)
     except (ParserError, BodyTooLarge, BodyUndecodable) as exc:
         raise IngestRejected(str(exc)) from exc
-    fallback = str(job.params.get("cluster") or "")
     by_cluster: dict[str, list[ResourceMetrics]] = defaultdict(list)
     for resource in parsed.resources:
         by_cluster[resource.cluster or fallback].append(resource)
@@ -156,34 +213,40 @@ def otlp_metrics_load(*, job: IngestJob, payload: bytes, progress: Progress) -> 
     # again (their claim lapses), so the commit need not wait for its WAL flush.
     with connection.cursor() as cur:
         cur.execute("SET LOCAL synchronous_commit = off")
-    others = _otlp_batch_claim(job)
+    others = _otlp_batch_wait(job)
+    prepared = _prepared([job.pk, *(other.pk for other in others)])
     batches: dict[str, OtlpPoints] = {}
-    counts = _otlp_add(job=job, payload=payload, batches=batches)
+    counts = _otlp_add(job=job, payload=payload, prepared=prepared.get(job.pk),
+                       batches=batches)
     done: list[tuple[IngestJob, dict[str, Any]]] = []
     for at, other in enumerate(others, start=1):
         progress(phase=f"parsing {at + 1} of {len(others) + 1}")
         try:
-            done.append((other, _otlp_add(job=other, payload=_payload(other.pk),
+            done.append((other, _otlp_add(job=other, payload=None,
+                                          prepared=prepared.pop(other.pk, None),
                                           batches=batches)))
         except IngestRejected as exc:
             IngestJob.objects.filter(pk=other.pk).update(
                 status=JobStatus.FAILED, error=str(exc)[:10000], finished_at=timezone.now(),
                 lease_until=None, phase="failed",
             )
-    minutes = 0
+    minutes = new_series = 0
     for name, points in sorted(batches.items()):
         progress(phase=f"storing {name}")
-        minutes += points.store()
+        stored = points.store()
+        minutes += stored.minutes
+        new_series += stored.new_series
         cluster_diagnose_request(cluster_id=points.cluster.pk)
-    # `minutes` of a batch: the rows the whole batch wrote, on every job of it.
+    # `minutes` and `new_series` of a batch: what the whole batch wrote, on every job of it.
     finished = timezone.now()
+    batch = {"minutes": minutes, "new_series": new_series, "batch": len(done) + 1}
     for other, other_counts in done:
         IngestJob.objects.filter(pk=other.pk).update(
-            status=JobStatus.DONE, counts={**other_counts, "minutes": minutes,
-                                           "batch": len(done) + 1, "batched_with": str(job.pk)},
+            status=JobStatus.DONE,
+            counts={**other_counts, **batch, "batched_with": str(job.pk)},
             result={}, finished_at=finished, lease_until=None, phase="done", error="",
         )
-    return {**counts, "minutes": minutes, "batch": len(done) + 1}
+    return {**counts, **batch}
 
 
 def _by_label(series: Iterable[Series], *, label: str, fallback: str) -> dict[str, list[Series]]:

@@ -6,16 +6,22 @@ from __future__ import annotations
 
 import gzip
 import time
+from datetime import timedelta
 
+import orjson
 import pytest
+from django.db import connection
 from django.test import Client
+from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 from ingest.models import IngestJob, IngestPayload, JobStatus
 from ingest.services import job_run
-from tests.cluster.otlp_build import dcgm_request
+from tests.cluster.otlp_build import dcgm_request, request
+from tests.cluster.test_otlp_metrics import _gauge
 from tests.cluster.test_receivers_storage import PB, _headers, minutes
-from trustrank.cluster.models import Cluster, MetricSeries
-from trustrank.cluster.services.metrics import series_key, series_keys, series_store
+from trustrank.cluster.models import Cluster, MetricName, MetricSeries
+from trustrank.cluster.services.metrics import series_store
+from trustrank.cluster.services.metrics_ids import labels_key
 from trustrank.parsers.otlp_metrics import otlp_metrics_parse
 from trustrank.parsers.series import MetricKind, Series
 
@@ -114,7 +120,7 @@ def test_an_unreadable_job_in_a_batch_fails_alone(key, team):
 
 def test_new_series_keep_tabs_newlines_and_backslashes_in_names_and_labels(team):
     cluster = Cluster.objects.create(team=team, name="c")
-    labels = (("pod", "p\\1\t2"), ("reason", "line\none\r\\n"))
+    labels = (("pod", "p\\1\t2"), ("quote", 'say "hi"\x01'), ("reason", "line\none\r\\n"))
     series_store(cluster=cluster, series=[
         Series("odd\\name\t", labels, MetricKind.GAUGE, (int(time.time() * 1000),), (1.0,)),
     ])
@@ -123,7 +129,82 @@ def test_new_series_keep_tabs_newlines_and_backslashes_in_names_and_labels(team)
     assert stored.labels == dict(labels)
 
 
-def test_series_keys_in_bulk_are_the_keys_one_at_a_time():
-    shared = (("gpu", "0"), ("pod", "p\tq"))
-    idents = [("a", shared), ("b", shared), ("a", ()), ("a\x1f", (("k", "v\x1d"),))]
-    assert series_keys(idents) == [series_key(name=n, labels=labels) for n, labels in idents]
+def test_label_set_keys_are_the_ones_the_migration_computes_in_sql():
+    # Migration 0007 keyed the label sets it moved in SQL; a load must find them again.
+    for labels in ((), (("gpu", "0"), ("pod", "p\tq")), (("a", "é"), ("b\x1f", "v\x1d")),
+                   (("Z", "1"), ("a", "2"), ("é", "3"))):
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT md5(coalesce((SELECT string_agg(e.key || chr(29) || e.value, chr(30) "
+                "ORDER BY e.key COLLATE \"C\") FROM jsonb_each_text(%s::jsonb) e), ''))::uuid",
+                [orjson.dumps(dict(labels)).decode()])
+            assert cur.fetchone()[0] == labels_key(labels)
+
+
+def test_the_receiver_stores_columns_the_worker_loads_as_it_would_the_body(key, team):
+    now_ns = time.time_ns()
+    bodies = [dcgm_request(nodes=2, gpus=2, series=4, time_ns=now_ns - at * 15_000_000_000)
+              .SerializeToString() for at in range(2)]
+    for at, body in enumerate(bodies):
+        _post(key, body, gzipped=at == 0)
+    payloads = list(IngestPayload.objects.order_by("job__created_at"))
+    assert all(p.prepared and bytes(p.prepared).startswith(b"TRc2") for p in payloads)
+    # The first job's body is gone: only its packed columns can give its points. The
+    # second job's packed columns are damaged: the worker reads its body instead.
+    IngestPayload.objects.filter(pk=payloads[0].pk).update(data=b"not the body")
+    IngestPayload.objects.filter(pk=payloads[1].pk).update(prepared=b"TRc2 damaged")
+
+    job_run(job_id=str(payloads[0].job_id))
+
+    assert [j.status for j in IngestJob.objects.all()] == [JobStatus.DONE] * 2
+    reference = Cluster.objects.create(team=team, name="reference")
+    for body in bodies:
+        series_store(cluster=reference, series=otlp_metrics_parse(body=body).series())
+    stored = sorted(minutes(Cluster.objects.get(team=team, name="prod")))
+    assert stored and stored == sorted(minutes(reference))
+
+
+def test_json_and_histograms_store_no_columns(key):
+    now = str(time.time_ns())
+    doc = {"resourceMetrics": [{"scopeMetrics": [{"metrics": [{"name": "g", "gauge": {
+        "dataPoints": [{"timeUnixNano": now, "asDouble": 1}]}}]}]}]}
+    response = Client().post("/v1/metrics?cluster=c", data=orjson.dumps(doc),
+                             content_type="application/json", **_headers(key))
+    assert response.status_code == 200
+    assert IngestPayload.objects.get().prepared is None
+
+
+def test_a_fresh_job_waits_a_little_for_more_unless_urgent(key, team, settings):
+    from ingest.loaders.cluster import _otlp_batch_wait
+
+    settings.TRUSTRANK_METRICS_BATCH_WAIT_MS = 300
+    body = dcgm_request(nodes=1, gpus=1, series=2, time_ns=time.time_ns()).SerializeToString()
+    _post(key, body)
+    job = IngestJob.objects.get()
+    started = time.monotonic()
+    assert _otlp_batch_wait(job) == []
+    assert 0.15 < time.monotonic() - started < 2
+    job.priority = 1  # X-Priority: 1
+    started = time.monotonic()
+    _otlp_batch_wait(job)
+    assert time.monotonic() - started < 0.15
+    job.priority = 10
+    job.created_at -= timedelta(seconds=1)  # waited in the queue already
+    started = time.monotonic()
+    _otlp_batch_wait(job)
+    assert time.monotonic() - started < 0.15
+    _post(key, body)  # a second request queued: claimed with the first
+    job.created_at += timedelta(seconds=1)
+    assert len(_otlp_batch_wait(job)) == 1
+    assert IngestJob.objects.filter(status=JobStatus.RUNNING).count() == 1
+
+
+def test_a_metric_without_points_makes_no_name(key, team):
+    now_ns = time.time_ns()
+    empty = metrics_pb2.Metric(name="never_sampled")
+    empty.gauge.SetInParent()
+    body = request([({"k8s.cluster.name": "prod"}, [
+        empty, _gauge("sampled", [(now_ns, 1.0, {"gpu": "0"})])])]).SerializeToString()
+    _post(key, body)
+    job_run(job_id=str(IngestJob.objects.get().pk))
+    assert list(MetricName.objects.values_list("name", flat=True)) == ["sampled"]

@@ -328,3 +328,34 @@ def test_bad_points_are_caught_on_the_whole_metric_path_too(time_ns, value):
     assert (parsed.total_points, parsed.rejected_points) == (4, 1)
     numbers = parsed.resources[0].metrics[1].numbers
     assert numbers is not None and numbers.labels == [(("gpu", "0"),)]
+
+
+def test_series_flattens_exponential_histograms_and_summaries_as_prometheus_would():
+    parsed = otlp_metrics_parse(body=request([({}, _histograms()[1:])]).SerializeToString(),
+                                now_ns=NOW)
+    series = {(s.name, s.label("le"), s.label("quantile")): s for s in parsed.series()}
+    # scale 2: base 2^(1/4); positive buckets from offset -1 end at base^0 and base^1.
+    upper = repr(2 ** 0.25)
+    assert [(le, series[("latency_exp_bucket", le, "")].values) for le in ("0", "1", upper,
+                                                                         "+Inf")] == [
+        ("0", (1.0,)), ("1", (3.0,)), (upper, (6.0,)), ("+Inf", (6.0,))]
+    assert series[("latency_exp_count", "", "")].values == (6.0,)
+    assert series[("latency_exp_sum", "", "")].values == (12.0,)
+    assert series[("latency_exp_bucket", "1", "")].kind is MetricKind.HISTOGRAM
+    assert series[("rpc_duration", "", "0.5")].values == (0.4,)
+    assert series[("rpc_duration_count", "", "")].values == (3.0,)
+    assert series[("rpc_duration_sum", "", "")].values == (1.5,)
+    assert series[("rpc_duration", "", "0.5")].kind is MetricKind.SUMMARY
+
+
+def test_negative_exponential_buckets_come_first_by_value():
+    metric = metrics_pb2.Metric(name="delta_exp")
+    point = metric.exponential_histogram.data_points.add(
+        time_unix_nano=NOW, count=4, sum=-1.0, scale=0, zero_count=1, zero_threshold=0.5)
+    point.negative.offset = 0
+    point.negative.bucket_counts.extend([1, 1])  # [-2, -1) and [-4, -2)
+    point.positive.offset = 0
+    point.positive.bucket_counts.extend([1])  # (1, 2]
+    parsed = otlp_metrics_parse(body=request([({}, [metric])]).SerializeToString(), now_ns=NOW)
+    buckets = [(s.label("le"), s.values[0]) for s in parsed.series() if s.name.endswith("_bucket")]
+    assert buckets == [("-2", 1.0), ("-1", 2.0), ("0.5", 3.0), ("2", 4.0), ("+Inf", 4.0)]

@@ -15,6 +15,7 @@ from tests.cluster.otlp_build import dcgm_request, number_point, request
 from tests.cluster.test_otlp_metrics import NOW, _gauge, _histograms, _len_field
 from trustrank.parsers import otlp_metrics
 from trustrank.parsers.errors import ParserError
+from trustrank.parsers.otlp_columns import otlp_metrics_raw_columns
 from trustrank.parsers.otlp_metrics import (
     JSON,
     OtlpLimits,
@@ -122,12 +123,10 @@ def test_the_check_honours_the_limits_at_the_window_edges():
 
 
 def test_only_clean_requests_take_the_quick_path():
-    window = (1, 2**63)
-    quick = otlp_metrics._protobuf_check(BODIES["dcgm"], window=window, limits=OtlpLimits())
-    assert quick is not None and quick.total_points == 3 * 2 * 6
+    quick = otlp_metrics_raw_columns(body=BODIES["dcgm"], now_ns=NOW)
+    assert quick is not None and quick.points == 3 * 2 * 6
     for name in ("nan", "stale", "exemplar", "histograms", "nul label", "empty point"):
-        assert otlp_metrics._protobuf_check(BODIES[name], window=window,
-                                            limits=OtlpLimits()) is None, name
+        assert otlp_metrics_raw_columns(body=BODIES[name], now_ns=NOW) is None, name
 
 
 def test_json_is_checked_by_the_parse():

@@ -29,18 +29,17 @@ from trustrank.cluster.models import (
     ClusterPodChange,
     MetricSeries,
 )
-from trustrank.cluster.services import metrics
 from trustrank.cluster.services.metrics import (
+    chunk_records,
     metrics_minutes_compact,
     metrics_minutes_compact_due,
     metrics_retention_apply,
     minute_partitions,
-    minutes_combined_sql,
     partition_name,
     series_store,
-    series_window,
 )
 from trustrank.cluster.services.metrics_otlp import parsed_metrics_store
+from trustrank.cluster.services.metrics_read import minute_rows, series_window
 from trustrank.parsers.otlp_metrics import otlp_metrics_parse
 from trustrank.parsers.series import MetricKind, Series
 
@@ -70,13 +69,11 @@ def run_jobs() -> list[IngestJob]:
 
 
 def minutes(cluster: Cluster) -> list[tuple]:
-    """The stored minutes as readers see them (a load's rows combined with other loads')."""
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT name, pod, node, gpu, min, max, sum, count, last FROM ("
-            + minutes_combined_sql(where="s.cluster_id = %s")
-            + ") m ORDER BY name, gpu, minute", [datetime(1970, 1, 1, tzinfo=UTC), cluster.pk])
-        return cur.fetchall()
+    """The stored minutes as readers see them (a load's chunks combined with other
+    loads')."""
+    rows = minute_rows(cluster=cluster, since=datetime(1970, 1, 1, tzinfo=UTC))
+    return [(r.name, r.pod, r.node, r.gpu, r.min, r.max, r.sum, r.count, r.last)
+            for r in sorted(rows, key=lambda r: (r.name, r.gpu, r.minute))]
 
 
 # --- OTLP ---------------------------------------------------------------------------------
@@ -288,11 +285,13 @@ def test_series_store_rolls_points_up_per_minute_and_merges_repeated_loads(team)
 
 
 def _raw_rows(cluster: Cluster) -> list[tuple]:
+    """(minute, count) of every stored entry of the cluster's chunks, as written."""
     with connection.cursor() as cur:
-        cur.execute("SELECT m.minute, m.count FROM cluster_metricminute m "
-                    "JOIN cluster_metricseries s ON s.id = m.series_id "
-                    "WHERE s.cluster_id = %s ORDER BY m.minute, m.count", [cluster.pk])
-        return cur.fetchall()
+        cur.execute("SELECT minute, data FROM cluster_metricchunk WHERE cluster_id = %s",
+                    [cluster.pk])
+        rows = cur.fetchall()
+    return sorted((minute, int(count)) for minute, data in rows
+                  for count in chunk_records(bytes(data))["count"])
 
 
 def test_each_load_appends_partial_minutes_that_read_and_compact_as_one(team):
@@ -328,16 +327,20 @@ def test_each_load_appends_partial_minutes_that_read_and_compact_as_one(team):
     assert _raw_rows(cluster) == [(base, 5)]
 
 
-def test_minutes_are_copied_in_pieces_across_two_days(team, monkeypatch):
-    monkeypatch.setattr(metrics, "_COPY_CHUNK", 3)
+def test_minutes_across_midnight_go_to_their_day_partitions(team):
     cluster = Cluster.objects.create(team=team, name="c")
-    midnight = int(datetime(2026, 11, 30, tzinfo=UTC).timestamp() * 1000)
+    midnight = datetime(2026, 11, 30, tzinfo=UTC)
+    at = int(midnight.timestamp() * 1000)
     series_store(cluster=cluster, series=[
-        Series("g", (("gpu", str(gpu)),), MetricKind.GAUGE, (midnight - 30_000, midnight),
+        Series("g", (("gpu", str(gpu)),), MetricKind.GAUGE, (at - 30_000, at),
                (float(gpu), float(gpu) + 0.5)) for gpu in range(5)])
     rows = minutes(cluster)
     assert [(r[3], r[4], r[7]) for r in rows] == [
         (str(gpu), value, 1) for gpu in range(5) for value in (gpu, gpu + 0.5)]
+    with connection.cursor() as cur:
+        for day, series in ((midnight - timedelta(days=1), 5), (midnight, 5)):
+            cur.execute(f"SELECT count(*), sum(series) FROM {partition_name(day.date())}")
+            assert cur.fetchone() == (1, series)
 
 
 def test_retention_drops_whole_day_partitions(team, settings):
@@ -374,3 +377,19 @@ def test_columnar_otlp_store_matches_the_series_path_histograms_included(team):
     assert minutes(columnar) == minutes(by_series)
     assert MetricSeries.objects.filter(
         cluster=columnar, name="vllm:e2e_request_latency_seconds_bucket").count() == 3
+
+
+def test_chunks_read_alike_compressed_or_packed_as_migration_0007_left_them(team):
+    cluster = Cluster.objects.create(team=team, name="c")
+    ms = int(datetime(2026, 11, 30, 10, 0, tzinfo=UTC).timestamp() * 1000)
+    series_store(cluster=cluster, series=[
+        Series("g", (("gpu", str(gpu)),), MetricKind.GAUGE, (ms, ms + 5_000),
+               (float(gpu), 2.0 * gpu)) for gpu in range(4)])
+    before = minutes(cluster)
+    with connection.cursor() as cur:
+        cur.execute("SELECT data FROM cluster_metricchunk WHERE cluster_id = %s", [cluster.pk])
+        [(data,)] = cur.fetchall()
+        assert bytes(data).startswith(b"\x28\xb5\x2f\xfd")  # zstd
+        cur.execute("UPDATE cluster_metricchunk SET data = %s WHERE cluster_id = %s",
+                    [chunk_records(bytes(data)).tobytes(), cluster.pk])
+    assert minutes(cluster) == before and len(before) == 4

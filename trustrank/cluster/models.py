@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
 
@@ -222,22 +223,75 @@ class ClusterEvent(models.Model):
         return f"{self.reason} {self.object_namespace}/{self.object_name}"
 
 
-class MetricSeries(models.Model):
-    """One metric name with one label set in one cluster. Its per-minute points live in the
-    day-partitioned table `cluster_metricminute` (raw SQL, see migration 0003; partial rows
-    per load since 0006, combined by readers, see `services.metrics`). The columns
-    beside the labels link it to cluster objects: dcgm-exporter's `Hostname`/`gpu`/`UUID`,
-    Kubernetes' `namespace`/`pod`/`container`, or the OTLP `k8s.*` resource attributes."""
+class MetricLabels(models.Model):
+    """One label set seen in one cluster's metrics, with the columns that link it to
+    cluster objects: dcgm-exporter's `Hostname`/`gpu`/`UUID`, Kubernetes'
+    `namespace`/`pod`/`container`, or the OTLP `k8s.*` resource attributes. A series is a
+    metric name (`MetricName`) with a label set; `names` lists the ids of the names seen
+    with this one, so a large cluster's first scrape makes a row per GPU, not one per GPU
+    and metric (a dcgm GPU's 40 series share their labels). Points live in the
+    day-partitioned chunk table `cluster_metricchunk` (raw SQL, see
+    `services.metrics_store`)."""
 
     id = models.BigAutoField(primary_key=True)
     # No database constraint and no index of its own: the indexes below all lead with
-    # the cluster, and the deferred foreign-key check cost a fifth of inserting a
-    # cluster's new series (320,000 in a large cluster's first scrape). Series are only
-    # made by the loaders, for a cluster they have just fetched or created; deleting a
-    # cluster deletes its series (Django's cascade).
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="series",
+    # the cluster. Label sets are only made by the metric loaders, for a cluster they
+    # have just fetched or created; deleting a cluster deletes them (Django's cascade).
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="label_sets",
                                 db_constraint=False, db_index=False)
-    key = models.CharField(max_length=32, help_text="MD5 of name and labels")
+    key = models.UUIDField(help_text="MD5 of the labels (services.metrics_ids.labels_key)")
+    labels = models.JSONField(default=dict)
+    names = ArrayField(models.BigIntegerField(), default=list)
+    namespace = models.CharField(max_length=253, blank=True)
+    pod = models.CharField(max_length=253, blank=True)
+    container = models.CharField(max_length=253, blank=True)
+    node = models.CharField(max_length=253, blank=True)
+    gpu = models.CharField(max_length=64, blank=True)
+    gpu_uuid = models.CharField(max_length=128, blank=True)
+    first_seen = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["cluster", "key"], name="metriclabels_key")]
+        indexes = [
+            models.Index(fields=["cluster", "namespace", "pod"], name="metriclabels_pod"),
+            models.Index(fields=["cluster", "node", "gpu"], name="metriclabels_gpu"),
+        ]
+
+    def __str__(self) -> str:
+        return str(self.labels)
+
+
+class MetricName(models.Model):
+    """A metric name of one cluster, with the kind and unit it was first seen with."""
+
+    id = models.BigAutoField(primary_key=True)
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="metric_names",
+                                db_constraint=False, db_index=False)
+    name = models.CharField(max_length=255)
+    kind = models.CharField(max_length=16)
+    unit = models.CharField(max_length=64, blank=True)
+    first_seen = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="metricname_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class MetricSeries(models.Model):
+    """One metric name with one label set in one cluster: a read-only view
+    (`cluster_metricseries`, migration 0007) joining each label set with the names seen
+    with it. Its id is `labels id << 32 | name id`, the id the readers of
+    `services.metrics_read` take."""
+
+    id = models.BigIntegerField(primary_key=True)
+    cluster = models.ForeignKey(Cluster, on_delete=models.DO_NOTHING, related_name="series",
+                                db_constraint=False)
+    label_set = models.ForeignKey(MetricLabels, on_delete=models.DO_NOTHING,
+                                  db_column="labels_id", related_name="+", db_constraint=False)
+    metric_name = models.ForeignKey(MetricName, on_delete=models.DO_NOTHING,
+                                    db_column="name_id", related_name="+", db_constraint=False)
     name = models.CharField(max_length=255)
     labels = models.JSONField(default=dict)
     kind = models.CharField(max_length=16)
@@ -251,12 +305,8 @@ class MetricSeries(models.Model):
     first_seen = models.DateTimeField()
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["cluster", "key"], name="metricseries_key")]
-        indexes = [
-            models.Index(fields=["cluster", "name"], name="metricseries_name"),
-            models.Index(fields=["cluster", "namespace", "pod"], name="metricseries_pod"),
-            models.Index(fields=["cluster", "node", "gpu"], name="metricseries_gpu"),
-        ]
+        managed = False
+        db_table = "cluster_metricseries"
 
     def __str__(self) -> str:
         return self.name

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from django.db import connection
+import numpy as np
 from django.db.models import QuerySet
 from django.http import Http404
 
@@ -15,10 +15,12 @@ from trustrank.cluster.models import (
     Cluster,
     ClusterPod,
     ClusterWorkload,
+    MetricLabels,
+    MetricName,
     MetricSeries,
     ReplayRun,
 )
-from trustrank.cluster.services.metrics import minutes_combined_sql, series_window
+from trustrank.cluster.services.metrics_read import minutes_read, series_window
 from trustrank.findings.models import OPEN_STATES, Finding, FindingKind, FindingSource
 from trustrank.parsers.series import Series
 from trustrank.risk.cluster.gpu import UTILISATION_METRICS, utilisation_percent
@@ -128,6 +130,28 @@ def _gpu_label(item: Series) -> str:
     return f"{node}/gpu{item.label('gpu') or item.label('UUID')}"
 
 
+def _gpus_by_utilisation(*, cluster: Cluster, since: datetime) -> list[tuple[str, str]]:
+    """(node, gpu) of every GPU with utilisation minutes since `since`, least utilised
+    first (percent: DCGM_FI_PROF_GR_ENGINE_ACTIVE is a ratio)."""
+    names = dict(MetricName.objects.filter(cluster=cluster, name__in=UTILISATION_METRICS)
+                 .values_list("id", "name"))
+    if not names:
+        return []
+    read = minutes_read(cluster_id=cluster.pk, since=since, name_ids=names)
+    records = read.records
+    scale = np.where(read.name_id == next(
+        (k for k, v in names.items() if v == "DCGM_FI_PROF_GR_ENGINE_ACTIVE"), -1), 100.0, 1.0)
+    means = records["sum"].astype(np.float64) / records["count"].astype(np.float64) * scale
+    links = dict(((pk), (node, gpu)) for pk, node, gpu in MetricLabels.objects.filter(
+        id__in=np.unique(records["labels_id"]).tolist()).values_list("id", "node", "gpu"))
+    totals: dict[tuple[str, str], list[float]] = {}
+    for labels_id, mean in zip(records["labels_id"].tolist(), means.tolist(), strict=True):
+        entry = totals.setdefault(links[labels_id], [0.0, 0.0])
+        entry[0] += mean
+        entry[1] += 1
+    return sorted(totals, key=lambda pair: (totals[pair][0] / totals[pair][1], pair))
+
+
 def gpu_lines(
     *, cluster: Cluster, since: datetime, limit: int = 8
 ) -> tuple[dict[str, list[tuple[float, float]]], dict[str, list[tuple[float, float]]], int]:
@@ -135,18 +159,9 @@ def gpu_lines(
     FB total at each minute (formula 2 at GPU level). At most `limit` GPUs, the least
     utilised first (the over-reserved ones are the point of the chart); also the number
     of GPUs seen."""
-    # A large cluster has thousands of GPUs: pick the `limit` least utilised ones in SQL
-    # and read only their series, instead of every GPU's hours of minutes.
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT m.node, m.gpu FROM ("  # noqa: S608 (constant SQL)
-            + minutes_combined_sql(where="s.cluster_id = %s AND s.name = ANY(%s)")
-            + ") m GROUP BY m.node, m.gpu "
-            "ORDER BY avg(m.sum / m.count * CASE WHEN m.name = %s THEN 100 ELSE 1 END), "
-            "m.node, m.gpu",
-            [since, cluster.pk, list(UTILISATION_METRICS), "DCGM_FI_PROF_GR_ENGINE_ACTIVE"],
-        )
-        ranked = [(node, gpu) for node, gpu in cur.fetchall()]
+    # A large cluster has thousands of GPUs: rank them by their mean utilisation over the
+    # window (the utilisation chunks only), then read only the chosen GPUs' series.
+    ranked = _gpus_by_utilisation(cluster=cluster, since=since)
     chosen_pairs = set(ranked[:limit])
     if not chosen_pairs:
         chosen_pairs = set(

@@ -219,9 +219,10 @@ class ParsedMetrics:
     def series(self, *, resource_labels: Iterable[str] = RESOURCE_LABELS) -> Iterator[Series]:
         """Gauges and sums as one `Series` per label set; explicit histograms as classic
         `<name>_bucket{le=…}` (cumulative), `<name>_sum` and `<name>_count` series, the
-        shape a Prometheus scrape of the same histogram has. Exponential histograms and
-        summaries are not flattened (use the points). Point labels win over copied
-        resource attributes."""
+        shape a Prometheus scrape of the same histogram has; exponential histograms the
+        same, their buckets' upper bounds as `le`; summaries as `<name>{quantile=…}`,
+        `<name>_sum` and `<name>_count`, as Prometheus exposes them. Point labels win
+        over copied resource attributes."""
         wanted = tuple(resource_labels)
         for resource in self.resources:
             extra = {k: resource.attributes[k] for k in wanted if k in resource.attributes}
@@ -287,27 +288,68 @@ def _metric_series(metric: Metric, extra: dict[str, str]) -> Iterator[Series]:
                 help=metric.description,
             )
     for point in metric.histograms:
-        ms = point.time_ns // _NS_PER_MS
-        cumulative = 0
-        for index, count in enumerate(point.bucket_counts):
-            cumulative += count
-            le = _le(point.bounds[index]) if index < len(point.bounds) else "+Inf"
+        bounds = [*map(_le, point.bounds), "+Inf"]
+        yield from _classic_histogram(metric, extra, point.labels, point.time_ns,
+                                      zip(bounds, point.bucket_counts, strict=False),
+                                      point.count, point.sum)
+    for expo in metric.exponential_histograms:
+        yield from _classic_histogram(metric, extra, expo.labels, expo.time_ns,
+                                      _exponential_buckets(expo), expo.count, expo.sum)
+    for summary in metric.summaries:
+        ms = summary.time_ns // _NS_PER_MS
+        for quantile, value in summary.quantiles:
             yield Series(
-                name=f"{metric.name}_bucket", labels=_with(extra, point.labels, ("le", le)),
-                kind=MetricKind.HISTOGRAM, timestamps_ms=(ms,), values=(float(cumulative),),
-                unit=metric.unit,
+                name=metric.name, labels=_with(extra, summary.labels, ("quantile", _le(quantile))),
+                kind=MetricKind.SUMMARY, timestamps_ms=(ms,), values=(value,), unit=metric.unit,
             )
+        for suffix, total in (("_count", float(summary.count)), ("_sum", summary.sum)):
+            yield Series(
+                name=metric.name + suffix, labels=_with(extra, summary.labels),
+                kind=MetricKind.SUMMARY, timestamps_ms=(ms,), values=(total,), unit=metric.unit,
+            )
+
+
+def _classic_histogram(
+    metric: Metric, extra: dict[str, str], labels: Labels, time_ns: int,
+    buckets: Iterable[tuple[str, int]], count: int, total: float | None,
+) -> Iterator[Series]:
+    """`<name>_bucket{le=…}` (cumulative), `<name>_count` and `<name>_sum` series of one
+    histogram point, from its (upper bound, count in that bucket) pairs in bound order."""
+    ms = time_ns // _NS_PER_MS
+    cumulative = 0
+    for le, in_bucket in buckets:
+        cumulative += in_bucket
         yield Series(
-            name=f"{metric.name}_count", labels=_with(extra, point.labels),
-            kind=MetricKind.HISTOGRAM, timestamps_ms=(ms,), values=(float(point.count),),
+            name=f"{metric.name}_bucket", labels=_with(extra, labels, ("le", le)),
+            kind=MetricKind.HISTOGRAM, timestamps_ms=(ms,), values=(float(cumulative),),
             unit=metric.unit,
         )
-        if point.sum is not None:
-            yield Series(
-                name=f"{metric.name}_sum", labels=_with(extra, point.labels),
-                kind=MetricKind.HISTOGRAM, timestamps_ms=(ms,), values=(point.sum,),
-                unit=metric.unit,
-            )
+    yield Series(
+        name=f"{metric.name}_count", labels=_with(extra, labels),
+        kind=MetricKind.HISTOGRAM, timestamps_ms=(ms,), values=(float(count),),
+        unit=metric.unit,
+    )
+    if total is not None:
+        yield Series(
+            name=f"{metric.name}_sum", labels=_with(extra, labels),
+            kind=MetricKind.HISTOGRAM, timestamps_ms=(ms,), values=(total,),
+            unit=metric.unit,
+        )
+
+
+def _exponential_buckets(point: ExponentialHistogramPoint) -> list[tuple[str, int]]:
+    """An exponential histogram's buckets as classic (upper bound, count) pairs in value
+    order: the negative buckets (bucket j holds [-base^(offset+j+1), -base^(offset+j))),
+    the zero bucket (up to the zero threshold), the positive buckets (bucket i holds
+    (base^(offset+i), base^(offset+i+1)]), then +Inf; base = 2^(2^-scale)."""
+    base = 2.0 ** (2.0 ** -point.scale)
+    buckets = [(_le(-(base ** (point.negative_offset + j))), count)
+               for j, count in reversed(list(enumerate(point.negative_counts)))]
+    buckets.append((_le(point.zero_threshold), point.zero_count))
+    buckets += [(_le(base ** (point.positive_offset + i + 1)), count)
+                for i, count in enumerate(point.positive_counts)]
+    buckets.append(("+Inf", 0))
+    return buckets
 
 
 def _le(bound: float) -> str:
@@ -890,16 +932,21 @@ def otlp_metrics_parse(
     )
 
 
-def _protobuf_resources(
-    body: bytes, *, labeler: _Labeler, tally: _Tally, window: tuple[int, int],
-    limits: OtlpLimits,
-) -> list[ResourceMetrics]:
+def _shadow_request(body: bytes) -> Any:
+    """The body decoded with the shadow schema; `OtlpMetricsError` when it does not."""
     try:
-        request: Any = _ShadowRequest.FromString(body)
+        return _ShadowRequest.FromString(body)
     except (DecodeError, RecursionError) as exc:
         raise OtlpMetricsError(
             f"body is not a protobuf ExportMetricsServiceRequest: {exc}"
         ) from exc
+
+
+def _protobuf_resources(
+    body: bytes, *, labeler: _Labeler, tally: _Tally, window: tuple[int, int],
+    limits: OtlpLimits,
+) -> list[ResourceMetrics]:
+    request = _shadow_request(body)
     resources = []
     max_name = limits.max_name_length
     for r_index, resource_metrics in enumerate(request.resource_metrics):
@@ -947,13 +994,10 @@ def _protobuf_resources(
 # --- checking a request without building its points -----------------------------------
 #
 # A receiver stores the body and leaves the parse to a worker, but must answer with the
-# exact partial-success counts. A request whose data points are all gauge or sum points in
-# one of the two usual layouts ([start][time][double] or [time][double], then attributes)
-# is checked with whole-request C-level calls: one join of the prefixes, the tag bytes
-# compared by slices, times and values as numpy columns, each distinct attribute set
-# decoded once. Anything that would be rejected, stale or decoded the general way (other
-# metric types, integer values, exemplars, bad labels or times) is parsed in full instead,
-# so the counts and problems are those of `otlp_metrics_parse` either way.
+# exact partial-success counts. A request whose data points are all good gauge or sum
+# points in one of the two usual layouts is read as whole-request columns
+# (`otlp_columns`); anything else is parsed in full, so the counts and problems are those
+# of `otlp_metrics_parse` either way. The layouts and the verdicts kept across requests:
 
 _LONG_POINT = np.dtype({"names": ["start", "time", "value"], "formats": ["<u8", "<u8", "<f8"],
                         "offsets": [1, 10, 19], "itemsize": 27})
@@ -967,109 +1011,18 @@ _CLEAN_RESTS: dict[OtlpLimits, set[bytes]] = {}
 _CLEAN_RESTS_MAX = 50_000
 
 
-def _clean_points(
-    raws: list[bytes], width: int, tags: tuple[bytes, ...], window: tuple[int, int],
-) -> set[bytes] | None:
-    """The distinct attribute bytes of points all in the layout `width` (27 or 18) with
-    times inside the window and finite values; None when any is not."""
-    count = len(raws)
-    prefix, rest = (_PREFIX_27, _REST_27) if width == 27 else (_PREFIX_18, _REST_18)
-    prefixes = b"".join(map(prefix, raws))
-    if len(prefixes) != width * count:
-        return None
-    for offset, tag in zip((0, 9, 18), tags, strict=False):
-        if prefixes[offset::width] != tag * count:
-            return None
-    columns = np.frombuffer(prefixes, dtype=_LONG_POINT if width == 27 else _SHORT_POINT)
-    times = columns["time"]
-    if int(times.min()) < window[0] or int(times.max()) > window[1]:
-        return None
-    if not np.isfinite(columns["value"]).all():
-        return None
-    return set(map(rest, raws))
-
-
-def _protobuf_check(
-    body: bytes, *, window: tuple[int, int], limits: OtlpLimits
-) -> MetricsCheck | None:
-    """The counts of a request whose every point is good, or None (parse it in full)."""
-    try:
-        request: Any = _ShadowRequest.FromString(body)
-    except (DecodeError, RecursionError) as exc:
-        raise OtlpMetricsError(
-            f"body is not a protobuf ExportMetricsServiceRequest: {exc}"
-        ) from exc
-    max_name = limits.max_name_length
-    raws: list[bytes] = []
-    clusters: dict[str, None] = {}
-    for resource_metrics in request.resource_metrics:
-        holds_metrics = False
-        for scope_metrics in resource_metrics.scope_metrics:
-            for metric in scope_metrics.metrics:
-                kind = metric.WhichOneof("data")
-                if kind is None:
-                    continue
-                name = metric.name
-                if (kind != "gauge" and kind != "sum") or not 0 < len(name) <= max_name or (
-                    "\x00" in name
-                ):
-                    return None
-                raws.extend((metric.gauge if kind == "gauge" else metric.sum).data_points)
-                holds_metrics = True
-        if holds_metrics:
-            attributes = {
-                kv.key: _any_str(kv.value) for kv in resource_metrics.resource.attributes
-            }
-            clusters.setdefault(attributes.get("k8s.cluster.name", ""))
-    if raws:
-        try:
-            leads = bytes(map(_LEAD, raws))
-        except IndexError:
-            return None  # an empty point: no value
-        long_count = leads.count(0x11)
-        if long_count + leads.count(0x19) != len(raws):
-            return None
-        longs = raws if long_count == len(raws) else [r for r in raws if r[0] == 0x11]
-        shorts = [] if long_count == len(raws) else [r for r in raws if r[0] == 0x19]
-        rests: set[bytes] = set()
-        for group, width, tags in ((longs, 27, (b"\x11", b"\x19", b"\x21")),
-                                   (shorts, 18, (b"\x19", b"\x21"))):
-            if group:
-                found = _clean_points(group, width, tags, window)
-                if found is None:
-                    return None
-                rests |= found
-        known = _CLEAN_RESTS.setdefault(limits, set())
-        labeler = _Labeler(limits)
-        for rest in rests - known:
-            if _rest_entry(rest, labeler).__class__ is not tuple:
-                return None
-        if len(known) + len(rests) > _CLEAN_RESTS_MAX:
-            known.clear()
-        known |= rests
-    return MetricsCheck(total_points=len(raws), rejected_points=0, stale_points=0,
-                        problems=(), clusters=tuple(clusters))
-
-
 def otlp_metrics_check(
     *, body: bytes, encoding: str = PROTOBUF, now_ns: int | None = None,
     limits: OtlpLimits | None = None,
 ) -> MetricsCheck:
     """The counts, problems and clusters `otlp_metrics_parse` would give, for a receiver
     that stores the body for a worker to parse: about a fifth of the parse's time for a
-    Collector's protobuf request, the full parse for anything else. Raises
-    `OtlpMetricsError` exactly when the parse would."""
-    if encoding == PROTOBUF:
-        limits = limits or OtlpLimits()
-        checked = _protobuf_check(body, window=_window(now_ns, limits), limits=limits)
-        if checked is not None:
-            return checked
-    parsed = otlp_metrics_parse(body=body, encoding=encoding, now_ns=now_ns, limits=limits)
-    return MetricsCheck(
-        total_points=parsed.total_points, rejected_points=parsed.rejected_points,
-        stale_points=parsed.stale_points, problems=parsed.problems,
-        clusters=tuple(dict.fromkeys(r.cluster for r in parsed.resources if r.metrics)),
-    )
+    Collector's protobuf request (read as columns, `otlp_columns`), the full parse for
+    anything else. Raises `OtlpMetricsError` exactly when the parse would."""
+    from trustrank.parsers.otlp_columns import otlp_metrics_check_columns
+
+    return otlp_metrics_check_columns(body=body, encoding=encoding, now_ns=now_ns,
+                                      limits=limits)[0]
 
 
 def _metric(

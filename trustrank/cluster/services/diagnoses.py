@@ -19,7 +19,7 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from trustrank.cluster.models import Cluster, ClusterWorkload
-from trustrank.cluster.services.metrics import series_window
+from trustrank.cluster.services.metrics_read import series_window
 from trustrank.cluster.services.objects import snapshot_current
 from trustrank.findings.models import Finding, FindingKind, FindingSource
 from trustrank.findings.services.audit import Actor
@@ -31,7 +31,7 @@ from trustrank.findings.services.reconcile import (
 from trustrank.parsers.kubernetes import Pod
 from trustrank.parsers.series import Series
 from trustrank.ranking.services import ranking_after_load
-from trustrank.risk.cluster import gpu, inputs, priorities, scheduling, vllm
+from trustrank.risk.cluster import gpu, inputs, io, priorities, rdma, scheduling, vllm
 from trustrank.risk.cluster.findings import Diagnosis, workload_key
 from trustrank.risk.cluster.gpu import UTILISATION_METRICS
 from trustrank.runtime.models import NodeKind, Service
@@ -44,8 +44,11 @@ DIAGNOSIS_METRICS = (
     "vllm:num_requests_waiting", "vllm:num_requests_running",
     "vllm:request_success_total", "vllm:request_success",
     *vllm.KV_CACHE_METRICS, "vllm:num_preemptions_total", "vllm:num_preemptions",
+    *inputs.IO_METRICS,
 )
 LATENCY_METRICS = ("vllm:e2e_request_latency_seconds", "vllm:time_to_first_token_seconds")
+# Read by prefix: histograms' _bucket/_sum/_count and the RDMA counters' many names.
+DIAGNOSIS_PREFIXES = (*LATENCY_METRICS, *inputs.RDMA_PREFIXES)
 
 # Findings severities for the engine's (its "info" has no finding counterpart).
 _SEVERITY = {"info": "none", "low": "low", "medium": "medium", "high": "high",
@@ -72,8 +75,9 @@ def cluster_diagnoses_compute(
     snapshot = snapshot_current(cluster=cluster)
     since = now - timedelta(minutes=settings.TRUSTRANK_CLUSTER_DIAGNOSE_WINDOW_MINUTES)
     series: list[Series] = series_window(
-        cluster=cluster, since=since, names=DIAGNOSIS_METRICS, prefixes=LATENCY_METRICS,
+        cluster=cluster, since=since, names=DIAGNOSIS_METRICS, prefixes=DIAGNOSIS_PREFIXES,
     )
+    serving, internet = trace_flags(cluster=cluster, pods=snapshot.pods)
     at = now.timestamp()
     found: list[Diagnosis] = []
     found += gpu.over_reserved_diagnose(
@@ -97,9 +101,12 @@ def cluster_diagnoses_compute(
         pods=snapshot.pods, nodes=snapshot.nodes
     )
     found += inversions
+    found += io.io_throttling_diagnose(
+        devices=inputs.io_devices(series=series, pods=snapshot.pods, latency_sensitive=serving)
+    )
+    found += rdma.rdma_diagnose(counters=inputs.rdma_counters(series=series))
     # One finding per fingerprint, whichever function saw it first.
     unique = list({d.fingerprint: d for d in found}.values())
-    serving, internet = trace_flags(cluster=cluster, pods=snapshot.pods)
     workloads = priorities.workloads_from_pods(
         pods=snapshot.pods, latency_sensitive=serving, internet_path=internet
     )

@@ -1,117 +1,71 @@
-"""Metric storage: parsed series in, per-minute points out, day partitions, retention.
+"""Metric storage: parsed points in, per-minute chunks out, day partitions, retention.
 
 Every point is folded into its series' minute (min, max, sum, count, last). Histograms
 arrive as the classic `_bucket{le=…}`/`_sum`/`_count` series (every parser flattens them
 so), so buckets merge per minute like any other series: cumulative ones keep their last
-value, delta ones add up in `sum`. Points are grouped in numpy and appended by binary
-COPY as partial minute rows (one per series and minute of a load), never one ORM save
-per point and never an update: readers combine a minute's rows, and finished days are
-compacted to one row per minute.
+value, delta ones add up in `sum`.
+
+The minutes of one metric name in one minute are stored together, as one *chunk*: a row of
+the day-partitioned table `cluster_metricchunk` (cluster, name, minute, number of series)
+whose `data` is the packed array of the series' minutes (`CHUNK`: label-set id, min, max,
+sum, count, last value, time of the last value; big-endian, as PostgreSQL's own binary
+sends write them, so migration 0007 could build it in SQL), compressed by zstd. A load
+groups its points in numpy and appends one chunk per (name, minute) it touched, never
+updating a stored one: a
+row per series and minute instead cost PostgreSQL about 4 µs a point to insert and index,
+and a dcgm scrape has 320,000. Readers (`metrics_read`) combine the chunks of a minute,
+and `metrics_minutes_compact` folds a finished day's chunks into one per (name, minute).
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+import cramjam
 import numpy as np
-import orjson
+import psycopg
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from trustrank.cluster.models import Cluster
-from trustrank.parsers.series import Labels, MetricKind, Series
+from trustrank.cluster.services.metrics_ids import (
+    NAME_BITS,
+    NAME_MASK,
+    SeriesIds,
+    sorted_unique,
+)
+from trustrank.parsers.series import Labels, Series
 
-TABLE = "cluster_metricminute"
+TABLE = "cluster_metricchunk"
 _MINUTE_MS = 60_000
 _DAY_MS = 86_400_000
+_EPOCH = date(1970, 1, 1)
 
+CHUNK = np.dtype([("labels_id", ">i8"), ("min", ">f8"), ("max", ">f8"), ("sum", ">f8"),
+                  ("count", ">i4"), ("last", ">f8"), ("last_ms", ">i8")])
 
-
-class SeriesIds:
-    """The series ids a worker has looked up or created, by (cluster id, labels), then
-    name. Series are created once and never change their id, so a worker keeps them;
-    bounded (`limit` series) so a churning cluster cannot grow it without limit. Filled
-    only after commit: a rolled-back insert leaves no stale id.
-
-    Label set first, because points come label set by label set (a dcgm GPU's 40 metrics
-    share one): a loader hashes a label set once per request and resource, and each point
-    then costs one look-up by name, whose hash Python keeps."""
-
-    def __init__(self, *, limit: int) -> None:
-        self.limit = limit
-        self.size = 0
-        self.by_labels: dict[tuple[int, Labels], dict[str, int]] = {}
-
-    def names(self, cluster_id: int, labels: Labels) -> dict[str, int]:
-        """name -> id for the label set (an empty dict when none is known; read only)."""
-        return self.by_labels.get((cluster_id, labels)) or {}
-
-    def get(self, cluster_id: int, name: str, labels: Labels) -> int | None:
-        names = self.by_labels.get((cluster_id, labels))
-        return None if names is None else names.get(name)
-
-    def remember_on_commit(
-        self, cluster_id: int, found: Sequence[tuple[str, Labels, int]]
-    ) -> None:
-        """Keep (name, labels, id) once the current transaction commits."""
-
-        def remember() -> None:
-            if self.size + len(found) > self.limit:
-                self.by_labels.clear()
-                self.size = 0
-            for name, labels, series_id in found:
-                names = self.by_labels.setdefault((cluster_id, labels), {})
-                self.size += name not in names
-                names[name] = series_id
-
-        transaction.on_commit(remember)
-
-
-_SERIES_IDS = SeriesIds(limit=2_000_000)
 _PARTITIONS: set[date] = set()
-# Every load that creates series of a cluster takes this transaction lock, with the
-# cluster's id, before it writes: loads of one cluster then never race to insert the same
-# series. (The two-number form, apart from the partitions' one-number lock.) Minutes need
-# no lock: they are appended, never merged in place.
-_MERGE_LOCK = 0x6D6D
-
-# Labels that link a series to cluster objects (dcgm-exporter, kube-state-metrics, vLLM,
-# and the OTLP resource attributes `ParsedMetrics.series()` copies).
-_LINKS: dict[str, tuple[str, ...]] = {
-    "namespace": ("namespace", "k8s.namespace.name", "exported_namespace"),
-    "pod": ("pod", "k8s.pod.name", "exported_pod"),
-    "container": ("container", "k8s.container.name", "exported_container"),
-    "node": ("Hostname", "k8s.node.name", "node"),
-    "gpu": ("gpu",),
-    "gpu_uuid": ("UUID", "uuid"),
-}
-_MAX = {"namespace": 253, "pod": 253, "container": 253, "node": 253, "gpu": 64, "gpu_uuid": 128}
+# A chunk's `data` is the packed array compressed by zstd (level 1: about 300 MB/s): a
+# tenth or less of the bytes to write, TOAST and keep for fourteen days. Chunks that
+# migration 0007 built in SQL are the packed array as it is; a frame's magic number cannot
+# start one (it would be a label-set id above 2^61).
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
-def series_key(*, name: str, labels: Sequence[tuple[str, str]]) -> str:
-    """MD5 of name\x1f k\x1dv \x1e k\x1dv …: the series' unique key in its cluster."""
-    text = name + "\x1f" + "\x1e".join(map("\x1d".join, labels))
-    return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
+def chunk_pack(records: np.ndarray[Any, Any]) -> bytes:
+    return bytes(cramjam.zstd.compress(records.tobytes(), level=1))
 
 
-def series_keys(idents: Iterable[tuple[str, Labels]]) -> list[str]:
-    """`series_key` of many (name, labels): the labels' part is built once per label set
-    (the 40 series of a dcgm GPU share one)."""
-    texts: dict[Labels, bytes] = {}
-    keys = []
-    md5 = hashlib.md5
-    for name, labels in idents:
-        text = texts.get(labels)
-        if text is None:
-            text = texts[labels] = "\x1e".join(map("\x1d".join, labels)).encode()
-        keys.append(md5(name.encode() + b"\x1f" + text, usedforsecurity=False).hexdigest())
-    return keys
+def chunk_records(data: bytes) -> np.ndarray[Any, Any]:
+    """The `CHUNK` entries of a stored chunk."""
+    if data.startswith(_ZSTD_MAGIC):
+        data = bytes(cramjam.zstd.decompress(data))
+    return np.frombuffer(data, dtype=CHUNK)
 
 
 @dataclass(frozen=True)
@@ -145,6 +99,10 @@ def minutes_partition_ensure(*, days: Iterable[date]) -> None:
                 "FOR VALUES FROM (%s) TO (%s)",
                 [start, start + timedelta(days=1)],
             )
+            # The packed arrays are numbers that hardly compress: TOAST's compression
+            # would spend its time trying (EXTERNAL stores them out of line as they are).
+            cur.execute(f"ALTER TABLE {partition_name(day)} ALTER COLUMN data SET STORAGE "
+                        "EXTERNAL")
     transaction.on_commit(lambda: _PARTITIONS.update(missing))
 
 
@@ -169,7 +127,8 @@ def minute_partitions() -> list[tuple[str, date]]:
 
 def metrics_retention_apply(*, now: datetime | None = None) -> list[str]:
     """Drop whole day partitions older than TRUSTRANK_CLUSTER_RETENTION_DAYS; returns
-    their names. Series rows stay (they are small and come back with the next scrape)."""
+    their names. Label sets and names stay (they are small and come back with the next
+    scrape)."""
     now = now or timezone.now()
     cutoff = (now - timedelta(days=settings.TRUSTRANK_CLUSTER_RETENTION_DAYS)).date()
     dropped = []
@@ -184,270 +143,127 @@ def metrics_retention_apply(*, now: datetime | None = None) -> list[str]:
     return dropped
 
 
-_LINK_ORDER = tuple((names, _MAX[column]) for column, names in _LINKS.items())
+# --- grouping points into chunks -------------------------------------------------------
 
 
-def _link_values(labels: Sequence[tuple[str, str]]) -> list[str]:
-    """The link columns in `_LINKS` order: for each, the first of its label names that
-    has a value (plain loops: this runs once per new series, 320,000 for a large
-    cluster's first scrape)."""
-    mapping = dict(labels)
-    found = []
-    for names, limit in _LINK_ORDER:
-        value = ""
-        for label in names:
-            value = mapping.get(label, "")
-            if value:
-                break
-        found.append(value[:limit])
-    return found
+@dataclass(frozen=True)
+class Minutes:
+    """Series minutes as columns, sorted by name, minute, then label set within each
+    (name, minute): `chunks` are the boundaries of the (name, minute) runs."""
+
+    name_id: np.ndarray[Any, Any]
+    minute: np.ndarray[Any, Any]
+    records: np.ndarray[Any, Any]  # CHUNK
+    chunks: np.ndarray[Any, Any]  # start of each (name, minute) run, then len(records)
 
 
-_SERIES_COLUMNS = ("key", "name", "kind", "unit", "labels", "namespace", "pod", "container",
-                   "node", "gpu", "gpu_uuid")
-# New series go straight into the table by COPY, with ids drawn from its sequence first,
-# under the cluster's load lock (`_MERGE_LOCK`, which every writer of series takes before
-# it looks): after the look-up of the keys, nobody else can insert one of them. That
-# needs no session table, INSERT … SELECT or RETURNING (about the same backend time as
-# those, measured); ON CONFLICT's speculative insertion cost half as much again.
-# The keys go as one comma-separated text (hex digests hold no comma): psycopg's dumping
-# of a list runs a regex per element, a second for a scrape's 320,000 new series.
-_SERIES_FOUND = """
-SELECT key, id FROM cluster_metricseries
-WHERE cluster_id = %s AND key = ANY(string_to_array(%s, ','))
-"""
-_SERIES_IDS_DRAW = """
-SELECT nextval(pg_get_serial_sequence('cluster_metricseries', 'id'))
-FROM generate_series(1, %s)
-"""
-_SERIES_COPY = (
-    f"COPY cluster_metricseries (id, cluster_id, first_seen, {', '.join(_SERIES_COLUMNS)}) "
-    "FROM STDIN"
-)
-
-
-# COPY's text format: backslash, tab, newline and carriage return escaped, field by
-# field. (A NUL, which PostgreSQL text cannot hold, would fail the COPY: the parsers
-# refuse NUL names and labels.)
-def _copy_text_escape(text: str) -> str:
-    # Four replaces (memchr-fast when the character is absent, as it nearly always is):
-    # str.translate with a multi-character mapping goes character by character.
-    return (text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
-            .replace("\r", "\\r"))
-
-
-def _series_rows(
-    keys: Iterable[str], *, ids: Iterable[int], head: str, unknown: dict[str, int],
-    items: Sequence[Series],
-) -> str:
-    """The COPY text of the new series (`head`: the cluster and time columns): one
-    buffer, escaped by C-level replaces, rather than a write_row per series (a large
-    cluster's first scrape has 320,000). The labels (JSON and link columns) are escaped
-    once per label set and names once per name: the 40 series of a dcgm GPU share their
-    labels, 8,000 GPUs share each name."""
-    by_labels: dict[Labels, str] = {}
-    by_name: dict[tuple[str, str, str], str] = {}
-    rows = []
-    for key, series_id in zip(keys, ids, strict=True):
-        item = items[unknown[key]]
-        labels = by_labels.get(item.labels)
-        if labels is None:
-            labels = by_labels[item.labels] = "\t".join(map(_copy_text_escape, (
-                orjson.dumps(dict(item.labels)).decode(), *_link_values(item.labels))))
-        named = by_name.get((item.name, item.kind, item.unit))
-        if named is None:
-            named = by_name[(item.name, item.kind, item.unit)] = "\t".join(map(
-                _copy_text_escape, (item.name[:255], str(item.kind)[:16], item.unit[:64])))
-        rows.append(f"{series_id}\t{head}\t{key}\t{named}\t{labels}")
-    return "\n".join(rows) + "\n"
-
-
-def _series_upsert(
-    *, cluster: Cluster, unknown: dict[str, int], items: Sequence[Series], now: datetime
-) -> tuple[dict[str, int], int]:
-    """Ids of the series keyed in `unknown`, creating those that do not exist. On
-    psycopg's own cursor: Django's client-side binding rewrites every placeholder of a
-    bulk statement with a regex, which cost more than the insert itself."""
-    import psycopg
-
-    with transaction.atomic():
-        connection.ensure_connection()
-        with psycopg.Cursor(connection.connection) as cur:
-            cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_MERGE_LOCK, cluster.pk])
-            # Only series that exist already (another worker made them, or a cache was
-            # cleared) are found, by the unique (cluster, key) index; a join against the
-            # cluster's series instead read every series of the cluster on each load.
-            cur.execute(_SERIES_FOUND, [cluster.pk, ",".join(unknown)])
-            found = {key: int(series_id) for key, series_id in cur.fetchall()}
-            missing = [key for key in unknown if key not in found]
-            if missing:
-                cur.execute(_SERIES_IDS_DRAW, [len(missing)])
-                ids = [int(row[0]) for row in cur.fetchall()]
-                head = f"{cluster.pk}\t{now.isoformat()}"
-                with cur.copy(_SERIES_COPY) as copy:
-                    copy.write(_series_rows(missing, ids=ids, head=head, unknown=unknown,
-                                            items=items))
-                found.update(zip(missing, ids, strict=True))
-    return found, len(missing)
-
-
-def _series_ids(
-    *, cluster: Cluster, items: Sequence[Series], now: datetime
-) -> tuple[np.ndarray[Any, Any], int]:
-    """The ids of the series (in order), creating the missing ones."""
-    ids = np.empty(len(items), dtype=np.int64)
-    unknown: dict[str, int] = {}
-    for position, item in enumerate(items):
-        known = _SERIES_IDS.get(cluster.pk, item.name, item.labels)
-        if known is None:
-            unknown[series_key(name=item.name, labels=item.labels)] = position
-        else:
-            ids[position] = known
-    if not unknown:
-        return ids, 0
-    found, created = _series_upsert(cluster=cluster, unknown=unknown, items=items, now=now)
-    new: list[tuple[str, Labels, int]] = []
-    for key, position in unknown.items():
-        ids[position] = found[key]
-        item = items[position]
-        new.append((item.name, item.labels, found[key]))
-    _SERIES_IDS.remember_on_commit(cluster.pk, new)
-    return ids, created
-
-
-# Minute rows are partial: each load appends the (series, minute) rows of its own points
-# by one binary COPY per day partition (no tuple routing), built by numpy as one buffer,
-# and never updates a stored row. Readers combine a minute's rows (`_MINUTE_COMBINED`)
-# and `metrics_minutes_compact` folds a finished day into one row per minute. Merging
-# into stored minutes instead (INSERT … ON CONFLICT DO UPDATE) cost about 15 µs a row of
-# the backend's CPU, a non-HOT update of a full page, against about 4 µs to append one.
-_COPY_ROW = np.dtype([
-    ("fields", ">i2"),
-    ("l1", ">i4"), ("series_id", ">i8"), ("l2", ">i4"), ("minute", ">i8"),
-    ("l3", ">i4"), ("min", ">f8"), ("l4", ">i4"), ("max", ">f8"),
-    ("l5", ">i4"), ("sum", ">f8"), ("l6", ">i4"), ("count", ">i4"),
-    ("l7", ">i4"), ("last", ">f8"), ("l8", ">i4"), ("last_ms", ">i8"),
-])
-_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + b"\x00" * 8
-_COPY_TRAILER = b"\xff\xff"
-# timestamptz in binary COPY: microseconds since 2000-01-01 UTC.
-_PG_EPOCH_MINUTE = 10_957 * (_DAY_MS // _MINUTE_MS)
-_COPY_FIELDS = ("series_id", "minute", "min", "max", "sum", "count", "last", "last_ms")
-
-
-# Rows per COPY write: a batch of a million points would otherwise build its whole binary
-# buffer (70 bytes a row) two or three times over in memory.
-_COPY_CHUNK = 65_536
-
-
-def _copy_chunks(columns: dict[str, np.ndarray[Any, Any]]) -> Iterator[bytes]:
-    """The binary COPY stream of the rows, in pieces of `_COPY_CHUNK` rows."""
-    yield _COPY_HEADER
-    total = len(columns["series_id"])
-    for start in range(0, total, _COPY_CHUNK):
-        part = {name: column[start:start + _COPY_CHUNK] for name, column in columns.items()}
-        rows = np.empty(len(part["series_id"]), dtype=_COPY_ROW)
-        rows["fields"] = 8
-        for index, name in enumerate(_COPY_FIELDS, start=1):
-            rows[f"l{index}"] = 4 if name == "count" else 8
-            rows[name] = part[name]
-        rows["minute"] = (part["minute"] - _PG_EPOCH_MINUTE) * 60_000_000
-        yield rows.tobytes()
-    yield _COPY_TRAILER
-
-
-def _minutes_append(*, columns: dict[str, np.ndarray[Any, Any]]) -> None:
-    """COPY the rows into their day partitions (created already)."""
-    day_of = columns["minute"] // (_DAY_MS // _MINUTE_MS)
-    epoch = date(1970, 1, 1)
-    with transaction.atomic():
-        connection.ensure_connection()
-        with connection.connection.cursor() as cur:
-            days = np.unique(day_of)
-            for day_number in days:
-                rows = columns if len(days) == 1 else {
-                    name: column[day_of == day_number] for name, column in columns.items()}
-                part = partition_name(epoch + timedelta(days=int(day_number)))
-                with cur.copy(f"COPY {part} ({', '.join(_COPY_FIELDS)}) FROM STDIN "
-                              "(FORMAT BINARY)") as copy:
-                    for chunk in _copy_chunks(rows):
-                        copy.write(chunk)
-
-
-# A minute's partial rows combined, for one series (`s.id` of the enclosing query, as a
-# LATERAL subquery: one index range scan per series). The last value is the one with the
-# latest time; of equal times, the larger value (rows of one minute have no load order).
-_MINUTE_COMBINED = f"""
-SELECT minute, min(min) AS min, max(max) AS max, sum(sum) AS sum, sum(count) AS count,
-       (array_agg(last ORDER BY last_ms DESC, last DESC))[1] AS last, max(last_ms) AS last_ms
-FROM {TABLE} WHERE series_id = s.id AND minute >= %s GROUP BY minute
-"""  # noqa: S608 (a constant name)
-
-
-def minutes_combined_sql(*, where: str) -> str:
-    """SQL for the combined minutes (series columns `name`, `pod`, `node`, `gpu`, then
-    `minute`, `min`, `max`, `sum`, `count`, `last`, `last_ms`) of the series matching
-    `where` (a constant condition on `s`, the series). Parameters: the first minute,
-    then those of `where`. What readers outside this module (pages, tests) use instead
-    of the raw partial rows."""
-    return (
-        "SELECT s.name, s.pod, s.node, s.gpu, m.minute, m.min, m.max, m.sum, m.count, "  # noqa: S608
-        f"m.last, m.last_ms FROM cluster_metricseries s CROSS JOIN LATERAL ("
-        f"{_MINUTE_COMBINED}) m WHERE {where}"
+def minutes_group(
+    *, series_ids: np.ndarray[Any, Any], ts: np.ndarray[Any, Any], val: np.ndarray[Any, Any]
+) -> Minutes:
+    """Points (series id, milliseconds, value) folded into their series' minutes. The
+    last value of a minute is the one with the latest time; of equal times, the larger
+    (points of one minute have no order of arrival)."""
+    count = len(series_ids)
+    minute = ts // _MINUTE_MS
+    name_col, labels_col = series_ids & NAME_MASK, series_ids >> NAME_BITS
+    names = sorted_unique(name_col)
+    name_rank = np.searchsorted(names, name_col) if len(names) > 1 else np.zeros(
+        count, dtype=np.int64)
+    first = int(minute.min()) if count else 0
+    minute_rank = minute - first
+    widths = [max(1, int(v).bit_length()) for v in (
+        len(names) - 1, int(minute_rank.max(initial=0)), int(labels_col.max(initial=0)),
+        count - 1)]
+    if sum(widths) <= 63:
+        # One vectorised sort of (name, minute, label set, position) packed in an int64,
+        # several times faster than argsort or a lexsort pass per column.
+        _, minute_bits, labels_bits, index_bits = widths
+        packed = ((((name_rank << minute_bits) | minute_rank) << labels_bits | labels_col)
+                  << index_bits) | np.arange(count, dtype=np.int64)
+        packed.sort()
+        order = packed & ((1 << index_bits) - 1)
+        key = packed >> index_bits
+        new_group = key[1:] != key[:-1]
+        new_chunk = (key[1:] >> labels_bits) != (key[:-1] >> labels_bits)
+    else:
+        order = np.lexsort((labels_col, minute_rank, name_rank))
+        s_name, s_minute, s_labels = name_rank[order], minute_rank[order], labels_col[order]
+        new_chunk = (s_name[1:] != s_name[:-1]) | (s_minute[1:] != s_minute[:-1])
+        new_group = new_chunk | (s_labels[1:] != s_labels[:-1])
+    starts = np.flatnonzero(np.r_[True, new_group])
+    chunk_starts = np.flatnonzero(np.r_[True, new_chunk[starts[1:] - 1]])
+    sid, s_ts, s_val = series_ids[order], ts[order], val[order]
+    counts = np.diff(np.r_[starts, count])
+    records = np.empty(len(starts), dtype=CHUNK)
+    group_sid = sid[starts]
+    records["labels_id"] = group_sid >> NAME_BITS
+    records["min"] = np.minimum.reduceat(s_val, starts)
+    records["max"] = np.maximum.reduceat(s_val, starts)
+    records["sum"] = np.add.reduceat(s_val, starts)
+    records["count"] = counts
+    last_ms = np.maximum.reduceat(s_ts, starts)
+    at_last = s_ts == np.repeat(last_ms, counts)
+    records["last"] = np.maximum.reduceat(np.where(at_last, s_val, -np.inf), starts)
+    records["last_ms"] = last_ms
+    return Minutes(
+        name_id=group_sid & NAME_MASK, minute=minute[order][starts], records=records,
+        chunks=np.r_[chunk_starts, len(starts)],
     )
 
 
-# Compaction, per finished day: a partition whose rows were folded carries this comment;
-# points arriving later for that day add partial rows again, which readers combine.
-_COMPACTED = "compacted"
-_COMPACT = """
-CREATE TEMP TABLE cluster_minute_compact ON COMMIT DROP AS
-SELECT series_id, minute, min(min) AS min, max(max) AS max, sum(sum) AS sum,
-       sum(count)::int4 AS count, (array_agg(last ORDER BY last_ms DESC, last DESC))[1] AS last,
-       max(last_ms) AS last_ms
-FROM {part} GROUP BY series_id, minute HAVING count(*) > 1
-"""
+def chunks_append(*, cluster_id: int, minutes: Minutes) -> int:
+    """Append one chunk per (name, minute) run by binary COPY into the day partitions
+    (created here when missing); returns the number of chunks."""
+    bounds = minutes.chunks
+    if len(bounds) < 2:
+        return 0
+    heads = bounds[:-1]
+    days = {_EPOCH + timedelta(days=int(d))
+            for d in np.unique(minutes.minute[heads] * _MINUTE_MS // _DAY_MS)}
+    minutes_partition_ensure(days=days)
+    by_day: dict[date, list[tuple[int, int, int]]] = {}
+    for run, (start, end) in enumerate(zip(heads.tolist(), bounds[1:].tolist(), strict=True)):
+        minute = int(minutes.minute[start])
+        by_day.setdefault(_EPOCH + timedelta(days=minute * _MINUTE_MS // _DAY_MS), []).append(
+            (run, start, end))
+    raw = minutes.records
+    with transaction.atomic():
+        connection.ensure_connection()
+        with connection.connection.cursor() as cur:
+            for day, runs in sorted(by_day.items()):
+                with cur.copy(f"COPY {partition_name(day)} (cluster_id, name_id, minute, "
+                              "series, data) FROM STDIN (FORMAT BINARY)") as copy:
+                    copy.set_types(["int8", "int8", "timestamptz", "int4", "bytea"])
+                    for _, start, end in runs:
+                        minute = int(minutes.minute[start])
+                        copy.write_row((
+                            cluster_id, int(minutes.name_id[start]),
+                            datetime.fromtimestamp(minute * 60, tz=UTC), end - start,
+                            chunk_pack(raw[start:end]),
+                        ))
+    return len(heads)
 
 
-def metrics_minutes_compact(*, day: date) -> int:
-    """Fold the day partition's partial rows into one row per (series, minute); returns
-    the number of minutes that had more than one row. Loads are held off the partition
-    while it runs (readers are not)."""
-    part = partition_name(day)
-    with transaction.atomic(), connection.cursor() as cur:
-        cur.execute(f"LOCK TABLE {part} IN SHARE ROW EXCLUSIVE MODE")
-        cur.execute(_COMPACT.format(part=part))
-        cur.execute("SELECT count(*) FROM cluster_minute_compact")
-        folded = int(cur.fetchone()[0])
-        if folded:
-            cur.execute(f"DELETE FROM {part} p USING cluster_minute_compact c "  # noqa: S608
-                        "WHERE p.series_id = c.series_id AND p.minute = c.minute")
-            cur.execute(f"INSERT INTO {part} ({', '.join(_COPY_FIELDS)}) "  # noqa: S608
-                        f"SELECT {', '.join(_COPY_FIELDS)} FROM cluster_minute_compact")
-        # Dropped here too: a caller's outer transaction would keep it to its own commit.
-        cur.execute("DROP TABLE cluster_minute_compact")
-        cur.execute(f"COMMENT ON TABLE {part} IS '{_COMPACTED}'")
-    return folded
-
-
-def metrics_minutes_compact_due(*, now: datetime | None = None) -> list[str]:
-    """Compact every finished day partition not compacted yet (the periodic retention
-    task runs it); returns their names."""
-    today = (now or timezone.now()).astimezone(UTC).date()
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-            "WHERE i.inhparent = %s::regclass "
-            "AND coalesce(obj_description(c.oid, 'pg_class'), '') <> %s",
-            [TABLE, _COMPACTED],
-        )
-        pending = {row[0] for row in cur.fetchall()}
-    done = []
-    for name, day in minute_partitions():
-        if name in pending and day < today:
-            metrics_minutes_compact(day=day)
-            done.append(name)
-    return done
+def minutes_store(
+    *, cluster: Cluster, series_ids: np.ndarray[Any, Any], ts: np.ndarray[Any, Any],
+    val: np.ndarray[Any, Any], now: datetime, ids: SeriesIds,
+) -> int:
+    """Points as columns (series id, milliseconds, value) folded into their minutes and
+    appended as chunks, however many requests they came from; returns the number of
+    (series, minute) entries written (partial: readers combine them with other loads').
+    `ids` (which resolved the series ids) learns which series were stored."""
+    if not len(series_ids):
+        return 0
+    grouped = minutes_group(series_ids=series_ids, ts=ts, val=val)
+    ids.observe(sorted_unique(grouped.records["labels_id"].astype(np.int64) << NAME_BITS
+                              | grouped.name_id))
+    chunks_append(cluster_id=cluster.pk, minutes=grouped)
+    # Every load of a cluster would otherwise update its one row: concurrent workers would
+    # queue on that row lock. A minute's precision is enough for "metrics last seen".
+    Cluster.objects.filter(pk=cluster.pk).filter(
+        Q(metrics_at__isnull=True) | Q(metrics_at__lt=now - timedelta(minutes=1))
+    ).update(metrics_at=now)
+    return len(grouped.records)
 
 
 def series_store(
@@ -481,108 +297,76 @@ def series_store(
                      count=len(positions))
     val = np.fromiter((v for part in parts_val for v in part), dtype=np.float64,
                       count=len(positions))
-    return _points_store(cluster=cluster, items=items, index=positions, ts=ts, val=val,
-                         now=now)
+    ids = SeriesIds(cluster_id=cluster.pk, now=now)
+    per_item = items_series_ids(ids=ids, items=items)
+    minutes = minutes_store(cluster=cluster, series_ids=per_item[positions], ts=ts, val=val,
+                            now=now, ids=ids)
+    new_series = ids.finish()
+    return MetricsLoaded(series=len(items), new_series=new_series, points=len(positions),
+                         minutes=minutes)
 
 
-def _points_store(
-    *, cluster: Cluster, items: Sequence[Series], index: np.ndarray[Any, Any],
-    ts: np.ndarray[Any, Any], val: np.ndarray[Any, Any], now: datetime,
-) -> MetricsLoaded:
-    """Points as columns (series position in `items`, milliseconds, value) to minutes."""
-    id_of_index, new_series = _series_ids(cluster=cluster, items=items, now=now)
-    minutes = minutes_store(cluster=cluster, series_ids=id_of_index[index], ts=ts, val=val,
-                            now=now)
-    return MetricsLoaded(
-        series=len(items), new_series=new_series, points=len(index), minutes=minutes
-    )
+def items_series_ids(*, ids: SeriesIds, items: Sequence[Series]) -> np.ndarray[Any, Any]:
+    """The series id of each item (creating label sets and names as needed)."""
+    labels = np.array(ids.labels_ids([item.labels for item in items]), dtype=np.int64)
+    names = np.array(ids.name_ids([(item.name, item.kind, item.unit) for item in items]),
+                     dtype=np.int64)
+    return labels << NAME_BITS | names
 
 
-def minutes_store(
-    *, cluster: Cluster, series_ids: np.ndarray[Any, Any], ts: np.ndarray[Any, Any],
-    val: np.ndarray[Any, Any], now: datetime,
-) -> int:
-    """Points as columns (series id, milliseconds, value) folded into their minutes, in
-    one COPY per day however many requests they came from; returns the number of
-    (series, minute) rows written (partial rows: readers combine them with those of
-    other loads)."""
-    sid = series_ids
-    minute = ts // _MINUTE_MS
+# --- compaction --------------------------------------------------------------------------
 
-    # Group points by (series, minute): sort by series, minute, time; reduce each run.
-    order = np.lexsort((ts, minute, sid))
-    sid, minute, ts, val = sid[order], minute[order], ts[order], val[order]
-    starts = np.flatnonzero(np.r_[True, (sid[1:] != sid[:-1]) | (minute[1:] != minute[:-1])])
-    ends = np.r_[starts[1:], len(sid)] - 1
-    g_sid, g_minute = sid[starts], minute[starts]
-    g_min = np.minimum.reduceat(val, starts)
-    g_max = np.maximum.reduceat(val, starts)
-    g_sum = np.add.reduceat(val, starts)
-    g_count = np.diff(np.r_[starts, len(sid)])
-    g_last, g_last_ms = val[ends], ts[ends]
-
-    epoch = date(1970, 1, 1)
-    days = {epoch + timedelta(days=int(d)) for d in np.unique(g_minute * _MINUTE_MS // _DAY_MS)}
-    minutes_partition_ensure(days=days)
-    _minutes_append(columns={
-        "series_id": g_sid, "minute": g_minute, "min": g_min, "max": g_max, "sum": g_sum,
-        "count": g_count, "last": g_last, "last_ms": g_last_ms,
-    })
-    # Every load of a cluster would otherwise update its one row: concurrent workers would
-    # queue on that row lock. A minute's precision is enough for "metrics last seen".
-    Cluster.objects.filter(pk=cluster.pk).filter(
-        Q(metrics_at__isnull=True) | Q(metrics_at__lt=now - timedelta(minutes=1))
-    ).update(metrics_at=now)
-    return len(g_sid)
+# A partition whose chunks were folded carries this comment; points arriving later for
+# that day add chunks again, which readers combine.
+_COMPACTED = "compacted"
 
 
-# Kinds whose per-minute value is the last one (cumulative counters and histogram
-# buckets); gauges read as the minute's mean.
-_LAST_KINDS = {MetricKind.COUNTER, MetricKind.HISTOGRAM, MetricKind.SUMMARY}
+def metrics_minutes_compact(*, day: date) -> int:
+    """Fold the day partition's chunks into one per (cluster, name, minute); returns the
+    number of (name, minute) runs that had more than one chunk. Loads are held off the
+    partition while it runs (readers are not)."""
+    from trustrank.cluster.services.metrics_read import chunks_combine
+
+    part = partition_name(day)
+    folded = 0
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute(f"LOCK TABLE {part} IN SHARE ROW EXCLUSIVE MODE")
+        cur.execute(f"SELECT DISTINCT cluster_id, name_id FROM {part} "  # noqa: S608
+                    "GROUP BY cluster_id, name_id, minute HAVING count(*) > 1")
+        pairs = cur.fetchall()
+        for cluster_id, name_id in pairs:
+            connection.ensure_connection()
+            with psycopg.Cursor(connection.connection) as raw:
+                raw.execute(f"SELECT minute, data FROM {part} "  # noqa: S608
+                            "WHERE cluster_id = %s AND name_id = %s ORDER BY minute",
+                            [cluster_id, name_id], binary=True)
+                rows = raw.fetchall()
+            minutes, runs = chunks_combine(
+                [(name_id, int(at.timestamp()) // 60, bytes(data)) for at, data in rows])
+            folded += runs
+            cur.execute(f"DELETE FROM {part} WHERE cluster_id = %s AND name_id = %s",  # noqa: S608
+                        [cluster_id, name_id])
+            chunks_append(cluster_id=cluster_id, minutes=minutes)
+        cur.execute(f"COMMENT ON TABLE {part} IS '{_COMPACTED}'")
+    return folded
 
 
-def series_window(
-    *, cluster: Cluster, since: datetime, names: Iterable[str] | None = None,
-    prefixes: Iterable[str] = (), series_ids: Iterable[int] | None = None,
-) -> list[Series]:
-    """Stored series as parser `Series` (one sample per minute, at the minute's last
-    timestamp), for the diagnoses' input builders and the charts."""
-    where = ["s.cluster_id = %s"]
-    params: list[Any] = [since.replace(second=0, microsecond=0), cluster.pk]
-    name_filters = []
-    if names is not None:
-        name_filters.append("s.name = ANY(%s)")
-        params.append(list(names))
-    for prefix in prefixes:
-        name_filters.append("s.name LIKE %s")
-        params.append(prefix.replace("%", r"\%").replace("_", r"\_") + "%")
-    if name_filters:
-        where.append("(" + " OR ".join(name_filters) + ")")
-    if series_ids is not None:
-        where.append("s.id = ANY(%s)")
-        params.append(list(series_ids))
-    # Only constant SQL fragments are joined; values are bound parameters.
-    sql = (
-        "SELECT s.id, s.name, s.labels, s.kind, s.unit, "  # noqa: S608
-        "array_agg(m.last_ms ORDER BY m.minute), "
-        "array_agg(m.last ORDER BY m.minute), array_agg(m.sum / m.count ORDER BY m.minute) "
-        f"FROM cluster_metricseries s CROSS JOIN LATERAL ({_MINUTE_COMBINED}) m "
-        f"WHERE {' AND '.join(where)} GROUP BY s.id ORDER BY s.name, s.id"
-    )
+def metrics_minutes_compact_due(*, now: datetime | None = None) -> list[str]:
+    """Compact every finished day partition not compacted yet (the periodic retention
+    task runs it); returns their names."""
+    today = (now or timezone.now()).astimezone(UTC).date()
     with connection.cursor() as cur:
-        cur.execute(sql, params)
-        rows = cur.fetchall()
-    found = []
-    for _, name, raw_labels, kind, unit, times, lasts, means in rows:
-        # Django's psycopg setup hands jsonb to raw cursors as text.
-        labels = orjson.loads(raw_labels) if isinstance(raw_labels, str | bytes) else raw_labels
-        kind_enum = MetricKind(kind) if kind in MetricKind._value2member_map_ else (
-            MetricKind.UNKNOWN)
-        values = lasts if kind_enum in _LAST_KINDS or name.endswith(
-            ("_bucket", "_sum", "_count", "_total")) else means
-        found.append(Series(
-            name=name, labels=tuple(sorted(labels.items())), kind=kind_enum,
-            timestamps_ms=tuple(int(t) for t in times), values=tuple(float(v) for v in values),
-            unit=unit,
-        ))
-    return found
+        cur.execute(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = %s::regclass "
+            "AND coalesce(obj_description(c.oid, 'pg_class'), '') <> %s",
+            [TABLE, _COMPACTED],
+        )
+        pending = {row[0] for row in cur.fetchall()}
+    done = []
+    for name, day in minute_partitions():
+        if name in pending and day < today:
+            metrics_minutes_compact(day=day)
+            done.append(name)
+    return done
+

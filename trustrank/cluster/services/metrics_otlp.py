@@ -1,37 +1,52 @@
-"""OTLP metrics (the parser's `ResourceMetrics`) to per-minute storage, one request or
-many at once.
+"""OTLP metrics to per-minute storage, one request or many at once.
 
 `OtlpPoints` gathers the points of one cluster as three columns (series id, time, value)
 while requests are added, resolving each point's series id as it goes; `store()` then
-folds them all into minutes with one COPY and one merge (`metrics.minutes_store`). A
+folds them all into minutes and appends one chunk per (name, minute) (`metrics`). A
 worker that loads several queued requests of a cluster in one transaction (see
-`ingest.loaders.cluster`) so pays the fixed cost of a load (temporary tables, the merge
-statement, the commit) once, and the scrapes of one minute meet in numpy instead of
-updating the same rows once per request.
+`ingest.loaders.cluster`) so pays the fixed cost of a load once, and the scrapes of one
+minute meet in numpy.
 
-Gauges and sums go straight from the parser's columns (C arrays, copied by `extend`);
-the only Python work per point is finding its series: the point's label set is merged
-with the resource attributes once per distinct label set of the resource, and the
-series id is a dictionary look-up for a known series. Histograms take the `Series` path
-(their classic bucket shape).
+A request of good gauge and sum points comes as whole-request columns
+(`parsers.otlp_columns`): a series id is then the point's label set (merged with its
+resource's attributes once per distinct pair) and its metric's name, both resolved per
+distinct value, never per point. Anything else comes parsed in full (`add`): gauges and
+sums by their point labels, histograms as their classic bucket series.
 """
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 from django.utils import timezone
 
 from trustrank.cluster.models import Cluster
-from trustrank.cluster.services import metrics
-from trustrank.cluster.services.metrics import MetricsLoaded, minutes_store, series_keys
-from trustrank.parsers.otlp_metrics import RESOURCE_LABELS, ParsedMetrics, ResourceMetrics
-from trustrank.parsers.series import Labels, MetricKind, Series
+from trustrank.cluster.services.metrics import MetricsLoaded, items_series_ids, minutes_store
+from trustrank.cluster.services.metrics_ids import NAME_BITS, SeriesIds, sorted_unique
+from trustrank.parsers.otlp_columns import RawColumns, rest_labels
+from trustrank.parsers.otlp_metrics import (
+    RESOURCE_LABELS,
+    OtlpMetricsError,
+    ParsedMetrics,
+    ResourceMetrics,
+    _with,
+)
+from trustrank.parsers.series import Labels
 
-_Ident = tuple[int, str, Labels]
+_NS_PER_MS = 1_000_000
+
+
+def _merged(key: tuple[Labels, bytes]) -> Labels:
+    """A series' labels: the resource's attributes copied, then the point's own."""
+    extra, rest = key
+    labels = rest_labels(rest)
+    if labels is None:
+        # The receiver (or the worker's read of the body) found them good already.
+        raise OtlpMetricsError("a data point's attributes do not decode to a label set")
+    return _with(dict(extra), labels)
 
 
 class OtlpPoints:
@@ -40,132 +55,90 @@ class OtlpPoints:
     def __init__(self, *, cluster: Cluster) -> None:
         self.cluster = cluster
         self.latest: datetime | None = None
-        self._ids: array[int] = array("q")
-        self._ts_ns: array[int] = array("Q")
-        self._values: array[float] = array("d")
-        # Series created in this transaction, labels -> name -> id: known to later
-        # requests of the batch, and to the worker's cache once committed.
-        self._created: dict[Labels, dict[str, int]] = {}
+        self._ids: SeriesIds | None = None
+        self._series: list[np.ndarray[Any, Any]] = []
+        self._ts_ms: list[np.ndarray[Any, Any]] = []
+        self._values: list[np.ndarray[Any, Any]] = []
+        self.points = 0
 
-    @property
-    def points(self) -> int:
-        return len(self._ids)
-
-    def add(self, resources: Iterable[ResourceMetrics], *, now: datetime) -> MetricsLoaded:
-        """Append one request's points (its resources of this cluster). `minutes` of the
-        result is 0: the minutes are written by `store`."""
-        pk = self.cluster.pk
-        known, created = metrics._SERIES_IDS.names, self._created.setdefault
-        ids, ts_ns, values = self._ids, self._ts_ns, self._values
-        first = len(ids)
-        unknown: dict[_Ident, list[int]] = {}
-        kinds: dict[_Ident, tuple[MetricKind, str]] = {}
-        others: list[Series] = []
-        for resource in resources:
-            extra = {k: resource.attributes[k] for k in RESOURCE_LABELS if k in resource.attributes}
-            # Keyed by the parser's label tuple itself (id): the parser hands the same
-            # tuple object to every metric of a resource that has that label set, and
-            # they all stay alive (in `resources`) for this loop. Each entry: the merged
-            # labels, the ids known by name and those created in this batch by name.
-            merged: dict[int, tuple[Labels, dict[str, int], dict[str, int]]] = {}
-            rest = []
-            for metric in resource.metrics:
-                numbers = metric.numbers
-                if numbers is None or not numbers.size:
-                    if metric.histograms:
-                        rest.append(metric)
-                    continue
-                name, kind = metric.name, None
-                for raw in numbers.labels:
-                    entry = merged.get(id(raw))
-                    if entry is None:
-                        labels = tuple(sorted({**extra, **dict(raw)}.items()))
-                        entry = merged[id(raw)] = (labels, known(pk, labels), created(labels, {}))
-                    series_id = entry[1].get(name)
-                    if series_id is None:
-                        series_id = entry[2].get(name)
-                        if series_id is None:
-                            ident = (pk, name, entry[0])
-                            spots = unknown.get(ident)
-                            if spots is None:
-                                spots = unknown[ident] = []
-                                if kind is None:
-                                    kind = metric.kind
-                                kinds[ident] = (kind, metric.unit)
-                            spots.append(len(ids))
-                            series_id = -1
-                    ids.append(series_id)
-                ts_ns.extend(numbers.time_ns)
-                values.extend(numbers.values)
-            if rest:
-                others.extend(ParsedMetrics(
-                    resources=(ResourceMetrics(resource.attributes, tuple(rest)),),
-                    total_points=0, rejected_points=0, stale_points=0,
-                ).series())
-        for item in others:
-            ident = (pk, item.name, item.labels)
-            series_id = metrics._SERIES_IDS.get(pk, item.name, item.labels)
-            if series_id is None:
-                series_id = self._created.get(item.labels, {}).get(item.name)
-            if series_id is None:
-                spots = unknown.get(ident)
-                if spots is None:
-                    spots = unknown[ident] = []
-                    kinds[ident] = (item.kind, item.unit)
-                spots.extend(range(len(ids), len(ids) + len(item.timestamps_ms)))
-                series_id = -1
-            ids.extend([series_id] * len(item.timestamps_ms))
-            ts_ns.extend([t * 1_000_000 for t in item.timestamps_ms])
-            values.extend(item.values)
-        new_series = self._create(unknown, kinds, now=now) if unknown else 0
+    def _resolver(self, now: datetime) -> SeriesIds:
+        if self._ids is None:
+            self._ids = SeriesIds(cluster_id=self.cluster.pk, now=now)
         if self.latest is None or now > self.latest:
             self.latest = now
-        points = len(ids) - first
-        series = int(np.unique(np.frombuffer(ids, dtype=np.int64)[first:]).size) if points else 0
-        return MetricsLoaded(series=series, new_series=new_series, points=points, minutes=0)
+        return self._ids
 
-    def _create(
-        self, unknown: dict[_Ident, list[int]], kinds: dict[_Ident, tuple[MetricKind, str]],
-        *, now: datetime,
-    ) -> int:
-        items: list[Series] = []
-        by_key: dict[str, int] = {}
-        keys = series_keys((name, labels) for _, name, labels in unknown)
-        for key, ident in zip(keys, unknown, strict=True):
-            _, name, labels = ident
-            kind, unit = kinds[ident]
-            by_key[key] = len(items)
-            items.append(Series(name, labels, kind, (), (), unit))
-        found, created = metrics._series_upsert(
-            cluster=self.cluster, unknown=by_key, items=items, now=now
-        )
-        ids = self._ids
-        for key, ident in zip(by_key, unknown, strict=True):
-            series_id = found[key]
-            self._created.setdefault(ident[2], {})[ident[1]] = series_id
-            for spot in unknown[ident]:
-                ids[spot] = series_id
-        return created
+    def _append(self, series: np.ndarray[Any, Any], ts_ms: np.ndarray[Any, Any],
+                values: np.ndarray[Any, Any]) -> MetricsLoaded:
+        self._series.append(series)
+        self._ts_ms.append(ts_ms)
+        self._values.append(values)
+        self.points += len(series)
+        distinct = len(sorted_unique(series))
+        return MetricsLoaded(series=distinct, new_series=0, points=len(series), minutes=0)
 
-    def store(self) -> int:
-        """Fold every added point into its minute; returns the (series, minute) rows
-        written. Run it inside the transaction that added the points."""
-        if not self._ids:
-            return 0
-        minutes = minutes_store(
-            cluster=self.cluster,
-            series_ids=np.frombuffer(self._ids, dtype=np.int64),
-            ts=(np.frombuffer(self._ts_ns, dtype=np.uint64) // 1_000_000).astype(np.int64),
-            val=np.frombuffer(self._values, dtype=np.float64),
-            now=self.latest or timezone.now(),
-        )
-        metrics._SERIES_IDS.remember_on_commit(self.cluster.pk, [
-            (name, labels, series_id) for labels, names in self._created.items()
-            for name, series_id in names.items()
-        ])
-        self._ids, self._ts_ns, self._values = array("q"), array("Q"), array("d")
-        self._created = {}
-        return minutes
+    def add_columns(self, columns: RawColumns, *, now: datetime) -> MetricsLoaded:
+        """Append one request's points (a whole request of this cluster). `minutes` and
+        `new_series` of the result are 0: `store` writes them."""
+        ids = self._resolver(now)
+        if not columns.points:
+            return MetricsLoaded(0, 0, 0, 0)
+        n_rests = len(columns.rests)
+        point_metric = np.repeat(np.arange(len(columns.metric_points), dtype=np.int64),
+                                 columns.metric_points)
+        point_resource = columns.metric_resource[point_metric].astype(np.int64)
+        # A series' labels are its point's attribute bytes with its resource's attributes:
+        # resolved per distinct (resource attributes, attribute bytes), by the bytes as
+        # they came while the worker has met them before.
+        pairs, inverse = np.unique(point_resource * n_rests + columns.point_labels,
+                                   return_inverse=True)
+        extras = [tuple((k, attributes[k]) for k in RESOURCE_LABELS if k in attributes)
+                  for attributes in columns.resources]
+        keys = [(extras[pair // n_rests], columns.rests[pair % n_rests])
+                for pair in pairs.tolist()]
+        labels_ids = np.array(ids.labels_ids_raw(keys, labels_of=_merged), dtype=np.int64)
+        used = sorted_unique(columns.metric_name[columns.metric_points > 0].astype(np.int64))
+        name_ids = np.zeros(len(columns.names), dtype=np.int64)
+        name_ids[used] = ids.name_ids([(columns.names[at], columns.kinds[at], columns.units[at])
+                                       for at in used.tolist()])
+        series = (labels_ids[inverse] << NAME_BITS
+                  | name_ids[columns.metric_name[point_metric]])
+        return self._append(series, (columns.time_ns // _NS_PER_MS).astype(np.int64),
+                            columns.values)
+
+    def add(self, resources: Iterable[ResourceMetrics], *, now: datetime) -> MetricsLoaded:
+        """Append one request's points from its full parse (its resources of this
+        cluster)."""
+        ids = self._resolver(now)
+        items = list(ParsedMetrics(resources=tuple(resources), total_points=0,
+                                   rejected_points=0, stale_points=0).series())
+        items = [item for item in items if item.timestamps_ms]
+        if not items:
+            return MetricsLoaded(0, 0, 0, 0)
+        per_item = items_series_ids(ids=ids, items=items)
+        lengths = np.array([len(item.timestamps_ms) for item in items], dtype=np.int64)
+        series = np.repeat(per_item, lengths)
+        ts = np.fromiter((t for item in items for t in item.timestamps_ms), dtype=np.int64,
+                         count=len(series))
+        values = np.fromiter((v for item in items for v in item.values), dtype=np.float64,
+                             count=len(series))
+        return self._append(series, ts, values)
+
+    def store(self) -> MetricsLoaded:
+        """Fold every added point into its minute; returns the new series and the
+        (series, minute) entries written. Run it inside the transaction that added the
+        points."""
+        if self._ids is None or not self._series:
+            return MetricsLoaded(0, 0, 0, 0)
+        series = np.concatenate(self._series)
+        ts = np.concatenate(self._ts_ms)
+        values = np.concatenate(self._values)
+        self._series, self._ts_ms, self._values = [], [], []
+        minutes = minutes_store(cluster=self.cluster, series_ids=series, ts=ts, val=values,
+                                now=self.latest or timezone.now(), ids=self._ids)
+        new_series = self._ids.finish()
+        return MetricsLoaded(series=0, new_series=new_series, points=len(series),
+                             minutes=minutes)
 
 
 def parsed_metrics_store(
@@ -176,5 +149,6 @@ def parsed_metrics_store(
     loaded = points.add(resources, now=now or timezone.now())
     if not loaded.points:
         return MetricsLoaded(0, 0, 0, 0)
-    return MetricsLoaded(series=loaded.series, new_series=loaded.new_series,
-                         points=loaded.points, minutes=points.store())
+    stored = points.store()
+    return MetricsLoaded(series=loaded.series, new_series=stored.new_series,
+                         points=loaded.points, minutes=stored.minutes)

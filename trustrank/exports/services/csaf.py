@@ -25,17 +25,17 @@ from datetime import datetime
 from functools import cache
 from itertools import groupby
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from django.utils import timezone
-from jsonschema import Draft202012Validator
-from referencing import Registry
-from referencing.jsonschema import DRAFT4, DRAFT7, DRAFT202012
 
 from trustrank.exports.services.formats import Progress, explanation_text
 from trustrank.exports.services.vex_cyclonedx import InvalidDocument
 from trustrank.findings.models import FindingKind
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 CSAF_SCHEMA_ID = "https://docs.oasis-open.org/csaf/csaf/v2.0/csaf_json_schema.json"
@@ -70,6 +70,13 @@ REMEDIATION_OF_RESPONSE = {
 
 @cache
 def csaf_validator() -> Draft202012Validator:
+    # Imported here, not with the module: importing jsonschema imports its format
+    # checkers, and rfc3987-syntax among them builds 38 lark grammars (2-3 s of CPU) in
+    # every process that loads the URLconf, on its first request, export or not.
+    from jsonschema import Draft202012Validator
+    from referencing import Registry
+    from referencing.jsonschema import DRAFT4, DRAFT7, DRAFT202012
+
     def load(name: str) -> Any:
         return json.loads((SCHEMAS / name).read_text())
 

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from decimal import Decimal
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from cyclonedx.model import Property
@@ -35,11 +35,13 @@ from cyclonedx.model.vulnerability import (
 )
 from cyclonedx.output.json import JsonV1Dot6
 from cyclonedx.schema import SchemaVersion
-from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 
 from trustrank.exports.services.formats import Progress, explanation_text
 from trustrank.findings.models import FindingKind
+
+if TYPE_CHECKING:
+    from cyclonedx.validation.json import JsonStrictValidator
 
 CHUNK_FINDINGS = 1000
 
@@ -52,6 +54,11 @@ _validator: JsonStrictValidator | None = None
 
 
 def validate_cyclonedx(text: str) -> None:
+    # Imported here, not with the module: it imports jsonschema, whose format checkers
+    # (rfc3987-syntax builds 38 lark grammars) cost 2-3 s of CPU in every process that
+    # loads the URLconf, on its first request.
+    from cyclonedx.validation.json import JsonStrictValidator
+
     global _validator
     if _validator is None:
         _validator = JsonStrictValidator(SchemaVersion.V1_6)

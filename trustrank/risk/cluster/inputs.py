@@ -10,11 +10,20 @@ averaged for utilisation across a pod's GPUs).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 
+from trustrank.parsers.kubernetes import Pod
 from trustrank.parsers.series import Series
-from trustrank.risk.cluster.findings import Samples
-from trustrank.risk.cluster.gpu import UTILISATION_METRICS, GpuMemory, utilisation_percent
+from trustrank.risk.cluster.findings import Samples, workload_key
+from trustrank.risk.cluster.gpu import (
+    UTILISATION_METRICS,
+    GpuMemory,
+    training_signals,
+    utilisation_percent,
+)
+from trustrank.risk.cluster.io import IoDevice
+from trustrank.risk.cluster.rdma import TrafficClassCounters
 from trustrank.risk.cluster.vllm import KV_CACHE_METRICS, CounterSeries, KvCacheSeries, QueueSeries
 
 
@@ -119,3 +128,259 @@ def kv_cache_series(*, series: Iterable[Series]) -> list[KvCacheSeries]:
                       preemptions=preemptions.get((pod, model), []))
         for (pod, model), samples in sorted(usage.items())
     ]
+
+
+# --- I/O throttling (formula 13) from node-exporter and cAdvisor -------------------------
+
+DISK_METRICS = (
+    "node_disk_read_time_seconds_total", "node_disk_write_time_seconds_total",
+    "node_disk_reads_completed_total", "node_disk_writes_completed_total",
+    "node_disk_io_time_seconds_total", "node_disk_info",
+)
+CONTAINER_FS_METRICS = (
+    "container_fs_reads_bytes_total", "container_fs_writes_bytes_total",
+    "container_fs_reads_total", "container_fs_writes_total",
+)
+IO_METRICS = (*DISK_METRICS, *CONTAINER_FS_METRICS)
+_MINUTE_MS = 60_000
+
+# (minute, time in seconds, increase since the previous minute, seconds since it)
+_Increase = tuple[int, float, float, float]
+
+
+def series_node(series: Series) -> str:
+    """The node a series describes: the labels the storage links a node by (`Hostname`,
+    `k8s.node.name`, `node`), else the scrape's `instance` without its port (a
+    node-exporter scraped by node IP gives the IP, which matches no Kubernetes node name
+    unless relabelled)."""
+    for label in ("node", "Hostname", "k8s.node.name"):
+        if value := series.label(label):
+            return value
+    instance = series.label("instance")
+    host, _, port = instance.rpartition(":")
+    return host if host and port.isdigit() and not host.endswith(":") else instance
+
+
+def _device_name(device: str) -> str:
+    """cAdvisor labels a device by path (/dev/nvme0n1), node-exporter by name (nvme0n1)."""
+    return device.rsplit("/", 1)[-1]
+
+
+def counter_increases(samples: Iterable[tuple[int, float]]) -> list[_Increase]:
+    """Per-minute increases of a cumulative counter between samples of consecutive
+    minutes (a gap breaks the run). A value below the previous one is a reset (exporter or
+    node restart): the increase is the new value, counted from zero, never negative."""
+    found: list[_Increase] = []
+    previous: tuple[int, int, float] | None = None
+    for ms, value in sorted(samples):
+        minute = ms // _MINUTE_MS
+        if previous is not None and minute == previous[0] + 1 and ms > previous[1]:
+            increase = value - previous[2] if value >= previous[2] else value
+            found.append((minute, ms / 1000, increase, (ms - previous[1]) / 1000))
+        previous = (minute, ms, value)
+    return found
+
+
+def _by_minute(items: Iterable[Series]) -> dict[int, tuple[float, float, float]]:
+    """Increases of several series (e.g. one counter's containers) summed per minute:
+    minute -> (time, increase, seconds)."""
+    summed: dict[int, tuple[float, float, float]] = {}
+    for item in items:
+        for minute, t, increase, seconds in counter_increases(
+                zip(item.timestamps_ms, item.values, strict=True)):
+            _, before, _ = summed.get(minute, (t, 0.0, seconds))
+            summed[minute] = (t, before + increase, seconds)
+    return summed
+
+
+def _pod_by_name(pods: Iterable[Pod]) -> dict[str, Pod]:
+    return {f"{pod.namespace}/{pod.name}": pod for pod in pods}
+
+
+def _io_subject(
+    node: str, pods: Iterable[Pod], latency_sensitive: Mapping[str, bool],
+) -> Pod | None:
+    """The latency-sensitive pod of the node: a Running pod whose workload the trace
+    graph marks as serving latency-sensitive requests, else a Running GPU pod without
+    training signals (inference by elimination); the highest declared priority wins."""
+    running = [p for p in pods if p.node == node and p.phase == "Running"]
+    serving = [p for p in running if latency_sensitive.get(workload_key(p))]
+    inference = serving or [
+        p for p in running if p.gpu_request.gpus > 0 and not training_signals(p)
+    ]
+    if not inference:
+        return None
+    return max(inference, key=lambda p: (p.priority or 0, p.namespace, p.name))
+
+
+def _neighbour_rates(
+    series: Iterable[Series], *, node: str, device: str, pods: Mapping[str, Pod],
+) -> dict[str, tuple[float, float, float, float]]:
+    """Peak read/write bytes/s and IOs/s per pod on the node and device, from cAdvisor.
+    A pod is on the node by the snapshot (else by the series' node label). cAdvisor
+    reports each container and the pod's own cgroup (container ""): the pod cgroup, when
+    present, already holds its containers, so only it counts."""
+    grouped: dict[tuple[str, str], dict[str, list[Series]]] = {}
+    for item in series:
+        if item.name not in CONTAINER_FS_METRICS or _device_name(item.label("device")) != device:
+            continue
+        pod = series_pod(item)
+        on = pods[pod].node if pod in pods else series_node(item)
+        if not pod or on != node:
+            continue
+        grouped.setdefault((pod, item.name), {}).setdefault(
+            item.label("container"), []).append(item)
+    peaks: dict[str, list[float]] = {}
+    for (pod, name), containers in grouped.items():
+        chosen = containers[""] if "" in containers else [
+            s for key, items in containers.items() if key != "POD" for s in items
+        ]
+        rates = [increase / seconds for _, increase, seconds in _by_minute(chosen).values()]
+        slot = peaks.setdefault(pod, [0.0] * 4)
+        slot[CONTAINER_FS_METRICS.index(name)] = max(rates, default=0.0)
+    return {pod: (r[0], r[1], r[2], r[3]) for pod, r in peaks.items()}
+
+
+def io_devices(
+    *, series: Iterable[Series], pods: Iterable[Pod] = (),
+    latency_sensitive: Mapping[str, bool] | None = None,
+) -> list[IoDevice]:
+    """One `IoDevice` per node and block device with node-exporter disk counters.
+
+    Per minute (a period): wait = Δ(read + write time) / Δ(reads + writes completed) ×
+    1000 ms (iostat's await; 0 in a minute without I/O); queue = Δ io_time / Δt × 100 %
+    (iostat's %util, at most 100), as the mean over the minute (`period_s` 60). MAJ:MIN
+    comes from `node_disk_info`; without it the device's name stands in (the io.max line
+    then needs the MAJ:MIN from `lsblk`). The subject is the node's latency-sensitive pod
+    (`_io_subject`), else the node itself. The neighbour is the other pod with the highest
+    peak bytes/s (then IOs/s) on that device from cAdvisor; without cAdvisor series there
+    is none, its rates are 0 and the io.max line says `max` (no limit to copy)."""
+    items = list(series)
+    pods = list(pods)
+    by_name = _pod_by_name(pods)
+    latency_sensitive = latency_sensitive or {}
+    disks: dict[tuple[str, str], dict[str, list[Series]]] = {}
+    majmin: dict[tuple[str, str], str] = {}
+    for item in items:
+        if item.name not in DISK_METRICS:
+            continue
+        key = (series_node(item), item.label("device"))
+        if item.name == "node_disk_info":
+            if item.label("major") and item.label("minor"):
+                majmin[key] = f"{item.label('major')}:{item.label('minor')}"
+            continue
+        disks.setdefault(key, {}).setdefault(item.name, []).append(item)
+    found = []
+    for (node, device), counters in sorted(disks.items()):
+        got = {name: _by_minute(counters.get(name, [])) for name in DISK_METRICS[:5]}
+        read_time, write_time, reads, writes, busy = got.values()
+        wait = []
+        for minute in sorted(set(read_time) | set(write_time)):
+            time_pairs = [(read_time, reads), (write_time, writes)]
+            spent = sum(t[minute][1] for t, n in time_pairs if minute in t and minute in n)
+            done = sum(n[minute][1] for t, n in time_pairs if minute in t and minute in n)
+            at = (read_time.get(minute) or write_time[minute])[0]
+            if any(minute in t and minute in n for t, n in time_pairs):
+                wait.append((at, spent / done * 1000 if done > 0 else 0.0))
+        queue = [
+            (t, min(100.0, increase / seconds * 100))
+            for _, (t, increase, seconds) in sorted(busy.items())
+        ]
+        subject = _io_subject(node, pods, latency_sensitive)
+        subject_name = f"{subject.namespace}/{subject.name}" if subject else ""
+        rates = {
+            pod: peak for pod, peak in _neighbour_rates(
+                items, node=node, device=device, pods=by_name).items()
+            if pod != subject_name
+        }
+        neighbour = max(
+            rates, key=lambda pod: (rates[pod][0] + rates[pod][1],
+                                    rates[pod][2] + rates[pod][3], pod),
+            default="",
+        )
+        rbps, wbps, riops, wiops = rates.get(neighbour, (0.0, 0.0, 0.0, 0.0))
+        found.append(IoDevice(
+            subject=subject_name or node, device=majmin.get((node, device), device),
+            wait_ms=wait, queue_percent=queue, neighbour=neighbour,
+            neighbour_rbps=rbps, neighbour_wbps=wbps, neighbour_riops=riops,
+            neighbour_wiops=wiops, workload=workload_key(subject) if subject else "",
+            period_s=60.0,
+        ))
+    return found
+
+
+# --- RDMA congestion (formula 14) from per-port, per-priority NIC counters ---------------
+
+# Read by prefix: the per-priority mlx5 ethtool statistics as node-exporter's ethtool
+# collector names them (`node_ethtool_rx_prio3_packets`), and the `rdma_` vocabulary below.
+RDMA_PREFIXES = (
+    "rdma_", "node_ethtool_rx_prio", "node_infiniband_np_", "node_infiniband_rp_",
+)
+# Statistic (name without prefix, `_total` and any `rx_prio<N>_`) -> field.
+_RDMA_FIELDS = {
+    "packets": "packets", "rx_packets": "packets",
+    "discards": "drops", "buf_discard": "drops", "cong_discard": "drops",
+    "drops": "drops", "rx_discards": "drops", "rx_drops": "drops",
+    "np_cnp_sent": "cnp", "rp_cnp_handled": "cnp",
+    "marked": "ecn_marked", "rx_ecn_mark": "ecn_marked", "ecn_marked": "ecn_marked",
+    "np_ecn_marked_roce_packets": "ecn_marked",
+    "retransmits": "retransmits", "roce_adp_retrans": "retransmits",
+}
+_PRIO_NAME = re.compile(r"rx_prio(\d+)_(.+)")
+_TC_LABELS = ("priority", "prio", "traffic_class", "tc")
+
+
+def _rdma_field(item: Series) -> tuple[str, int | None] | None:
+    """(field, traffic class or None for a port-wide counter) of an RDMA series."""
+    stat = item.name.removesuffix("_total")
+    for prefix in ("rdma_", "node_ethtool_", "node_infiniband_"):
+        stat = stat.removeprefix(prefix)
+    tc: int | None = None
+    if named := _PRIO_NAME.fullmatch(stat):
+        tc, stat = int(named.group(1)), named.group(2)
+    else:
+        label = next((item.label(k) for k in _TC_LABELS if item.label(k)), "")
+        tc = int(label) if label.isdigit() else None
+    field = _RDMA_FIELDS.get(stat)
+    return (field, tc) if field else None
+
+
+def rdma_counters(*, series: Iterable[Series]) -> list[TrafficClassCounters]:
+    """One `TrafficClassCounters` per node, port (`device`/`port`, port "1" when
+    unlabelled) and traffic class, from the increases over the newest minute in which both
+    its packets and its drops counters have a sample and one the minute before. Several
+    drop counters of a class (discards, buffer and congestion discards) add up. Counters
+    without a class (the NIC counts CNPs, ECN marks and retransmits per port in its RDMA
+    hw_counters) count for every class of their port; a reset counts from zero."""
+    fields: dict[tuple[str, str, int | None], dict[str, list[Series]]] = {}
+    for item in series:
+        found = _rdma_field(item)
+        if found is None:
+            continue
+        field, tc = found
+        port = f"{item.label('device')}/{item.label('port') or '1'}"
+        fields.setdefault((series_node(item), port, tc), {}).setdefault(field, []).append(item)
+    result = []
+    for (node, port, tc), by_field in sorted(fields.items(), key=lambda kv: (
+            kv[0][0], kv[0][1], -1 if kv[0][2] is None else kv[0][2])):
+        if tc is None or "packets" not in by_field or "drops" not in by_field:
+            continue
+        increases = {name: _by_minute(items) for name, items in by_field.items()}
+        port_wide = {
+            name: _by_minute(items)
+            for name, items in fields.get((node, port, None), {}).items()
+        }
+        both = set(increases["packets"]) & set(increases["drops"])
+        if not both:
+            continue
+        minute = max(both)
+        values = {
+            name: own[minute][1] if minute in own else 0.0
+            for name in ("packets", "drops", "cnp", "ecn_marked", "retransmits")
+            for own in [increases.get(name, port_wide.get(name, {}))]
+        }
+        result.append(TrafficClassCounters(
+            node=node, port=port, traffic_class=tc,
+            interval_s=increases["packets"][minute][2], **values,
+        ))
+    return result

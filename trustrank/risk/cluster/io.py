@@ -35,6 +35,11 @@ class IoDevice:
     neighbour_riops: float = 0.0
     neighbour_wiops: float = 0.0
     workload: str = ""
+    # 0: `queue_percent` samples are instants. Otherwise each is the mean over the period of
+    # this many seconds that ends at its time (per-minute storage), so a run covers from its
+    # first sample's period start: a minute whose mean is ≥ 90 % holds a 2 s stretch at
+    # ≥ 90 % (busy ≥ 54 of 60 s leaves at most 29 of its 30 two-second slices spoiled).
+    period_s: float = 0.0
 
 
 def io_max_line(*, device: IoDevice, thresholds: ClusterThresholds = DEFAULT_THRESHOLDS) -> str:
@@ -67,13 +72,15 @@ def _wait_run(samples: Samples, limit: float, periods: int) -> tuple[float, ...]
     return None
 
 
-def _queue_run(samples: Samples, limit: float, duration: float) -> tuple[float, float] | None:
+def _queue_run(
+    samples: Samples, limit: float, duration: float, period: float = 0.0,
+) -> tuple[float, float] | None:
     """(start, end) of the first stretch of samples at or above the limit lasting at
-    least `duration` seconds, or None."""
+    least `duration` seconds, or None; a sample covers the `period` before its time."""
     start: float | None = None
     for t, value in sorted(samples):
         if value >= limit:
-            start = t if start is None else start
+            start = t - period if start is None else start
             if t - start >= duration:
                 return start, t
         else:
@@ -88,7 +95,8 @@ def io_throttling_diagnose(
     for device in devices:
         waits = _wait_run(device.wait_ms, thresholds.io_wait_ms, thresholds.io_wait_periods)
         queue = _queue_run(
-            device.queue_percent, thresholds.io_queue_percent, thresholds.io_queue_duration_s
+            device.queue_percent, thresholds.io_queue_percent, thresholds.io_queue_duration_s,
+            device.period_s,
         )
         if waits is None and queue is None:
             continue
