@@ -152,6 +152,16 @@ def _prepared(job_ids: list[Any]) -> dict[Any, bytes]:
         return {job_id: bytes(prepared) for job_id, prepared in cursor.fetchall()}
 
 
+def _body(*, job: IngestJob, payload: bytes | None) -> bytes:
+    """A job's request body as sent before any Content-Encoding (`payload`: as stored,
+    read here when None)."""
+    data = _payload(job.pk) if payload is None else payload
+    if job.params.get("content_encoding") == "gzip":
+        data = decode_body(data, content_encoding="gzip",
+                           limit=settings.TRUSTRANK_MAX_UPLOAD_BYTES)
+    return data
+
+
 def _otlp_add(
     *, job: IngestJob, payload: bytes | None, prepared: bytes | None,
     batches: dict[str, OtlpPoints],
@@ -164,14 +174,12 @@ def _otlp_add(
     now_ns = int(job.created_at.timestamp() * 1e9)
     fallback = str(job.params.get("cluster") or "")
     try:
+        body = None
         columns = None if prepared is None else columns_unpack(prepared)
         if columns is None:
-            payload = _payload(job.pk) if payload is None else payload
-            if job.params.get("content_encoding") == "gzip":
-                payload = decode_body(payload, content_encoding="gzip",
-                                      limit=settings.TRUSTRANK_MAX_UPLOAD_BYTES)
+            body = _body(job=job, payload=payload)
             if encoding == PROTOBUF:
-                columns = otlp_metrics_raw_columns(body=payload, now_ns=now_ns)
+                columns = otlp_metrics_raw_columns(body=body, now_ns=now_ns)
         names = {r.get("k8s.cluster.name") or fallback for r in columns.resources} if (
             columns is not None) else set()
         if columns is not None and len(names) == 1:
@@ -182,12 +190,9 @@ def _otlp_add(
                 points = batches[name] = OtlpPoints(cluster=_cluster(job=job, name=name))
             return {**points.add_columns(columns, now=job.created_at).as_dict(),
                     "clusters": 1}
-        if payload is None:
-            payload = _payload(job.pk)
-            if job.params.get("content_encoding") == "gzip":
-                payload = decode_body(payload, content_encoding="gzip",
-                                      limit=settings.TRUSTRANK_MAX_UPLOAD_BYTES)
-        parsed = otlp_metrics_parse(body=payload, encoding=encoding, now_ns=now_ns)
+        if body is None:
+            body = _body(job=job, payload=payload)
+        parsed = otlp_metrics_parse(body=body, encoding=encoding, now_ns=now_ns)
     except (ParserError, BodyTooLarge, BodyUndecodable) as exc:
         raise IngestRejected(str(exc)) from exc
     by_cluster: dict[str, list[ResourceMetrics]] = defaultdict(list)

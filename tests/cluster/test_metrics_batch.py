@@ -208,3 +208,20 @@ def test_a_metric_without_points_makes_no_name(key, team):
     _post(key, body)
     job_run(job_id=str(IngestJob.objects.get().pk))
     assert list(MetricName.objects.values_list("name", flat=True)) == ["sampled"]
+
+
+def test_a_gzip_request_of_two_clusters_is_read_from_its_body(key, team):
+    # Its packed columns hold two clusters: the worker parses the (gzip) body instead.
+    now_ns = time.time_ns()
+    body = request([
+        ({"k8s.cluster.name": "east"}, [_gauge("g", [(now_ns, 1.0, {"gpu": "0"})])]),
+        ({"k8s.cluster.name": "west"}, [_gauge("g", [(now_ns, 2.0, {"gpu": "0"})])]),
+    ]).SerializeToString()
+    _post(key, body, gzipped=True)
+    job = IngestJob.objects.get()
+    assert IngestPayload.objects.get(job=job).prepared
+    job_run(job_id=str(job.pk))
+    job.refresh_from_db()
+    assert job.status == JobStatus.DONE, job.error
+    assert [r[4] for r in minutes(Cluster.objects.get(team=team, name="west"))] == [2.0]
+    assert [r[4] for r in minutes(Cluster.objects.get(team=team, name="east"))] == [1.0]
