@@ -298,6 +298,9 @@ def main() -> None:
     print(f"receiver: p50 {1000 * percentile(latencies, 0.5):.1f} ms, p99 "
           f"{1000 * percentile(latencies, 0.99):.1f} ms, {points / receive_wall:,.0f} points/s "
           f"while sending; end to end {wall:.1f} s")
+    slowest = sorted(range(len(latencies)), key=latencies.__getitem__)[-5:][::-1]
+    print("slowest requests (number in sending order: ms): " + ", ".join(
+        f"#{i + 1}: {1000 * latencies[i]:.1f}" for i in slowest))
     print("cpu s: " + ", ".join(f"{k} {float(v):.1f}" for k, v in cpu.items())  # type: ignore[arg-type]
           + f"; {1e6 * total_cpu / points:.2f} µs a point, "
           f"{2 * points / total_cpu:,.0f} points/s on two idle cores")
