@@ -215,7 +215,7 @@ def test_a_first_run_inserts_many_due_dates_on_a_second_connection(settings, mon
     started: list[object] = []
     real = due_service.DueInserter.start
     monkeypatch.setattr(due_service.DueInserter, "start", classmethod(
-        lambda cls, *args: started.append(real(*args)) or started[-1]))
+        lambda cls, *args, **kwargs: started.append(real(*args, **kwargs)) or started[-1]))
     runs._PREVIOUS.clear()
     first = _run(team_id)
     inserter = started[0]
@@ -476,3 +476,79 @@ def test_walking_only_the_changed_places_gives_every_row_a_full_walk_gives(seed)
         rows, changed, gone)
     assert sorted(changed) == sorted(f for f, row in expected.items() if before.get(f) != row)
     assert sorted(gone) == sorted(f for f in before if f not in expected)
+
+
+def test_first_queue_from_the_engines_columns_is_the_queue_row_by_row(monkeypatch):
+    """A team's first queue is stored from the engine's columns (`store_columns`): the same
+    rows, environment ranks, contexts, counts and digest as the store that walks every
+    ranked finding, with findings of every shape: deployed, deployed nowhere, identity and
+    reliability findings (scored one by one, with codes of their own)."""
+    from tests.findings.test_api_and_pages import make
+    from trustrank.accounts.models import Team
+    from trustrank.ranking.inputs import rank_settings, ranking_inputs_gather
+    from trustrank.ranking.services import store_columns
+    from trustrank.risk.engine import rank
+
+    team_id = build(findings=900, services=60, edges=200, versions=30, seed=17)
+    with connection.cursor() as cur:
+        # Two versions deployed nowhere: their findings keep their baseline order.
+        cur.execute("DELETE FROM runtime_deployment WHERE service_name IN ('svc-1', 'svc-2') "
+                    "AND environment_id IN (SELECT id FROM runtime_environment WHERE "
+                    "team_id = %s)", [team_id])
+    team = Team.objects.get(pk=team_id)
+    for i in range(5):
+        make(team, "reliability", "broken_context", f"hop-{i}")
+        make(team, "identity", "expired", f"cert-{i}")
+    used: list[int] = []
+    real = store_columns.store_first_from_columns
+
+    def spy(**kwargs):
+        out = real(**kwargs)
+        used.append(out is not None)
+        return out
+
+    monkeypatch.setattr(runs, "store_first_from_columns", spy)
+    runs._PREVIOUS.clear()
+    by_columns = _run(team_id)
+    assert used == [True]
+    stored = _stored(team_id)
+    assert len(stored) == by_columns.counts["findings"] == 910
+    assert {row[3] for row in stored} == {"", "prod"}
+
+    with connection.cursor() as cur:
+        cur.execute("DELETE FROM ranking_rankedfinding WHERE team_id = %s", [team_id])
+    monkeypatch.setattr(runs, "store_first_from_columns", lambda **kwargs: None)
+    runs._PREVIOUS.clear()
+    by_rows = _run(team_id)
+    assert _stored(team_id) == stored
+    assert by_rows.results_digest == by_columns.results_digest
+    assert by_rows.counts == by_columns.counts
+    # The inputs were hashed while the queue was stored: the digest the engine makes.
+    gathered = ranking_inputs_gather(team_id=team_id)
+    engine = rank(inputs=gathered.inputs, settings=rank_settings())
+    assert by_columns.inputs_digest == by_rows.inputs_digest == engine.inputs_digest
+    assert runs._PREVIOUS[team_id].result.findings_sum == engine.findings_sum
+
+
+def test_findings_hashed_part_by_part_sum_to_the_whole():
+    """A full run hashes its records a part at a time while the queue is stored: any
+    split gives the engine's `findings_hash_sum`, and `with_inputs_digest` then gives the
+    digest `rank` makes itself."""
+    from trustrank.risk.engine import rank, with_inputs_digest
+    from trustrank.risk.inputs import Finding, RankInputs, RankSettings
+    from trustrank.risk.results import findings_hash_sum
+
+    findings = tuple(Finding(id=f"f{i}", vuln_id=f"CVE-2024-{i:05d}", severity="high",
+                             cvss_score=7.5, project_version="pv", component_key="pkg:x/y",
+                             baseline=float(i % 90)) for i in range(103))
+    for part in (1, 7, 50, 103, 1000):
+        hasher = runs._FindingsHash(findings, part=part)
+        hasher.step()
+        assert hasher.total() == findings_hash_sum(findings)
+    inputs, settings = RankInputs(findings=findings), RankSettings()
+    whole = rank(inputs=inputs, settings=settings)
+    later = with_inputs_digest(rank(inputs=inputs, settings=settings, with_digest=False),
+                               inputs=inputs, settings=settings,
+                               findings_sum=runs._FindingsHash(findings, part=9).total())
+    assert later.inputs_digest == whole.inputs_digest and later.findings_sum == whole.findings_sum
+    assert later.digest_parts.keys() == whole.digest_parts.keys()

@@ -26,6 +26,7 @@ import gc
 from bisect import bisect_left
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from itertools import repeat
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -348,14 +349,15 @@ def rank(
 ) -> RankResult:
     """Rank every finding of `inputs`. Pure: the same inputs and settings give a
     byte-identical `results.canonical_json`. `analyses` may pass a cached graph analysis
-    (see `analyse`); `with_digest=False` skips hashing the inputs (tests, benchmarks).
+    (see `analyse`); `with_digest=False` skips hashing the inputs (tests, benchmarks, or
+    a caller that hashes them later: `with_inputs_digest`).
     Raises ValueError when two findings share an id: the id is the last tiebreak."""
     settings = settings or RankSettings()
     _check_ids(inputs.findings)
     with _collector_paused():
         analyses = analyse(inputs=inputs, settings=settings, previous=analyses)
         index = ContextIndex(inputs=inputs, analyses=analyses, settings=settings)
-        findings, queue_index = assemble(
+        findings, queue_index, columns = assemble(
             inputs.findings, _Scorer(index, settings).queue(inputs.findings))
         findings_sum = findings_hash_sum(inputs.findings) if with_digest else None
         parts: dict[str, tuple[Any, bytes]] = {}
@@ -374,7 +376,26 @@ def rank(
         findings_sum=findings_sum,
         queue_index=queue_index,
         digest_parts=parts,
+        columns=columns,
     )
+
+
+def with_inputs_digest(
+    result: RankResult, *, inputs: RankInputs, settings: RankSettings,
+    findings_sum: int | None = None,
+) -> RankResult:
+    """`result`, made by `rank(…, with_digest=False)` from `inputs` and `settings`, with
+    the inputs digest, findings sum and digest parts `rank` would have given it.
+    `findings_sum`: `findings_hash_sum(inputs.findings)` when the caller made it (a sum
+    of the sums of parts is the same number), else it is made here."""
+    if findings_sum is None:
+        findings_sum = findings_hash_sum(inputs.findings)
+    parts: dict[str, tuple[Any, bytes]] = {}
+    with _collector_paused():
+        digest = inputs_digest(inputs=inputs, settings=settings,
+                               findings_sum=findings_sum % (1 << 256), parts=parts)
+    return replace(result, inputs_digest=digest, findings_sum=findings_sum % (1 << 256),
+                   digest_parts=parts)
 
 
 def _to_rescore(

@@ -160,9 +160,30 @@ class QueueColumns:
 
     @classmethod
     def empty(cls, n: int) -> QueueColumns:
-        return cls(np.zeros(n, dtype=np.float64), np.zeros(n, dtype=np.int64),
-                   np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64),
-                   np.zeros(n, dtype=np.int64), [], [])
+        # Narrow codes: a full run's result keeps them (`RankedColumns`) beside a million
+        # ranked findings.
+        return cls(np.zeros(n, dtype=np.float64), np.zeros(n, dtype=np.int8),
+                   np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int32),
+                   np.zeros(n, dtype=np.int32), [], [])
+
+
+@dataclass(frozen=True)
+class RankedColumns:
+    """A full run's queue as columns, place k being `RankResult.findings[k]`: its score,
+    its decision (index in `DECISIONS`), and codes of its middle and tail fields:
+    `mids[mid[k]]` are its fields 7–9 (exploitation, automatable, the advisory's
+    factors) and `tails[tail[k]]` its fields
+    10–19 (deployed … context factors), the very objects the ranked finding holds. Two
+    places with equal codes share those objects, so what a store makes per context is made
+    per distinct pair of codes, by array operations instead of a pass over a million
+    tuples."""
+
+    score: np.ndarray[Any, Any]
+    decision: np.ndarray[Any, Any]
+    mid: np.ndarray[Any, Any]
+    tail: np.ndarray[Any, Any]
+    mids: list[tuple[Any, ...]]
+    tails: list[tuple[Any, ...]]
 
 
 _HEAD = attrgetter("kind", "component_key", "baseline")
@@ -170,11 +191,11 @@ _HEAD = attrgetter("kind", "component_key", "baseline")
 
 def assemble(
     records: Sequence[Finding], cols: QueueColumns,
-) -> tuple[tuple[RankedFinding, ...], QueueIndex]:
-    """The queue of `records` scored as `cols`, and its index. Queue order: decision (most
-    urgent first), deployed before deployed nowhere, score (highest first), finding id;
-    sorted by numpy on those columns (the id by its place among the ids in string order),
-    and each ranked finding made of its columns by passes in C."""
+) -> tuple[tuple[RankedFinding, ...], QueueIndex, RankedColumns]:
+    """The queue of `records` scored as `cols`, its index and its columns. Queue order:
+    decision (most urgent first), deployed before deployed nowhere, score (highest first),
+    finding id; sorted by numpy on those columns (the id by its place among the ids in
+    string order), and each ranked finding made of its columns by passes in C."""
     n = len(records)
     ids = list(map(attrgetter("id"), records))
     id_order = np.empty(n, dtype=np.int64)
@@ -183,14 +204,17 @@ def assemble(
     order = np.lexsort((id_order, -cols.score, ~cols.deployed, -cols.decision))
     places = order.tolist()
     ranked = list(map(records.__getitem__, places))
-    heads = zip(map(ids.__getitem__, places), range(1, n + 1), cols.score[order].tolist(),
-                map(DECISIONS.__getitem__, cols.decision[order].tolist()), strict=True)
+    columns = RankedColumns(score=cols.score[order],
+                            decision=cols.decision[order], mid=cols.mid[order],
+                            tail=cols.tail[order], mids=cols.mids, tails=cols.tails)
+    heads = zip(map(ids.__getitem__, places), range(1, n + 1), columns.score.tolist(),
+                map(DECISIONS.__getitem__, columns.decision.tolist()), strict=True)
     rows = map(add, map(add, map(add, map(add, heads, map(_HEAD, ranked)),
-                                     map(cols.mids.__getitem__, cols.mid[order].tolist())),
-                        map(cols.tails.__getitem__, cols.tail[order].tolist())),
+                                     map(cols.mids.__getitem__, columns.mid.tolist())),
+                        map(cols.tails.__getitem__, columns.tail.tolist())),
                zip(ranked))
     findings: tuple[RankedFinding, ...] = tuple(map(_new_ranked, repeat(RankedFinding), rows))
-    return findings, QueueIndex.build(findings)
+    return findings, QueueIndex.build(findings), columns
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,9 @@ class RankResult:
     # unchanged) reuses the part instead of hashing the collection again.
     digest_parts: Mapping[str, tuple[Any, bytes]] = field(
         default_factory=dict, compare=False, repr=False)
+    # A full run's queue as columns (`queue.RankedColumns`), for a store that writes the
+    # whole queue; None for an incremental result.
+    columns: Any = field(default=None, compare=False, repr=False)
 
 
 # --- canonical JSON and digests ---------------------------------------------------------

@@ -5,7 +5,7 @@ a second connection when they are many."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from operator import itemgetter
 from typing import Any
 
@@ -19,6 +19,7 @@ from trustrank.findings.services.due_dates import (
     finding_due_dates_insert,
 )
 from trustrank.ranking.inputs import Gathered
+from trustrank.risk.inputs import DECISIONS
 from trustrank.risk.results import RankResult
 
 # A stored rank row: (rank, env rank, environment, score, decision, context digest).
@@ -96,7 +97,11 @@ class DueInserter:
         self._thread.start()
 
     @classmethod
-    def start(cls, team_id: int, gathered: Gathered, result: RankResult) -> DueInserter | None:
+    def start(cls, team_id: int, gathered: Gathered, result: RankResult,
+              fid: np.ndarray[Any, Any] | None = None) -> DueInserter | None:
+        """The thread inserting the due dates of the findings with no due-date row, or None
+        when they are too few to be worth one. `fid`: the database id of the finding at
+        each place of the queue, when the caller made it (`store_columns.place_ids`)."""
         rowless = _without_due_row(gathered)
         if rowless is None or gathered.policy is None or gathered.settled is None:
             return None
@@ -106,17 +111,22 @@ class DueInserter:
         # Column by column (a lookup and a test per finding in Python cost seconds at a
         # million), sorted by id with numpy.
         n = len(result.findings)
-        ids = np.fromiter(map(gathered.finding_ids.__getitem__,
-                              map(itemgetter(0), result.findings)), dtype=np.int64, count=n)
+        ids = fid if fid is not None else np.fromiter(
+            map(gathered.finding_ids.__getitem__, map(itemgetter(0), result.findings)),
+            dtype=np.int64, count=n)
         places = np.arange(n)
         if gathered.settled or gathered.unsettled_rows:
             places = places[np.fromiter(map(rowless, ids.tolist()), dtype=bool, count=n)]
         if len(places) < above:
             return None
         places = places[np.argsort(ids[places], kind="stable")]
-        decided = list(map(itemgetter(3), result.findings))
-        decisions = list(zip(ids[places].tolist(), map(decided.__getitem__, places.tolist()),
-                             strict=True))
+        decided: Iterator[str]
+        if result.columns is not None:
+            decided = map(DECISIONS.__getitem__, result.columns.decision[places].tolist())
+        else:
+            decided = map(list(map(itemgetter(3), result.findings)).__getitem__,
+                          places.tolist())
+        decisions = list(zip(ids[places].tolist(), decided, strict=True))
         return cls(team_id, decisions, gathered.policy)
 
     def _run(self, team_id: int, policy: PolicyDays) -> None:

@@ -30,9 +30,10 @@ from trustrank.ranking.services.due import (
     due_dates_unsettled,
 )
 from trustrank.ranking.services.store import _collector_paused, _store, services_store
+from trustrank.ranking.services.store_columns import place_ids, store_first_from_columns
 from trustrank.risk import inputs as ri
-from trustrank.risk.engine import rank, rank_incremental
-from trustrank.risk.results import RankResult
+from trustrank.risk.engine import rank, rank_incremental, with_inputs_digest
+from trustrank.risk.results import RankResult, findings_hash_sum
 
 log = logging.getLogger(__name__)
 
@@ -199,14 +200,23 @@ def _execute(run: RankingRun) -> None:
             previous_places=_places_in(cached),
         )
     else:
-        result = rank(inputs=gathered.inputs, settings=rs)
+        # The inputs digest is made later, while PostgreSQL stores the queue.
+        result = rank(inputs=gathered.inputs, settings=rs, with_digest=False)
     t2 = time.perf_counter()
     _phase(run, "storing")
     # A team's first run: the due dates of findings that have none go in beside the queue,
     # on a connection of their own (see due.DueInserter).
-    early = None if incremental else DueInserter.start(run.team_id, gathered, result)
+    # A full run's queue comes with columns: its first store is made from them.
+    fid = (place_ids(result, gathered.finding_ids)
+           if not incremental and result.columns is not None else None)
+    early = None if incremental else DueInserter.start(run.team_id, gathered, result, fid=fid)
+    hasher = None if incremental else _FindingsHash(gathered.inputs.findings)
     with transaction.atomic():
-        counts, rows, (changed, gone), rows_hash = _store(
+        stored = store_first_from_columns(
+            run=run, result=result, gathered=gathered, row_hashes=_row_hashes, fid=fid,
+            meanwhile=hasher.step if hasher is not None else None,
+        ) if fid is not None else None
+        counts, rows, (changed, gone), rows_hash = stored or _store(
             run=run, result=result, gathered=gathered,
             before=cached.rows if incremental and cached is not None else None,
             previous=cached.result if incremental and cached is not None else None,
@@ -214,6 +224,9 @@ def _execute(run: RankingRun) -> None:
             if incremental and cached is not None else None,
             row_hashes=_row_hashes,
         )
+        if hasher is not None:
+            result = with_inputs_digest(result, inputs=gathered.inputs, settings=rs,
+                                        findings_sum=hasher.total())
         t3 = time.perf_counter()
         if incremental and cached is not None and cached.results_digest:
             digest = _rows_digest_update(cached.results_digest, before=cached.rows,
@@ -270,8 +283,10 @@ def _execute(run: RankingRun) -> None:
             finished_at=timezone.now(),
         )
     _PREVIOUS[run.team_id] = _Cached(
-        # The due dates just written settled what `settled` said: it is not kept.
-        run_id=run.pk, gathered=replace(gathered, settled=None), result=result, rows=rows,
+        # The due dates just written settled what `settled` said: it is not kept; nor are
+        # the queue's columns, which only a store of the whole queue reads.
+        run_id=run.pk, gathered=replace(gathered, settled=None),
+        result=replace(result, columns=None), rows=rows,
         gathered_at=gathered_at, results_digest=digest, services_digest=services_digest,
         policy=policy,
     )
@@ -279,6 +294,25 @@ def _execute(run: RankingRun) -> None:
     while len(_PREVIOUS) > _PREVIOUS_MAX:
         _PREVIOUS.popitem(last=False)
 
+
+
+class _FindingsHash:
+    """`findings_hash_sum` of a full run's records, a part at a time (`step`), so that it
+    is made while PostgreSQL stores the queue (about two seconds at a million findings,
+    where the run would otherwise wait); `total` hashes what is left."""
+
+    def __init__(self, findings: tuple[ri.Finding, ...], part: int = 50_000) -> None:
+        self.findings, self.part, self.at, self.sum = findings, part, 0, 0
+
+    def step(self) -> None:
+        if self.at < len(self.findings):
+            self.sum += findings_hash_sum(self.findings[self.at : self.at + self.part])
+            self.at += self.part
+
+    def total(self) -> int:
+        while self.at < len(self.findings):
+            self.step()
+        return self.sum % _MODULUS
 
 
 def _decided_anew(

@@ -1,0 +1,209 @@
+"""A team's first queue stored from the engine's columns (`RankResult.columns`).
+
+What `store._store_first` does with a pass over a million ranked tuples (the environment,
+the context key and the row of each), done here by array operations on the queue's
+columns: the environment of a place is its tail's, its context is that of its pair of
+codes (`queue.RankedColumns`), its environment rank is its place among the places of its
+environment. The rows, their digest and what is sent to PostgreSQL are the same.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+import orjson
+from django.db import connection
+
+from trustrank.ranking.inputs import Gathered
+from trustrank.ranking.models import RankingRun
+from trustrank.ranking.services.store import (
+    _BINARY_HEADER,
+    _BINARY_TRAILER,
+    _CHUNK,
+    _REWRITE_ABOVE,
+    _binary_rows,
+    _contexts_insert,
+    _QueuedWriter,
+    _Row,
+    _text_type,
+    context_of,
+)
+from trustrank.risk.inputs import DECISIONS
+from trustrank.risk.results import RankResult
+
+
+def place_ids(result: RankResult, finding_ids: dict[str, int]) -> np.ndarray[Any, Any]:
+    """The database id of the finding at each place of the queue."""
+    return np.fromiter(map(finding_ids.__getitem__, map(itemgetter(0), result.findings)),
+                       dtype=np.int64, count=len(result.findings))
+
+
+@dataclass
+class _Queue:
+    """The stored columns of a queue, place by place, and what they are codes of."""
+
+    fid: np.ndarray[Any, Any]
+    env_rank: np.ndarray[Any, Any]
+    env: np.ndarray[Any, Any]  # code in `envs`
+    score: np.ndarray[Any, Any]
+    decision: np.ndarray[Any, Any]  # index in DECISIONS
+    context: np.ndarray[Any, Any]  # code in `digests`
+    envs: list[str]
+    digests: list[str]
+    bodies: dict[str, bytes]  # digest -> context JSON
+
+
+def _queue(result: RankResult, fid: np.ndarray[Any, Any]) -> _Queue:
+    cols = result.columns
+    n = len(result.findings)
+    # A tail is (deployed, environment, …): a finding is queued in its context's
+    # environment when it runs somewhere, else in ''.
+    env_codes: dict[str, int] = {}
+    tail_env = np.fromiter(
+        (env_codes.setdefault(t[1] if t[0] else "", len(env_codes)) for t in cols.tails),
+        dtype=np.int64, count=len(cols.tails))
+    env = tail_env[cols.tail] if n else np.zeros(0, dtype=np.int64)
+    # Environment rank: a place's position among its environment's places, from 1.
+    by_env = np.argsort(env, kind="stable")
+    counts = np.bincount(env, minlength=len(env_codes))
+    env_rank = np.empty(n, dtype=np.int32)
+    env_rank[by_env] = np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts,
+                                                                counts) + 1
+    del by_env
+    # A context per distinct (middle, tail) pair, made from the first place holding it;
+    # equal JSON under two pairs is one digest. Codes are first made one per content as
+    # `store._store_rows` keys contexts (the factor tuples by identity, the other fields
+    # by value): the findings scored one by one (identity and reliability findings,
+    # versions deployed nowhere) have codes of their own but mostly equal contents.
+    mid_of = _canonical(cols.mids, lambda m: (id(m[2]), m[0], m[1]))
+    tail_of, tail_count = _canonical(cols.tails, lambda t: (id(t[9]), t[:9])), len(cols.tails)
+    pair = mid_of[cols.mid] * max(1, tail_count) + tail_of[cols.tail]
+    _pairs, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
+    del pair, _pairs
+    digest_codes: dict[str, int] = {}
+    bodies: dict[str, bytes] = {}
+    code_of_pair = np.empty(len(first), dtype=np.int64)
+    for k, i in enumerate(first.tolist()):
+        body = orjson.dumps(context_of(result.findings[i]), option=orjson.OPT_SORT_KEYS)
+        digest = hashlib.sha256(body).hexdigest()
+        bodies.setdefault(digest, body)
+        code_of_pair[k] = digest_codes.setdefault(digest, len(digest_codes))
+    return _Queue(
+        fid=fid, env_rank=env_rank, env=env.astype(np.int32), score=cols.score,
+        decision=cols.decision, context=code_of_pair.astype(np.int32)[inverse.reshape(-1)],
+        envs=list(env_codes), digests=list(digest_codes), bodies=bodies,
+    )
+
+
+def _canonical(values: list[tuple[Any, ...]],
+               key: Callable[[tuple[Any, ...]], Any]) -> np.ndarray[Any, Any]:
+    """Per value, the code of the first value with the same `key`."""
+    codes: dict[Any, int] = {}
+    return np.fromiter(map(codes.setdefault, map(key, values), range(len(values))),
+                       dtype=np.int64, count=len(values))
+
+
+def _chunks(q: _Queue, rows: dict[int, _Row]) -> Iterator[tuple[int, int, list[int]]]:
+    """(start, end, finding ids) of each chunk of places, its rows put into `rows` (in
+    queue order) before it is yielded."""
+    envs, digests = q.envs, q.digests
+    for start in range(0, len(q.fid), _CHUNK):
+        end = min(len(q.fid), start + _CHUNK)
+        ids = q.fid[start:end].tolist()
+        rows.update(zip(ids, zip(
+            range(start + 1, end + 1), q.env_rank[start:end].tolist(),
+            map(envs.__getitem__, q.env[start:end].tolist()), q.score[start:end].tolist(),
+            map(DECISIONS.__getitem__, q.decision[start:end].tolist()),
+            map(digests.__getitem__, q.context[start:end].tolist()), strict=True,
+        ), strict=True))
+        yield start, end, ids
+
+
+def _copy(cur: Any, q: _Queue, *, team_id: int, run_id: int,
+          chunks: Iterable[tuple[int, int, list[int]]],
+          on_chunk: Callable[[list[int]], None]) -> None:
+    """COPY the places of each chunk in the binary format, grouped within a chunk by
+    environment, decision and digest length (one record layout each), as
+    `store._copy_ranked_chunks` sends rows."""
+    encoded = [d.encode() for d in q.digests]
+    width = np.array([len(b) for b in encoded], dtype=np.int64)
+    widest = int(width.max()) + 1 if len(width) else 1
+    tables = {size: np.array([b if len(b) == size else b"" for b in encoded], dtype=f"S{size}")
+              for size in set(width.tolist()) if size}
+    env_bytes = [e.encode() for e in q.envs]
+    with cur.copy(
+        "COPY ranking_rankedfinding (finding_id, team_id, run_id, rank, env_rank, "
+        "environment, score, decision, context_id) FROM STDIN (FORMAT BINARY)",
+        writer=_QueuedWriter(cur.cursor),
+    ) as copy:
+        copy.write(_BINARY_HEADER)
+        for start, end, ids in chunks:
+            context = q.context[start:end]
+            group = ((q.env[start:end].astype(np.int64) * len(DECISIONS)
+                      + q.decision[start:end]) * widest + width[context])
+            for code in np.unique(group).tolist():
+                at = np.flatnonzero(group == code) + start
+                env_code, rest = divmod(code, len(DECISIONS) * widest)
+                decision, size = divmod(rest, widest)
+                env_b, decision_b = env_bytes[env_code], DECISIONS[decision].encode()
+                copy.write(_binary_rows([
+                    (">i8", q.fid[at]), (">i8", team_id), (">i8", run_id),
+                    (">i4", at + 1), (">i4", q.env_rank[at]), (_text_type(env_b), env_b),
+                    (">f8", q.score[at]), (_text_type(decision_b), decision_b),
+                    (f"S{size}", tables[size][q.context[at]]) if size else ("S0", b""),
+                ], len(at)))
+            on_chunk(ids)
+        copy.write(_BINARY_TRAILER)
+
+
+def store_first_from_columns(
+    *, run: RankingRun, result: RankResult, gathered: Gathered,
+    row_hashes: Callable[[Iterable[tuple[int, _Row]]], int] | None,
+    fid: np.ndarray[Any, Any] | None = None,
+    meanwhile: Callable[[], object] | None = None,
+) -> tuple[dict[str, Any], dict[int, _Row], tuple[list[int], list[int]], int | None] | None:
+    """`store._store_first` for a result with columns (a full run): the team's first
+    queue, each chunk's rows made and hashed while PostgreSQL stores the chunk before.
+    None when the result has no columns or the team has stored rows (then
+    `store._store` compares). `fid`: the database id per place, when the caller made it
+    (`place_ids`). `meanwhile`: a step of other work, called once per chunk sent, while
+    PostgreSQL stores it (storing a million rows is PostgreSQL's work for seconds)."""
+    if result.columns is None:
+        return None
+    with connection.cursor() as cur:
+        cur.execute("SELECT 1 FROM ranking_rankedfinding WHERE team_id = %s LIMIT 1",
+                    [run.team_id])
+        if cur.fetchone() is not None:
+            return None
+        q = _queue(result, place_ids(result, gathered.finding_ids) if fid is None else fid)
+        rows: dict[int, _Row] = {}
+        hashed: list[int] = []
+
+        def on_chunk(chunk: list[int]) -> None:
+            if row_hashes is not None:
+                hashed.append(row_hashes(zip(chunk, map(rows.__getitem__, chunk),
+                                             strict=True)))
+            if meanwhile is not None:
+                meanwhile()
+
+        _copy(cur, q, team_id=run.team_id, run_id=run.pk, chunks=_chunks(q, rows),
+              on_chunk=on_chunk)
+        _contexts_insert(cur, q.bodies)
+        if len(rows) > _REWRITE_ABOVE:
+            # The planner must know the new queue's size to walk its index for a page.
+            cur.execute("ANALYZE ranking_rankedfinding")
+    counts = {
+        "by_environment": {
+            env: int(c) for env, c in sorted(zip(q.envs, np.bincount(
+                q.env, minlength=len(q.envs)).tolist(), strict=True)) if c},
+        "contexts": len(q.bodies),
+        "moved": len(rows),
+        "updated": len(rows),
+        "left_queue": 0,
+    }
+    return counts, rows, (list(rows), []), sum(hashed) if row_hashes is not None else None
