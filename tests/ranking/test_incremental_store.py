@@ -552,3 +552,13 @@ def test_findings_hashed_part_by_part_sum_to_the_whole():
                                findings_sum=runs._FindingsHash(findings, part=9).total())
     assert later.inputs_digest == whole.inputs_digest and later.findings_sum == whole.findings_sum
     assert later.digest_parts.keys() == whole.digest_parts.keys()
+
+
+def test_due_date_pairs_read_as_the_list_they_stand_for():
+    import numpy as np
+
+    pairs = due_service._Pairs(np.array([5, 9, 12, 40], dtype=np.int64),
+                               np.array([3, 0, 1, 2], dtype=np.int8))
+    whole = [(5, "immediate"), (9, "defer"), (12, "scheduled"), (40, "out-of-cycle")]
+    assert len(pairs) == 4 and list(pairs) == whole and pairs[1] == (9, "defer")
+    assert pairs[1:3] == whole[1:3] and pairs[0:50_000] == whole and pairs[4:8] == []

@@ -10,6 +10,7 @@ against) moves only when a person changes its triage, its due date included.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any
@@ -153,7 +154,7 @@ def finding_due_dates_apply(
 
 
 def finding_due_dates_insert(
-    *, team_id: int, decisions: list[tuple[int, str]], checked_policy: PolicyDays,
+    *, team_id: int, decisions: Sequence[tuple[int, str]], checked_policy: PolicyDays,
     today: date | None = None,
 ) -> int | None:
     """The due dates of ranked findings that have none yet, given as (finding id, decision):
