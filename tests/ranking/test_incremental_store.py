@@ -562,3 +562,32 @@ def test_due_date_pairs_read_as_the_list_they_stand_for():
     whole = [(5, "immediate"), (9, "defer"), (12, "scheduled"), (40, "out-of-cycle")]
     assert len(pairs) == 4 and list(pairs) == whole and pairs[1] == (9, "defer")
     assert pairs[1:3] == whole[1:3] and pairs[0:50_000] == whole and pairs[4:8] == []
+
+
+def test_a_bulk_due_date_insert_refreshes_the_planners_statistics(monkeypatch):
+    """A team's first run inserts a due date per finding; the findings pages join that table,
+    and with its statistics from before (empty) the planner read every due-date row once
+    per row of a page. After a bulk insert the statistics count the rows inserted."""
+    from trustrank.findings.services import due_dates
+    from trustrank.findings.services.due_dates import PolicyDays, finding_due_dates_insert
+
+    team_id = build(findings=300, services=30, edges=90, versions=15, seed=18)
+    with connection.cursor() as cur:
+        cur.execute("SELECT id FROM findings_finding WHERE team_id = %s ORDER BY id", [team_id])
+        ids = [row[0] for row in cur.fetchall()]
+
+    def reltuples() -> float:
+        with connection.cursor() as cur:
+            cur.execute("SELECT reltuples FROM pg_class WHERE relname = 'findings_findingdue'")
+            return cur.fetchone()[0]
+
+    monkeypatch.setattr(due_dates, "ANALYZE_AFTER", 100)
+    assert finding_due_dates_insert(team_id=team_id, decisions=[(i, "defer") for i in ids[:50]],
+                                    checked_policy=PolicyDays()) == 50
+    before = reltuples()
+    assert finding_due_dates_insert(team_id=team_id, decisions=[(i, "scheduled") for i in ids[50:]],
+                                    checked_policy=PolicyDays()) == 250
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*) FROM findings_findingdue")
+        rows = cur.fetchone()[0]
+    assert rows >= 300 and reltuples() == rows != before

@@ -187,20 +187,28 @@ def finding_due_dates_insert(
         try:
             with transaction.atomic():
                 copy_into(cur, "findings_findingdue")
-            return len(decisions)
+            inserted = len(decisions)
         except (IntegrityError, psycopg.IntegrityError):
-            pass
-        cur.execute(
-            "CREATE TEMPORARY TABLE due_new (LIKE findings_findingdue) ON COMMIT DROP"
-        )
-        copy_into(cur, "due_new")
-        cur.execute(
-            "INSERT INTO findings_findingdue SELECT * FROM due_new ORDER BY finding_id "
-            "ON CONFLICT (finding_id) DO NOTHING"
-        )
-        inserted = int(cur.rowcount)
-        cur.execute("DROP TABLE due_new")
+            cur.execute(
+                "CREATE TEMPORARY TABLE due_new (LIKE findings_findingdue) ON COMMIT DROP"
+            )
+            copy_into(cur, "due_new")
+            cur.execute(
+                "INSERT INTO findings_findingdue SELECT * FROM due_new ORDER BY finding_id "
+                "ON CONFLICT (finding_id) DO NOTHING"
+            )
+            inserted = int(cur.rowcount)
+            cur.execute("DROP TABLE due_new")
+        if inserted >= ANALYZE_AFTER:
+            # The planner must know the table grew before the findings pages join it: with
+            # the statistics of the table before (empty, on a first run), it read every
+            # due-date row once per row of a page (seconds), until autovacuum caught up.
+            cur.execute("ANALYZE findings_findingdue")
     return inserted
+
+
+# Rows inserted at once from which the due-date table's statistics are refreshed at once.
+ANALYZE_AFTER = 50_000
 
 
 def triage_policy_set(
