@@ -591,3 +591,41 @@ def test_a_bulk_due_date_insert_refreshes_the_planners_statistics(monkeypatch):
         cur.execute("SELECT count(*) FROM findings_findingdue")
         rows = cur.fetchone()[0]
     assert rows >= 300 and reltuples() == rows != before
+
+
+def _decoded(index, n):
+    versions = {code: v for v, code in index.versions.items()}
+    envs = {code: e for e, code in index.envs.items()}
+    services = {code: s for s, code in index.services.items()}
+    return [(versions[index.record_version[i]], versions[index.context_version[i]],
+             envs[index.env[i]], services[index.service[i]]) for i in range(n)]
+
+
+def test_queue_index_made_in_parts_while_storing_is_the_index_built_whole(monkeypatch):
+    """A full run leaves its queue's index (what the next incremental run finds its places
+    to rescore by) to the store's waits, a part at a time: the same index, whatever the
+    parts, with identity and reliability findings (which name a service) among them."""
+    from trustrank.accounts.models import Team
+    from trustrank.risk.queue import QueueIndex
+
+    from tests.findings.test_api_and_pages import make
+
+    team_id = build(findings=700, services=50, edges=150, versions=25, seed=19)
+    team = Team.objects.get(pk=team_id)
+    for i in range(3):
+        make(team, "reliability", "broken_context", f"hop-{i}")
+        make(team, "identity", "expired", f"cert-{i}")
+    runs._PREVIOUS.clear()
+    assert not _run(team_id).incremental
+    result = runs._PREVIOUS[team_id].result
+    n = len(result.findings)
+    whole = _decoded(QueueIndex.build(result.findings), n)
+    assert result.queue_index is not None
+    assert _decoded(result.queue_index, n) == whole
+    assert any(row[3] != ("", "") for row in whole)
+    for part in (1, 64, n + 5):
+        *_none, index = QueueIndex.in_parts(result.findings, part=part)
+        assert set(_none) == {None} and _decoded(index, n) == whole
+    # The next run, incremental, finds its places through that index.
+    _set_impact(team_id, "svc-3", "very high")
+    assert _run(team_id).incremental

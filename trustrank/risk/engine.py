@@ -346,11 +346,14 @@ def rank(
     settings: RankSettings | None = None,
     analyses: Mapping[str, EnvironmentAnalysis] | None = None,
     with_digest: bool = True,
+    with_index: bool = True,
 ) -> RankResult:
     """Rank every finding of `inputs`. Pure: the same inputs and settings give a
     byte-identical `results.canonical_json`. `analyses` may pass a cached graph analysis
     (see `analyse`); `with_digest=False` skips hashing the inputs (tests, benchmarks, or
-    a caller that hashes them later: `with_inputs_digest`).
+    a caller that hashes them later: `with_inputs_digest`); `with_index=False` leaves
+    the result's `queue_index` to the caller (`queue.QueueIndex.in_parts`; an incremental
+    run from a result without one builds it).
     Raises ValueError when two findings share an id: the id is the last tiebreak."""
     settings = settings or RankSettings()
     _check_ids(inputs.findings)
@@ -358,7 +361,8 @@ def rank(
         analyses = analyse(inputs=inputs, settings=settings, previous=analyses)
         index = ContextIndex(inputs=inputs, analyses=analyses, settings=settings)
         findings, queue_index, columns = assemble(
-            inputs.findings, _Scorer(index, settings).queue(inputs.findings))
+            inputs.findings, _Scorer(index, settings).queue(inputs.findings),
+            with_index=with_index)
         findings_sum = findings_hash_sum(inputs.findings) if with_digest else None
         parts: dict[str, tuple[Any, bytes]] = {}
         digest = inputs_digest(

@@ -13,7 +13,7 @@ places whose finding is not the previous one (what the store has to write).
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import add, attrgetter, itemgetter
@@ -56,20 +56,40 @@ class QueueIndex:
 
     @classmethod
     def build(cls, findings: Sequence[RankedFinding]) -> QueueIndex:
-        n = len(findings)
+        *_parts, index = cls.in_parts(findings, part=max(1, len(findings)))
+        assert index is not None
+        return index
+
+    @classmethod
+    def in_parts(
+        cls, findings: Sequence[RankedFinding], part: int = 100_000,
+    ) -> Iterator[QueueIndex | None]:
+        """`build`, `part` places at a time: None after each part, then the index (a caller
+        can do the work between other work: a ranking run does it while PostgreSQL
+        stores the queue)."""
         versions: dict[str, int] = {"": 0}
         envs: dict[str, int] = {"": 0}
         services: dict[tuple[str, str], int] = {("", ""): 0}
-        records = list(map(itemgetter(_RECORD), findings))
-        record_version = _codes(map(_record_version, records), versions, n)
-        context_version = _codes(map(itemgetter(_CONTEXT_VERSION), findings), versions, n)
-        env = _codes(map(_record_env, records), envs, n)
-        service = np.zeros(n, dtype=np.int32)
-        # Only non-vulnerability findings name an environment: few places.
-        for i in np.flatnonzero(env).tolist():
-            f = records[i]
-            service[i] = services.setdefault((f.environment, f.service), len(services))
-        return cls(versions, envs, services, record_version, context_version, env, service)
+        columns: list[list[np.ndarray[Any, Any]]] = [[], [], [], []]
+        for start in range(0, len(findings), part):
+            chunk = findings[start : start + part]
+            n = len(chunk)
+            records = list(map(itemgetter(_RECORD), chunk))
+            env = _codes(map(_record_env, records), envs, n)
+            service = np.zeros(n, dtype=np.int32)
+            # Only non-vulnerability findings name an environment: few places.
+            for i in np.flatnonzero(env).tolist():
+                f = records[i]
+                service[i] = services.setdefault((f.environment, f.service), len(services))
+            for k, values in enumerate((
+                _codes(map(_record_version, records), versions, n),
+                _codes(map(itemgetter(_CONTEXT_VERSION), chunk), versions, n), env, service,
+            )):
+                columns[k].append(values)
+            yield None
+        record_version, context_version, env, service = (
+            np.concatenate(c) if c else np.zeros(0, dtype=np.int32) for c in columns)
+        yield cls(versions, envs, services, record_version, context_version, env, service)
 
     def places(self, findings: Sequence[RankedFinding]) -> dict[str, int]:
         """Finding id -> place in `findings` (the queue this index is of)."""
@@ -190,9 +210,10 @@ _HEAD = attrgetter("kind", "component_key", "baseline")
 
 
 def assemble(
-    records: Sequence[Finding], cols: QueueColumns,
-) -> tuple[tuple[RankedFinding, ...], QueueIndex, RankedColumns]:
-    """The queue of `records` scored as `cols`, its index and its columns. Queue order:
+    records: Sequence[Finding], cols: QueueColumns, *, with_index: bool = True,
+) -> tuple[tuple[RankedFinding, ...], QueueIndex | None, RankedColumns]:
+    """The queue of `records` scored as `cols`, its index (unless not `with_index`) and its
+    columns. Queue order:
     decision (most urgent first), deployed before deployed nowhere, score (highest first),
     finding id; sorted by numpy on those columns (the id by its place among the ids in
     string order), and each ranked finding made of its columns by passes in C."""
@@ -214,7 +235,7 @@ def assemble(
                         map(cols.tails.__getitem__, columns.tail.tolist())),
                zip(ranked))
     findings: tuple[RankedFinding, ...] = tuple(map(_new_ranked, repeat(RankedFinding), rows))
-    return findings, QueueIndex.build(findings), columns
+    return findings, QueueIndex.build(findings) if with_index else None, columns
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,8 @@ from trustrank.ranking.services.store import _collector_paused, _store, services
 from trustrank.ranking.services.store_columns import place_ids, store_first_from_columns
 from trustrank.risk import inputs as ri
 from trustrank.risk.engine import rank, rank_incremental, with_inputs_digest
-from trustrank.risk.results import RankResult, findings_hash_sum
+from trustrank.risk.queue import QueueIndex
+from trustrank.risk.results import RankedFinding, RankResult, findings_hash_sum
 
 log = logging.getLogger(__name__)
 
@@ -200,8 +201,10 @@ def _execute(run: RankingRun) -> None:
             previous_places=_places_in(cached),
         )
     else:
-        # The inputs digest is made later, while PostgreSQL stores the queue.
-        result = rank(inputs=gathered.inputs, settings=rs, with_digest=False)
+        # The inputs digest and the queue's index are made later, while PostgreSQL
+        # stores the queue (`_Meanwhile`).
+        result = rank(inputs=gathered.inputs, settings=rs, with_digest=False,
+                      with_index=False)
     t2 = time.perf_counter()
     _phase(run, "storing")
     # A team's first run: the due dates of findings that have none go in beside the queue,
@@ -210,11 +213,11 @@ def _execute(run: RankingRun) -> None:
     fid = (place_ids(result, gathered.finding_ids)
            if not incremental and result.columns is not None else None)
     early = None if incremental else DueInserter.start(run.team_id, gathered, result, fid=fid)
-    hasher = None if incremental else _FindingsHash(gathered.inputs.findings)
+    meanwhile = None if incremental else _Meanwhile(gathered.inputs.findings, result.findings)
     with transaction.atomic():
         stored = store_first_from_columns(
             run=run, result=result, gathered=gathered, row_hashes=_row_hashes, fid=fid,
-            meanwhile=hasher.step if hasher is not None else None,
+            meanwhile=meanwhile.step if meanwhile is not None else None,
         ) if fid is not None else None
         counts, rows, (changed, gone), rows_hash = stored or _store(
             run=run, result=result, gathered=gathered,
@@ -224,9 +227,8 @@ def _execute(run: RankingRun) -> None:
             if incremental and cached is not None else None,
             row_hashes=_row_hashes,
         )
-        if hasher is not None:
-            result = with_inputs_digest(result, inputs=gathered.inputs, settings=rs,
-                                        findings_sum=hasher.total())
+        if meanwhile is not None:
+            result = meanwhile.finish(result, inputs=gathered.inputs, settings=rs)
         t3 = time.perf_counter()
         if incremental and cached is not None and cached.results_digest:
             digest = _rows_digest_update(cached.results_digest, before=cached.rows,
@@ -313,6 +315,34 @@ class _FindingsHash:
         while self.at < len(self.findings):
             self.step()
         return self.sum % _MODULUS
+
+
+class _Meanwhile:
+    """What a full run does while PostgreSQL stores its queue, a step per chunk sent (see
+    `store_columns.store_first_from_columns`): the findings' hash sum for the inputs
+    digest, a part at a time, then the queue's index for the next incremental run
+    (`QueueIndex.in_parts`). `finish` does what is left and gives the result both."""
+
+    def __init__(self, findings: tuple[ri.Finding, ...],
+                 queue: tuple[RankedFinding, ...]) -> None:
+        self.hash = _FindingsHash(findings)
+        self.index_parts = QueueIndex.in_parts(queue)
+        self.index: QueueIndex | None = None
+
+    def step(self) -> None:
+        if self.hash.at < len(self.hash.findings):
+            self.hash.step()
+        elif self.index is None:
+            self.index = next(self.index_parts)
+
+    def finish(self, result: RankResult, *, inputs: ri.RankInputs,
+               settings: ri.RankSettings) -> RankResult:
+        findings_sum = self.hash.total()
+        while self.index is None:
+            self.index = next(self.index_parts)
+        return replace(with_inputs_digest(result, inputs=inputs, settings=settings,
+                                          findings_sum=findings_sum),
+                       queue_index=self.index)
 
 
 def _decided_anew(
