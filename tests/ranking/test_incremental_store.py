@@ -605,10 +605,9 @@ def test_queue_index_made_in_parts_while_storing_is_the_index_built_whole(monkey
     """A full run leaves its queue's index (what the next incremental run finds its places
     to rescore by) to the store's waits, a part at a time: the same index, whatever the
     parts, with identity and reliability findings (which name a service) among them."""
+    from tests.findings.test_api_and_pages import make
     from trustrank.accounts.models import Team
     from trustrank.risk.queue import QueueIndex
-
-    from tests.findings.test_api_and_pages import make
 
     team_id = build(findings=700, services=50, edges=150, versions=25, seed=19)
     team = Team.objects.get(pk=team_id)
@@ -629,3 +628,26 @@ def test_queue_index_made_in_parts_while_storing_is_the_index_built_whole(monkey
     # The next run, incremental, finds its places through that index.
     _set_impact(team_id, "svc-3", "very high")
     assert _run(team_id).incremental
+
+
+def test_a_run_commits_without_waiting_for_the_disk_and_resets_the_session(monkeypatch):
+    """A run's writes are derived data: its session does not wait for the WAL flush at
+    commit, nor use the JIT; the connection is as before once the run is done."""
+    seen: list[tuple[str, str]] = []
+
+    def execute(run):
+        with connection.cursor() as cur:
+            cur.execute("SELECT current_setting('synchronous_commit'), current_setting('jit')")
+            seen.append(cur.fetchone())
+
+    team_id = build(findings=20, services=5, edges=5, versions=2, seed=20)
+    with connection.cursor() as cur:
+        cur.execute("SELECT current_setting('synchronous_commit'), current_setting('jit')")
+        before = cur.fetchone()
+    monkeypatch.setattr(runs, "_execute", execute)
+    run = ranking_run_request(team_id=team_id, trigger="test", delay_seconds=0)
+    assert runs.ranking_run_execute(run_id=run.pk) == "done"
+    assert seen == [("off", "off")]
+    with connection.cursor() as cur:
+        cur.execute("SELECT current_setting('synchronous_commit'), current_setting('jit')")
+        assert cur.fetchone() == before != ("off", "off")

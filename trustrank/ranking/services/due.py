@@ -156,6 +156,9 @@ class DueInserter:
 
     def _run(self, team_id: int, policy: PolicyDays) -> None:
         try:
+            with connection.cursor() as cur:
+                # As the run's own connection (`runs._run_settings`): derived data.
+                cur.execute("SET synchronous_commit = off")
             with transaction.atomic():
                 self.inserted = finding_due_dates_insert(
                     team_id=team_id, decisions=self.decisions, checked_policy=policy)
