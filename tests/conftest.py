@@ -115,6 +115,17 @@ def _fresh_overload_cache() -> Iterator[None]:
     ingest_overload_cache_clear()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_api_key_cache() -> Iterator[None]:
+    """Each test looks its keys up anew (the telemetry receivers trust a good key for a few
+    seconds per process)."""
+    from trustrank.accounts.services import api_key_cache_clear
+
+    api_key_cache_clear()
+    yield
+    api_key_cache_clear()
+
+
 def _queues_drop(prefix: str) -> None:
     """Remove this run's queues and any message left in them (tests that leave a job queued
     on purpose), from Redis or from the filesystem broker's folder."""

@@ -298,6 +298,10 @@ TRUSTRANK_TRACE_SPAN_FRAMES = envint("TRUSTRANK_TRACE_SPAN_FRAMES", 40, minimum=
 TRUSTRANK_INGEST_OVERLOAD_CACHE_SECONDS = envfloat(
     "TRUSTRANK_INGEST_OVERLOAD_CACHE_SECONDS", 1.0
 )
+# The telemetry receivers (/v1/metrics, /v1/traces, /api/v1/write) trust an API key found
+# good for this many seconds per process without looking it up again: a key revoked
+# elsewhere is refused by every process within this time. 0 looks every request up.
+TRUSTRANK_API_KEY_CACHE_SECONDS = envfloat("TRUSTRANK_API_KEY_CACHE_SECONDS", 5.0)
 CELERY_BEAT_SCHEDULE["runtime-traces-sweep"] = {
     "task": "trustrank.runtime.tasks.runtime_traces_sweep",
     "schedule": timedelta(seconds=envint("TRUSTRANK_TRACE_SWEEP_SECONDS", 30, minimum=1)),

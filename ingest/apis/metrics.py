@@ -42,7 +42,7 @@ from ingest.receivers import (
 from trustrank.accounts.auth import key_from_headers
 from trustrank.accounts.models import ApiKey, Scope, Team
 from trustrank.accounts.principal import Principal, principal_for_key, principal_for_request
-from trustrank.accounts.services import api_key_authenticate
+from trustrank.accounts.services import api_key_authenticate_cached
 from trustrank.cluster.services.objects import ClusterNameInvalid, cluster_name_clean
 from trustrank.lib.api import problem_response
 from trustrank.parsers.kubernetes import KubernetesError, kubernetes_parse
@@ -72,7 +72,7 @@ def _key(request: HttpRequest) -> tuple[ApiKey | None, str]:
     if not secret:
         return None, ("Authentication required: send the API key as "
                       "'Authorization: Bearer <key>' or 'X-Api-Key'.")
-    api_key = api_key_authenticate(secret=secret)
+    api_key = api_key_authenticate_cached(secret=secret)
     if api_key is None:
         return None, "The API key is invalid or revoked."
     return api_key, ""

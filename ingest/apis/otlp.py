@@ -23,7 +23,7 @@ from ingest.submit import traces_submit
 from trustrank.accounts.auth import key_from_headers
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_key
-from trustrank.accounts.services import api_key_authenticate
+from trustrank.accounts.services import api_key_authenticate_cached
 from trustrank.lib.api import problem_response
 from trustrank.parsers.otlp import (
     ENCODINGS,
@@ -65,7 +65,7 @@ def traces_export(request: HttpRequest) -> HttpResponse:
         )
         response["WWW-Authenticate"] = 'Bearer realm="trustrank"'
         return response
-    api_key = api_key_authenticate(secret=secret)
+    api_key = api_key_authenticate_cached(secret=secret)
     if api_key is None:
         response = _error(
             reply_encoding, 401, _RPC_UNAUTHENTICATED, "The API key is invalid or revoked."

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
+import subprocess
+import sys
 
 import pytest
 from django.core.management import CommandError, call_command
 
+from tests.conftest import ROOT
 from trustrank.accounts.models import ApiKey, Team
 from trustrank.accounts.services import (
     InvalidScope,
@@ -102,3 +106,79 @@ def test_keys_of_other_teams_and_non_admins_are_out_of_reach(team, other_team, m
     assert refused.status_code == 200
     assert not ApiKey.objects.filter(name="x").exists()
     assert api_key_authenticate(secret=foreign.secret) is not None
+
+
+def _revoke_elsewhere(key: ApiKey) -> None:
+    """As another process revokes a key: a row update this process does not see."""
+    from django.utils import timezone
+
+    ApiKey.objects.filter(pk=key.pk).update(revoked_at=timezone.now())
+
+
+def test_cached_key_revoked_elsewhere_stops_authenticating_within_the_cache_time(
+    team, settings, monkeypatch
+):
+    from trustrank.accounts import services
+
+    settings.TRUSTRANK_API_KEY_CACHE_SECONDS = 5
+    now = [1000.0]
+    monkeypatch.setattr(services, "_clock", lambda: now[0])
+    issued = api_key_issue(team=team, name="collector", scopes=["metrics:write"])
+    assert services.api_key_authenticate_cached(secret=issued.secret) == issued.api_key
+    _revoke_elsewhere(issued.api_key)
+    now[0] += 4.9
+    assert services.api_key_authenticate_cached(secret=issued.secret) == issued.api_key
+    now[0] += 0.2
+    assert services.api_key_authenticate_cached(secret=issued.secret) is None
+    assert services.api_key_authenticate_cached(secret=issued.secret) is None
+
+
+def test_cached_key_revoked_by_this_process_stops_at_once(team, settings):
+    from trustrank.accounts.services import api_key_authenticate_cached
+
+    settings.TRUSTRANK_API_KEY_CACHE_SECONDS = 3600
+    issued = api_key_issue(team=team, name="collector", scopes=["metrics:write"])
+    assert api_key_authenticate_cached(secret=issued.secret) == issued.api_key
+    api_key_revoke(api_key=issued.api_key)
+    assert api_key_authenticate_cached(secret=issued.secret) is None
+
+
+def test_cached_authentication_saves_the_query_and_zero_turns_it_off(
+    team, settings, django_assert_num_queries
+):
+    from trustrank.accounts.services import api_key_authenticate_cached
+
+    issued = api_key_issue(team=team, name="collector", scopes=["metrics:write"])
+    settings.TRUSTRANK_API_KEY_CACHE_SECONDS = 5
+    api_key_authenticate_cached(secret=issued.secret)
+    with django_assert_num_queries(0):
+        assert api_key_authenticate_cached(secret=issued.secret) == issued.api_key
+    settings.TRUSTRANK_API_KEY_CACHE_SECONDS = 0
+    _revoke_elsewhere(issued.api_key)
+    assert api_key_authenticate_cached(secret=issued.secret) is None
+
+
+def test_a_refused_secret_is_not_remembered(team, settings):
+    from trustrank.accounts.services import api_key_authenticate_cached
+
+    settings.TRUSTRANK_API_KEY_CACHE_SECONDS = 3600
+    issued = api_key_issue(team=team, name="collector", scopes=["metrics:write"])
+    assert api_key_authenticate_cached(secret=issued.secret + "x") is None
+    assert api_key_authenticate_cached(secret=issued.secret) == issued.api_key
+
+
+def _setting(name: str, **env: str) -> subprocess.CompletedProcess[str]:
+    code = f"import django; django.setup(); from django.conf import settings; print(settings.{name})"
+    full = {k: v for k, v in os.environ.items() if k != "TRUSTRANK_API_KEY_CACHE_SECONDS"}
+    full.update(DJANGO_SETTINGS_MODULE="trustrank.settings", SECRET_KEY="x" * 50, **env)
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=full,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_api_key_cache_seconds_is_read_from_the_environment():
+    assert _setting("TRUSTRANK_API_KEY_CACHE_SECONDS").stdout.strip() == "5.0"
+    chosen = _setting("TRUSTRANK_API_KEY_CACHE_SECONDS", TRUSTRANK_API_KEY_CACHE_SECONDS="0.5")
+    assert chosen.stdout.strip() == "0.5"
+    bad = _setting("TRUSTRANK_API_KEY_CACHE_SECONDS", TRUSTRANK_API_KEY_CACHE_SECONDS="soon")
+    assert bad.returncode != 0
+    assert "TRUSTRANK_API_KEY_CACHE_SECONDS='soon' is not a number" in bad.stderr

@@ -7,6 +7,7 @@ import hmac
 import logging
 import math
 import secrets
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -30,6 +31,12 @@ log = logging.getLogger(__name__)
 # last_used_at is only written when older than this, so a busy exporter does not turn every
 # request into a row update.
 _LAST_USED_RESOLUTION = timedelta(seconds=60)
+
+# api_key_authenticate_cached: SHA-256 of a secret -> (its key, monotonic time looked up).
+# Per process, bounded (emptied when full: a process serves a handful of exporters' keys).
+_KEY_CACHE: dict[str, tuple[ApiKey, float]] = {}
+_KEY_CACHE_MAX = 1_000
+_clock = time.monotonic
 
 
 class InvalidScope(ValueError):
@@ -113,9 +120,40 @@ def api_key_authenticate(*, secret: str) -> ApiKey | None:
     return key
 
 
+def api_key_authenticate_cached(*, secret: str) -> ApiKey | None:
+    """As `api_key_authenticate`, for the telemetry receivers (a Collector sends several
+    requests a second with one key): a key found good is trusted again for
+    TRUSTRANK_API_KEY_CACHE_SECONDS without a query. So a key revoked (or given other
+    scopes) by another process keeps working in this one for at most that long; one revoked
+    by this process stops at once. A refused secret is never remembered: a key issued just
+    now works at once."""
+    ttl = settings.TRUSTRANK_API_KEY_CACHE_SECONDS
+    if ttl <= 0:
+        return api_key_authenticate(secret=secret)
+    digest, now = _digest(secret), _clock()
+    hit = _KEY_CACHE.get(digest)
+    if hit is not None and now - hit[1] < ttl:
+        return hit[0]
+    key = api_key_authenticate(secret=secret)
+    if key is None:
+        _KEY_CACHE.pop(digest, None)
+        return None
+    if len(_KEY_CACHE) >= _KEY_CACHE_MAX:
+        _KEY_CACHE.clear()
+    _KEY_CACHE[digest] = (key, now)
+    return key
+
+
+def api_key_cache_clear() -> None:
+    _KEY_CACHE.clear()
+
+
 @transaction.atomic
 def api_key_revoke(*, api_key: ApiKey) -> None:
     ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    # This process forgets the key at once; others within TRUSTRANK_API_KEY_CACHE_SECONDS.
+    for digest in [d for d, (key, _) in _KEY_CACHE.items() if key.pk == api_key.pk]:
+        del _KEY_CACHE[digest]
 
 
 # --- Sign-in throttling ---------------------------------------------------------------------
