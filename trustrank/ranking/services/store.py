@@ -104,12 +104,9 @@ def _store(
     and whose row was dropped, and, when the whole queue was written and `row_hashes`
     given, `row_hashes` of every (finding id, row): computed chunk by chunk while
     PostgreSQL stores the chunk before, where it costs no wall time."""
+    # A team's first queue from a full run is written by `store_columns` (the runs module
+    # tries it first); with no stored row `_store_rows` writes every row as new.
     with _collector_paused():
-        if before is None and previous is None:
-            first = _store_first(run=run, result=result, gathered=gathered,
-                                 row_hashes=row_hashes)
-            if first is not None:
-                return first
         return _store_rows(run=run, result=result, gathered=gathered, before=before,
                            previous=previous, previous_ids=previous_ids,
                            row_hashes=row_hashes)
@@ -132,49 +129,6 @@ def _contexts_insert(cur: Any, new_context: dict[str, bytes]) -> None:
         "ON CONFLICT (digest) DO NOTHING",
         [_json_object({d: b for d, b in new_context.items() if d not in stored})],
     )
-
-
-def _store_first(
-    *, run: RankingRun, result: RankResult, gathered: Gathered,
-    row_hashes: Callable[[Iterable[tuple[int, _Row]]], int] | None,
-) -> tuple[dict[str, Any], dict[int, _Row], tuple[list[int], list[int]], int | None] | None:
-    """A team's first queue, written while it is made: a chunk's rows are made while
-    PostgreSQL stores the chunk before (the rows of a million findings took seconds to
-    make, during which PostgreSQL waited). What `_store_rows` does for a queue with no
-    stored row (everything new, nothing moved, no history); None when the team has stored
-    rows: then `_store_rows` compares."""
-    with connection.cursor() as cur:
-        cur.execute("SELECT 1 FROM ranking_rankedfinding WHERE team_id = %s LIMIT 1",
-                    [run.team_id])
-        if cur.fetchone() is not None:
-            return None
-        contexts: dict[tuple[Any, ...], tuple[str, bytes]] = {}
-        rows: dict[int, _Row] = {}
-        env_counter: dict[str, int] = {}
-        hashed: list[int] = []
-
-        def on_chunk(chunk: list[int]) -> None:
-            if row_hashes is not None:
-                hashed.append(row_hashes(zip(chunk, map(rows.__getitem__, chunk),
-                                             strict=True)))
-
-        _copy_ranked_chunks(
-            cur, team_id=run.team_id, run_id=run.pk, rows=rows, on_chunk=on_chunk,
-            chunks=_queue_row_chunks(result.findings, gathered.finding_ids, contexts, rows,
-                                     env_counter))
-        new_context = {ctx[0]: ctx[1] for ctx in contexts.values()}
-        _contexts_insert(cur, new_context)
-        if len(rows) > _REWRITE_ABOVE:
-            # The planner must know the new queue's size to walk its index for a page.
-            cur.execute("ANALYZE ranking_rankedfinding")
-    counts = {
-        "by_environment": {env: n for env, n in sorted(env_counter.items())},
-        "contexts": len(new_context),
-        "moved": len(rows),
-        "updated": len(rows),
-        "left_queue": 0,
-    }
-    return counts, rows, (list(rows), []), sum(hashed) if row_hashes is not None else None
 
 
 def _store_rows(

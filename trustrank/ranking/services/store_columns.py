@@ -1,6 +1,6 @@
 """A team's first queue stored from the engine's columns (`RankResult.columns`).
 
-What `store._store_first` does with a pass over a million ranked tuples (the environment,
+What `store._store_rows` does with a pass over a million ranked tuples (the environment,
 the context key and the row of each), done here by array operations on the queue's
 columns: the environment of a place is its tail's, its context is that of its pair of
 codes (`queue.RankedColumns`), its environment rank is its place among the places of its
@@ -167,12 +167,12 @@ def store_first_from_columns(
     fid: np.ndarray[Any, Any] | None = None,
     meanwhile: Callable[[], object] | None = None,
 ) -> tuple[dict[str, Any], dict[int, _Row], tuple[list[int], list[int]], int | None] | None:
-    """`store._store_first` for a result with columns (a full run): the team's first
-    queue, each chunk's rows made and hashed while PostgreSQL stores the chunk before.
-    None when the result has no columns or the team has stored rows (then
-    `store._store` compares). `fid`: the database id per place, when the caller made it
-    (`place_ids`). `meanwhile`: a step of other work, called once per chunk sent, while
-    PostgreSQL stores it (storing a million rows is PostgreSQL's work for seconds)."""
+    """Write the team's first queue from a result with columns (a full run), each chunk's
+    rows made and hashed while PostgreSQL stores the chunk before. None when the result has
+    no columns or the team has stored rows (then `store._store` compares). `fid`: the
+    database id per place, when the caller made it (`place_ids`). `meanwhile`: a step of
+    other work, called once per chunk sent, while PostgreSQL stores it (storing a million
+    rows is PostgreSQL's work for seconds)."""
     if result.columns is None:
         return None
     with connection.cursor() as cur:
