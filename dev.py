@@ -365,7 +365,7 @@ def run_demo() -> int:
         connections.close_all()
 
         base_url = f"http://127.0.0.1:{port}"
-        queues = f"{settings.INGEST_HIGH_QUEUE},{settings.INGEST_QUEUE}"
+        queues = f"{settings.INGEST_HIGH_QUEUE},{settings.INGEST_QUEUE},{settings.BATCH_QUEUE}"
         say(f"starting gunicorn on {base_url} and a Celery worker on {queues} (logs in {log_dir})")
         children.append(Child(
             name="gunicorn",

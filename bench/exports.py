@@ -123,7 +123,7 @@ def main() -> None:
                        job_env, logs / "gunicorn-job.log")
         worker = fl.start([sys.executable, "-m", "celery", "-A", "trustrank", "worker",
                            "--pool", "solo", "-Q",
-                           f"{settings.INGEST_HIGH_QUEUE},{settings.INGEST_QUEUE}",
+                           f"{settings.INGEST_HIGH_QUEUE},{settings.INGEST_QUEUE},{settings.BATCH_QUEUE}",
                            "-l", "warning", "-n", f"bench-exports-{os.getpid()}@%h",
                            "--without-gossip", "--without-mingle"], job_env, logs / "worker.log")
         try:

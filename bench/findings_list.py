@@ -319,7 +319,7 @@ def main() -> None:
 
     # --pool solo: the export runs in the worker's main process, whose VmHWM is its peak.
     worker = start([sys.executable, "-m", "celery", "-A", "trustrank", "worker", "--pool",
-                    "solo", "-Q", f"{settings.INGEST_HIGH_QUEUE},{settings.INGEST_QUEUE}", "-l",
+                    "solo", "-Q", f"{settings.INGEST_HIGH_QUEUE},{settings.INGEST_QUEUE},{settings.BATCH_QUEUE}", "-l",
                     "warning",
                     "-n", f"bench-findings-{os.getpid()}@%h", "--without-gossip",
                     "--without-mingle"], env, logs / "worker.log")

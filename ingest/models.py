@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import uuid
 
-from django.conf import settings
 from django.db import models
+
+from trustrank.jobs.models import Job, JobStatus
+
+__all__ = ["IngestJob", "IngestPayload", "JobKind", "JobStatus"]
 
 
 class JobKind(models.TextChoices):
@@ -19,17 +22,11 @@ class JobKind(models.TextChoices):
     TELEMETRY = "telemetry", "Cluster and GPU telemetry"
 
 
-class JobStatus(models.TextChoices):
-    QUEUED = "queued", "Queued"
-    RUNNING = "running", "Running"
-    DONE = "done", "Done"
-    FAILED = "failed", "Failed"
-
-
-class IngestJob(models.Model):
-    """One upload or import. The raw payload is stored (IngestPayload) before the request is
-    answered; workers claim the row with a conditional UPDATE and renew a lease while they
-    work, so a killed worker's job is found by the sweep and run again from the payload."""
+class IngestJob(Job):
+    """One upload or import (the job kind "ingest"). The raw payload is stored
+    (IngestPayload) before the request is answered; the job runner claims the row and renews
+    its lease while a loader works, so a killed worker's job is found by the sweep and run
+    again from the payload."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     # No single-column indexes on the team and the status: the two indexes of Meta lead
@@ -37,33 +34,14 @@ class IngestJob(models.Model):
     team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="jobs",
                              db_index=False)
     kind = models.CharField(max_length=24, choices=JobKind.choices)
-    status = models.CharField(
-        max_length=16, choices=JobStatus.choices, default=JobStatus.QUEUED
-    )
     # What the payload is about (projectName/projectVersion, environment, …), JSON only.
     params = models.JSONField(default=dict, blank=True)
     digest = models.CharField(max_length=64, help_text="SHA-256 of the raw payload")
     size_bytes = models.BigIntegerField(default=0)
     content_type = models.CharField(max_length=120, blank=True)
     filename = models.CharField(max_length=255, blank=True)
-    priority = models.PositiveSmallIntegerField(default=10)
-    submitted_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
-    api_key = models.ForeignKey("accounts.ApiKey", null=True, blank=True, on_delete=models.SET_NULL)
-    submitter_label = models.CharField(max_length=160, blank=True)
-    attempts = models.PositiveSmallIntegerField(default=0)
-    phase = models.CharField(max_length=40, blank=True)
-    progress_done = models.BigIntegerField(default=0)
-    progress_total = models.BigIntegerField(null=True, blank=True)
     counts = models.JSONField(default=dict, blank=True)
     result = models.JSONField(default=dict, blank=True)
-    error = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
-    enqueued_at = models.DateTimeField(null=True, blank=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    lease_until = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -74,16 +52,6 @@ class IngestJob(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} job {self.id} ({self.status})"
-
-    @property
-    def is_finished(self) -> bool:
-        return self.status in (JobStatus.DONE, JobStatus.FAILED)
-
-    @property
-    def duration_seconds(self) -> float | None:
-        if self.started_at and self.finished_at:
-            return (self.finished_at - self.started_at).total_seconds()
-        return None
 
 
 class IngestPayload(models.Model):

@@ -10,6 +10,9 @@ from ingest.models import IngestJob
 class IngestJobSerializer(serializers.ModelSerializer):
     team = serializers.CharField(source="team.name", read_only=True, allow_null=True)
     status_url = serializers.SerializerMethodField()
+    requested_by = serializers.CharField(source="requested_by_label", read_only=True)
+    # The name `requested_by` had before every job kind spelled it the same way.
+    submitter_label = serializers.CharField(source="requested_by_label", read_only=True)
     duration_seconds = serializers.FloatField(read_only=True)
 
     class Meta:
@@ -25,6 +28,7 @@ class IngestJobSerializer(serializers.ModelSerializer):
             "content_type",
             "filename",
             "priority",
+            "requested_by",
             "submitter_label",
             "attempts",
             "phase",
@@ -49,5 +53,7 @@ class IngestJobSerializer(serializers.ModelSerializer):
         if getattr(instance, "is_foreign", False):
             # Another team's feed import: who ran it (team, key or person, file name) is
             # theirs to know.
-            data.update({"team": None, "submitter_label": "", "filename": ""})
+            data.update(
+                {"team": None, "requested_by": "", "submitter_label": "", "filename": ""}
+            )
         return data

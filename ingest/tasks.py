@@ -3,28 +3,24 @@
 from __future__ import annotations
 
 from celery import shared_task
-from django.db import OperationalError
 
 from ingest import services
-from ingest.errors import IngestTransient
 from trustrank.lib.tasks import IngestQueueTask
 
 
-@shared_task(
-    acks_late=True,
-    reject_on_worker_lost=True,
-    autoretry_for=(IngestTransient, OperationalError),
-    retry_backoff=True,
-    retry_backoff_max=300,
-    max_retries=5,
-)
-def ingest_job_run(job_id: str) -> None:
-    services.job_run(job_id=job_id)
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def ingest_job_run(job_id: str) -> str:
+    """The name ingest jobs were sent under before the one job system: messages queued
+    under it still run (through the job runner)."""
+    return services.job_run(job_id=job_id)
 
 
 @shared_task(acks_late=True)
 def ingest_jobs_sweep() -> dict[str, int]:
-    return services.jobs_sweep()
+    """The sweep's name before the one job system (beat entries of an old schedule file)."""
+    from trustrank.jobs.sweep import jobs_sweep
+
+    return jobs_sweep()
 
 
 def _feed_import_scheduled(kind: str) -> str | None:

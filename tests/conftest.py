@@ -101,6 +101,7 @@ def _isolated_queues() -> Iterator[None]:
     settings.QUEUE_PREFIX_FOR_TESTS = prefix
     settings.INGEST_QUEUE = f"{prefix}ingest"
     settings.INGEST_HIGH_QUEUE = f"{prefix}ingest_high"
+    settings.BATCH_QUEUE = f"{prefix}batch"
     yield
     _queues_drop(prefix)
 
@@ -181,7 +182,7 @@ class WorkerProcess:
         beat: bool = False,
     ) -> None:
         self.log_path = log_path
-        names = queues or [settings.INGEST_HIGH_QUEUE, settings.INGEST_QUEUE]
+        names = queues or [settings.INGEST_HIGH_QUEUE, settings.INGEST_QUEUE, settings.BATCH_QUEUE]
         command = [
             sys.executable,
             "-m",

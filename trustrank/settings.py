@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "django_filters",
     "django_htmx",
     "trustrank.accounts",
+    "trustrank.jobs",
     "trustrank.inventory",
     "trustrank.vulns",
     "trustrank.runtime",
@@ -235,6 +236,9 @@ elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
 QUEUE_PREFIX = envstr("TRUSTRANK_QUEUE_PREFIX", "")
 INGEST_QUEUE = f"{QUEUE_PREFIX}ingest"
 INGEST_HIGH_QUEUE = f"{QUEUE_PREFIX}ingest_high"
+# Batch work (replay runs, large exports, periodic full re-ranks) has a queue of its own,
+# listed last by every worker: interactive work goes first.
+BATCH_QUEUE = f"{QUEUE_PREFIX}batch"
 CELERY_TASK_DEFAULT_QUEUE = INGEST_QUEUE
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -245,8 +249,8 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
-    "ingest-sweep": {
-        "task": "ingest.tasks.ingest_jobs_sweep",
+    "jobs-sweep": {
+        "task": "trustrank.jobs.tasks.jobs_sweep",
         "schedule": timedelta(seconds=envint("TRUSTRANK_SWEEP_SECONDS", 60, minimum=1)),
     },
 }
@@ -261,6 +265,27 @@ TRUSTRANK_JOB_HEARTBEAT_SECONDS = envfloat("TRUSTRANK_JOB_HEARTBEAT_SECONDS", 2.
 # A queued job not picked up for this long is enqueued again (a lost broker message).
 TRUSTRANK_JOB_REQUEUE_SECONDS = envint("TRUSTRANK_JOB_REQUEUE_SECONDS", 300, minimum=1)
 TRUSTRANK_JOB_MAX_ATTEMPTS = envint("TRUSTRANK_JOB_MAX_ATTEMPTS", 5, minimum=1)
+# A job's database session: no statement runs longer, no lock is waited for longer (a lock
+# timeout is a transient error: the job is tried again with back-off).
+TRUSTRANK_JOB_STATEMENT_TIMEOUT_SECONDS = envint(
+    "TRUSTRANK_JOB_STATEMENT_TIMEOUT_SECONDS", 900, minimum=1
+)
+TRUSTRANK_JOB_LOCK_TIMEOUT_SECONDS = envint("TRUSTRANK_JOB_LOCK_TIMEOUT_SECONDS", 120, minimum=1)
+# Batch jobs run in at most this many slots at once (site-wide) and per team: keep it below
+# the number of worker processes so interactive work always finds a free worker.
+# Tests only: each progress report of a job sleeps this long, so a test can kill a worker in
+# the middle of any kind of job.
+TRUSTRANK_JOB_TEST_SLOW_PROGRESS_SECONDS = (
+    envfloat("TRUSTRANK_JOB_TEST_SLOW_PROGRESS_SECONDS", 0.0) if TESTING else 0.0
+)
+TRUSTRANK_JOBS_BATCH_SLOTS = envint("TRUSTRANK_JOBS_BATCH_SLOTS", 1, minimum=1)
+TRUSTRANK_JOBS_BATCH_SLOTS_PER_TEAM = envint("TRUSTRANK_JOBS_BATCH_SLOTS_PER_TEAM", 1, minimum=1)
+# Queued jobs of a costly kind one team may have; one more is answered 429 with Retry-After.
+TRUSTRANK_JOBS_QUEUED_MAX_PER_TEAM: dict[str, int] = {
+    "replay_run": envint("TRUSTRANK_JOBS_QUEUED_MAX_REPLAY", 10, minimum=1),
+    "export": envint("TRUSTRANK_JOBS_QUEUED_MAX_EXPORT", 10, minimum=1),
+    "bulk_triage": envint("TRUSTRANK_JOBS_QUEUED_MAX_BULK_TRIAGE", 10, minimum=1),
+}
 # Formula 6 of the design: Retry-After = base * (1 + 0.02 q)^2 once the queue passes this depth.
 TRUSTRANK_INGEST_QUEUE_SOFT_LIMIT = envint("TRUSTRANK_INGEST_QUEUE_SOFT_LIMIT", 1000, minimum=1)
 TRUSTRANK_BACKOFF_BASE_SECONDS = envfloat("TRUSTRANK_BACKOFF_BASE_SECONDS", 0.010)

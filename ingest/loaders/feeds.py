@@ -27,14 +27,14 @@ from trustrank.vulns.services.feeds import (
 
 
 def _audit(job: IngestJob, counts: dict[str, Any]) -> None:
-    if job.api_key_id is not None:
-        actor = Actor(label=job.submitter_label or "api key", kind=ActorKind.API_KEY,
-                      api_key_id=job.api_key_id)
-    elif job.submitted_by_id is not None:
-        actor = Actor(label=job.submitter_label or "user", kind=ActorKind.USER,
-                      user=job.submitted_by)
+    if job.requested_by_key_id is not None:
+        actor = Actor(label=job.requested_by_label or "api key", kind=ActorKind.API_KEY,
+                      api_key_id=job.requested_by_key_id)
+    elif job.requested_by_user_id is not None:
+        actor = Actor(label=job.requested_by_label or "user", kind=ActorKind.USER,
+                      user=job.requested_by_user)
     else:
-        actor = Actor.system(job.submitter_label or "feed import")
+        actor = Actor.system(job.requested_by_label or "feed import")
     audit_event_record(
         actor=actor,
         action="feed_imported",

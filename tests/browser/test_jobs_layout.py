@@ -16,7 +16,7 @@ def test_jobs_page_fits_a_1400px_window(team, make_user, web_server, browser_pag
     IngestJob.objects.create(
         team=team, kind=JobKind.OSV, status=JobStatus.FAILED, digest="0" * 64,
         filename="osv-" + "x" * 150 + ".zip",
-        submitter_label="api-key:" + "k" * 80,
+        requested_by_label="api-key:" + "k" * 80,
         error="Traceback: /usr/lib/python3/site-packages/" + "deep/" * 30 + "module.py ValueError",
     )
     IngestJob.objects.create(

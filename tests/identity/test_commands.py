@@ -30,7 +30,7 @@ def test_import_bundle_and_certificates(team, tmp_path: Path) -> None:
         "spiffe://prod.example/ns/pay/sa/payments": 100,
         "spiffe://prod.example/ns/web/sa/web": 100,
     }
-    assert set(IngestJob.objects.values_list("submitter_label", flat=True)) == {
+    assert set(IngestJob.objects.values_list("requested_by_label", flat=True)) == {
         "command:import_trust_bundle", "command:import_certificates"
     }
 

@@ -22,8 +22,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     sent: list[str] = []
-    monkeypatch.setattr("ingest.tasks.ingest_job_run.apply_async",
-                        lambda args, **kw: sent.append(args[0]))
+    monkeypatch.setattr("trustrank.jobs.tasks.jobs_run.apply_async",
+                        lambda args, **kw: sent.append(args[1]))
     return sent
 
 

@@ -12,10 +12,13 @@ import pytest
 from ingest import services
 from ingest.handlers import Handler
 from ingest.models import IngestJob, JobStatus
-from ingest.services import job_create, job_run, jobs_sweep
+from ingest.services import job_create, job_run
 from tests.ingest import slow_handler
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import Principal
+from trustrank.jobs.registry import job_kind
+from trustrank.jobs.runner import job_claim
+from trustrank.jobs.sweep import jobs_sweep
 
 
 @pytest.fixture
@@ -26,7 +29,7 @@ def slow_jobs(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
     slow_handler.STARTED.clear()
     sent: list[Any] = []
     monkeypatch.setattr(
-        "ingest.tasks.ingest_job_run.apply_async", lambda *a, **kw: sent.append((a, kw))
+        "trustrank.jobs.tasks.jobs_run.apply_async", lambda *a, **kw: sent.append((a, kw))
     )
     for atomic in (True, False):
         kind = "sbom" if atomic else "osv"
@@ -67,6 +70,6 @@ def test_a_live_job_is_never_requeued_nor_run_twice(team, slow_jobs, kind):
 def test_a_dead_workers_job_is_still_requeued(team, slow_jobs):
     principal = Principal(scopes_by_team={team.pk: frozenset(Scope.values)})
     job = job_create(team=team, kind="sbom", payload=b"x", principal=principal, params={})
-    assert services.job_claim(job_id=str(job.pk)) is not None  # claimed, then the worker died
+    assert job_claim(job_kind("ingest"), str(job.pk)) is not None  # claimed, then the worker died
     time.sleep(1.3)
     assert jobs_sweep()["requeued"] == 1

@@ -281,7 +281,10 @@ def test_bad_x_priority_is_refused(team, api):
 
 
 def test_priority_below_fallback_goes_to_the_high_queue(settings):
-    from ingest.services import queue_for_priority
+    from trustrank.jobs.runner import queue_for
+
+    def queue_for_priority(priority: int) -> str:
+        return queue_for(job_class="interactive", priority=priority)
 
     assert queue_for_priority(0) == settings.INGEST_HIGH_QUEUE
     assert queue_for_priority(9) == settings.INGEST_HIGH_QUEUE
@@ -310,7 +313,7 @@ def test_deep_queue_answers_503_with_retry_after_from_formula_6(team, api):
 
 
 def test_retry_after_grows_with_the_queue():
-    from ingest.services import retry_after_seconds
+    from trustrank.jobs.admission import retry_after_seconds
 
     assert retry_after_seconds(queue_depth=0) == 1
     assert retry_after_seconds(queue_depth=1000) == 5  # 0.01 · 21² = 4.41 s

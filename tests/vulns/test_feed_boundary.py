@@ -143,7 +143,7 @@ def test_an_epss_file_dated_in_the_future_is_refused(team):
 def test_feed_jobs_of_another_team_show_nothing_about_who_ran_them(team, other_team, api,
                                                                   make_user):
     job = run_job(other_team, "osv", orjson.dumps([REAL]), filename="secret-name.json")
-    IngestJob.objects.filter(pk=job.pk).update(submitter_label="api-key:intruder-ci")
+    IngestJob.objects.filter(pk=job.pk).update(requested_by_label="api-key:intruder-ci")
     client = api(team, "read")
     listed = client.get("/api/v1/jobs").json()["results"]
     shown = client.get(f"/api/v1/jobs/{job.pk}").json()

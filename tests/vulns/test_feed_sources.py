@@ -28,7 +28,7 @@ def test_command_packs_a_directory_into_one_zip_job():
     assert (
         job.kind == "osv"
         and job.team.name == "feeds"
-        and job.submitter_label == "system:import_feed"
+        and job.requested_by_label == "system:import_feed"
     )
     data = bytes(IngestPayload.objects.get(job=job).data)
     assert len(zipfile.ZipFile(io.BytesIO(data)).namelist()) == 12
@@ -68,7 +68,7 @@ def test_schedule_reads_the_configured_source(settings):
     }
     assert feed_scheduled_import(kind="osv") is None
     job = feed_scheduled_import(kind="epss")
-    assert job is not None and job.kind == "epss" and job.submitter_label == "system:schedule"
+    assert job is not None and job.kind == "epss" and job.requested_by_label == "system:schedule"
     job_run(job_id=str(job.pk))
     job.refresh_from_db()
     assert job.status == "done" and job.counts["rows"] == 200

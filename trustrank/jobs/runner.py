@@ -1,0 +1,468 @@
+"""The one runner: claim a job row, run its kind's handler with a heartbeat, finish or fail
+it, and recover from anything a worker can die of.
+
+- Claim: one conditional UPDATE (`queued`, or `running` with a lapsed lease), so two
+  deliveries of a message can never both run a job. The claimant records its PostgreSQL
+  backend; if the row's previous claimant's backend is still running (a killed worker's
+  statement holding its locks), the new claimant ends it first.
+- Batch jobs run in a bounded number of slots (TRUSTRANK_JOBS_BATCH_SLOTS, and per team
+  TRUSTRANK_JOBS_BATCH_SLOTS_PER_TEAM). Their messages are wake-ups: a worker woken for batch
+  work takes the fairest queued batch job of any team and kind (the team served least
+  recently first), not the one the message named, so one team's burst cannot hold the
+  slots while another team waits.
+- A job's database session has a statement timeout, a lock timeout and (PostgreSQL 14+) a
+  check that its client is still there, so a dead worker's statement ends by itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import OperationalError, connection, transaction
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from trustrank.jobs.errors import JobRejected, JobTransient
+from trustrank.jobs.models import JobClass, JobStatus
+from trustrank.jobs.registry import JobKind, job_kind, job_kinds
+
+log = logging.getLogger(__name__)
+
+_WORKER = f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _lease_until() -> Any:
+    return timezone.now() + timedelta(seconds=settings.TRUSTRANK_JOB_LEASE_SECONDS)
+
+
+# --- Sending ----------------------------------------------------------------------------------
+
+
+def queue_for(*, job_class: str, priority: int) -> str:
+    if job_class == JobClass.BATCH:
+        return settings.BATCH_QUEUE
+    if priority < settings.TRUSTRANK_DEFAULT_PRIORITY:
+        return settings.INGEST_HIGH_QUEUE
+    return settings.INGEST_QUEUE
+
+
+def job_send(
+    *, kind: str, job_id: Any, job_class: str, priority: int, countdown: float = 0
+) -> None:
+    """Send the job's message now (use `job_enqueue_on_commit` from a transaction)."""
+    from trustrank.jobs.tasks import jobs_run
+
+    options: dict[str, Any] = {"queue": queue_for(job_class=job_class, priority=priority)}
+    if countdown > 0:
+        options["countdown"] = countdown
+    jobs_run.apply_async(args=[kind, str(job_id)], **options)
+
+
+def job_enqueue_on_commit(job: Any, *, countdown: float = 0) -> None:
+    """Send the job's message once the row is committed, never before."""
+    from trustrank.jobs.registry import job_kind_of
+
+    kind = job_kind_of(type(job)).name
+    job_id, job_class, priority = job.pk, job.job_class, job.priority
+    transaction.on_commit(
+        lambda: job_send(
+            kind=kind, job_id=job_id, job_class=job_class, priority=priority, countdown=countdown
+        )
+    )
+
+
+# --- The job's database session ---------------------------------------------------------------
+
+
+def _server_version() -> int:
+    connection.ensure_connection()
+    return int(connection.pg_version)  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def job_session() -> Iterator[None]:
+    """Timeouts for the job's statements, reset afterwards (the connection is reused)."""
+    statement = int(settings.TRUSTRANK_JOB_STATEMENT_TIMEOUT_SECONDS * 1000)
+    lock = int(settings.TRUSTRANK_JOB_LOCK_TIMEOUT_SECONDS * 1000)
+    check = _server_version() >= 140000
+    with connection.cursor() as cur:
+        cur.execute("SELECT set_config('statement_timeout', %s, false)", [str(statement)])
+        cur.execute("SELECT set_config('lock_timeout', %s, false)", [str(lock)])
+        if check:
+            # A killed worker's backend notices its client is gone within this interval
+            # and ends the statement (and its locks) instead of running it to the end.
+            cur.execute("SET client_connection_check_interval = 2000")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception), connection.cursor() as cur:
+            cur.execute("RESET statement_timeout")
+            cur.execute("RESET lock_timeout")
+            if check:
+                cur.execute("RESET client_connection_check_interval")
+
+
+def backend_end(*, pid: int | None, started: Any) -> bool:
+    """End a PostgreSQL backend left by a dead claimant, if it is still that backend (the
+    start time guards against a pid the server has since given to another session)."""
+    if not pid or started is None:
+        return False
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE pid = %s AND backend_start = %s AND pid <> pg_backend_pid()",
+            [pid, started],
+        )
+        row = cur.fetchone()
+    ended = bool(row and row[0])
+    if ended:
+        log.warning("ended PostgreSQL backend %s left by a dead job claimant", pid)
+    return ended
+
+
+# --- Claim ------------------------------------------------------------------------------------
+
+
+def _claim_sql(kind: JobKind) -> str:
+    ready = f' AND "{kind.ready_field}" <= now()' if kind.ready_field else ""
+    table = kind.table
+    # The old claimant's backend is read in the same statement that replaces it.
+    return (
+        f'UPDATE "{table}" AS j SET status = %s, attempts = j.attempts + 1, '  # noqa: S608
+        "started_at = coalesce(j.started_at, now()), lease_until = %s, heartbeat_at = now(), "
+        "phase = 'starting', error = '', worker = %s, backend_pid = pg_backend_pid(), "
+        "backend_start = (SELECT backend_start FROM pg_stat_activity "
+        "                 WHERE pid = pg_backend_pid()) "
+        f'FROM (SELECT id, backend_pid, backend_start FROM "{table}" WHERE id = %s FOR UPDATE) '
+        "AS old WHERE j.id = old.id AND (j.status = 'queued' OR "
+        f"(j.status = 'running' AND j.lease_until < now())){ready} "
+        "RETURNING old.backend_pid, old.backend_start, j.attempts"
+    )
+
+
+def job_claim(kind: JobKind, job_id: Any) -> Any | None:
+    """Take the job for this worker, or None when it is finished, not ready, or held by a
+    live claimant. Ends the backend a dead claimant left behind."""
+    with connection.cursor() as cur:
+        cur.execute(
+            _claim_sql(kind), [JobStatus.RUNNING, _lease_until(), _WORKER[:160], job_id]
+        )
+        row = cur.fetchone()
+    if row is None:
+        return None
+    old_pid, old_start, _attempts = row
+    backend_end(pid=old_pid, started=old_start)
+    return kind.model.objects.get(pk=job_id)
+
+
+def _batch_rows_sql(*, where: str, columns: str) -> str:
+    parts = []
+    for kind in job_kinds():
+        if not kind.batch_capable:
+            continue
+        ready = f' AND "{kind.ready_field}" <= now()' if kind.ready_field else ""
+        parts.append(
+            f"SELECT '{kind.name}' AS kind, id::text AS id, {columns} "  # noqa: S608
+            f'FROM "{kind.table}" WHERE job_class = \'batch\' AND {where}'
+            + (ready if "queued" in where else "")
+        )
+    return " UNION ALL ".join(parts)
+
+
+def batch_next() -> tuple[str, str] | None:
+    """The fairest queued batch job with a free slot, or None. Call it holding the batch
+    lock: the slot counts must not change between the choice and the claim."""
+    per_team = settings.TRUSTRANK_JOBS_BATCH_SLOTS_PER_TEAM
+    queued = _batch_rows_sql(
+        where="status = 'queued'", columns="team_id, priority, created_at"
+    )
+    recent = _batch_rows_sql(
+        where="(status = 'running' AND lease_until >= now() "
+        "OR started_at >= now() - interval '1 day')",
+        columns="team_id, status, started_at",
+    )
+    if not queued:
+        return None
+    sql = (
+        f"WITH q AS ({queued}), r AS ("  # noqa: S608 - table names from the registry
+        "  SELECT team_id, count(*) FILTER (WHERE status = 'running') AS running, "
+        f"  max(started_at) AS served FROM ({recent}) AS x GROUP BY team_id) "
+        "SELECT q.kind, q.id FROM q LEFT JOIN r ON r.team_id = q.team_id "
+        "WHERE coalesce(r.running, 0) < %s "
+        "ORDER BY coalesce(r.running, 0), q.priority, r.served NULLS FIRST, q.created_at "
+        "LIMIT 1"
+    )
+    with connection.cursor() as cur:
+        cur.execute(sql, [per_team])
+        row = cur.fetchone()
+    return (str(row[0]), str(row[1])) if row else None
+
+
+def batch_running() -> int:
+    sql = _batch_rows_sql(
+        where="status = 'running' AND lease_until >= now()", columns="team_id"
+    )
+    if not sql:
+        return 0
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT count(*) FROM ({sql}) AS x")  # noqa: S608
+        return int(cur.fetchone()[0])
+
+
+def batch_claim() -> tuple[JobKind, Any] | None:
+    """Claim the fairest batch job if a slot is free (serialised on an advisory lock)."""
+    from trustrank.lib.locks import advisory_xact_lock
+
+    with transaction.atomic():
+        advisory_xact_lock("jobs:batch-slots")
+        if batch_running() >= settings.TRUSTRANK_JOBS_BATCH_SLOTS:
+            return None
+        chosen = batch_next()
+        if chosen is None:
+            return None
+        kind = job_kind(chosen[0])
+        job = job_claim(kind, chosen[1])
+    return (kind, job) if job is not None else None
+
+
+def batch_wake(count: int = 1) -> None:
+    """Send wake-ups to the batch queue (after a slot freed, or from the sweep)."""
+    from trustrank.jobs.tasks import jobs_run
+
+    for _ in range(count):
+        jobs_run.apply_async(args=["", ""], queue=settings.BATCH_QUEUE)
+
+
+# --- Heartbeat --------------------------------------------------------------------------------
+
+
+class Heartbeat:
+    """Renews a running job's lease and publishes its phase and progress from a thread with a
+    database connection of its own. The handler's own writes cannot: an atomic handler's
+    UPDATEs stay invisible until it commits, so a long job would look dead to the sweep."""
+
+    def __init__(self, *, kind: JobKind, job_id: Any, attempt: int) -> None:
+        self.model, self.job_id, self.attempt = kind.model, job_id, attempt
+        lease = settings.TRUSTRANK_JOB_LEASE_SECONDS
+        self.interval = max(0.1, min(settings.TRUSTRANK_JOB_HEARTBEAT_SECONDS, lease / 4))
+        self._pending: dict[str, Any] = {}
+        self.latest: dict[str, Any] = {}
+        self.lost = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"job-heartbeat-{job_id}", daemon=True
+        )
+        self._slow = settings.TRUSTRANK_JOB_TEST_SLOW_PROGRESS_SECONDS
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def report(self, **progress: Any) -> None:
+        """The handler's progress callback (`done`, `total`, `phase`); written by the next
+        beat."""
+        with self._lock:
+            self._pending.update(progress)
+            self.latest.update(progress)
+        if self._slow:
+            # Tests only: gives a test the time to kill the worker in the middle of a job.
+            time.sleep(self._slow)
+
+    __call__ = report
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self.interval):
+                self._beat()
+        finally:
+            connection.close()  # this thread's own connection
+
+    def _beat(self) -> None:
+        with self._lock:
+            progress, self._pending = self._pending, {}
+        fields: dict[str, Any] = {"lease_until": _lease_until(), "heartbeat_at": timezone.now()}
+        fields.update(_progress_fields(progress))
+        try:
+            # Only while this attempt still holds the job: never revive a job another worker
+            # has taken over or that has ended.
+            updated = self.model.objects.filter(
+                pk=self.job_id, status=JobStatus.RUNNING, attempts=self.attempt
+            ).update(**fields)
+            if not updated:
+                self.lost = True
+        except Exception:  # a lost connection: retried at the next beat
+            log.warning("heartbeat of job %s failed", self.job_id, exc_info=True)
+            connection.close()
+
+
+def _progress_fields(progress: dict[str, Any]) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for name in ("done", "total"):
+        if progress.get(name) is not None:
+            fields[f"progress_{name}"] = int(progress[name])
+    if progress.get("phase") is not None:
+        fields["phase"] = str(progress["phase"])[:60]
+    return fields
+
+
+# --- Finish -----------------------------------------------------------------------------------
+
+
+def _mine(kind: JobKind, job: Any) -> Any:
+    return kind.model.objects.filter(pk=job.pk, status=JobStatus.RUNNING, attempts=job.attempts)
+
+
+def job_finish(
+    kind: JobKind, job: Any, *, fields: dict[str, Any], progress: dict[str, Any]
+) -> bool:
+    """Mark the job done with the handler's fields, if this attempt still holds it."""
+    done = {**_progress_fields(progress), **fields}
+    if "progress_total" not in done and job.progress_total is None and "done" in progress:
+        done["progress_total"] = int(progress["done"])
+    done.update(
+        status=JobStatus.DONE, finished_at=timezone.now(), lease_until=None, phase="done",
+        error="", backend_pid=None,
+    )
+    return bool(_mine(kind, job).update(**done))
+
+
+def job_fail(kind: JobKind, job: Any, *, message: str) -> None:
+    kind.model.objects.filter(pk=job.pk).exclude(status=JobStatus.DONE).update(
+        status=JobStatus.FAILED,
+        error=message[:10000],
+        finished_at=timezone.now(),
+        lease_until=None,
+        phase="failed",
+        backend_pid=None,
+    )
+    try:
+        kind.call(kind.cleanup, job=job)
+    except Exception:
+        log.exception("job %s %s: cleanup failed", kind.name, job.pk)
+
+
+def _requeue(kind: JobKind, job: Any, *, message: str) -> float:
+    """Back to the queue for another attempt; returns the back-off before it."""
+    backoff = min(300.0, 2.0 ** min(job.attempts, 8))
+    kind.model.objects.filter(pk=job.pk, status=JobStatus.RUNNING).update(
+        status=JobStatus.QUEUED, enqueued_at=timezone.now(), lease_until=None,
+        phase="waiting to retry", error=message[:2000], backend_pid=None,
+    )
+    return backoff
+
+
+# --- Run --------------------------------------------------------------------------------------
+
+
+def job_run(*, kind_name: str, job_id: str) -> str:
+    """Run one job (or, for a batch wake-up, the fairest batch job). Returns what happened."""
+    if not kind_name:
+        claimed = batch_claim()
+        if claimed is None:
+            return "no batch job to run or no free slot"
+        kind, job = claimed
+    else:
+        kind = job_kind(kind_name)
+        row = kind.model.objects.filter(pk=job_id).values(
+            "status", "job_class", "priority", *([kind.ready_field] if kind.ready_field else [])
+        ).first()
+        if row is None:
+            return "missing"
+        if row["status"] in (JobStatus.DONE, JobStatus.FAILED):
+            return "finished before"
+        if kind.ready_field and row["status"] == JobStatus.QUEUED:
+            wait = (row[kind.ready_field] - timezone.now()).total_seconds()
+            if wait > 0:
+                job_send(kind=kind.name, job_id=job_id, job_class=row["job_class"],
+                         priority=row["priority"], countdown=wait + 0.5)
+                return "waiting"
+        if row["job_class"] == JobClass.BATCH:
+            return job_run(kind_name="", job_id="")
+        job = job_claim(kind, job_id)
+        if job is None:
+            return "finished or held by a live worker"
+    outcome = _execute(kind, job)
+    if job.job_class == JobClass.BATCH:
+        batch_wake()
+    return outcome
+
+
+def _atomic(kind: JobKind, job: Any) -> bool:
+    if isinstance(kind.atomic, str):
+        return bool(import_string(kind.atomic)(job))
+    return kind.atomic
+
+
+def _execute(kind: JobKind, job: Any) -> str:
+    if job.attempts > 1:
+        kind.call(kind.cleanup, job=job)
+    func = import_string(kind.handler)
+    heartbeat = Heartbeat(kind=kind, job_id=job.pk, attempt=job.attempts)
+    heartbeat.start()
+    try:
+        with job_session():
+            if _atomic(kind, job):
+                with transaction.atomic():
+                    fields = func(job=job, progress=heartbeat) or {}
+                    heartbeat.stop()
+                    finished = job_finish(kind, job, fields=fields, progress=heartbeat.latest)
+            else:
+                fields = func(job=job, progress=heartbeat) or {}
+                heartbeat.stop()
+                finished = job_finish(kind, job, fields=fields, progress=heartbeat.latest)
+    except JobRejected as exc:
+        heartbeat.stop()
+        job_fail(kind, job, message=str(exc))
+        return JobStatus.FAILED
+    except (JobTransient, OperationalError) as exc:
+        heartbeat.stop()
+        message = f"{type(exc).__name__}: {exc}"
+        if job.attempts >= settings.TRUSTRANK_JOB_MAX_ATTEMPTS:
+            job_fail(kind, job, message=f"gave up after {job.attempts} attempts ({message})")
+            return JobStatus.FAILED
+        try:
+            connection.close()  # a broken connection must not be reused
+            backoff = _requeue(kind, job, message=message)
+            job_send(kind=kind.name, job_id=job.pk, job_class=job.job_class,
+                     priority=job.priority, countdown=backoff)
+        except Exception:  # the database is away: the sweep re-queues it after the lease
+            log.warning("job %s %s: could not re-queue; the sweep will", kind.name, job.pk,
+                        exc_info=True)
+        return "retrying"
+    except Exception as exc:
+        heartbeat.stop()
+        log.exception("job %s %s crashed", kind.name, job.pk)
+        if kind.hide_internal_errors:
+            message = (
+                f"Internal error while processing the job ({type(exc).__name__}). "
+                "The input is kept; an operator can re-run the job."
+            )
+        else:
+            message = f"{type(exc).__name__}: {exc}"
+        job_fail(kind, job, message=message)
+        return JobStatus.FAILED
+    finally:
+        heartbeat.stop()
+    if not finished:
+        log.warning("job %s %s was taken over while it ran; its result is not kept",
+                    kind.name, job.pk)
+        return "taken over"
+    try:
+        kind.call(kind.on_done, job=job)
+    except Exception:  # what follows a job (a debounced re-rank) never undoes it
+        log.exception("job %s %s: its follow-up failed", kind.name, job.pk)
+    return JobStatus.DONE
