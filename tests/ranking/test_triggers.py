@@ -37,4 +37,4 @@ def test_run_that_is_not_due_waits(team, settings):
     # Asking for a run now brings the waiting one forward instead of adding another.
     again = ranking_run_request(team_id=team.pk, trigger="test", delay_seconds=0)
     assert again.pk == run.pk and ranking_run_execute(run_id=run.pk) == "done"
-    assert ranking_run_execute(run_id=run.pk) == "claimed elsewhere"  # twice: runs once
+    assert ranking_run_execute(run_id=run.pk) == "finished before"  # twice: runs once

@@ -133,18 +133,18 @@ def backend_end(*, pid: int | None, started: Any) -> bool:
 
 
 def _claim_sql(kind: JobKind) -> str:
-    ready = f' AND "{kind.ready_field}" <= now()' if kind.ready_field else ""
+    ready = f' AND "{kind.ready_field}" <= clock_timestamp()' if kind.ready_field else ""
     table = kind.table
     # The old claimant's backend is read in the same statement that replaces it.
     return (
         f'UPDATE "{table}" AS j SET status = %s, attempts = j.attempts + 1, '  # noqa: S608
-        "started_at = coalesce(j.started_at, now()), lease_until = %s, heartbeat_at = now(), "
+        "started_at = coalesce(j.started_at, clock_timestamp()), lease_until = %s, heartbeat_at = clock_timestamp(), "
         "phase = 'starting', error = '', worker = %s, backend_pid = pg_backend_pid(), "
         "backend_start = (SELECT backend_start FROM pg_stat_activity "
         "                 WHERE pid = pg_backend_pid()) "
         f'FROM (SELECT id, backend_pid, backend_start FROM "{table}" WHERE id = %s FOR UPDATE) '
         "AS old WHERE j.id = old.id AND (j.status = 'queued' OR "
-        f"(j.status = 'running' AND j.lease_until < now())){ready} "
+        f"(j.status = 'running' AND j.lease_until < clock_timestamp())){ready} "
         "RETURNING old.backend_pid, old.backend_start, j.attempts"
     )
 
@@ -169,7 +169,7 @@ def _batch_rows_sql(*, where: str, columns: str) -> str:
     for kind in job_kinds():
         if not kind.batch_capable:
             continue
-        ready = f' AND "{kind.ready_field}" <= now()' if kind.ready_field else ""
+        ready = f' AND "{kind.ready_field}" <= clock_timestamp()' if kind.ready_field else ""
         parts.append(
             f"SELECT '{kind.name}' AS kind, id::text AS id, {columns} "  # noqa: S608
             f'FROM "{kind.table}" WHERE job_class = \'batch\' AND {where}'
@@ -186,8 +186,8 @@ def batch_next() -> tuple[str, str] | None:
         where="status = 'queued'", columns="team_id, priority, created_at"
     )
     recent = _batch_rows_sql(
-        where="(status = 'running' AND lease_until >= now() "
-        "OR started_at >= now() - interval '1 day')",
+        where="(status = 'running' AND lease_until >= clock_timestamp() "
+        "OR started_at >= clock_timestamp() - interval '1 day')",
         columns="team_id, status, started_at",
     )
     if not queued:
@@ -209,7 +209,7 @@ def batch_next() -> tuple[str, str] | None:
 
 def batch_running() -> int:
     sql = _batch_rows_sql(
-        where="status = 'running' AND lease_until >= now()", columns="team_id"
+        where="status = 'running' AND lease_until >= clock_timestamp()", columns="team_id"
     )
     if not sql:
         return 0
@@ -401,6 +401,14 @@ def job_run(*, kind_name: str, job_id: str) -> str:
     return outcome
 
 
+def _finished_by_handler(kind: JobKind, job: Any) -> bool:
+    """A handler may mark its own row done in the transaction of its last write (a ranking
+    run: its queue and its status commit together)."""
+    return kind.model.objects.filter(
+        pk=job.pk, status=JobStatus.DONE, attempts=job.attempts
+    ).exists()
+
+
 def _atomic(kind: JobKind, job: Any) -> bool:
     if isinstance(kind.atomic, str):
         return bool(import_string(kind.atomic)(job))
@@ -457,7 +465,7 @@ def _execute(kind: JobKind, job: Any) -> str:
         return JobStatus.FAILED
     finally:
         heartbeat.stop()
-    if not finished:
+    if not finished and not _finished_by_handler(kind, job):
         log.warning("job %s %s was taken over while it ran; its result is not kept",
                     kind.name, job.pk)
         return "taken over"

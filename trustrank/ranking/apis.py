@@ -145,7 +145,7 @@ class RankingRunListApi(APIView):
         if not principal.can(Scope.TRIAGE, team.pk):
             return problem(403, "Forbidden", "starting a ranking run needs the 'triage' scope")
         run = ranking_run_request(
-            team_id=team.pk, trigger="api", requested_by=principal.label, delay_seconds=0
+            team_id=team.pk, trigger="api", requested_by=principal, delay_seconds=0
         )
         data = RankingRunSerializer(run).data
         response = Response(data, status=202)

@@ -17,25 +17,20 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from trustrank.jobs.models import Job, JobStatus
 
-class RunStatus(models.TextChoices):
-    QUEUED = "queued", "Queued"
-    RUNNING = "running", "Running"
-    DONE = "done", "Done"
-    FAILED = "failed", "Failed"
+# One status vocabulary for every kind of job (the name RunStatus is kept for readers).
+RunStatus = JobStatus
 
 
-class RankingRun(models.Model):
-    """One ranking of one team's open findings (a row per run, like an ingest job)."""
+class RankingRun(Job):
+    """One ranking of one team's open findings: the job kind "ranking_run"."""
 
     team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="+")
-    status = models.CharField(max_length=8, choices=RunStatus.choices, default=RunStatus.QUEUED)
     trigger = models.CharField(max_length=64, blank=True)
-    requested_by = models.CharField(max_length=160, blank=True)
     # A debounced run does not start before this time (loads that follow closely share it).
     not_before = models.DateTimeField(default=timezone.now)
     incremental = models.BooleanField(default=False)
-    phase = models.CharField(max_length=40, blank=True)
     weights = models.JSONField(default=dict, blank=True)
     weights_version = models.CharField(max_length=40, blank=True)
     inputs_digest = models.CharField(max_length=64, blank=True)
@@ -45,10 +40,6 @@ class RankingRun(models.Model):
     # the run is done). Runs that computed the same share one row.
     services_digest = models.CharField(max_length=64, blank=True)
     timings = models.JSONField(default=dict, blank=True)
-    error = models.TextField(blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
     previous = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

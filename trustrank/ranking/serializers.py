@@ -99,6 +99,7 @@ class PrioritySerializer(serializers.Serializer[Finding]):
 class RankingRunSerializer(serializers.ModelSerializer[RankingRun]):
     team = serializers.CharField(source="team.name")
     status_url = serializers.SerializerMethodField()
+    requested_by = serializers.CharField(source="requested_by_label", read_only=True)
 
     class Meta:
         model = RankingRun
@@ -106,7 +107,8 @@ class RankingRunSerializer(serializers.ModelSerializer[RankingRun]):
             "id", "team", "status", "phase", "trigger", "requested_by", "incremental",
             "not_before", "created_at", "started_at", "finished_at", "weights",
             "weights_version", "inputs_digest", "results_digest", "counts", "timings",
-            "error", "previous", "status_url",
+            "error", "previous", "status_url", "job_class", "attempts", "progress_done",
+            "progress_total",
         ]
 
     def get_status_url(self, obj: RankingRun) -> str:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from trustrank.lib.tasks import IngestQueueTask, row_task
+from trustrank.lib.tasks import IngestQueueTask
 
 
-@row_task
+@shared_task(acks_late=True, reject_on_worker_lost=True)
 def ranking_run(run_id: int) -> str:
-    """Execute one queued RankingRun (a second delivery finds it claimed and does nothing)."""
+    """The name ranking runs were sent under before the one job system: messages queued
+    under it still run (through the job runner)."""
     from trustrank.ranking.services.runs import ranking_run_execute
 
     return ranking_run_execute(run_id=int(run_id))
@@ -17,7 +18,7 @@ def ranking_run(run_id: int) -> str:
 
 @shared_task(base=IngestQueueTask, acks_late=True)
 def ranking_runs_sweep() -> int:
-    """Beat: start runs whose debounce delay passed but whose message was lost."""
+    """Beat: rank again the teams whose evidence aged since their last run."""
     from trustrank.ranking.services.requests import ranking_runs_sweep as sweep
 
     return sweep()

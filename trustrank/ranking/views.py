@@ -150,7 +150,7 @@ def priorities_rank_now(request: HtmxHttpRequest) -> HttpResponse:
     if team_id not in allowed:
         return HttpResponse("ranking needs the triage role in that team", status=403)
     ranking_run_request(
-        team_id=team_id, trigger="page", requested_by=principal.label, delay_seconds=0
+        team_id=team_id, trigger="page", requested_by=principal, delay_seconds=0
     )
     if request.htmx:
         return render(request, "ranking/_run_status.html", _runs_context(principal))

@@ -78,43 +78,25 @@ class RankingError(RuntimeError):
     pass
 
 
-def _claim(run_id: int) -> bool:
-    now = timezone.now()
-    claimed = RankingRun.objects.filter(
-        pk=run_id, status=RunStatus.QUEUED, not_before__lte=now
-    ).update(status=RunStatus.RUNNING, started_at=now, phase="gathering")
-    return claimed == 1
-
-
 def _phase(run: RankingRun, phase: str) -> None:
     run.phase = phase
     RankingRun.objects.filter(pk=run.pk).update(phase=phase)
 
 
-def ranking_run_execute(*, run_id: int) -> str:
-    run = RankingRun.objects.filter(pk=run_id).first()
-    if run is None:
-        return "missing"
-    if run.status == RunStatus.QUEUED and run.not_before > timezone.now():
-        from trustrank.ranking.tasks import ranking_run
+def ranking_run_handle(*, job: RankingRun, progress: Any) -> None:
+    """The job runner's handler for the kind "ranking_run". The run marks itself done in
+    the transaction that stores its queue (so ranks and run agree); a crash before that
+    commit leaves the run to the sweep, and the next attempt ranks again from the start."""
+    _phase(job, "gathering")
+    with _collector_paused(), _run_settings():
+        _execute(job)
 
-        wait = (run.not_before - timezone.now()).total_seconds()
-        ranking_run.apply_async(args=[run_id], countdown=max(1, int(wait) + 1))
-        return "waiting"
-    if not _claim(run_id):
-        return "claimed elsewhere"
-    run.refresh_from_db()
-    try:
-        with _collector_paused(), _run_settings():
-            _execute(run)
-    except Exception as exc:
-        log.exception("ranking run %s failed", run_id)
-        RankingRun.objects.filter(pk=run_id).update(
-            status=RunStatus.FAILED, error=f"{type(exc).__name__}: {exc}"[:2000],
-            finished_at=timezone.now(),
-        )
-        return RunStatus.FAILED
-    return RunStatus.DONE
+
+def ranking_run_execute(*, run_id: int) -> str:
+    """Run one ranking run now, in this process (commands, benches, tests)."""
+    from trustrank.jobs.runner import job_run
+
+    return job_run(kind_name="ranking_run", job_id=str(run_id))
 
 
 @contextmanager
@@ -267,9 +249,16 @@ def _execute(run: RankingRun) -> None:
             unsettled = early.finish(unsettled)
         due_dates_apply(run.team_id, gathered, unsettled, written_after, rows)
         t5 = time.perf_counter()
-        RankingRun.objects.filter(pk=run.pk).update(
+        # Only while this attempt holds the run: an attempt the sweep gave up on must not
+        # mark done a run another worker is ranking again.
+        finished = RankingRun.objects.filter(
+            pk=run.pk, status=RunStatus.RUNNING, attempts=run.attempts
+        ).update(
             status=RunStatus.DONE,
-            phase="",
+            phase="done",
+            lease_until=None,
+            backend_pid=None,
+            error="",
             incremental=incremental,
             previous=previous,
             weights=orjson.loads(orjson.dumps(rs)),
@@ -293,6 +282,8 @@ def _execute(run: RankingRun) -> None:
             },
             finished_at=timezone.now(),
         )
+        if not finished:
+            raise RankingError(f"ranking run {run.pk} was taken over by another attempt")
     _PREVIOUS[run.team_id] = _Cached(
         # The due dates just written settled what `settled` said: it is not kept; nor are
         # the queue's columns, which only a store of the whole queue reads.
