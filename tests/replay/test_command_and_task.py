@@ -142,21 +142,24 @@ def test_malformed_hints_are_refused():
 def test_a_run_whose_worker_died_is_taken_over_after_its_lease(team, small_trace):
     from datetime import timedelta
 
-    from celery.exceptions import Retry
     from django.utils import timezone
-
-    from trustrank.cluster.services import Outcome, replay_run_execute
 
     run = _run(team, small_trace, seeds=1, strategies=["best_fit"])
     live = timezone.now() + timedelta(minutes=5)
-    ReplayRun.objects.filter(pk=run.pk).update(status=ReplayStatus.RUNNING, lease_until=live)
-    # Another worker holds it: this delivery backs off and comes back later.
-    assert replay_run_execute(run_id=run.pk) == Outcome.BUSY
-    with pytest.raises(Retry):
-        replay_run(run.pk)
-    # Its lease lapsed (the worker died): the next delivery takes the run over.
+    ReplayRun.objects.filter(pk=run.pk).update(
+        status=ReplayStatus.RUNNING, lease_until=live, attempts=1
+    )
+    # Another worker holds it (its lease is live): this delivery leaves it alone.
+    assert replay_run(run.pk) == "no batch job to run or no free slot"
+    run.refresh_from_db()
+    assert run.status == ReplayStatus.RUNNING and run.attempts == 1
+    # Its lease lapsed (the worker died): the sweep queues it again, the next delivery
+    # runs it to the end.
     lapsed = timezone.now() - timedelta(seconds=1)
     ReplayRun.objects.filter(pk=run.pk).update(lease_until=lapsed)
+    from trustrank.jobs.sweep import jobs_sweep
+
+    assert jobs_sweep()["requeued"] == 1
     assert replay_run(run.pk) == "done"
     run.refresh_from_db()
-    assert run.status == ReplayStatus.DONE and run.lease_until is None
+    assert run.status == ReplayStatus.DONE and run.lease_until is None and run.attempts == 2

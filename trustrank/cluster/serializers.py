@@ -41,6 +41,9 @@ class ReplayRunSerializer(serializers.ModelSerializer[ReplayRun]):
     )
     progress_pct = serializers.IntegerField(read_only=True)
     status_url = serializers.SerializerMethodField()
+    requested_by = serializers.CharField(source="requested_by_label", read_only=True)
+    # The name `requested_by` had before every job kind spelled it the same way.
+    submitter_label = serializers.CharField(source="requested_by_label", read_only=True)
 
     class Meta:
         model = ReplayRun
@@ -56,6 +59,7 @@ class ReplayRunSerializer(serializers.ModelSerializer[ReplayRun]):
             "parameters",
             "trace_label",
             "cluster",
+            "requested_by",
             "submitter_label",
             "created_at",
             "started_at",

@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-from celery import Task, shared_task
-from django.conf import settings
+from celery import shared_task
 
 from trustrank.cluster import services
-from trustrank.lib.tasks import IngestQueueTask
 
 
-@shared_task(
-    bind=True, base=IngestQueueTask, acks_late=True, reject_on_worker_lost=True, max_retries=24
-)
-def replay_run(self: Task, run_id: int) -> str:
-    """Safe to deliver twice: the service claims the row only while it is queued or its
-    lease has lapsed. A message redelivered after a worker died finds the dead worker's
-    lease still live, so it comes back once the lease can have run out."""
-    outcome = services.replay_run_execute(run_id=run_id)
-    if outcome == services.Outcome.BUSY:
-        raise self.retry(countdown=settings.TRUSTRANK_JOB_LEASE_SECONDS)
-    return outcome.value
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def replay_run(run_id: int) -> str:
+    """The name replay runs were sent under before the one job system: messages queued
+    under it still run (through the job runner)."""
+    return services.replay_run_execute(run_id=int(run_id))
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True)

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from trustrank.accounts.principal import principal_for_request
 from trustrank.cluster import services
+from trustrank.jobs.errors import JobsBusy
 from trustrank.cluster.charts import time_chart, unallocated_chart
 from trustrank.cluster.forms import ReplayRunForm
 from trustrank.cluster.models import ReplayMode, ReplayRun
@@ -75,7 +76,7 @@ def replay_list(request: HtmxHttpRequest) -> HttpResponse:
                 )
             except services.ReplayError as exc:
                 form.add_error(exc.field if exc.field in form.fields else None, str(exc))
-            except PermissionDenied as exc:
+            except (PermissionDenied, JobsBusy) as exc:
                 form.add_error(None, str(exc))
             else:
                 messages.success(request, f"Replay run {run.pk} queued.")

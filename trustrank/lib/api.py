@@ -34,8 +34,20 @@ def problem(status_code: int, title: str, detail: str, **extra: Any) -> Response
     return Response(body, status=status_code, content_type=PROBLEM_CONTENT_TYPE)
 
 
+def jobs_busy_response(exc: Any) -> Response:
+    response = problem(status.HTTP_429_TOO_MANY_REQUESTS, "Too many requests", str(exc),
+                       retry_after=exc.retry_after)
+    response["Retry-After"] = str(exc.retry_after)
+    return response
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """DRF errors as RFC 9457 problem documents, keeping DRF's field errors under `errors`."""
+    """DRF errors as RFC 9457 problem documents, keeping DRF's field errors under `errors`.
+    A job refused for back-pressure (JobsBusy) is a 429 with Retry-After."""
+    from trustrank.jobs.errors import JobsBusy
+
+    if isinstance(exc, JobsBusy):
+        return jobs_busy_response(exc)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None

@@ -15,7 +15,6 @@ from trustrank.cluster.services.replay import (
 )
 from trustrank.cluster.services.replay_runs import (
     CREATE_SCOPE,
-    Outcome,
     replay_run_create,
     replay_run_execute,
 )
@@ -24,7 +23,6 @@ __all__ = [
     "CREATE_SCOPE",
     "DEFAULT_NODES",
     "DEFAULT_PODS",
-    "Outcome",
     "ReplayError",
     "ReplayParams",
     "replay_cluster_compute",

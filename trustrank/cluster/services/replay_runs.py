@@ -3,24 +3,18 @@ worker's claim, execution and finish. The computing lives in `replay`."""
 
 from __future__ import annotations
 
-import enum
 import logging
-import time
-from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from trustrank.accounts.models import Scope, Team
 from trustrank.accounts.principal import Principal
-from trustrank.cluster.models import Cluster, ReplayRun, ReplayStatus
+from trustrank.cluster.models import Cluster, ReplayRun
 from trustrank.cluster.services.replay import (
     DEFAULT_TRACE_LABEL,
-    PROGRESS_INTERVAL_S,
     ProgressFn,
     ReplayError,
     ReplayParams,
@@ -31,6 +25,9 @@ from trustrank.cluster.services.replay import (
     trace_load,
 )
 from trustrank.cluster.services.replay_cluster import cluster_trace_load
+from trustrank.jobs.admission import job_admit
+from trustrank.jobs.errors import JobRejected
+from trustrank.jobs.runner import job_enqueue_on_commit, job_run
 from trustrank.risk.scheduling.snapshot import SnapshotError
 
 logger = logging.getLogger(__name__)
@@ -139,9 +136,10 @@ def replay_run_create(
             label = trace_label or "uploaded CSVs"
         else:
             label = DEFAULT_TRACE_LABEL
-    user = principal.user if principal.user is not None and principal.api_key is None else None
+    # A team's burst of replays waits in its own bounded queue (429 past the limit).
+    job_admit(kind="replay_run", team_id=team.pk)
     with transaction.atomic():
-        run = ReplayRun.objects.create(
+        run = ReplayRun(
             team=team,
             mode=params.mode,
             parameters=params.to_json(),
@@ -149,95 +147,45 @@ def replay_run_create(
             cluster=cluster,
             pods_csv=pods_csv,
             nodes_csv=nodes_csv,
-            created_by=user,
-            submitter_label=principal.label[:160],
+            enqueued_at=timezone.now(),
         )
-        run_id = run.pk
-        transaction.on_commit(lambda: _enqueue(run_id))
+        run.requested_by_set(principal)
+        run.save(force_insert=True)
+        job_enqueue_on_commit(run)
     return run
 
 
-def _enqueue(run_id: int) -> None:
-    from trustrank.cluster.tasks import replay_run
+def replay_run_handle(*, job: ReplayRun, progress: Any) -> dict[str, Any]:
+    """The job runner's handler for the kind "replay_run": replay and return the result.
+    Nothing is stored before the end, so a new attempt after a dead worker starts clean."""
 
-    replay_run.delay(run_id)
-
-
-def _lease() -> datetime:
-    return timezone.now() + timedelta(seconds=settings.TRUSTRANK_JOB_LEASE_SECONDS)
-
-
-def replay_run_claim(*, run_id: int) -> bool:
-    """Take a queued run, or a running one whose worker stopped renewing its lease. The
-    conditional UPDATE is the lock: two deliveries of one message cannot both win."""
-    now = timezone.now()
-    claimed = ReplayRun.objects.filter(
-        Q(status=ReplayStatus.QUEUED) | Q(status=ReplayStatus.RUNNING, lease_until__lt=now),
-        pk=run_id,
-    ).update(
-        status=ReplayStatus.RUNNING,
-        started_at=now,
-        lease_until=_lease(),
-        phase="loading trace",
-        progress_done=0,
-        error="",
-    )
-    return bool(claimed)
-
-
-class Outcome(enum.StrEnum):
-    DONE = "done"
-    FAILED = "failed"
-    FINISHED_BEFORE = "finished before"  # nothing to do
-    BUSY = "busy"  # another worker holds a live lease
-
-
-def replay_run_execute(*, run_id: int) -> Outcome:
-    if not replay_run_claim(run_id=run_id):
-        status = ReplayRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
-        if status in (ReplayStatus.DONE, ReplayStatus.FAILED, None):
-            logger.info("replay run %s: already finished (or gone)", run_id)
-            return Outcome.FINISHED_BEFORE
-        return Outcome.BUSY
-    run = ReplayRun.objects.get(pk=run_id)
-    last_write = 0.0
-
-    def progress(phase: str, done: int, total: int) -> None:
-        nonlocal last_write
-        now = time.monotonic()
-        if now - last_write < PROGRESS_INTERVAL_S and done < total:
-            return
-        last_write = now
-        ReplayRun.objects.filter(pk=run_id, status=ReplayStatus.RUNNING).update(
-            phase=phase[:60], progress_done=done, progress_total=total, lease_until=_lease()
-        )
+    def report(phase: str, done: int, total: int) -> None:
+        progress(phase=phase, done=done, total=total)
 
     try:
-        params = replay_params_validate(**run.parameters)
-        if run.cluster_id is not None:
-            result = _cluster_replay(run=run, params=params, progress=progress)
-        elif run.pods_csv is None and run.trace_label.endswith(CLUSTER_LABEL_TAIL):
+        params = replay_params_validate(**job.parameters)
+        if job.cluster_id is not None:
+            result = _cluster_replay(run=job, params=params, progress=report)
+        elif job.pods_csv is None and job.trace_label.endswith(CLUSTER_LABEL_TAIL):
             raise ReplayError("the cluster this run replays has been deleted")
         else:
-            if run.pods_csv is not None and run.nodes_csv is not None:
-                pods_csv, nodes_csv = bytes(run.pods_csv), bytes(run.nodes_csv)
+            if job.pods_csv is not None and job.nodes_csv is not None:
+                pods_csv, nodes_csv = bytes(job.pods_csv), bytes(job.nodes_csv)
             else:
                 pods_csv, nodes_csv = default_trace()
             workload, spec = trace_load(pods_csv=pods_csv, nodes_csv=nodes_csv)
-            source = {"source": "csv" if run.pods_csv is not None else "openb"}
+            source = {"source": "csv" if job.pods_csv is not None else "openb"}
             result = replay_compute(
-                params=params, workload=workload, spec=spec, progress=progress, source=source
+                params=params, workload=workload, spec=spec, progress=report, source=source
             )
     except (ReplayError, TypeError) as exc:
-        _finish(run_id, status=ReplayStatus.FAILED, error=str(exc))
-        return Outcome.FAILED
-    except Exception as exc:
-        # Not transient: the same input would fail the same way, so mark it and stop.
-        logger.exception("replay run %s failed", run_id)
-        _finish(run_id, status=ReplayStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
-        return Outcome.FAILED
-    _finish(run_id, status=ReplayStatus.DONE, result=result)
-    return Outcome.DONE
+        raise JobRejected(str(exc)) from exc
+    return {"result": result}
+
+
+def replay_run_execute(*, run_id: int) -> str:
+    """Run one replay run now, in this process (the command, tests)."""
+    return job_run(kind_name="replay_run", job_id=str(run_id))
 
 
 def _cluster_replay(
@@ -247,18 +195,3 @@ def _cluster_replay(
     if cluster is None:
         raise ReplayError("the cluster this run replays has been deleted")
     return replay_cluster_compute(cluster=cluster, params=params, progress=progress)
-
-
-def _finish(
-    run_id: int, *, status: str, result: dict[str, Any] | None = None, error: str = ""
-) -> None:
-    fields: dict[str, Any] = {
-        "status": status,
-        "finished_at": timezone.now(),
-        "error": error,
-        "phase": "done" if status == ReplayStatus.DONE else "failed",
-        "lease_until": None,
-    }
-    if result is not None:
-        fields["result"] = result
-    ReplayRun.objects.filter(pk=run_id, status=ReplayStatus.RUNNING).update(**fields)
