@@ -12,7 +12,6 @@ from django.utils import timezone
 
 from trustrank.accounts.principal import principal_for_request
 from trustrank.cluster import services
-from trustrank.jobs.errors import JobsBusy
 from trustrank.cluster.charts import time_chart, unallocated_chart
 from trustrank.cluster.forms import ReplayRunForm
 from trustrank.cluster.models import ReplayMode, ReplayRun
@@ -29,6 +28,7 @@ from trustrank.cluster.selectors import (
     workload_pods,
     workload_series_lines,
 )
+from trustrank.jobs.errors import JobsBusy
 from trustrank.lib.pages import HtmxHttpRequest, paginate
 
 # Pods listed per policy, in the order they started, on a cluster run's page.

@@ -138,7 +138,8 @@ def _claim_sql(kind: JobKind) -> str:
     # The old claimant's backend is read in the same statement that replaces it.
     return (
         f'UPDATE "{table}" AS j SET status = %s, attempts = j.attempts + 1, '  # noqa: S608
-        "started_at = coalesce(j.started_at, clock_timestamp()), lease_until = %s, heartbeat_at = clock_timestamp(), "
+        "started_at = coalesce(j.started_at, clock_timestamp()), lease_until = %s, "
+        "heartbeat_at = clock_timestamp(), "
         "phase = 'starting', error = '', worker = %s, backend_pid = pg_backend_pid(), "
         "backend_start = (SELECT backend_start FROM pg_stat_activity "
         "                 WHERE pid = pg_backend_pid()) "
