@@ -36,7 +36,8 @@ from trustrank.exports.services.run import (
     export_stream,
 )
 from trustrank.exports.services.vex_cyclonedx import InvalidDocument
-from trustrank.lib.api import problem_response
+from trustrank.jobs.errors import JobsBusy
+from trustrank.lib.api import jobs_busy_response, problem_response
 
 
 class _Settings:
@@ -80,11 +81,11 @@ def export_response(
     cap = settings.TRUSTRANK_EXPORT_STREAM_MAX_ROWS
     matched = export_count(selection, cap=None if always_stream else cap)
     if matched > cap and not always_stream:
-        from trustrank.exports.tasks import exports_run
-
-        with transaction.atomic():
-            export = export_create(principal=principal, req=req, streamed=False)
-            transaction.on_commit(lambda: exports_run.delay(export.pk))
+        try:
+            with transaction.atomic():
+                export = export_create(principal=principal, req=req, streamed=False)
+        except JobsBusy as exc:
+            return jobs_busy_response(exc)
         body = export_status_data(export)
         return Response(body, status=202, headers={"Location": body["status_url"]})
     export = export_create(principal=principal, req=req, streamed=True, total=matched)

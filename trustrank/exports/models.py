@@ -4,9 +4,9 @@ when its last byte is written; a big one is a job (exports_run) whose row the pa
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
-from django.utils import timezone
+
+from trustrank.jobs.models import Job, JobStatus
 
 
 class ExportFormat(models.TextChoices):
@@ -18,14 +18,13 @@ class ExportFormat(models.TextChoices):
     HTML = "html", "HTML report"
 
 
-class ExportStatus(models.TextChoices):
-    QUEUED = "queued", "Queued"
-    RUNNING = "running", "Running"
-    DONE = "done", "Done"
-    FAILED = "failed", "Failed"
+# One status vocabulary for every kind of job (the name ExportStatus is kept for readers).
+ExportStatus = JobStatus
 
 
-class Export(models.Model):
+class Export(Job):
+    """One export (the job kind "export" when it is written by a worker)."""
+
     team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="+")
     format = models.CharField(max_length=16, choices=ExportFormat.choices)
     # The findings filters as given (FindingFilterSet names, lists for repeated ones).
@@ -36,11 +35,6 @@ class Export(models.Model):
     )
     # Streamed straight back to the caller (no file kept) or written by the exports_run job.
     streamed = models.BooleanField(default=False)
-    status = models.CharField(
-        max_length=8, choices=ExportStatus.choices, default=ExportStatus.QUEUED
-    )
-    progress_done = models.BigIntegerField(default=0)
-    progress_total = models.BigIntegerField(null=True, blank=True)
     rows = models.BigIntegerField(null=True, blank=True)
     size_bytes = models.BigIntegerField(null=True, blank=True)
     sha256 = models.CharField(max_length=64, blank=True)
@@ -48,17 +42,6 @@ class Export(models.Model):
     file_path = models.CharField(max_length=255, blank=True)
     # What the file says about itself: the audit chain's status, how ranks were obtained.
     metadata = models.JSONField(default=dict, blank=True)
-    requested_by_user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    requested_by_key = models.ForeignKey(
-        "accounts.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    requested_by_label = models.CharField(max_length=160, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    error = models.TextField(blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -66,10 +49,6 @@ class Export(models.Model):
 
     def __str__(self) -> str:
         return f"{self.format} export {self.pk} ({self.status})"
-
-    @property
-    def is_finished(self) -> bool:
-        return self.status in (ExportStatus.DONE, ExportStatus.FAILED)
 
     @property
     def extension(self) -> str:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from trustrank.lib.tasks import row_task
+from celery import shared_task
 
 
-@row_task
+@shared_task(acks_late=True, reject_on_worker_lost=True)
 def exports_run(export_id: int) -> str:
-    """Write one queued Export's file (a second delivery finds it claimed and does nothing)."""
+    """The name export jobs were sent under before the one job system: messages queued
+    under it still run (through the job runner)."""
     from trustrank.exports.services.run import export_run_execute
 
     return export_run_execute(export_id=int(export_id))

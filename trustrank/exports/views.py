@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
@@ -24,8 +25,11 @@ from trustrank.exports.services.params import (
     export_request_parse,
     export_teams,
 )
-from trustrank.exports.services.run import export_create
+from trustrank.exports.services.rows import export_count
+from trustrank.exports.services.run import export_create, export_selection_for
 from trustrank.findings.models import FindingKind, Severity, TriageState
+from trustrank.jobs.errors import JobsBusy
+from trustrank.jobs.models import JobClass
 
 # Filters the page shows as fields; any other findings filter rides along hidden.
 _SHOWN = ("kind", "severity", "state", "q")
@@ -41,11 +45,18 @@ def export_page(request: HttpRequest) -> HttpResponse:
         except ExportParamError as exc:
             messages.error(request, str(exc))
             return HttpResponseRedirect(reverse("exports:export-page"))
-        from trustrank.exports.tasks import exports_run
-
-        with transaction.atomic():
-            export = export_create(principal=principal, req=req, streamed=False)
-            transaction.on_commit(lambda: exports_run.delay(export.pk))
+        # Small exports a person waits for are interactive; large ones are batch work.
+        cap = settings.TRUSTRANK_EXPORT_STREAM_MAX_ROWS
+        large = export_count(export_selection_for(req), cap=cap) > cap
+        try:
+            with transaction.atomic():
+                export = export_create(
+                    principal=principal, req=req, streamed=False,
+                    job_class=JobClass.BATCH if large else JobClass.INTERACTIVE,
+                )
+        except JobsBusy as exc:
+            messages.error(request, str(exc))
+            return HttpResponseRedirect(reverse("exports:export-page"))
         return HttpResponseRedirect(reverse("exports:export", args=[export.pk]))
     carried = [
         (name, value)

@@ -16,14 +16,13 @@ import hashlib
 import os
 import secrets
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import OperationalError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from trustrank.accounts.models import Team
@@ -44,6 +43,9 @@ from trustrank.exports.services.vex_cyclonedx import cyclonedx_vex_chunks
 from trustrank.findings.models import ActorKind, FindingKind
 from trustrank.findings.services.audit import Actor, audit_event_record
 from trustrank.findings.services.audit_chain import audit_chain_verify
+from trustrank.jobs.admission import job_admit
+from trustrank.jobs.models import JobClass
+from trustrank.jobs.runner import job_enqueue_on_commit, job_run
 
 # Formats whose document is checked whole (schema, PDF rendering) before a byte is served.
 BUILT_FIRST = (
@@ -92,11 +94,20 @@ def _actor_of(export: Export) -> Actor:
 
 
 def export_create(
-    *, principal: Principal, req: ExportRequest, streamed: bool, total: int | None = None
+    *,
+    principal: Principal,
+    req: ExportRequest,
+    streamed: bool,
+    total: int | None = None,
+    job_class: str = JobClass.BATCH,
 ) -> Export:
+    """The export's row. One written by a worker is a job: admitted against the team's
+    queue limit (JobsBusy), and enqueued when the caller's transaction commits."""
     actor = Actor.of(principal)
     now = timezone.now()
-    return Export.objects.create(
+    if not streamed:
+        job_admit(kind="export", team_id=req.team_id)
+    export = Export.objects.create(
         team_id=req.team_id,
         format=req.format,
         filter_params=req.filters,
@@ -110,7 +121,12 @@ def export_create(
         requested_by_label=actor.label,
         created_at=now,
         started_at=now if streamed else None,
+        enqueued_at=None if streamed else now,
+        job_class=JobClass.INTERACTIVE if streamed else job_class,
     )
+    if not streamed:
+        job_enqueue_on_commit(export)
+    return export
 
 
 def export_metadata(export: Export, selection: ExportSelection) -> dict[str, Any]:
@@ -157,8 +173,15 @@ def _finish(export: Export, *, rows: int, size: int, sha256: str, file_path: str
     """Mark the export done and record its audit event, together."""
     now = timezone.now()
     with transaction.atomic():
-        Export.objects.filter(pk=export.pk).update(
+        # Only while this attempt (or the streaming request) holds the row: a job attempt
+        # the sweep gave up on must not finish, nor record an event, for one that runs again.
+        finished = Export.objects.filter(
+            pk=export.pk, status=ExportStatus.RUNNING, attempts=export.attempts
+        ).update(
             status=ExportStatus.DONE,
+            phase="done",
+            lease_until=None,
+            backend_pid=None,
             rows=rows,
             progress_done=rows,
             size_bytes=size,
@@ -167,6 +190,8 @@ def _finish(export: Export, *, rows: int, size: int, sha256: str, file_path: str
             finished_at=now,
             error="",
         )
+        if not finished:
+            raise RuntimeError(f"export {export.pk} was taken over by another attempt")
         audit_event_record(
             actor=_actor_of(export),
             action="export",
@@ -278,38 +303,35 @@ def export_path(export: Export) -> Path:
     return Path(settings.TRUSTRANK_EXPORT_DIR) / export.file_path
 
 
-def export_run_execute(*, export_id: int) -> str:
-    """The exports_run job: claim the queued row, write the file (progress on the row), take
-    its digest, record the audit event. A second delivery finds the row claimed."""
-    now = timezone.now()
-    claimed = Export.objects.filter(pk=export_id, status=ExportStatus.QUEUED).update(
-        status=ExportStatus.RUNNING, started_at=now
-    )
-    if not claimed:
-        return "not queued"
-    export = Export.objects.select_related("requested_by_user").get(pk=export_id)
+def export_partial_path(export: Export) -> Path:
+    """Where a job writes its file until it is complete: one name per export, so a new
+    attempt after a dead worker overwrites what the last one left, and the sweep finds it."""
+    return Path(settings.TRUSTRANK_EXPORT_DIR) / str(export.team_id) / f"{export.pk}.part"
+
+
+def export_job_cleanup(*, job: Export) -> None:
+    """Remove the half-written file of a dead or failed attempt."""
+    export_partial_path(job).unlink(missing_ok=True)
+
+
+def export_run_handle(*, job: Export, progress: Any) -> None:
+    """The job runner's handler for the kind "export": write the file under its partial
+    name, rename it, then mark the row done with its audit event in one transaction."""
+    export = Export.objects.select_related("requested_by_user").get(pk=job.pk)
     folder = Path(settings.TRUSTRANK_EXPORT_DIR) / str(export.team_id)
     folder.mkdir(parents=True, exist_ok=True)
     name = f"{export.pk}-{secrets.token_hex(8)}.{export.extension}"
-    partial = folder / (name + ".part")
+    partial = export_partial_path(export)
     try:
         selection = export_selection_for(export_request_of(export))
         total = export_count(selection)
         meta = export_metadata(export, selection)
         Export.objects.filter(pk=export.pk).update(progress_total=total, metadata=meta)
-        last = [0.0]
-
-        def progress(n: int) -> None:
-            # At most twice a second: the row is what the page and the API poll.
-            if time.monotonic() - last[0] >= 0.5:
-                last[0] = time.monotonic()
-                Export.objects.filter(pk=export.pk).update(progress_done=n)
-
         counter = _Counter()
 
         def both(n: int) -> None:
             counter(n)
-            progress(n)
+            progress(done=n)
 
         digest = hashlib.sha256()
         size = 0
@@ -322,23 +344,22 @@ def export_run_execute(*, export_id: int) -> str:
             os.fsync(out.fileno())
         final = folder / name
         partial.rename(final)
-        _finish(
-            export,
-            rows=counter.rows,
-            size=size,
-            sha256=digest.hexdigest(),
-            file_path=str(final.relative_to(settings.TRUSTRANK_EXPORT_DIR)),
-        )
-    except OperationalError:
-        # The database went away: let the task retry (it finds the row failed and stops,
-        # so put it back in the queue first).
+        try:
+            _finish(
+                export,
+                rows=counter.rows,
+                size=size,
+                sha256=digest.hexdigest(),
+                file_path=str(final.relative_to(settings.TRUSTRANK_EXPORT_DIR)),
+            )
+        except Exception:
+            final.unlink(missing_ok=True)
+            raise
+    except Exception:
         partial.unlink(missing_ok=True)
-        Export.objects.filter(pk=export.pk).update(status=ExportStatus.QUEUED)
         raise
-    except Exception as exc:
-        # Permanent (a bad document, a full disk): the row says why; no retry.
-        partial.unlink(missing_ok=True)
-        _fail(export.pk, f"{type(exc).__name__}: {exc}")
-        return "failed"
-    return "done"
 
+
+def export_run_execute(*, export_id: int) -> str:
+    """Run one export job now, in this process (tests, benches)."""
+    return job_run(kind_name="export", job_id=str(export_id))
