@@ -72,7 +72,7 @@ def test_a_second_delivery_of_the_job_changes_nothing_twice(api, team, settings)
     job_id = r.json()["id"]
     started = time.monotonic()
     assert bulk_triage_job_run(job_id=job_id) == "done"
-    assert bulk_triage_job_run(job_id=job_id) == "not runnable"
+    assert bulk_triage_job_run(job_id=job_id) == "finished before"
     assert time.monotonic() - started < 30
     assert AuditEvent.objects.filter(action="bulk_triaged").count() == 25
     assert AuditEvent.objects.filter(action="bulk_triage").count() == 1

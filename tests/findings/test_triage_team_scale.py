@@ -784,7 +784,7 @@ def test_pages_keep_other_teams_findings_and_jobs_out_of_reach(
     theirs = many_findings(other_team, 2, prefix="iso", package_name="their-secret")
     job = BulkTriageJob.objects.create(
         team_ids=[other_team.pk], changes={"state": "exploitable"}, reason="theirs",
-        actor_kind="system", actor_label="system: x",
+        team=other_team, requested_by_label="system: x",
     )
     client.force_login(make_user("iso", team=team, role=Role.TRIAGER))
     html = client.get("/findings/?open=all").content.decode()

@@ -24,6 +24,8 @@ from django.db.models import Case, F, Func, Q, Value, When
 from django.db.models.functions import Coalesce, Least, Lower
 from django.utils import timezone
 
+from trustrank.jobs.models import Job
+
 
 class FindingKind(models.TextChoices):
     VULNERABILITY = "vulnerability", "Vulnerability"
@@ -606,43 +608,25 @@ class AuditEvent(models.Model):
         super().save(*args, **kwargs)
 
 
-class JobStatus(models.TextChoices):
-    QUEUED = "queued", "Queued"
-    RUNNING = "running", "Running"
-    DONE = "done", "Done"
-    FAILED = "failed", "Failed"
-
-
-class BulkTriageJob(models.Model):
+class BulkTriageJob(Job):
     """One bulk triage too large to apply within the request: which findings (explicit `ids`,
     with optional versions, or a `filter` of the findings list, re-evaluated by the worker
     within `team_ids`), what to set, who asked and why, and how far it got. The worker walks
     the selection by id from `cursor`, one transaction per batch, so a second delivery picks
-    up where the first stopped."""
+    up where the first stopped. The job kind "bulk_triage" (interactive work: a triage)."""
 
-    status = models.CharField(max_length=8, choices=JobStatus.choices, default=JobStatus.QUEUED)
+    # The first team of the selection: whose queue the job counts in.
+    team = models.ForeignKey(
+        "accounts.Team", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
     team_ids = ArrayField(models.BigIntegerField(), default=list)
     ids = models.JSONField(null=True, blank=True)
     versions = models.JSONField(default=dict, blank=True)
     filter = models.JSONField(null=True, blank=True)
     changes = models.JSONField(default=dict)
     reason = models.TextField()
-    actor_kind = models.CharField(max_length=8, choices=ActorKind.choices)
-    actor_user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    actor_key = models.ForeignKey(
-        "accounts.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    actor_label = models.CharField(max_length=160)
-    progress_done = models.PositiveIntegerField(default=0)
-    progress_total = models.PositiveIntegerField(default=0)
     cursor = models.BigIntegerField(default=0)
     counts = models.JSONField(default=dict, blank=True)
-    error = models.TextField(blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -203,13 +203,16 @@ class BulkTriageSerializer(TriageChangeFields):
 class BulkTriageJobSerializer(serializers.ModelSerializer[BulkTriageJob]):
     status_url = serializers.SerializerMethodField()
     selection = serializers.SerializerMethodField()
+    requested_by = serializers.CharField(source="requested_by_label", read_only=True)
+    # The name `requested_by` had before every job kind spelled it the same way.
+    actor_label = serializers.CharField(source="requested_by_label", read_only=True)
 
     class Meta:
         model = BulkTriageJob
         fields = [
             "id", "status", "progress_done", "progress_total", "counts", "error", "changes",
-            "reason", "selection", "actor_label", "created_at", "started_at", "finished_at",
-            "status_url",
+            "reason", "selection", "requested_by", "actor_label", "created_at", "started_at",
+            "finished_at", "status_url", "phase", "attempts",
         ]
 
     def get_status_url(self, obj: BulkTriageJob) -> str:

@@ -25,7 +25,6 @@ from trustrank.findings.models import (
     OPEN_STATES,
     VEX_RESPONSES,
     FindingKind,
-    JobStatus,
     Justification,
     TriageState,
 )
@@ -55,6 +54,7 @@ from trustrank.findings.services.triage import (
     finding_triage,
 )
 from trustrank.inventory.models import Project
+from trustrank.jobs.models import JobStatus
 from trustrank.ranking.explain import finding_rank_explain
 from trustrank.vulns import selectors as vuln_selectors
 

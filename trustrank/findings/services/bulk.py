@@ -18,7 +18,7 @@ from datetime import date
 from typing import Any
 
 from django.conf import settings
-from django.db import OperationalError, transaction
+from django.db import transaction
 from django.db.models import F
 from django.http import QueryDict
 from django.utils import timezone
@@ -26,7 +26,7 @@ from django.utils import timezone
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import Principal
 from trustrank.findings.filters import FindingFilterSet
-from trustrank.findings.models import BulkTriageJob, Finding, JobStatus, TriageState
+from trustrank.findings.models import ActorKind, BulkTriageJob, Finding, TriageState
 from trustrank.findings.services.audit import Actor, audit_events_record_bulk
 from trustrank.findings.services.reconcile import state_of
 from trustrank.findings.services.triage import (
@@ -38,6 +38,9 @@ from trustrank.findings.services.triage import (
     triage_apply,
     triage_validate,
 )
+from trustrank.jobs.admission import job_admit
+from trustrank.jobs.models import JobStatus
+from trustrank.jobs.runner import job_enqueue_on_commit, job_run
 
 BATCH_SIZE = 500
 CHANGE_FIELDS = ("state", "justification", "response", "detail", "assignee", "due_date")
@@ -353,30 +356,33 @@ def bulk_triage_submit(
                 selection=selection, counts=result.as_dict(), reason=reason,
             )
         return BulkSubmitted(result=result, ref=ref)
+    job_admit(kind="bulk_triage", team_id=teams[0])
     with transaction.atomic():
-        job = BulkTriageJob.objects.create(
+        job = BulkTriageJob(
+            team_id=teams[0],
             team_ids=teams,
             ids=wanted,
             versions=versions,
             filter=cleaned,
             changes=given,
             reason=reason,
-            actor_kind=actor.kind,
-            actor_user=actor.user,
-            actor_key_id=actor.api_key_id,
-            actor_label=actor.label,
             progress_total=total,
+            enqueued_at=timezone.now(),
         )
-        from trustrank.findings.tasks import findings_bulk_triage
-
-        job_id = job.pk
-        transaction.on_commit(lambda: findings_bulk_triage.delay(job_id))
+        job.requested_by_set(principal)
+        job.save(force_insert=True)
+        job_enqueue_on_commit(job)
     return BulkSubmitted(job=job, ref=f"job-{job.pk}")
 
 
 def _job_actor(job: BulkTriageJob) -> Actor:
-    return Actor(label=job.actor_label, kind=job.actor_kind, user=job.actor_user,
-                 api_key_id=job.actor_key_id)
+    if job.requested_by_key_id is not None:
+        return Actor(label=job.requested_by_label, kind=ActorKind.API_KEY,
+                     api_key_id=job.requested_by_key_id)
+    if job.requested_by_user_id is not None:
+        return Actor(label=job.requested_by_label, kind=ActorKind.USER,
+                     user=job.requested_by_user)
+    return Actor.system(job.requested_by_label or "bulk triage")
 
 
 def _job_next_ids(job: BulkTriageJob) -> list[int]:
@@ -394,59 +400,51 @@ def _job_next_ids(job: BulkTriageJob) -> list[int]:
     )
 
 
-def bulk_triage_job_run(*, job_id: int) -> str:
-    """Work through a queued or interrupted job, one transaction per batch. Each batch locks
-    the job row and continues from its cursor, so a second delivery of the message (or a
-    second worker) continues where the other stopped and never applies a batch twice."""
-    now = timezone.now()
-    claimed = BulkTriageJob.objects.filter(
-        pk=job_id, status__in=[JobStatus.QUEUED, JobStatus.RUNNING]
-    ).update(status=JobStatus.RUNNING, started_at=now)
-    if not claimed:
-        return "not runnable"
-    try:
-        while True:
-            with transaction.atomic():
-                job = BulkTriageJob.objects.select_for_update().get(pk=job_id)
-                if job.status != JobStatus.RUNNING:
-                    return str(job.status)
-                batch = _job_next_ids(job)
-                counts = dict(job.counts or {})
-                if not batch:
-                    _job_finish(job, counts)
-                    return JobStatus.DONE
-                assignee = None
-                if "assignee" in job.changes and job.changes["assignee"] is not None:
-                    from django.contrib.auth import get_user_model
+def bulk_triage_job_handle(*, job: BulkTriageJob, progress: Any) -> None:
+    """The job runner's handler for the kind "bulk_triage": one transaction per batch. Each
+    batch locks the job row and continues from its cursor, so a new attempt after a dead
+    worker continues where the other stopped and never applies a batch twice. The last
+    transaction writes the summary events and marks the job done together."""
+    job_id, attempt = job.pk, job.attempts
+    while True:
+        with transaction.atomic():
+            job = BulkTriageJob.objects.select_for_update().get(pk=job_id)
+            if job.status != JobStatus.RUNNING or job.attempts != attempt:
+                return  # taken over by a newer attempt
+            batch = _job_next_ids(job)
+            counts = dict(job.counts or {})
+            if not batch:
+                _job_finish(job, counts)
+                return
+            assignee = None
+            if "assignee" in job.changes and job.changes["assignee"] is not None:
+                from django.contrib.auth import get_user_model
 
-                    assignee = get_user_model().objects.get(pk=job.changes["assignee"])
-                result = BulkResult()
-                bulk_triage_batch(
-                    ids=batch, team_ids=job.team_ids, versions=job.versions or {},
-                    changes=job.changes, assignee=assignee, actor=_job_actor(job),
-                    reason=job.reason, ref=f"job-{job.pk}", result=result,
-                )
-                for key in ("matched", "changed", "unchanged"):
-                    counts[key] = int(counts.get(key, 0)) + getattr(result, key)
-                counts["conflicts"] = int(counts.get("conflicts", 0)) + len(result.conflicts)
-                counts["conflict_ids"] = (
-                    list(counts.get("conflict_ids", [])) + result.conflicts
-                )[:1000]
-                counts["team_ids"] = sorted(set(counts.get("team_ids", [])) | result.team_ids)
-                done = job.progress_done + len(batch)
-                BulkTriageJob.objects.filter(pk=job.pk).update(
-                    cursor=batch[-1], progress_done=done,
-                    progress_total=max(job.progress_total, done), counts=counts,
-                )
-    except OperationalError:
-        raise  # transient (the database went away): the task retries from the cursor
-    except Exception as exc:
-        # Permanent: mark the row and stop; batches already applied stay applied.
-        BulkTriageJob.objects.filter(pk=job_id).update(
-            status=JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}"[:2000],
-            finished_at=timezone.now(),
-        )
-        return JobStatus.FAILED
+                assignee = get_user_model().objects.get(pk=job.changes["assignee"])
+            result = BulkResult()
+            bulk_triage_batch(
+                ids=batch, team_ids=job.team_ids, versions=job.versions or {},
+                changes=job.changes, assignee=assignee, actor=_job_actor(job),
+                reason=job.reason, ref=f"job-{job.pk}", result=result,
+            )
+            for key in ("matched", "changed", "unchanged"):
+                counts[key] = int(counts.get(key, 0)) + getattr(result, key)
+            counts["conflicts"] = int(counts.get("conflicts", 0)) + len(result.conflicts)
+            counts["conflict_ids"] = (
+                list(counts.get("conflict_ids", [])) + result.conflicts
+            )[:1000]
+            counts["team_ids"] = sorted(set(counts.get("team_ids", [])) | result.team_ids)
+            done = job.progress_done + len(batch)
+            total = max(job.progress_total or 0, done)
+            BulkTriageJob.objects.filter(pk=job.pk).update(
+                cursor=batch[-1], progress_done=done, progress_total=total, counts=counts,
+            )
+        progress(done=done, total=total, phase="applying")
+
+
+def bulk_triage_job_run(*, job_id: int) -> str:
+    """Run one bulk triage job now, in this process (tests)."""
+    return job_run(kind_name="bulk_triage", job_id=str(job_id))
 
 
 def _job_finish(job: BulkTriageJob, counts: dict[str, Any]) -> None:
@@ -461,6 +459,6 @@ def _job_finish(job: BulkTriageJob, counts: dict[str, Any]) -> None:
         selection=selection, counts=public, reason=job.reason,
     )
     BulkTriageJob.objects.filter(pk=job.pk).update(
-        status=JobStatus.DONE, finished_at=timezone.now(),
-        progress_total=job.progress_done, counts=counts,
+        status=JobStatus.DONE, finished_at=timezone.now(), phase="done", lease_until=None,
+        backend_pid=None, progress_total=job.progress_done, counts=counts,
     )
