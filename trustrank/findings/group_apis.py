@@ -170,9 +170,6 @@ class FindingGroupListApi(APIView):
             )
         except GroupByError as exc:  # pragma: no cover - checked above
             return problem(400, "Invalid group", str(exc))
-        if paging.number > 1 and paging.offset >= page.count:
-            # As DRF's paginator answers a page past the last.
-            return problem(404, "Not found", "Invalid page.", param="page")
         url = request.build_absolute_uri()
         has_next = paging.offset + paging.size < page.count
         next_url = (
