@@ -810,8 +810,12 @@ def test_if_match_any_applies_and_a_malformed_one_is_a_400(api, team, searchable
     r = client.post(f"/api/v1/findings/{f.pk}/triage", {"state": "exploitable", "reason": "x"},
                     format="json", HTTP_IF_MATCH="*")
     assert r.status_code == 200
+    # If-Match compares strongly: a weak tag never matches, even of the current version.
     r = client.post(f"/api/v1/findings/{f.pk}/triage", {"state": "resolved", "reason": "x"},
                     format="json", HTTP_IF_MATCH='W/"2"')
+    assert r.status_code == 412 and r.json()["version"] == 2
+    r = client.post(f"/api/v1/findings/{f.pk}/triage", {"state": "resolved", "reason": "x"},
+                    format="json", HTTP_IF_MATCH='"1", "2"')
     assert r.status_code == 200 and r.json()["version"] == 3
     r = client.post(f"/api/v1/findings/{f.pk}/triage", {"state": "resolved", "reason": "x"},
                     format="json", HTTP_IF_MATCH="yesterday")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from trustrank.accounts.models import Team
 from trustrank.accounts.principal import Principal
+from trustrank.lib.numbers import int_or_none
 
 
 class TeamNotAllowed(PermissionError):
@@ -25,8 +26,9 @@ def team_for_upload(*, principal: Principal, scope: str, what: str, team_hint: s
     allowed = Team.objects.filter(pk__in=principal.teams_with(scope))
     if team_hint:
         team = allowed.filter(name=team_hint).first()
-        if team is None and team_hint.isdigit():
-            team = allowed.filter(pk=int(team_hint)).first()
+        team_id = int_or_none(team_hint, minimum=1)
+        if team is None and team_id is not None:
+            team = allowed.filter(pk=team_id).first()
         if team is None:
             raise TeamNotAllowed(f"You may not upload {what} to team {team_hint!r}.")
         return team

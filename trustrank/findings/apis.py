@@ -4,6 +4,7 @@ triage policy."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
@@ -42,6 +43,7 @@ from trustrank.findings.services.triage import (
     finding_triage,
 )
 from trustrank.lib.api import problem
+from trustrank.lib.numbers import INT_MAX, NumberInvalid, int_parse
 from trustrank.vulns import selectors as vuln_selectors
 
 
@@ -142,16 +144,33 @@ def finding_etag(finding: Finding) -> str:
     return f'"{finding.version}"'
 
 
-def _if_match_version(header: str) -> int | str | None:
-    """The version an If-Match header names: an int, None for `*` (any), or "bad"."""
-    value = header.strip()
-    if value == "*":
+# An entity tag (RFC 9110 section 8.8.3): optionally weak, then an opaque quoted string.
+_ENTITY_TAG = re.compile(r'\s*(W/)?"([\x21\x23-\x7e\x80-\xff]*)"\s*')
+
+
+class IfMatchInvalid(ValueError):
+    pass
+
+
+def if_match_versions(header: str) -> set[int] | None:
+    """The versions an If-Match header accepts: None for `*` (any), else the versions of its
+    strong entity tags. If-Match compares strongly (RFC 9110 section 13.1.1): a weak tag
+    (`W/"3"`) never matches, so it adds no version. IfMatchInvalid for a header that is not
+    a list of entity tags, or a strong tag that is not one of our ETags (`"<version>"`)."""
+    if header.strip() == "*":
         return None
-    value = value.split(",")[0].strip()
-    if value.startswith("W/"):
-        value = value[2:]
-    value = value.strip('"')
-    return int(value) if value.isdigit() else "bad"
+    versions: set[int] = set()
+    for part in header.split(","):
+        m = _ENTITY_TAG.fullmatch(part)
+        if m is None:
+            raise IfMatchInvalid(part.strip())
+        if m.group(1):
+            continue
+        try:
+            versions.add(int_parse(m.group(2), minimum=1, maximum=INT_MAX))
+        except NumberInvalid as exc:
+            raise IfMatchInvalid(part.strip()) from exc
+    return versions
 
 
 def triage_error_response(exc: TriageError) -> Response:
@@ -193,12 +212,19 @@ class FindingTriageApi(APIView):
         conflict_status = 409
         if_match = request.headers.get("If-Match")
         if if_match:
-            parsed = _if_match_version(if_match)
-            if parsed == "bad":
+            try:
+                accepted = if_match_versions(if_match)
+            except IfMatchInvalid:
                 return problem(400, "Invalid If-Match", 'If-Match takes the ETag, e.g. "3"',
-                               errors={"If-Match": ['an ETag such as "3"']})
-            if parsed is not None:
-                expected, conflict_status = int(parsed), 412
+                               param="If-Match", errors={"If-Match": ['an ETag such as "3"']})
+            if accepted is not None:
+                # The version read now if the header names it (the row lock in
+                # finding_triage then catches a change since); else one that cannot match
+                # (0: versions start at 1), for a 412 with the finding as it is.
+                expected = finding.version if finding.version in accepted else min(
+                    accepted, default=0
+                )
+                conflict_status = 412
         try:
             finding = finding_triage(
                 finding=finding,
@@ -284,8 +310,9 @@ class BulkTriageApi(APIView):
             return problem(400, "Unknown findings", str(exc), ids=exc.ids,
                            errors={"ids": [str(exc)]})
         except BulkFilterError as exc:
+            errors = {f"filter.{k}" if k else "filter": v for k, v in exc.errors.items()}
             return problem(400, "Invalid filter", "the filter has invalid fields",
-                           errors={f"filter.{k}": v for k, v in exc.errors.items()})
+                           param=next(iter(errors)), errors=errors)
         except TriageError as exc:
             return triage_error_response(exc)
         if submitted.job is not None:

@@ -17,6 +17,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
 from trustrank.findings.models import AuditEvent, FindingKind
+from trustrank.lib.numbers import IdFilter, int_or_none
 
 # Actions the application writes today; the filter accepts any well-formed action name (new
 # kinds of event appear as features add them), the page offers these.
@@ -48,11 +49,12 @@ class ActorField(forms.Field):
         m = _ACTOR_REF.match(text)
         if m is None:
             return ("label", text)
-        if not m.group(2).isdigit():
+        ref = int_or_none(m.group(2), minimum=1)
+        if ref is None:
             raise ValidationError(
                 f"'{text}': give user:<id>, key:<id> or part of the actor's name", code="invalid"
             )
-        return (m.group(1), int(m.group(2)))
+        return (m.group(1), ref)
 
 
 class ActionsField(forms.Field):
@@ -110,10 +112,6 @@ class ActionsFilter(django_filters.Filter):
 @extend_schema_field(OpenApiTypes.STR)
 class MomentFilter(django_filters.Filter):
     field_class = MomentField
-
-
-class IdFilter(django_filters.Filter):
-    field_class = forms.IntegerField
 
 
 class AuditEventFilterSet(django_filters.FilterSet):

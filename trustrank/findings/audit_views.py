@@ -16,6 +16,7 @@ from trustrank.findings.audit_selectors import audit_chains_for_principal, audit
 from trustrank.findings.models import AuditEvent, FindingKind
 from trustrank.findings.selectors import capped_count
 from trustrank.inventory.models import Project
+from trustrank.lib.numbers import int_or_none
 
 PAGE_SIZE = 50
 # Up to this many events the page verifies the chains as it renders; past it the status is
@@ -32,7 +33,7 @@ def _changes(event: AuditEvent) -> list[tuple[str, Any, Any]]:
 
 
 def _after(value: str) -> int | None:
-    return int(value) if value.isdigit() else None
+    return int_or_none(value)
 
 
 @login_required

@@ -10,6 +10,7 @@ Open findings are the default: without `open` or `state`, only open findings mat
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import django_filters
@@ -32,6 +33,7 @@ from trustrank.findings.search import (
     search_value,
     substring_condition,
 )
+from trustrank.lib.numbers import IdFilter, int_or_none
 from trustrank.vulns.engine.ecosystems import normalize_name
 
 DECISIONS = [
@@ -112,7 +114,7 @@ class AssigneeField(forms.CharField):
         value = str(value).strip()
         if value.lower() in ("me", "none"):
             return value.lower()
-        if not value.isdigit():
+        if int_or_none(value, minimum=1) is None:
             raise forms.ValidationError("must be a user id, 'me' or 'none'")
         return value
 
@@ -150,7 +152,8 @@ class FindingFilterSet(django_filters.FilterSet):
         method="filter_open", choices=OPEN_CHOICES, empty_label=None, label="Show"
     )
     kind = django_filters.MultipleChoiceFilter(choices=FindingKind.choices, distinct=False)
-    project = django_filters.NumberFilter(field_name="project_id")
+    project = IdFilter(field_name="project_id")
+    team = IdFilter(field_name="team_id", label="Team")
     severity = django_filters.MultipleChoiceFilter(choices=Severity.choices, distinct=False)
     state = django_filters.MultipleChoiceFilter(choices=TriageState.choices, distinct=False)
     kev = StrictBooleanFilter(field_name="in_kev", label="KEV")
@@ -158,8 +161,8 @@ class FindingFilterSet(django_filters.FilterSet):
     overdue = StrictBooleanFilter(method="filter_overdue", label="Overdue")
     category = django_filters.CharFilter()
     environment = django_filters.CharFilter()
-    service = django_filters.NumberFilter(field_name="service_id")
-    project_version = django_filters.NumberFilter(field_name="project_version_id")
+    service = IdFilter(field_name="service_id")
+    project_version = IdFilter(field_name="project_version_id")
     match_status = django_filters.MultipleChoiceFilter(
         choices=MatchStatus.choices, distinct=False
     )
@@ -191,11 +194,32 @@ class FindingFilterSet(django_filters.FilterSet):
         fields: list[str] = []
 
     def __init__(self, data: Any = None, *args: Any, user_id: int | None = None,
-                 **kwargs: Any) -> None:
+                 team_ids: Iterable[int] | None = None, **kwargs: Any) -> None:
         super().__init__(data, *args, **kwargs)
         # `assignee=me` needs to know who asks: the request's user, or (in a bulk triage job,
         # which has no request) the id the submitting request resolved.
         self.user_id = user_id if user_id is not None else _request_user_id(self.request)
+        # The teams `team` may name: the caller's (a team of someone else's is refused, not
+        # read as an empty list). None: the queryset alone limits it (a queued job).
+        if team_ids is None and self.request is not None:
+            from trustrank.accounts.principal import principal_for_request
+
+            team_ids = principal_for_request(self.request).team_ids
+        self.team_ids = None if team_ids is None else {int(t) for t in team_ids}
+
+    def is_valid(self) -> bool:
+        valid = super().is_valid()
+        if valid and self.team_ids is not None:
+            team = self.form.cleaned_data.get("team")
+            if team is not None and team not in self.team_ids:
+                self.form.add_error("team", f"you are not a member of team {team}")
+                return False
+        return valid
+
+    @classmethod
+    def unknown_params(cls, names: Iterable[str]) -> list[str]:
+        """The names that are not filters of the findings list."""
+        return [n for n in names if n not in cls.base_filters]
 
     # --- the default: open findings unless the caller chose states ---
 

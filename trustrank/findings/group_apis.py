@@ -24,6 +24,12 @@ from trustrank.findings.groups import (
     finding_groups,
 )
 from trustrank.lib.api import Pagination, problem
+from trustrank.lib.filters import unknown_params_refuse
+from trustrank.lib.numbers import BIGINT_MAX, NumberInvalid, int_parse
+
+# Query parameters of the groups list besides the findings filters.
+GROUP_PARAMS = ("by", Pagination.page_query_param, Pagination.page_size_query_param, "format")
+MAX_PAGE = BIGINT_MAX // Pagination.max_page_size
 
 
 @dataclass(frozen=True)
@@ -50,12 +56,10 @@ def page_request(params: Any) -> PageRequest:
         if raw in (None, ""):
             return default
         try:
-            value = int(raw)
-        except (TypeError, ValueError) as exc:
-            raise PageParamError(name, f"`{name}` must be a positive integer") from exc
-        if value < 1:
-            raise PageParamError(name, f"`{name}` must be a positive integer")
-        return value
+            # Bounded so that the page's offset fits PostgreSQL's bigint OFFSET.
+            return int_parse(raw, minimum=1, maximum=MAX_PAGE)
+        except NumberInvalid as exc:
+            raise PageParamError(name, f"`{name}` {exc}") from exc
 
     size = min(number(Pagination.page_size_query_param, Pagination.page_size),
                Pagination.max_page_size)
@@ -136,6 +140,10 @@ class FindingGroupListApi(APIView):
         responses={200: None},
     )
     def get(self, request: Request) -> Response:
+        unknown_params_refuse(
+            request.query_params.keys(),
+            known={*FindingFilterSet.base_filters, *GROUP_PARAMS}, what="the groups list",
+        )
         by = request.query_params.get("by", "fix")
         if by not in GROUP_BY_CHOICES:
             return problem(
@@ -147,12 +155,14 @@ class FindingGroupListApi(APIView):
         try:
             paging = page_request(request.query_params)
         except PageParamError as exc:
-            return problem(400, "Bad request", str(exc), errors={exc.field: [str(exc)]})
+            return problem(400, "Bad request", str(exc), param=exc.field,
+                           errors={exc.field: [str(exc)]})
         filterset = groups_filterset(request=request, by=by)
         if not filterset.is_valid():
+            errors = {k: [str(e) for e in v] for k, v in filterset.errors.items()}
             return problem(
                 400, "Bad request", "The request has invalid fields.",
-                errors=dict(filterset.errors),
+                param=next(iter(errors)), errors=errors,
             )
         try:
             page = finding_groups(

@@ -14,6 +14,7 @@ from trustrank.findings.models import (
     TriagePolicy,
     TriageState,
 )
+from trustrank.lib.numbers import INT_MAX, int_or_none
 
 
 class FindingSerializer(serializers.ModelSerializer[Finding]):
@@ -142,6 +143,8 @@ class UserRefField(serializers.Field[Any, Any, Any, Any]):
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, bool) or not isinstance(data, int | str):
             raise serializers.ValidationError("a user id or a username")
+        if isinstance(data, int) and int_or_none(data, minimum=1) is None:
+            raise serializers.ValidationError("a user id or a username")
         return data
 
     def to_representation(self, value: Any) -> Any:
@@ -167,7 +170,12 @@ class TriageChangeFields(serializers.Serializer[Any]):
 
 class TriageSerializer(TriageChangeFields):
     # The version the caller read (GET's `version` / ETag): a newer one answers 409.
-    version = serializers.IntegerField(required=False, min_value=1)
+    version = serializers.IntegerField(required=False, min_value=1, max_value=INT_MAX)
+
+
+def _id(value: Any) -> bool:
+    """A JSON integer a bigint column holds (an id past it would make the database raise)."""
+    return isinstance(value, int) and int_or_none(value, minimum=1) is not None
 
 
 class BulkTriageSerializer(TriageChangeFields):
@@ -182,13 +190,13 @@ class BulkTriageSerializer(TriageChangeFields):
         for item in value:
             if isinstance(item, dict):
                 pk, version = item.get("id"), item.get("version")
-                if not isinstance(pk, int) or isinstance(pk, bool) or (
-                    version is not None and (not isinstance(version, int) or version < 1)
+                if not _id(pk) or (
+                    version is not None and (not _id(version) or version > INT_MAX)
                 ):
                     raise serializers.ValidationError(
                         'each item is a finding id or {"id": <int>, "version": <int>}'
                     )
-            elif not isinstance(item, int) or isinstance(item, bool):
+            elif not _id(item):
                 raise serializers.ValidationError(
                     'each item is a finding id or {"id": <int>, "version": <int>}'
                 )

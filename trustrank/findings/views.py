@@ -4,6 +4,7 @@ analyst's change and offers to re-apply), bulk triage jobs and the team's triage
 
 from __future__ import annotations
 
+import math
 from datetime import date
 from typing import Any
 
@@ -55,6 +56,7 @@ from trustrank.findings.services.triage import (
 )
 from trustrank.inventory.models import Project
 from trustrank.jobs.models import JobStatus
+from trustrank.lib.numbers import INT_MAX, int_or_none
 from trustrank.ranking.explain import finding_rank_explain
 from trustrank.vulns import selectors as vuln_selectors
 
@@ -68,18 +70,17 @@ def _offset_cursor(value: str) -> int:
     """`@<n>`: the position of a page in an order no index walks by key."""
     if not value.startswith("@"):
         return 0
-    try:
-        return min(max(0, int(value[1:])), 10_000_000)
-    except ValueError:
-        return 0
+    return min(int_or_none(value[1:]) or 0, 10_000_000)
 
 
 def _cursor(value: str) -> tuple[float, int] | None:
+    prio, _, raw_pk = value.partition(":")
+    pk = int_or_none(raw_pk)
     try:
-        prio, _, pk = value.partition(":")
-        return float(prio), int(pk)
+        number = float(prio)
     except ValueError:
         return None
+    return (number, pk) if pk is not None and math.isfinite(number) else None
 
 
 @login_required
@@ -281,7 +282,7 @@ def finding_triage_submit(request: HttpRequest, finding_id: int) -> HttpResponse
     finding = selectors.finding_get_for_principal(principal=principal, finding_id=finding_id)
     post = request.POST
     raw_version = post.get("version", "")
-    expected = int(raw_version) if raw_version.isdigit() else None
+    expected = int_or_none(raw_version, minimum=1, maximum=INT_MAX)
     assignee: Any = UNSET
     if "assignee" in post:
         assignee = post.get("assignee") or None
@@ -368,11 +369,13 @@ def finding_bulk_triage_submit(request: HttpRequest) -> HttpResponse:
     else:
         ids = []
         for item in post.getlist("ids"):
-            pk, _, version = item.partition(":")
-            if pk.isdigit():
-                ids.append(int(pk))
-                if version.isdigit():
-                    versions[pk] = int(version)
+            raw_pk, _, raw_version = item.partition(":")
+            pk = int_or_none(raw_pk, minimum=1)
+            if pk is not None:
+                ids.append(pk)
+                version = int_or_none(raw_version, minimum=1, maximum=INT_MAX)
+                if version is not None:
+                    versions[str(pk)] = version
         if not ids:
             messages.error(request, "Select findings first (or all that match the filter).")
             return HttpResponseRedirect(back)
@@ -429,16 +432,16 @@ def triage_policy_page(request: HttpRequest) -> HttpResponse:
     teams = list(Team.objects.filter(pk__in=principal.team_ids).order_by("name"))
     errors: dict[str, str] = {}
     if request.method == "POST":
-        team_id = int(request.POST.get("team", "0") or 0)
-        if team_id not in principal.team_ids:
+        team_id = int_or_none(request.POST.get("team", ""))
+        if team_id is None or team_id not in principal.team_ids:
             return HttpResponse("no such team", status=404)
         values: dict[str, int | None] = {}
         for name in DECISION_FIELDS.values():
             raw = request.POST.get(name, "").strip()
             if raw == "":
                 values[name] = None
-            elif raw.isdigit() and int(raw) <= 3650:
-                values[name] = int(raw)
+            elif (days := int_or_none(raw, maximum=3650)) is not None:
+                values[name] = days
             else:
                 errors[f"{team_id}:{name}"] = "a number of days (0–3650), or empty for none"
         if not errors:

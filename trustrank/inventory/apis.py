@@ -23,6 +23,7 @@ from trustrank.inventory.selectors import (
 )
 from trustrank.inventory.serializers import ComponentSerializer, ProjectSerializer
 from trustrank.lib.api import problem
+from trustrank.lib.numbers import int_or_none
 
 RISK_MAX_DAYS = 366
 
@@ -76,10 +77,7 @@ class ProjectRiskApi(APIView):
     def get(self, request: Request, project_id: int) -> Response:
         project = project_get(principal=principal_for_request(request), project_id=project_id)
         raw = request.query_params.get("days", "90")
-        try:
-            days = int(raw)
-        except ValueError:
-            days = 0
+        days = int_or_none(raw) or 0
         if not 1 <= days <= RISK_MAX_DAYS:
             detail = f"`days` must be an integer from 1 to {RISK_MAX_DAYS}"
             return problem(400, "Bad request", detail, errors={"days": [detail]})

@@ -73,6 +73,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         "status": response.status_code,
         "detail": detail,
     }
+    param = getattr(exc, "param", None)
+    if param:
+        body["param"] = param
     if errors is not None:
         body["errors"] = errors
     response.data = body

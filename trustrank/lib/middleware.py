@@ -3,7 +3,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import UTC, timedelta
+from typing import Any
 
+import orjson
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.utils.dateparse import parse_datetime
@@ -76,6 +78,55 @@ def datetime_check(*, name: str, value: str) -> None:
         raise InputRefused(name=name, reason="is out of the supported date range") from exc
 
 
+# A NUL in a JSON string is always written `\u0000` (a raw control character is not JSON); an
+# odd number of backslashes before `u0000` makes it an escape rather than literal text.
+_JSON_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000|\x00")
+
+
+def _json_nul_name(value: Any, path: str = "") -> str | None:
+    """Where in a parsed JSON document a NUL sits: `assignee`, `filter.q`, `ids[2]`."""
+    if isinstance(value, str):
+        return (path or "body") if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            name = f"{path}.{key}" if path else str(key)
+            if "\x00" in str(key):
+                return name
+            found = _json_nul_name(item, name)
+            if found:
+                return found
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _json_nul_name(item, f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def json_body_check(request: HttpRequest) -> None:
+    """A JSON body with a NUL in any string is refused naming the field. Only bodies Django
+    would read into memory anyway: a large upload is streamed by its receiver, untouched."""
+    content_type = request.content_type or ""
+    if not (content_type == "application/json" or content_type.endswith("+json")):
+        return
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or "0")
+    except ValueError:
+        return
+    if not 0 < length <= settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
+        return
+    body = request.body
+    if not _JSON_NUL.search(body):
+        return
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise InputRefused(name="body", reason="contains a NUL byte") from None
+    name = _json_nul_name(document)
+    if name:
+        raise InputRefused(name=name, reason="contains a NUL byte")
+
+
 def request_inputs_check(request: HttpRequest) -> None:
     """Every route's path, query and form fields, checked once before any view sees them."""
     text_check(name="URL path", value=request.path_info)
@@ -94,6 +145,8 @@ def request_inputs_check(request: HttpRequest) -> None:
             for value in values:
                 text_check(name=key, value=value)
                 datetime_check(name=key, value=value)
+    if request.method in ("POST", "PUT", "PATCH"):
+        json_body_check(request)
 
 
 def _is_api(path: str) -> bool:
@@ -115,7 +168,9 @@ class InputCheckMiddleware:
             if exc.name in ("URL path", "query parameter name", "form field name"):
                 detail = f"The {exc.name} {exc.reason}."
             if _is_api(request.path_info):
-                return problem_response(400, "Invalid parameter", detail, parameter=exc.name)
+                return problem_response(
+                    400, "Invalid parameter", detail, parameter=exc.name, param=exc.name
+                )
             return HttpResponseBadRequest(
                 f"Bad request: {detail}", content_type="text/plain; charset=utf-8"
             )

@@ -147,7 +147,9 @@ def from_json(doc: dict[str, Any]) -> list[EmbeddedVulnerability]:
                     )
                     for r in v.get("ratings") or []
                 ),
-                cwes=tuple(int(c) for c in v.get("cwes") or [] if str(c).isdigit()),
+                cwes=tuple(
+                    int(c) for c in v.get("cwes") or [] if str(c).isascii() and str(c).isdigit()
+                ),
                 advisories=tuple(
                     str(a.get("url")) for a in v.get("advisories") or [] if a.get("url")
                 ),
@@ -235,7 +237,7 @@ def from_xml(root: Any) -> list[EmbeddedVulnerability]:
                     cwes=tuple(
                         int(c.text)
                         for c in _children(_child(v, "cwes"), "cwe")
-                        if (c.text or "").strip().isdigit()
+                        if (c.text or "").strip().isascii() and (c.text or "").strip().isdigit()
                     ),
                     advisories=tuple(
                         _text(a, "url")

@@ -14,6 +14,7 @@ from trustrank.accounts.models import Scope, Team
 from trustrank.accounts.principal import principal_for_request
 from trustrank.accounts.selectors import TeamNotAllowed, TeamRequired, team_for_upload
 from trustrank.lib.api import Pagination, problem
+from trustrank.lib.numbers import BIGINT_MAX, NumberInvalid, int_parse
 from trustrank.ranking import selectors
 from trustrank.ranking.filters import PriorityFilterSet
 from trustrank.ranking.serializers import (
@@ -39,9 +40,11 @@ class KnownCountPagination(Pagination):
         page_size = self.get_page_size(request)
         if not page_size:
             return None
+        raw = request.query_params.get(self.page_query_param) or "1"
         try:
-            number = max(1, int(request.query_params.get(self.page_query_param, 1)))
-        except ValueError as exc:
+            # Bounded so that the page's start fits an OFFSET.
+            number = int_parse(raw, minimum=1, maximum=BIGINT_MAX // max(page_size, 1))
+        except NumberInvalid as exc:
             raise ValidationError({"page": "must be a positive integer"}) from exc
         self.request = request
         start = (number - 1) * page_size
@@ -179,8 +182,8 @@ class RankingRunChangesApi(APIView):
             principal=principal_for_request(request), run_id=run_id
         )
         try:
-            limit = min(500, max(1, int(request.query_params.get("limit", 50))))
-        except ValueError as exc:
+            limit = min(500, max(1, int_parse(request.query_params.get("limit") or "50")))
+        except NumberInvalid as exc:
             raise ValidationError({"limit": "must be an integer"}) from exc
         changes = ranking_changes(run=run, limit=limit)
         return Response(

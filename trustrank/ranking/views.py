@@ -17,6 +17,7 @@ from django_htmx.http import HttpResponseClientRefresh
 from trustrank.accounts.models import Scope, Team
 from trustrank.accounts.principal import Principal, principal_for_request
 from trustrank.findings.paging import capped_cached_count
+from trustrank.lib.numbers import int_or_none
 from trustrank.lib.pages import HtmxHttpRequest
 from trustrank.ranking import selectors
 from trustrank.ranking.filters import PriorityFilterSet
@@ -143,10 +144,7 @@ def priorities_rank_now(request: HtmxHttpRequest) -> HttpResponse:
     principal = principal_for_request(request)
     allowed = principal.teams_with(Scope.TRIAGE)
     raw = request.POST.get("team", "")
-    if raw:
-        team_id = int(raw) if raw.isdigit() else -1
-    else:
-        team_id = allowed[0] if len(allowed) == 1 else -1
+    team_id = (int_or_none(raw) or -1) if raw else (allowed[0] if len(allowed) == 1 else -1)
     if team_id not in allowed:
         return HttpResponse("ranking needs the triage role in that team", status=403)
     ranking_run_request(

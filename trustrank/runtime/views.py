@@ -14,6 +14,7 @@ from django.views.decorators.http import require_GET, require_POST
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_request
 from trustrank.inventory.models import Project
+from trustrank.lib.numbers import int_or_none
 from trustrank.lib.pages import HtmxHttpRequest, paginate
 from trustrank.ranking import selectors as ranking_selectors
 from trustrank.ranking.explain import path_svg
@@ -69,8 +70,9 @@ def service_map(request: HtmxHttpRequest) -> HttpResponse:
     environment = None
     wanted = request.GET.get("environment")
     if wanted:
-        environment = selectors.environment_get_for_user(principal=principal, pk=wanted) \
-            if wanted.isdigit() else None
+        pk = int_or_none(wanted, minimum=1)
+        environment = selectors.environment_get_for_user(principal=principal, pk=pk) \
+            if pk is not None else None
         if environment is None:
             return HttpResponseBadRequest("environment must be an environment id")
     elif environments:

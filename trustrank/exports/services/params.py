@@ -16,6 +16,7 @@ from trustrank.accounts.principal import Principal
 from trustrank.exports.models import ExportFormat
 from trustrank.findings.filters import FindingFilterSet
 from trustrank.findings.models import Finding
+from trustrank.lib.numbers import NumberInvalid, int_parse
 from trustrank.ranking.models import RankingRun, RunStatus
 
 # Either scope lets a caller export: auditors take exports away without reading the rest.
@@ -72,12 +73,9 @@ def export_teams(principal: Principal) -> list[int]:
 
 def filter_params_check(filters: dict[str, list[str]]) -> None:
     """Raise ExportParamError naming the first unknown or invalid findings filter."""
-    known = set(FindingFilterSet.base_filters)
-    for name in filters:
-        if name not in known:
-            raise ExportParamError(
-                name, f"{name!r} is not a findings filter (use one of {', '.join(sorted(known))})"
-            )
+    for name in FindingFilterSet.unknown_params(filters):
+        known = ", ".join(sorted(FindingFilterSet.base_filters))
+        raise ExportParamError(name, f"{name!r} is not a findings filter (use one of {known})")
     data = QueryDict(mutable=True)
     for name, values in filters.items():
         data.setlist(name, values)
@@ -110,8 +108,8 @@ def export_request_parse(
     raw_team = (params.get("team") or "").strip()
     if raw_team:
         try:
-            team_id = int(raw_team)
-        except ValueError as exc:
+            team_id = int_parse(raw_team, minimum=1)
+        except NumberInvalid as exc:
             raise ExportParamError("team", "team must be a team id") from exc
         if team_id not in allowed:
             raise ExportParamError("team", f"no team {team_id} you may export from")
@@ -119,8 +117,8 @@ def export_request_parse(
     raw_run = (params.get("ranking_run") or "").strip()
     if raw_run:
         try:
-            run_id = int(raw_run)
-        except ValueError as exc:
+            run_id = int_parse(raw_run, minimum=1)
+        except NumberInvalid as exc:
             raise ExportParamError("ranking_run", "ranking_run must be a ranking run id") from exc
         run = RankingRun.objects.filter(pk=run_id, team_id__in=allowed).first()
         if run is None or (team_id is not None and run.team_id != team_id):

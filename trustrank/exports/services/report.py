@@ -9,7 +9,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, F
+from django.db.models import CharField, Count, F
+from django.db.models.fields.json import KT
+from django.db.models.functions import Coalesce
 from django.template.loader import render_to_string
 from django.utils import timezone
 
@@ -17,13 +19,13 @@ from trustrank.exports.services.formats import Progress, explanation_text
 from trustrank.exports.services.rows import ExportSelection, export_rows
 
 
-def _counts(selection: ExportSelection, key: str) -> list[tuple[str, int]]:
-    rows = (
-        selection.queryset.order_by()
-        .values(key)
-        .annotate(n=Count("id"))
-        .values_list(key, "n")
-    )
+def _counts(
+    selection: ExportSelection, key: str, expression: Any = None
+) -> list[tuple[str, int]]:
+    """(value, findings) of a column of the selection, or of `expression` (named `key`)."""
+    qs = selection.queryset.order_by()
+    grouped = qs.values(**{key: expression}) if expression is not None else qs.values(key)
+    rows = grouped.annotate(n=Count("id")).values_list(key, "n")
     return sorted(((k or "—", n) for k, n in rows), key=lambda kv: (-kv[1], kv[0]))
 
 
@@ -31,8 +33,16 @@ def report_html(
     selection: ExportSelection, meta: dict[str, Any], progress: Progress | None = None
 ) -> str:
     limit = settings.TRUSTRANK_EXPORT_REPORT_MAX_ROWS
-    state_key = "as_of_state" if meta.get("as_of") else "state"
-    by_state = _counts(selection, state_key)
+    if meta.get("as_of"):
+        # The selection's rows carry the audit event of that time (`as_of_after`), not its
+        # state as a column: a finding no event had triaged then keeps its own state.
+        by_state = _counts(
+            selection, "state_then", Coalesce(
+                KT("as_of_after__state"), F("state"), output_field=CharField()
+            )
+        )
+    else:
+        by_state = _counts(selection, "state")
     total = sum(n for _, n in by_state)
     ordered = ExportSelection(
         queryset=selection.queryset.order_by(

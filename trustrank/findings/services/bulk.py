@@ -265,6 +265,25 @@ def filter_querydict(params: Any) -> QueryDict:
     return query
 
 
+def filter_params_check(params: Any) -> None:
+    """BulkFilterError for a filter that is not an object of the findings list's filter names
+    with text, number, boolean or null values (or lists of them): an unknown key would
+    otherwise be no filter at all, and the change would reach every finding."""
+    if not isinstance(params, dict):
+        raise BulkFilterError({"": ["the filter must be an object of findings list filters"]})
+    unknown = FindingFilterSet.unknown_params(params)
+    if unknown:
+        known = ", ".join(sorted(FindingFilterSet.base_filters))
+        raise BulkFilterError(
+            {name: [f"{name!r} is not a findings filter (use one of {known})"]
+             for name in unknown}
+        )
+    for name, value in params.items():
+        values = value if isinstance(value, list) else [value]
+        if not all(v is None or isinstance(v, str | int | float | bool) for v in values):
+            raise BulkFilterError({name: ["give a value or a list of values"]})
+
+
 def _selection(
     *, principal: Principal, ids: list[int] | None, filter_params: dict[str, Any] | None,
     user_id: int | None,
@@ -294,9 +313,11 @@ def _selection(
         return Finding.objects.filter(pk__in=wanted), wanted, None, teams
     if not triage_teams:
         raise TriageForbidden("changing triage state needs the 'triage' scope")
+    filter_params_check(filter_params)
     filterset = FindingFilterSet(
         filter_querydict(filter_params),
         queryset=Finding.objects.filter(team_id__in=triage_teams), user_id=user_id,
+        team_ids=triage_teams,
     )
     if not filterset.is_valid():
         raise BulkFilterError({k: list(v) for k, v in filterset.errors.items()})

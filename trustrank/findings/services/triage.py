@@ -29,6 +29,7 @@ from trustrank.findings.models import (
 )
 from trustrank.findings.services.audit import Actor, audit_event_record
 from trustrank.findings.services.reconcile import state_of
+from trustrank.lib.numbers import int_or_none
 
 
 class _Unset:
@@ -101,8 +102,9 @@ def assignee_resolve(*, value: Any, team_ids: Iterable[int]) -> Any:
         return None
     users = get_user_model().objects
     user = None
-    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
-        user = users.filter(pk=int(value)).first()
+    user_id = int_or_none(value, minimum=1)
+    if user_id is not None:
+        user = users.filter(pk=user_id).first()
     if user is None and isinstance(value, str):
         user = users.filter(username=value).first()
     teams = set(team_ids)

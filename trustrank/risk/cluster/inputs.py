@@ -340,7 +340,7 @@ def _rdma_field(item: Series) -> tuple[str, int | None] | None:
         tc, stat = int(named.group(1)), named.group(2)
     else:
         label = next((item.label(k) for k in _TC_LABELS if item.label(k)), "")
-        tc = int(label) if label.isdigit() else None
+        tc = int(label) if label.isascii() and label.isdigit() else None
     field = _RDMA_FIELDS.get(stat)
     return (field, tc) if field else None
 

@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from trustrank.accounts.models import Team
 from trustrank.findings.services.audit_chain import ChainReport, audit_chain_verify
+from trustrank.lib.numbers import int_or_none
 
 
 class Command(BaseCommand):
@@ -25,8 +26,9 @@ class Command(BaseCommand):
         hint = str(options["team"] or "").strip()
         if hint:
             team = Team.objects.filter(name=hint).first()
-            if team is None and hint.isdigit():
-                team = Team.objects.filter(pk=int(hint)).first()
+            team_id = int_or_none(hint, minimum=1)
+            if team is None and team_id is not None:
+                team = Team.objects.filter(pk=team_id).first()
             if team is None:
                 raise CommandError(f"no team {hint!r} (give a team name or id)")
             chains = [(f"team {team.name} (id {team.pk})", team.pk)]
