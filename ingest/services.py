@@ -24,6 +24,7 @@ from trustrank.jobs.admission import (
     jobs_overloaded,
 )
 from trustrank.jobs.errors import JobRejected, JobTransient
+from trustrank.lib.numbers import NumberInvalid, int_parse
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +40,10 @@ def priority_parse(raw: str | None) -> int:
     if raw is None or raw.strip() == "":
         return settings.TRUSTRANK_DEFAULT_PRIORITY
     try:
-        value = int(raw.strip())
-    except ValueError as exc:
+        # ASCII digits only: int() would take "١٠" or "1_0" too.
+        return int_parse(raw, minimum=0, maximum=255)
+    except NumberInvalid as exc:
         raise InvalidPriority(f"X-Priority must be an integer from 0 to 255, got {raw!r}") from exc
-    if not 0 <= value <= 255:
-        raise InvalidPriority(f"X-Priority must be an integer from 0 to 255, got {value}")
-    return value
 
 
 def job_enqueue_on_commit(job: IngestJob) -> None:

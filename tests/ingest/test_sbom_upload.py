@@ -328,3 +328,11 @@ def test_feed_imports_are_visible_to_every_team(team, other_team, api):
     client = api(team, "read")
     assert client.get(f"/api/v1/jobs/{feed.pk}").status_code == 200
     assert client.get(f"/api/v1/jobs/{private.pk}").status_code == 404
+
+
+@pytest.mark.parametrize("value", ["١٠", "1_0", "²", "-1", "256"])
+def test_x_priority_takes_ascii_digits_from_0_to_255_only(value):
+    from ingest.services import InvalidPriority, priority_parse
+
+    with pytest.raises(InvalidPriority):
+        priority_parse(value)
