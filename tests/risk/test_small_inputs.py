@@ -197,6 +197,19 @@ def test_a_full_run_ranks_every_finding_once_without_gaps(given_inputs):
     assert canonical_json(result) == canonical_json(rank(inputs=given_inputs))
 
 
+@SMALL
+@given(inputs(), st.integers(min_value=1, max_value=4))
+def test_a_queue_index_made_in_parts_is_the_one_made_whole(given_inputs, part):
+    """A full run makes its queue's index a part at a time while the queue is stored:
+    any part size, an empty queue included, gives the index `rank` makes."""
+    result = rank(inputs=given_inputs, with_index=False)
+    assert result.queue_index is None
+    *steps, index = QueueIndex.in_parts(result.findings, part=part)
+    assert steps == [None] * -(-len(result.findings) // part)
+    assert index is not None
+    assert _decoded(index) == _decoded(rank(inputs=given_inputs).queue_index)
+
+
 def test_nothing_at_all_ranks_to_an_empty_queue():
     result = rank(inputs=RankInputs())
     assert result.findings == () and result.services == ()
