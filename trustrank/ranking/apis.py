@@ -74,7 +74,8 @@ class KnownCountPagination(Pagination):
 
 
 ENVIRONMENT_PARAM = OpenApiParameter(
-    "environment", str, description="One environment's queue (default: the team's whole queue)"
+    "environment", str,
+    description="One environment's queue (absent or blank: the team's whole queue)",
 )
 
 
@@ -91,7 +92,9 @@ class PriorityListApi(APIView):
     )
     def get(self, request: Request) -> Response:
         principal = principal_for_request(request)
-        environment = request.query_params.get("environment")
+        # Blank is the whole queue, as on the page (whose selector sends `environment=`
+        # for "all environments"): no environment is named "".
+        environment = request.query_params.get("environment") or None
         filterset = PriorityFilterSet(
             request.query_params,
             queryset=selectors.priority_list(

@@ -140,11 +140,13 @@ class QueueIndex:
             np.cumsum(lengths) - lengths, lengths)
         source = np.repeat(starts, lengths) + offsets
         is_fresh = np.repeat(starts < 0, lengths)
+        # Fresh places read place 0 as a placeholder, then get their own codes.
         source[is_fresh] = 0
         arrays = []
         for k, old in enumerate((self.record_version, self.context_version, self.env,
                                  self.service)):
-            values = old[source]
+            # An empty previous queue has no place 0: every place of the new one is fresh.
+            values = old[source] if len(old) else np.zeros(len(source), dtype=old.dtype)
             if fresh_codes:
                 values[is_fresh] = [c[k] for c in fresh_codes]
             arrays.append(values)

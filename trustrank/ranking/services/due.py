@@ -167,6 +167,10 @@ class DueInserter:
         finally:
             connection.close()
 
+    def wait(self) -> None:
+        """Wait for the thread, whatever it did (the run failed: its error is the run's)."""
+        self._thread.join()
+
     def finish(self, unsettled: dict[str, Any]) -> dict[str, Any]:
         """Wait for the thread; `unsettled` (made without what it inserted:
         `due_dates_unsettled(inserted=True)`) as it is, or {} when the policy changed."""

@@ -161,6 +161,24 @@ def _places_in(cached: _Cached) -> Callable[[str], int | None]:
 
 
 def _execute(run: RankingRun) -> None:
+    """Rank the team's findings and store the queue. On any failure the worker forgets
+    the team's previous run, so the next run is a full one over what is stored: nothing of
+    a failed run is committed but its phase and the first-run due dates (which the next
+    run checks again), while what it held in memory may be half made (the engine extends
+    the kept queue index; the gather read against the kept inputs)."""
+    threads: list[DueInserter] = []
+    try:
+        _rank_and_store(run, threads)
+    except BaseException:
+        _PREVIOUS.pop(run.team_id, None)
+        for thread in threads:
+            # Its connection must not go on writing due dates beside the next run.
+            thread.wait()
+        raise
+
+
+def _rank_and_store(run: RankingRun, threads: list[DueInserter]) -> None:
+    """`_execute`'s work; a due-date thread it starts goes into `threads`."""
     t0 = time.perf_counter()
     rs = rank_settings()
     # Only its id: the row also holds the weights and counts.
@@ -204,6 +222,8 @@ def _execute(run: RankingRun) -> None:
     fid = (place_ids(result, gathered.finding_ids)
            if not incremental and result.columns is not None else None)
     early = None if incremental else DueInserter.start(run.team_id, gathered, result, fid=fid)
+    if early is not None:
+        threads.append(early)
     meanwhile = None if incremental else _Meanwhile(gathered.inputs.findings, result.findings)
     with transaction.atomic():
         stored = store_first_from_columns(
