@@ -3,6 +3,7 @@ never waits behind it, and a team's burst is refused past its queue limit with 4
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from datetime import timedelta
@@ -156,5 +157,5 @@ def test_interactive_work_is_not_delayed_by_another_teams_batch_burst(
     wait_for(lambda: ReplayRun.objects.filter(pk__in=runs, status=JobStatus.DONE).count() == 3,
              timeout=180, interval=0.5)
     spans = sorted(ReplayRun.objects.filter(pk__in=runs).values_list("started_at", "finished_at"))
-    assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:], strict=False))
+    assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(spans))
     print("replay seconds:", [round((f - s).total_seconds(), 1) for s, f in spans])

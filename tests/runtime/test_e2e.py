@@ -165,7 +165,7 @@ def test_collector_style_gzip_protobuf_and_a_failed_job(web_server, celery_worke
     from trustrank.accounts.principal import principal_for_key
 
     bad = job_create(team=team, kind="traces", payload=b"\xff\xfe not protobuf",
-                     principal=principal_for_key(job.api_key),
+                     principal=principal_for_key(job.requested_by_key),
                      params={"encoding": "protobuf"})
 
     def failed():

@@ -109,6 +109,8 @@ def json_body_check(request: HttpRequest) -> None:
     content_type = request.content_type or ""
     if not (content_type == "application/json" or content_type.endswith("+json")):
         return
+    if request.META.get("HTTP_CONTENT_ENCODING", "identity").strip().lower() != "identity":
+        return  # compressed: its receiver inflates and checks it (the raw bytes are not JSON)
     try:
         length = int(request.META.get("CONTENT_LENGTH") or "0")
     except ValueError:
