@@ -78,18 +78,20 @@ class RankingError(RuntimeError):
     pass
 
 
-def _phase(run: RankingRun, phase: str) -> None:
+def _phase(run: RankingRun, phase: str, progress: Any = None) -> None:
     run.phase = phase
     RankingRun.objects.filter(pk=run.pk).update(phase=phase)
+    if progress is not None:
+        progress(phase=phase)
 
 
 def ranking_run_handle(*, job: RankingRun, progress: Any) -> None:
     """The job runner's handler for the kind "ranking_run". The run marks itself done in
     the transaction that stores its queue (so ranks and run agree); a crash before that
     commit leaves the run to the sweep, and the next attempt ranks again from the start."""
-    _phase(job, "gathering")
+    _phase(job, "gathering", progress)
     with _collector_paused(), _run_settings():
-        _execute(job)
+        _execute(job, progress)
 
 
 def ranking_run_execute(*, run_id: int) -> str:
@@ -160,7 +162,7 @@ def _places_in(cached: _Cached) -> Callable[[str], int | None]:
     return place_of
 
 
-def _execute(run: RankingRun) -> None:
+def _execute(run: RankingRun, progress: Any = None) -> None:
     t0 = time.perf_counter()
     rs = rank_settings()
     # Only its id: the row also holds the weights and counts.
@@ -182,7 +184,7 @@ def _execute(run: RankingRun) -> None:
     else:
         gathered = ranking_inputs_gather(team_id=run.team_id)
     t1 = time.perf_counter()
-    _phase(run, "ranking")
+    _phase(run, "ranking", progress)
     if incremental and cached is not None:
         versions, services = _changed_since(cached.gathered.inputs, gathered.inputs)
         result = rank_incremental(
@@ -197,7 +199,7 @@ def _execute(run: RankingRun) -> None:
         result = rank(inputs=gathered.inputs, settings=rs, with_digest=False,
                       with_index=False)
     t2 = time.perf_counter()
-    _phase(run, "storing")
+    _phase(run, "storing", progress)
     # A team's first run: the due dates of findings that have none go in beside the queue,
     # on a connection of their own (see due.DueInserter).
     # A full run's queue comes with columns: its first store is made from them.
@@ -234,6 +236,10 @@ def _execute(run: RankingRun) -> None:
             else "",
         )
         t4 = time.perf_counter()
+        if progress is not None:
+            # Not `_phase`: the row is written by the heartbeat's own connection, so this
+            # transaction takes no lock on it that the heartbeat would wait behind.
+            progress(phase="due dates")
         # Due dates follow the decisions just stored (one set-based upsert of FindingDue,
         # a row per finding on a team's first run; the findings themselves are not written).
         written_after = _written_since(run.team_id, gathered_at - _CLOCK_SKEW)
