@@ -20,6 +20,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from django.db import connection
 from django.utils import timezone
@@ -29,6 +30,7 @@ from tests.conftest import wait_for
 from tests.exports.helpers import body_of, bulk_findings, csv_rows
 from tests.findings.helpers import many_findings
 from tests.replay.helpers import csv_subset
+from tests.vulns.helpers import osv
 from trustrank.findings.models import AuditEvent, BulkTriageJob, Finding
 from trustrank.findings.services.bulk import bulk_triage_job_run
 from trustrank.inventory.models import Component, Sbom
@@ -38,6 +40,7 @@ from trustrank.jobs.registry import JobKind, job_kind
 from trustrank.jobs.runner import job_run
 from trustrank.jobs.sweep import jobs_sweep
 from trustrank.ranking.models import RankedFinding, RankingRun
+from trustrank.vulns.models import Advisory, AdvisoryPackage
 
 LEASE = 3
 # Each progress report of the first worker sleeps this long: the test's window to kill it.
@@ -116,6 +119,51 @@ def ingest_check(ctx: Ctx, row: Any) -> None:
     assert components.count() == SBOM_COMPONENTS
     assert components.values("bom_ref").distinct().count() == SBOM_COMPONENTS
     assert Component.objects.count() == SBOM_COMPONENTS
+
+
+# --- ingest of an OSV feed: the streaming path (batches committed one by one), killed after
+# the last batch, while it matches findings
+
+OSV_RECORDS = 1200
+
+
+def osv_prepare(ctx: Ctx) -> None:
+    ctx.state["feed"] = orjson.dumps([
+        osv(f"GHSA-kill-{i:04d}", "npm", f"pkg-killed-{i}", [{"introduced": "0"}, {"fixed": "2.0.0"}])
+        for i in range(OSV_RECORDS)
+    ])
+
+
+def osv_submit(ctx: Ctx) -> Any:
+    ctx.state["client"] = client = ctx.api(ctx.team, "feeds:write", "read")
+    response = client.post("/api/v1/feeds/osv", ctx.state["feed"],
+                           content_type="application/json")
+    assert response.status_code == 202, response.content
+    return response.json()["id"]
+
+
+def osv_mid_job(ctx: Ctx, row: Any) -> bool:
+    return row.phase == "matching"
+
+
+def osv_at_kill(ctx: Ctx, row: Any) -> None:
+    assert Advisory.objects.count() == OSV_RECORDS  # every batch was committed
+
+
+def osv_check(ctx: Ctx, row: Any) -> None:
+    job = ctx.state["client"].get(f"/api/v1/jobs/{row.pk}").json()
+    assert job["status"] == "done" and job["attempts"] == 2
+    assert Advisory.objects.count() == OSV_RECORDS
+    packages = AdvisoryPackage.objects.all()
+    assert packages.count() == OSV_RECORDS
+    assert packages.values("advisory_id", "ecosystem", "name").distinct().count() == OSV_RECORDS
+    events = AuditEvent.objects.filter(action="feed_imported", subject_id=str(row.pk))
+    assert events.count() == 1
+    # Every record counted once. (Which of `inserted` and `updated` it is counted as is the
+    # last attempt's view: it re-writes what the dead one inserted, so it says `updated`.)
+    counts = job["counts"]
+    assert counts["records"] == OSV_RECORDS and counts["unchanged"] == 0
+    assert counts["inserted"] + counts["updated"] == OSV_RECORDS, counts
 
 
 # --- bulk triage: 1,200 findings, three committed batches (a new attempt goes on from the
@@ -275,6 +323,7 @@ def export_check(ctx: Ctx, row: Any) -> None:
 
 CASES = {
     "ingest": Case(ingest_prepare, ingest_submit, ingest_mid_job, ingest_at_kill, ingest_check),
+    "ingest_osv": Case(osv_prepare, osv_submit, osv_mid_job, osv_at_kill, osv_check),
     "bulk_triage": Case(bulk_prepare, bulk_submit, bulk_mid_job, bulk_at_kill, bulk_check),
     "ranking_run": Case(
         ranking_prepare, ranking_submit, ranking_mid_job, ranking_at_kill, ranking_check
@@ -301,7 +350,7 @@ def test_a_job_whose_worker_is_killed_finishes_once_after_the_sweep(
     kind: str, ctx: Ctx, start_worker: Any
 ) -> None:
     case = CASES[kind]
-    model = job_kind(kind).model
+    model = job_kind(kind.split("_osv")[0]).model
     env = worker_env(ctx)
     case.prepare(ctx)
     first = start_worker(TRUSTRANK_JOB_TEST_SLOW_PROGRESS_SECONDS=SLOW, **env)
