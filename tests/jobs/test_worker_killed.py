@@ -34,10 +34,11 @@ from tests.vulns.helpers import osv
 from trustrank.findings.models import AuditEvent, BulkTriageJob, Finding
 from trustrank.findings.services.bulk import bulk_triage_job_run
 from trustrank.inventory.models import Component, Sbom
-from trustrank.jobs import registry
+from trustrank.jobs import registry, runner
+from trustrank.jobs.errors import JobRejected, JobTransient
 from trustrank.jobs.models import FINISHED, JobStatus
 from trustrank.jobs.registry import JobKind, job_kind
-from trustrank.jobs.runner import job_run
+from trustrank.jobs.runner import job_claim, job_run
 from trustrank.jobs.sweep import jobs_sweep
 from trustrank.ranking.models import RankedFinding, RankingRun
 from trustrank.vulns.models import Advisory, AdvisoryPackage
@@ -459,12 +460,24 @@ def _session_settings() -> dict[str, str]:
         return out
 
 
+PROBE_ERRORS: dict[str, type[Exception]] = {
+    "crash": RuntimeError, "reject": JobRejected, "transient": JobTransient,
+}
+
+
 def session_probe(*, job: Any, progress: Any) -> dict[str, Any]:
-    """A handler that reports the session it runs in (and crashes when asked to)."""
+    """A handler that reports the session it runs in (and ends as `job.reason` says)."""
     seen = _session_settings()
-    if job.reason == "crash":
-        raise RuntimeError("the probe crashed on purpose")
+    if job.reason in PROBE_ERRORS:
+        raise PROBE_ERRORS[job.reason]("the probe crashed on purpose")
     return {"counts": seen}
+
+
+def _probe_kind(monkeypatch: pytest.MonkeyPatch, *, atomic: bool = False) -> JobKind:
+    kind = JobKind(name="session_probe", model_path="findings.BulkTriageJob",
+                   handler=f"{__name__}.session_probe", atomic=atomic)
+    monkeypatch.setitem(registry._KINDS, kind.name, kind)
+    return kind
 
 
 @pytest.mark.django_db(transaction=True)
@@ -476,10 +489,7 @@ def test_a_handler_runs_with_the_jobs_timeouts_and_they_are_reset_after(
 ) -> None:
     settings.TRUSTRANK_JOB_STATEMENT_TIMEOUT_SECONDS = 7
     settings.TRUSTRANK_JOB_LOCK_TIMEOUT_SECONDS = 3
-    monkeypatch.setitem(registry._KINDS, "session_probe", JobKind(
-        name="session_probe", model_path="findings.BulkTriageJob",
-        handler=f"{__name__}.session_probe", atomic=atomic,
-    ))
+    _probe_kind(monkeypatch, atomic=atomic)
     job = BulkTriageJob.objects.create(
         team=team, team_ids=[team.pk], changes={}, reason="crash" if outcome == "failed" else "",
     )
@@ -497,6 +507,30 @@ def test_a_handler_runs_with_the_jobs_timeouts_and_they_are_reset_after(
         assert "the probe crashed on purpose" in job.error
     # The connection serves the worker's next task as it was.
     assert _session_settings() == before
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("failure", "max_attempts"), [
+    ("crash", 5), ("reject", 5), ("transient", 5), ("transient", 1),
+])
+def test_an_attempt_taken_over_cannot_fail_nor_requeue_the_job_of_the_next(
+    failure: str, max_attempts: int, team: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that was frozen (not dead) past its lease wakes up after the sweep gave its
+    job to another worker: whatever its attempt ends with stays its own."""
+    settings.TRUSTRANK_JOB_MAX_ATTEMPTS = max_attempts
+    kind = _probe_kind(monkeypatch)
+    job = BulkTriageJob.objects.create(team=team, team_ids=[team.pk], changes={}, reason=failure)
+    stale = job_claim(kind, job.pk)
+    BulkTriageJob.objects.filter(pk=job.pk).update(
+        lease_until=timezone.now() - timedelta(seconds=1)
+    )
+    newer = job_claim(kind, job.pk)
+    assert stale is not None and newer is not None and newer.attempts == 2
+    assert runner._execute(kind, stale) == "taken over"
+    row = BulkTriageJob.objects.get(pk=job.pk)
+    assert (row.status, row.attempts, row.error) == (JobStatus.RUNNING, 2, "")
+    assert row.lease_until is not None and row.backend_pid == newer.backend_pid
 
 
 # --- A job whose worker dies every time -------------------------------------------------------
