@@ -446,6 +446,37 @@ def test_a_dead_claimants_backend_never_blocks_the_next_attempt(
     assert AuditEvent.objects.filter(action="bulk_triaged", subject_id=f"job-{job_id}").count() == 20
 
 
+@pytest.mark.django_db(transaction=True)
+def test_an_export_whose_worker_died_after_renaming_its_file_leaves_no_orphan(
+    team: Any, api: Any, settings: Any, tmp_path: Path
+) -> None:
+    """The one moment of an export no progress report reaches: the file is complete and
+    renamed, the row is not yet done. The next attempt writes a new file; the dead one's must
+    not stay on disk with no row naming it."""
+    settings.TRUSTRANK_EXPORT_STREAM_MAX_ROWS = 10
+    settings.TRUSTRANK_EXPORT_DIR = tmp_path / "exports"
+    bulk_findings(team, 50)
+    response = api(team, "read").get("/api/v1/exports", {"format": "csv"})
+    assert response.status_code == 202, response.content
+    export_id = response.json()["id"]
+    kind = job_kind("export")
+    dead = job_claim(kind, export_id)
+    assert dead is not None
+    orphan = tmp_path / "exports" / str(team.pk) / f"{export_id}-0123456789abcdef.csv"
+    orphan.parent.mkdir(parents=True)
+    orphan.write_bytes(b"what the dead attempt wrote")
+    kind.model.objects.filter(pk=export_id).update(
+        lease_until=timezone.now() - timedelta(seconds=1)
+    )
+    assert jobs_sweep()["requeued"] == 1
+    assert not orphan.exists()
+    assert job_run(kind_name="export", job_id=str(export_id)) == "done"
+    row = kind.model.objects.get(pk=export_id)
+    files = [p for p in (tmp_path / "exports").rglob("*") if p.is_file()]
+    assert [str(p.relative_to(tmp_path / "exports")) for p in files] == [row.file_path]
+    assert row.rows == 50 and row.attempts == 2
+
+
 # --- The job's session ------------------------------------------------------------------------
 
 SESSION_SETTINGS = ("statement_timeout", "lock_timeout", "client_connection_check_interval")
