@@ -577,15 +577,20 @@ def test_a_job_whose_worker_dies_every_time_fails_clearly_and_blocks_nothing(
     case.prepare(ctx)
     env = {**worker_env(ctx), "TRUSTRANK_JOB_MAX_ATTEMPTS": "2"}
     job_id = case.submit(ctx)
+    part = ctx.export_dir / str(ctx.team.pk) / f"{job_id}.part"
+
+    def writing(attempt: int) -> bool:
+        # Not the row's progress: the second attempt starts with the first one's count. The
+        # dead attempt's .part is removed before the next starts, so this one is its own.
+        row = _row(job_kind("export").model, job_id)
+        return (row.attempts == attempt and row.status == JobStatus.RUNNING
+                and part.exists() and part.stat().st_size > 0)
+
     for attempt in (1, 2):
         worker = start_worker(TRUSTRANK_JOB_TEST_SLOW_PROGRESS_SECONDS=SLOW, **env)
-        wait_for(
-            lambda a=attempt: (row := _row(job_kind("export").model, job_id)).attempts == a
-            and row.status == JobStatus.RUNNING and case.mid_job(ctx, row),
-            timeout=30, interval=0.05,
-        )
+        wait_for(lambda a=attempt: writing(a), timeout=30, interval=0.05)
         worker.kill()
-        assert (ctx.export_dir / str(ctx.team.pk) / f"{job_id}.part").exists()
+        assert part.exists()
         # The sweep, run here: it re-queues the job after its lease lapsed, then gives up.
         wait_for(lambda: jobs_sweep() and _row(job_kind("export").model, job_id).status
                  != JobStatus.RUNNING, timeout=LEASE + 10, interval=0.5)
