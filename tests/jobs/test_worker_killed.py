@@ -75,6 +75,7 @@ class Case:
     """One kind of job: its data, how it is asked for, when it is mid-job, and what a right
     result is."""
 
+    kind: str  # the job kind (trustrank.jobs.registry)
     prepare: Callable[[Ctx], None]
     submit: Callable[[Ctx], Any]
     mid_job: Callable[[Ctx, Any], bool]
@@ -323,14 +324,23 @@ def export_check(ctx: Ctx, row: Any) -> None:
 
 
 CASES = {
-    "ingest": Case(ingest_prepare, ingest_submit, ingest_mid_job, ingest_at_kill, ingest_check),
-    "ingest_osv": Case(osv_prepare, osv_submit, osv_mid_job, osv_at_kill, osv_check),
-    "bulk_triage": Case(bulk_prepare, bulk_submit, bulk_mid_job, bulk_at_kill, bulk_check),
-    "ranking_run": Case(
-        ranking_prepare, ranking_submit, ranking_mid_job, ranking_at_kill, ranking_check
+    "ingest": Case(
+        "ingest", ingest_prepare, ingest_submit, ingest_mid_job, ingest_at_kill, ingest_check
     ),
-    "replay_run": Case(replay_prepare, replay_submit, replay_mid_job, replay_at_kill, replay_check),
-    "export": Case(export_prepare, export_submit, export_mid_job, export_at_kill, export_check),
+    "ingest_osv": Case("ingest", osv_prepare, osv_submit, osv_mid_job, osv_at_kill, osv_check),
+    "bulk_triage": Case(
+        "bulk_triage", bulk_prepare, bulk_submit, bulk_mid_job, bulk_at_kill, bulk_check
+    ),
+    "ranking_run": Case(
+        "ranking_run",
+        ranking_prepare, ranking_submit, ranking_mid_job, ranking_at_kill, ranking_check,
+    ),
+    "replay_run": Case(
+        "replay_run", replay_prepare, replay_submit, replay_mid_job, replay_at_kill, replay_check
+    ),
+    "export": Case(
+        "export", export_prepare, export_submit, export_mid_job, export_at_kill, export_check
+    ),
 }
 
 
@@ -351,7 +361,7 @@ def test_a_job_whose_worker_is_killed_finishes_once_after_the_sweep(
     kind: str, ctx: Ctx, start_worker: Any
 ) -> None:
     case = CASES[kind]
-    model = job_kind(kind.split("_osv")[0]).model
+    model = job_kind(case.kind).model
     env = worker_env(ctx)
     case.prepare(ctx)
     first = start_worker(TRUSTRANK_JOB_TEST_SLOW_PROGRESS_SECONDS=SLOW, **env)
