@@ -341,8 +341,11 @@ def job_finish(
     return bool(_mine(kind, job).update(**done))
 
 
-def job_fail(kind: JobKind, job: Any, *, message: str) -> None:
-    kind.model.objects.filter(pk=job.pk).exclude(status=JobStatus.DONE).update(
+def job_fail(kind: JobKind, job: Any, *, message: str) -> bool:
+    """Mark the job failed and clean up after it, if this attempt still holds it: an attempt
+    taken over after its lease lapsed (a worker frozen, not dead) must not fail the job a
+    newer attempt is running, nor remove that attempt's files."""
+    failed = _mine(kind, job).update(
         status=JobStatus.FAILED,
         error=message[:10000],
         finished_at=timezone.now(),
@@ -350,20 +353,26 @@ def job_fail(kind: JobKind, job: Any, *, message: str) -> None:
         phase="failed",
         backend_pid=None,
     )
+    if not failed:
+        log.warning("job %s %s was taken over; this attempt's failure is not kept: %s",
+                    kind.name, job.pk, message[:200])
+        return False
     try:
         kind.call(kind.cleanup, job=job)
     except Exception:
         log.exception("job %s %s: cleanup failed", kind.name, job.pk)
+    return True
 
 
-def _requeue(kind: JobKind, job: Any, *, message: str) -> float:
-    """Back to the queue for another attempt; returns the back-off before it."""
+def _requeue(kind: JobKind, job: Any, *, message: str) -> float | None:
+    """Back to the queue for another attempt, if this attempt still holds the job; returns
+    the back-off before it (None: taken over, nothing to send)."""
     backoff = min(300.0, 2.0 ** min(job.attempts, 8))
-    kind.model.objects.filter(pk=job.pk, status=JobStatus.RUNNING).update(
+    requeued = _mine(kind, job).update(
         status=JobStatus.QUEUED, enqueued_at=timezone.now(), lease_until=None,
         phase="waiting to retry", error=message[:2000], backend_pid=None,
     )
-    return backoff
+    return backoff if requeued else None
 
 
 # --- Run --------------------------------------------------------------------------------------
@@ -435,17 +444,20 @@ def _execute(kind: JobKind, job: Any) -> str:
                 finished = job_finish(kind, job, fields=fields, progress=heartbeat.latest)
     except JobRejected as exc:
         heartbeat.stop()
-        job_fail(kind, job, message=str(exc))
-        return JobStatus.FAILED
+        return JobStatus.FAILED if job_fail(kind, job, message=str(exc)) else "taken over"
     except (JobTransient, OperationalError) as exc:
         heartbeat.stop()
         message = f"{type(exc).__name__}: {exc}"
         if job.attempts >= settings.TRUSTRANK_JOB_MAX_ATTEMPTS:
-            job_fail(kind, job, message=f"gave up after {job.attempts} attempts ({message})")
-            return JobStatus.FAILED
+            gave_up = job_fail(
+                kind, job, message=f"gave up after {job.attempts} attempts ({message})"
+            )
+            return JobStatus.FAILED if gave_up else "taken over"
         try:
             connection.close()  # a broken connection must not be reused
             backoff = _requeue(kind, job, message=message)
+            if backoff is None:
+                return "taken over"
             job_send(kind=kind.name, job_id=job.pk, job_class=job.job_class,
                      priority=job.priority, countdown=backoff)
         except Exception:  # the database is away: the sweep re-queues it after the lease
@@ -462,8 +474,7 @@ def _execute(kind: JobKind, job: Any) -> str:
             )
         else:
             message = f"{type(exc).__name__}: {exc}"
-        job_fail(kind, job, message=message)
-        return JobStatus.FAILED
+        return JobStatus.FAILED if job_fail(kind, job, message=message) else "taken over"
     finally:
         heartbeat.stop()
     if not finished and not _finished_by_handler(kind, job):

@@ -310,8 +310,15 @@ def export_partial_path(export: Export) -> Path:
 
 
 def export_job_cleanup(*, job: Export) -> None:
-    """Remove the half-written file of a dead or failed attempt."""
+    """Remove the half-written file of a dead or failed attempt, and the complete one of an
+    attempt that died between renaming its file and marking the row done (no row names it,
+    so nothing else would ever remove it)."""
     export_partial_path(job).unlink(missing_ok=True)
+    folder = export_partial_path(job).parent
+    kept = Export.objects.filter(pk=job.pk).values_list("file_path", flat=True).first() or ""
+    for orphan in folder.glob(f"{job.pk}-*.{job.extension}"):
+        if str(orphan.relative_to(settings.TRUSTRANK_EXPORT_DIR)) != kept:
+            orphan.unlink(missing_ok=True)
 
 
 def export_run_handle(*, job: Export, progress: Any) -> None:

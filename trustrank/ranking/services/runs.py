@@ -78,18 +78,20 @@ class RankingError(RuntimeError):
     pass
 
 
-def _phase(run: RankingRun, phase: str) -> None:
+def _phase(run: RankingRun, phase: str, progress: Any = None) -> None:
     run.phase = phase
     RankingRun.objects.filter(pk=run.pk).update(phase=phase)
+    if progress is not None:
+        progress(phase=phase)
 
 
 def ranking_run_handle(*, job: RankingRun, progress: Any) -> None:
     """The job runner's handler for the kind "ranking_run". The run marks itself done in
     the transaction that stores its queue (so ranks and run agree); a crash before that
     commit leaves the run to the sweep, and the next attempt ranks again from the start."""
-    _phase(job, "gathering")
+    _phase(job, "gathering", progress)
     with _collector_paused(), _run_settings():
-        _execute(job)
+        _execute(job, progress)
 
 
 def ranking_run_execute(*, run_id: int) -> str:
@@ -160,7 +162,7 @@ def _places_in(cached: _Cached) -> Callable[[str], int | None]:
     return place_of
 
 
-def _execute(run: RankingRun) -> None:
+def _execute(run: RankingRun, progress: Any = None) -> None:
     """Rank the team's findings and store the queue. On any failure the worker forgets
     the team's previous run, so the next run is a full one over what is stored: nothing of
     a failed run is committed but its phase and the first-run due dates (which the next
@@ -168,7 +170,7 @@ def _execute(run: RankingRun) -> None:
     the kept queue index; the gather read against the kept inputs)."""
     threads: list[DueInserter] = []
     try:
-        _rank_and_store(run, threads)
+        _rank_and_store(run, threads, progress)
     except BaseException:
         _PREVIOUS.pop(run.team_id, None)
         for thread in threads:
@@ -177,7 +179,7 @@ def _execute(run: RankingRun) -> None:
         raise
 
 
-def _rank_and_store(run: RankingRun, threads: list[DueInserter]) -> None:
+def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any = None) -> None:
     """`_execute`'s work; a due-date thread it starts goes into `threads`."""
     t0 = time.perf_counter()
     rs = rank_settings()
@@ -200,7 +202,7 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter]) -> None:
     else:
         gathered = ranking_inputs_gather(team_id=run.team_id)
     t1 = time.perf_counter()
-    _phase(run, "ranking")
+    _phase(run, "ranking", progress)
     if incremental and cached is not None:
         versions, services = _changed_since(cached.gathered.inputs, gathered.inputs)
         result = rank_incremental(
@@ -215,7 +217,7 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter]) -> None:
         result = rank(inputs=gathered.inputs, settings=rs, with_digest=False,
                       with_index=False)
     t2 = time.perf_counter()
-    _phase(run, "storing")
+    _phase(run, "storing", progress)
     # A team's first run: the due dates of findings that have none go in beside the queue,
     # on a connection of their own (see due.DueInserter).
     # A full run's queue comes with columns: its first store is made from them.
@@ -254,6 +256,10 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter]) -> None:
             else "",
         )
         t4 = time.perf_counter()
+        if progress is not None:
+            # Not `_phase`: the row is written by the heartbeat's own connection, so this
+            # transaction takes no lock on it that the heartbeat would wait behind.
+            progress(phase="due dates")
         # Due dates follow the decisions just stored (one set-based upsert of FindingDue,
         # a row per finding on a team's first run; the findings themselves are not written).
         written_after = _written_since(run.team_id, gathered_at - _CLOCK_SKEW)
