@@ -77,22 +77,26 @@ def _store(
 ) -> dict[str, Any]:
     totals: dict[str, int] = defaultdict(int)
     totals["rejected"] = rejected
-    usable = 0
-    for name, series in sorted(by_cluster.items()):
+    clusters: dict[str, Cluster] = {}
+    for name, series in by_cluster.items():
         try:
-            cluster = _cluster(job=job, name=name)
+            clusters[name] = _cluster(job=job, name=name)
         except IngestRejected:
             # Series of a cluster name that cannot be one: the receiver refused them;
             # a job stored before it did still stores its other clusters' points.
+            if len(by_cluster) == 1:
+                raise  # nothing usable: a wholly bad job fails
             totals["rejected"] += sum(len(item.timestamps_ms) for item in series)
-            continue
-        usable += 1
+    if by_cluster and not clusters:
+        raise IngestRejected("no series names a usable cluster")
+    for name in sorted(clusters):
+        cluster, series = clusters[name], by_cluster[name]
         progress(phase=f"storing {name}")
         loaded = series_store(cluster=cluster, series=series, now=job.created_at)
         for key, value in loaded.as_dict().items():
             totals[key] += value
         cluster_diagnose_request(cluster_id=cluster.pk)
-    return {**totals, "clusters": usable}
+    return {**totals, "clusters": len(clusters)}
 
 
 # A worker that takes an OTLP job also takes the team's other queued OTLP jobs, up to
@@ -217,11 +221,9 @@ def _otlp_add(
             name = names.pop()
             points = batches.get(name)
             if points is None:
-                try:
-                    cluster = _cluster(job=job, name=name)
-                except IngestRejected:
-                    return {"rejected": columns.points, "clusters": 0}
-                points = batches[name] = OtlpPoints(cluster=cluster)
+                # Its only cluster name unusable: nothing in the job can be stored, and
+                # the job fails (handing back the jobs it took) as a wholly bad one.
+                points = batches[name] = OtlpPoints(cluster=_cluster(job=job, name=name))
             return {**points.add_columns(columns, now=job.created_at).as_dict(),
                     "clusters": 1}
         if body is None:
@@ -236,16 +238,21 @@ def _otlp_add(
     totals: dict[str, int] = defaultdict(int)
     totals["rejected"] = parsed.rejected_points
     clusters = {}
+    unusable: IngestRejected | None = None
     for name, resources in list(by_cluster.items()):
         if name in batches:
             clusters[name] = batches[name].cluster
             continue
         try:
             clusters[name] = _cluster(job=job, name=name)
-        except IngestRejected:
-            # The receiver refuses such a name; a job stored before it did keeps the rest.
+        except IngestRejected as exc:
+            # The receiver refuses such a name; a job stored before it did keeps the
+            # other clusters' points (one with none usable fails, as a wholly bad job).
+            unusable = exc
             totals["rejected"] += sum(m.point_count for r in resources for m in r.metrics)
             del by_cluster[name]
+    if unusable is not None and not by_cluster:
+        raise unusable
     for name, resources in sorted(by_cluster.items()):
         points = batches.get(name)
         if points is None:

@@ -13,6 +13,7 @@ import orjson
 import pytest
 import requests
 from django.db import connection
+from django.test import Client
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceResponse,
 )
@@ -216,6 +217,7 @@ def test_a_job_stored_before_the_receiver_checks_still_stores_its_good_points(
         payload = _write_request(
             _timeseries({"__name__": "gpu_util", "gpu": "0"}, [(11.0, now), (9.0, MAX_INT64)]),
             _timeseries({"__name__": "gpu_util", "gpu": "1", "pod": "a\x00b"}, [(1.0, now)]),
+            _timeseries({"__name__": "gpu_util", "gpu": "5", "cluster": "a/b"}, [(5.0, now)]),
         )
         params = {"format": REMOTE_WRITE, "cluster": "old", "cluster_label": "cluster"}
     elif fmt == SCRAPE:
@@ -234,6 +236,28 @@ def test_a_job_stored_before_the_receiver_checks_still_stores_its_good_points(
             "name", flat=True)) == ["good"]
     else:
         assert _stored(team, "old") == {("gpu_util", "0"): 11.0}
+
+
+@pytest.mark.django_db
+def test_remote_write_series_of_an_unusable_cluster_name_are_dropped_not_the_request(
+    team, make_key
+):
+    key = make_key(team, "metrics:write")
+    now = _now_ms()
+    body = _write_request(
+        _timeseries({"__name__": "up", "cluster": "a/b"}, [(1.0, now)]),
+        _timeseries({"__name__": "up", "cluster": "good"}, [(1.0, now), (2.0, now + 1)]),
+    )
+    client = Client()
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {key}", "HTTP_CONTENT_ENCODING": "snappy"}
+    response = client.post("/api/v1/write", data=body, content_type=PROTOBUF, **headers)
+    assert response.status_code == 200, response.content
+    assert response["X-Prometheus-Remote-Write-Samples-Written"] == "2"
+    assert b"unusable cluster name" in response.content
+    assert IngestJob.objects.get().params["samples"] == 2
+    only_bad = _write_request(_timeseries({"__name__": "up", "cluster": "a/b"}, [(1.0, now)]))
+    assert client.post("/api/v1/write", data=only_bad, content_type=PROTOBUF,
+                       **headers).status_code == 400
 
 
 # --- storage: the last line behind the parsers ------------------------------------------

@@ -14,9 +14,9 @@ from __future__ import annotations
 from trustrank.parsers.otlp_metrics import OtlpLimits
 from trustrank.parsers.series import Labels
 
-# 1970-01-01T00:00:00.001Z .. 9999-12-31T23:59:59.999Z: a minute outside this has no
+# 1970-01-01T00:00:00Z .. 9999-12-31T23:59:59.999Z: a minute outside this has no
 # datetime (the chunk's `minute` column) nor a day partition.
-STORABLE_MS = (1, 253_402_300_799_999)
+STORABLE_MS = (0, 253_402_300_799_999)
 
 
 def sample_window(now_ms: int | None, limits: OtlpLimits) -> tuple[int, int]:
