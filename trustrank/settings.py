@@ -435,6 +435,16 @@ TRUSTRANK_CLUSTER_RETENTION_DAYS = envint("TRUSTRANK_CLUSTER_RETENTION_DAYS", 14
 # write fewer chunks (design formula 7: batching waits at most 100 ms; a job whose
 # X-Priority is more urgent than the default does not wait). 0 turns the wait off.
 TRUSTRANK_METRICS_BATCH_WAIT_MS = envint("TRUSTRANK_METRICS_BATCH_WAIT_MS", 100, minimum=0)
+# Metric samples (OTLP, remote write, text scrapes) timed more than this after their
+# arrival, or more than TRUSTRANK_METRICS_MAX_AGE_DAYS before it, are dropped and counted
+# (partial success), not stored: a clock far off, or a timestamp of 2^63-1, would
+# otherwise land in a day partition storage cannot make, or one retention drops at once.
+TRUSTRANK_METRICS_MAX_FUTURE_SECONDS = envint(
+    "TRUSTRANK_METRICS_MAX_FUTURE_SECONDS", 600, minimum=0
+)
+TRUSTRANK_METRICS_MAX_AGE_DAYS = envint(
+    "TRUSTRANK_METRICS_MAX_AGE_DAYS", TRUSTRANK_CLUSTER_RETENTION_DAYS, minimum=1
+)
 # How far back the diagnoses read stored series (over-reserved needs an hour of samples).
 TRUSTRANK_CLUSTER_DIAGNOSE_WINDOW_MINUTES = envint(
     "TRUSTRANK_CLUSTER_DIAGNOSE_WINDOW_MINUTES", 90, minimum=5

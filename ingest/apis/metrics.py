@@ -4,11 +4,20 @@ and nothing is stored), stores it as a `telemetry` job and answers at once, as i
 expects: OTLP 200 with an ExportMetricsServiceResponse (partial success), remote write 204,
 the REST ones 202 with the job's status URL.
 
+Every point is checked before the answer (`metrics_limits`: time window, NUL, UTF-8,
+lengths): bad points are dropped and counted, the good ones stored, and only a body with
+nothing storable is refused whole (400). OTLP says what it dropped in `partial_success`;
+remote write answers 200 with a plain-text note and the remote-write 2.0 header
+`X-Prometheus-Remote-Write-Samples-Written` (1.0 has no partial answer; a 4xx would make
+Prometheus drop the good samples too); the REST receivers name the rejected lines or
+objects in their JSON answer.
+
 Scope `metrics:write`; keys holding the earlier `telemetry:write` are accepted too.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import orjson
@@ -29,7 +38,7 @@ from rest_framework.views import APIView
 from ingest import services as ingest_services
 from ingest.apis.schema import METRICS_OPERATION, REMOTE_WRITE_OPERATION, openapi_operation
 from ingest.bodies import BodyTooLarge, BodyUndecodable, decode_body
-from ingest.loaders.cluster import OBJECTS, OTLP, REMOTE_WRITE, SCRAPE
+from ingest.loaders.cluster import OBJECTS, OTLP, REMOTE_WRITE, SCRAPE, metrics_limits
 from ingest.models import JobKind
 from ingest.receivers import (
     RawBodyParser,
@@ -44,7 +53,7 @@ from trustrank.accounts.models import ApiKey, Scope, Team
 from trustrank.accounts.principal import Principal, principal_for_key, principal_for_request
 from trustrank.accounts.services import api_key_authenticate_cached
 from trustrank.cluster.services.objects import ClusterNameInvalid, cluster_name_clean
-from trustrank.lib.api import problem_response
+from trustrank.lib.api import problem, problem_response
 from trustrank.parsers.kubernetes import KubernetesError, kubernetes_parse
 from trustrank.parsers.otlp import media_type, status_encode
 from trustrank.parsers.otlp_columns import columns_pack, otlp_metrics_check_columns
@@ -147,7 +156,8 @@ def metrics_export(request: HttpRequest) -> HttpResponse:
         body = decode_body(raw, content_encoding=content_encoding, limit=limit)
         # The counts of the parse; for a Collector's usual request also its columns,
         # stored packed beside the body so the worker need not read it again.
-        checked, columns = otlp_metrics_check_columns(body=body, encoding=encoding)
+        checked, columns = otlp_metrics_check_columns(body=body, encoding=encoding,
+                                                      limits=metrics_limits())
     except (RequestDataTooBig, BodyTooLarge):
         return problem_response(
             413, "Payload too large",
@@ -218,27 +228,50 @@ def remote_write(request: HttpRequest) -> HttpResponse:
         return response
     try:
         body = request.body
-        written = remote_write_parse(body=body)
+        written = remote_write_parse(body=body, now_ms=int(time.time() * 1000),
+                                     limits=metrics_limits())
     except RequestDataTooBig:
         return _plain(413, "The request body is larger than the configured limit "
                            f"of {settings.TRUSTRANK_MAX_UPLOAD_BYTES} bytes.")
     except RemoteWriteError as exc:
         return _plain(400, f"Unusable remote write request: {exc}")
+    if written.wholly_bad:
+        return _plain(400, f"Unusable remote write request: {written.message()}")
     label = request.GET.get("cluster_label", "cluster")
     fallback = request.GET.get("cluster", "")
-    try:
-        for name in {item.label(label) for item in written.series}:
-            cluster_name_clean(name or fallback)
-    except ClusterNameInvalid as exc:
-        return _plain(400, str(exc))
-    if written.series:
+    # Series of a cluster name that cannot be one are dropped like any bad sample; the
+    # request is refused only when no series is left.
+    bad_names: dict[str, str] = {}
+    for name in {item.label(label) or fallback for item in written.series}:
+        try:
+            cluster_name_clean(name)
+        except ClusterNameInvalid as exc:
+            bad_names[name] = str(exc)
+    dropped = sum(len(item.timestamps_ms) for item in written.series
+                  if (item.label(label) or fallback) in bad_names)
+    accepted_samples = written.accepted_samples - dropped
+    if bad_names and not accepted_samples:
+        return _plain(400, next(iter(bad_names.values())))
+    if accepted_samples:
         ingest_services.job_create(
             team=api_key.team, kind=JobKind.TELEMETRY, payload=body, principal=principal,
             params={"format": REMOTE_WRITE, "cluster": fallback, "cluster_label": label,
-                    "samples": written.total_samples - written.rejected_samples},
+                    "samples": accepted_samples},
             content_type="application/x-protobuf",
         )
-    return HttpResponse(status=204)
+    rejected = written.rejected_samples + dropped
+    if rejected:
+        notes = [written.message()] if written.rejected_samples else []
+        notes += [f"{dropped} samples of an unusable cluster name dropped: "
+                  + next(iter(bad_names.values()))] if dropped else []
+        response = _plain(200, f"Stored {accepted_samples} of {written.total_samples} "
+                               "samples. " + " ".join(notes))
+    else:
+        response = HttpResponse(status=204)
+    response["X-Prometheus-Remote-Write-Samples-Written"] = str(accepted_samples)
+    response["X-Prometheus-Remote-Write-Histograms-Written"] = "0"
+    response["X-Prometheus-Remote-Write-Exemplars-Written"] = "0"
+    return response
 
 
 # --- REST: text scrapes and Kubernetes objects ----------------------------------------------
@@ -304,11 +337,18 @@ class ClusterScrapeUploadApi(_ClusterReceiver):
         name = _cluster(cluster)
         body = self._body(request)
         kind = OPENMETRICS if (request.content_type or "").startswith(OPENMETRICS) else TEXT
+        now_ms = int(time.time() * 1000)
         try:
-            scrape = prometheus_text_parse(body=body, scraped_at_ms=0, media_type=kind)
+            scrape = prometheus_text_parse(body=body, scraped_at_ms=now_ms, now_ms=now_ms,
+                                           media_type=kind, limits=metrics_limits())
         except PrometheusTextError as exc:
             raise UploadRefused(400, "Unusable scrape", str(exc)) from exc
+        rejected = [line.as_dict() for line in scrape.rejected]
         if not scrape.series:
+            if scrape.rejected_samples:
+                return problem(400, "Unusable scrape",
+                               f"Every sample was rejected: {scrape.message()}",
+                               rejected_samples=scrape.rejected_samples, rejected=rejected)
             raise UploadRefused(400, "Unusable scrape", "The body holds no samples.")
         job = ingest_services.job_create(
             team=team, kind=JobKind.TELEMETRY, payload=body, principal=principal,
@@ -316,7 +356,9 @@ class ClusterScrapeUploadApi(_ClusterReceiver):
                     "series": len(scrape.series)},
             priority=priority_from(request), content_type=request.content_type or "",
         )
-        return accepted(job, cluster=name, series=len(scrape.series))
+        return accepted(job, cluster=name, series=len(scrape.series),
+                        samples=len(scrape.series), rejected_samples=scrape.rejected_samples,
+                        rejected=rejected)
 
 
 class ClusterObjectsUploadApi(_ClusterReceiver):
@@ -334,7 +376,14 @@ class ClusterObjectsUploadApi(_ClusterReceiver):
         counts = {"pods": len(snapshot.pods), "nodes": len(snapshot.nodes),
                   "events": len(snapshot.events),
                   "priority_classes": len(snapshot.priority_classes)}
+        rejected = [item.as_dict() for item in snapshot.rejected]
         if not any(counts.values()):
+            if rejected:
+                return problem(400, "Unusable Kubernetes objects",
+                               "Every object was rejected: " + "; ".join(
+                                   f"{r['kind']} {r['name']}: {r['problem']}"
+                                   for r in rejected[:5]),
+                               rejected=rejected)
             raise UploadRefused(400, "Unusable Kubernetes objects",
                                 "The body holds no pods, nodes, events or priority classes.")
         job = ingest_services.job_create(
@@ -342,7 +391,7 @@ class ClusterObjectsUploadApi(_ClusterReceiver):
             params={"format": OBJECTS, "cluster": name, **counts},
             priority=priority_from(request), content_type=request.content_type or "",
         )
-        return accepted(job, cluster=name, **counts)
+        return accepted(job, cluster=name, **counts, rejected=rejected)
 
 
 urlpatterns = [

@@ -1,6 +1,12 @@
 """Cluster telemetry jobs (kind `telemetry`): OTLP metrics, remote write, text scrapes and
 kubectl JSON, told apart by `params["format"]`. Each loader parses the stored payload and
-calls the cluster app's services; nothing here knows about storage."""
+calls the cluster app's services; nothing here knows about storage.
+
+The receivers answered after checking every point, and the loaders parse with the same
+checks (`metrics_limits`, judged against the job's time of receipt): a point or object
+storage cannot hold (a time out of range, a NUL, a cluster name that is unusable) is
+dropped and counted in the job's `rejected` count, never fatal for the job, so a job
+stored before a check existed still stores its good points."""
 
 from __future__ import annotations
 
@@ -31,7 +37,13 @@ from trustrank.cluster.services.objects import (
 from trustrank.parsers.errors import ParserError
 from trustrank.parsers.kubernetes import kubernetes_parse
 from trustrank.parsers.otlp_columns import columns_unpack, otlp_metrics_raw_columns
-from trustrank.parsers.otlp_metrics import JSON, PROTOBUF, ResourceMetrics, otlp_metrics_parse
+from trustrank.parsers.otlp_metrics import (
+    JSON,
+    PROTOBUF,
+    OtlpLimits,
+    ResourceMetrics,
+    otlp_metrics_parse,
+)
 from trustrank.parsers.prometheus_text import TEXT, prometheus_text_parse
 from trustrank.parsers.remote_write import remote_write_parse
 from trustrank.parsers.series import Series
@@ -39,6 +51,13 @@ from trustrank.parsers.series import Series
 Progress = Callable[..., None]
 
 OTLP, REMOTE_WRITE, SCRAPE, OBJECTS = "otlp", "remote_write", "scrape", "objects"
+
+
+def metrics_limits() -> OtlpLimits:
+    """What makes a metric point unusable, from the settings: the receivers and the
+    loaders judge alike."""
+    return OtlpLimits(max_past_s=settings.TRUSTRANK_METRICS_MAX_AGE_DAYS * 86_400,
+                      max_future_s=settings.TRUSTRANK_METRICS_MAX_FUTURE_SECONDS)
 
 
 def _received_ms(job: IngestJob) -> int:
@@ -53,17 +72,31 @@ def _cluster(*, job: IngestJob, name: str) -> Cluster:
 
 
 def _store(
-    *, job: IngestJob, by_cluster: dict[str, list[Series]], progress: Progress
+    *, job: IngestJob, by_cluster: dict[str, list[Series]], progress: Progress,
+    rejected: int = 0,
 ) -> dict[str, Any]:
     totals: dict[str, int] = defaultdict(int)
-    for name, series in sorted(by_cluster.items()):
-        cluster = _cluster(job=job, name=name)
+    totals["rejected"] = rejected
+    clusters: dict[str, Cluster] = {}
+    for name, series in by_cluster.items():
+        try:
+            clusters[name] = _cluster(job=job, name=name)
+        except IngestRejected:
+            # Series of a cluster name that cannot be one: the receiver refused them;
+            # a job stored before it did still stores its other clusters' points.
+            if len(by_cluster) == 1:
+                raise  # nothing usable: a wholly bad job fails
+            totals["rejected"] += sum(len(item.timestamps_ms) for item in series)
+    if by_cluster and not clusters:
+        raise IngestRejected("no series names a usable cluster")
+    for name in sorted(clusters):
+        cluster, series = clusters[name], by_cluster[name]
         progress(phase=f"storing {name}")
         loaded = series_store(cluster=cluster, series=series, now=job.created_at)
         for key, value in loaded.as_dict().items():
             totals[key] += value
         cluster_diagnose_request(cluster_id=cluster.pk)
-    return {**totals, "clusters": len(by_cluster)}
+    return {**totals, "clusters": len(clusters)}
 
 
 # A worker that takes an OTLP job also takes the team's other queued OTLP jobs, up to
@@ -179,7 +212,8 @@ def _otlp_add(
         if columns is None:
             body = _body(job=job, payload=payload)
             if encoding == PROTOBUF:
-                columns = otlp_metrics_raw_columns(body=body, now_ns=now_ns)
+                columns = otlp_metrics_raw_columns(body=body, now_ns=now_ns,
+                                                   limits=metrics_limits())
         names = {r.get("k8s.cluster.name") or fallback for r in columns.resources} if (
             columns is not None) else set()
         if columns is not None and len(names) == 1:
@@ -187,21 +221,38 @@ def _otlp_add(
             name = names.pop()
             points = batches.get(name)
             if points is None:
+                # Its only cluster name unusable: nothing in the job can be stored, and
+                # the job fails (handing back the jobs it took) as a wholly bad one.
                 points = batches[name] = OtlpPoints(cluster=_cluster(job=job, name=name))
             return {**points.add_columns(columns, now=job.created_at).as_dict(),
                     "clusters": 1}
         if body is None:
             body = _body(job=job, payload=payload)
-        parsed = otlp_metrics_parse(body=body, encoding=encoding, now_ns=now_ns)
+        parsed = otlp_metrics_parse(body=body, encoding=encoding, now_ns=now_ns,
+                                    limits=metrics_limits())
     except (ParserError, BodyTooLarge, BodyUndecodable) as exc:
         raise IngestRejected(str(exc)) from exc
     by_cluster: dict[str, list[ResourceMetrics]] = defaultdict(list)
     for resource in parsed.resources:
         by_cluster[resource.cluster or fallback].append(resource)
-    # Every cluster name is checked before any point is added, so a rejected job adds none.
-    clusters = {name: batches[name].cluster if name in batches else _cluster(job=job, name=name)
-                for name in by_cluster}
     totals: dict[str, int] = defaultdict(int)
+    totals["rejected"] = parsed.rejected_points
+    clusters = {}
+    unusable: IngestRejected | None = None
+    for name, resources in list(by_cluster.items()):
+        if name in batches:
+            clusters[name] = batches[name].cluster
+            continue
+        try:
+            clusters[name] = _cluster(job=job, name=name)
+        except IngestRejected as exc:
+            # The receiver refuses such a name; a job stored before it did keeps the
+            # other clusters' points (one with none usable fails, as a wholly bad job).
+            unusable = exc
+            totals["rejected"] += sum(m.point_count for r in resources for m in r.metrics)
+            del by_cluster[name]
+    if unusable is not None and not by_cluster:
+        raise unusable
     for name, resources in sorted(by_cluster.items()):
         points = batches.get(name)
         if points is None:
@@ -235,16 +286,20 @@ def otlp_metrics_load(*, job: IngestJob, payload: bytes, progress: Progress) -> 
                 status=JobStatus.FAILED, error=str(exc)[:10000], finished_at=timezone.now(),
                 lease_until=None, phase="failed",
             )
-    minutes = new_series = 0
+    minutes = new_series = dropped = 0
     for name, points in sorted(batches.items()):
         progress(phase=f"storing {name}")
         stored = points.store()
         minutes += stored.minutes
         new_series += stored.new_series
+        dropped += stored.rejected
         cluster_diagnose_request(cluster_id=points.cluster.pk)
     # `minutes` and `new_series` of a batch: what the whole batch wrote, on every job of it.
     finished = timezone.now()
     batch = {"minutes": minutes, "new_series": new_series, "batch": len(done) + 1}
+    if dropped:
+        # Points storage could not hold that the parse let through (see minutes_store).
+        batch["rejected_in_batch"] = dropped
     for other, other_counts in done:
         IngestJob.objects.filter(pk=other.pk).update(
             status=JobStatus.DONE,
@@ -262,23 +317,24 @@ def _by_label(series: Iterable[Series], *, label: str, fallback: str) -> dict[st
 
 
 def remote_write_load(*, job: IngestJob, payload: bytes, progress: Progress) -> dict[str, Any]:
-    written = remote_write_parse(body=payload)
+    written = remote_write_parse(body=payload, now_ms=_received_ms(job), limits=metrics_limits())
     return _store(
         job=job,
         by_cluster=_by_label(written.series, label=str(job.params.get("cluster_label")
                                                        or "cluster"),
                              fallback=str(job.params.get("cluster") or "")),
-        progress=progress,
+        progress=progress, rejected=written.rejected_samples,
     )
 
 
 def scrape_load(*, job: IngestJob, payload: bytes, progress: Progress) -> dict[str, Any]:
+    received = _received_ms(job)
     scrape = prometheus_text_parse(
-        body=payload, scraped_at_ms=_received_ms(job),
+        body=payload, scraped_at_ms=received, now_ms=received, limits=metrics_limits(),
         media_type=str(job.params.get("media_type") or TEXT),
     )
     return _store(job=job, by_cluster={str(job.params["cluster"]): list(scrape.series)},
-                  progress=progress)
+                  progress=progress, rejected=scrape.rejected_samples)
 
 
 def kubernetes_objects_load(
@@ -288,7 +344,8 @@ def kubernetes_objects_load(
     cluster = _cluster(job=job, name=str(job.params["cluster"]))
     loaded = objects_load(cluster=cluster, snapshot=snapshot, at=job.created_at)
     cluster_diagnose_request(cluster_id=cluster.pk)
-    return {**loaded.as_dict(), "ignored": dict(snapshot.ignored)}
+    return {**loaded.as_dict(), "ignored": dict(snapshot.ignored),
+            "rejected": len(snapshot.rejected)}
 
 
 _LOADERS = {

@@ -4,7 +4,10 @@ Accepted bodies: a `List` (what kubectl prints for several kinds), one kind's li
 (`PodList`, `NodeList`, `EventList`, `PriorityClassList`; their items carry no `kind`, so
 it comes from the list's), or one object (`Pod`, `Node`, …). Other kinds in a `List` are
 counted in `ignored` and skipped; a body that is not JSON, not an object, or has a bad
-quantity, time or field type raises `KubernetesError` naming the object.
+quantity, time or field type raises `KubernetesError` naming the object. An object that
+reads well but holds a value storage cannot keep (a NUL in any string, which PostgreSQL
+text and jsonb cannot hold, or a name, namespace or other key field longer than its
+column) is left out and named in `ClusterSnapshot.rejected`; the others are kept.
 
 GPU requests a pod can make, and how they are read (`GpuRequest`):
 
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import datetime
 from typing import Any
 
@@ -186,12 +189,23 @@ class PriorityClass:
 
 
 @dataclass(frozen=True, slots=True)
+class RejectedObject:
+    kind: str
+    name: str  # namespace/name, or name; NULs and other controls shown escaped
+    problem: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"kind": self.kind, "name": self.name, "problem": self.problem}
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
     pods: tuple[Pod, ...] = ()
     nodes: tuple[Node, ...] = ()
     events: tuple[Event, ...] = ()
     priority_classes: tuple[PriorityClass, ...] = ()
     ignored: Mapping[str, int] = field(default_factory=dict)
+    rejected: tuple[RejectedObject, ...] = ()
 
 
 # --- reading -----------------------------------------------------------------------------
@@ -483,6 +497,46 @@ def _priority_class(item: dict[str, Any]) -> PriorityClass:
 
 _READERS = {"Pod": _pod, "Node": _node, "Event": _event, "PriorityClass": _priority_class}
 
+# The stored columns (cluster models) that are not cut to length when stored.
+_KEY_LIMITS: dict[str, tuple[tuple[str, int], ...]] = {
+    "Pod": (("name", 253), ("namespace", 253), ("node", 253), ("priority_class", 253),
+            ("phase", 20), ("qos_class", 20)),
+    "Node": (("name", 253),),
+    "Event": (),
+    "PriorityClass": (("name", 253),),
+}
+
+
+def _has_nul(value: object) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, Mapping):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, tuple):
+        return any(map(_has_nul, value))
+    if is_dataclass(value):
+        return any(_has_nul(getattr(value, f.name)) for f in fields(value))
+    return False
+
+
+def _unstorable(kind: str, item: Any) -> str | None:
+    """Why storage could not hold a read object, or None."""
+    for name, limit in _KEY_LIMITS[kind]:
+        value = getattr(item, name)
+        if "\x00" in value:
+            return f"{name} holds a NUL character"
+        if len(value) > limit:
+            return f"{name} is longer than {limit} characters"
+    if _has_nul(item):
+        return "a field holds a NUL character"
+    return None
+
+
+def _shown(item: Any) -> str:
+    namespace = getattr(item, "namespace", "")
+    text = f"{namespace}/{item.name}" if namespace else item.name
+    return repr(text[:300])[1:-1]
+
 
 def _items(document: dict[str, Any]) -> Iterable[tuple[str, dict[str, Any]]]:
     kind = document.get("kind")
@@ -510,15 +564,22 @@ def kubernetes_parse(*, body: bytes) -> ClusterSnapshot:
         raise KubernetesError("body must be a JSON object (a List or a Kubernetes object)")
     found: dict[str, list[Any]] = {kind: [] for kind in _READERS}
     ignored: dict[str, int] = {}
+    rejected: list[RejectedObject] = []
     for kind, item in _items(document):
         reader = _READERS.get(kind)
         if reader is None:
             ignored[kind] = ignored.get(kind, 0) + 1
             continue
-        found[kind].append(reader(item))
+        read = reader(item)
+        problem = _unstorable(kind, read)
+        if problem is not None:
+            rejected.append(RejectedObject(kind=kind, name=_shown(read), problem=problem))
+            continue
+        found[kind].append(read)
     return ClusterSnapshot(
         pods=tuple(found["Pod"]), nodes=tuple(found["Node"]), events=tuple(found["Event"]),
         priority_classes=tuple(found["PriorityClass"]), ignored=ignored,
+        rejected=tuple(rejected),
     )
 
 

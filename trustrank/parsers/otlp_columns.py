@@ -51,6 +51,7 @@ from trustrank.parsers.otlp_metrics import (
     _shadow_request,
     _window,
     otlp_metrics_parse,
+    resource_labels_problem,
 )
 from trustrank.parsers.series import Labels, MetricKind
 
@@ -192,6 +193,8 @@ def otlp_metrics_raw_columns(
             attributes = {
                 kv.key: _any_str(kv.value) for kv in resource_metrics.resource.attributes
             }
+            if resource_labels_problem(attributes, _labeler(limits)) is not None:
+                return None  # the full parse rejects its points and says why
             clusters.setdefault(attributes.get("k8s.cluster.name", ""))
             if len(metric_name) > before:
                 metric_resource.extend([len(resources)] * (len(metric_name) - before))

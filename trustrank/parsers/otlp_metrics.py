@@ -926,10 +926,38 @@ def otlp_metrics_parse(
     finally:
         if pause:
             gc.enable()
+    resources = [_resource_checked(resource, at, labeler=labeler, tally=tally)
+                 for at, resource in enumerate(resources)]
     return ParsedMetrics(
         resources=tuple(resources), total_points=tally.total, rejected_points=tally.rejected,
         stale_points=tally.stale, problems=tuple(tally.problems),
     )
+
+
+def resource_labels_problem(attributes: dict[str, str], labeler: _Labeler) -> str | None:
+    """What is wrong with the resource attributes `series()` copies onto every point's
+    labels (a NUL in `k8s.pod.name` would fail storage as surely as one in a point's)."""
+    for key in RESOURCE_LABELS:
+        value = attributes.get(key)
+        if value is not None:
+            problem = labeler._pair_problem(key, value)
+            if problem is not None:
+                return f"resource attribute {problem.removeprefix('label ')}"
+    return None
+
+
+def _resource_checked(
+    resource: ResourceMetrics, at: int, *, labeler: _Labeler, tally: _Tally
+) -> ResourceMetrics:
+    """The resource, or it without its points (counted as rejected) when its copied
+    attributes are unusable."""
+    problem = resource_labels_problem(resource.attributes, labeler)
+    if problem is None:
+        return resource
+    count = sum(metric.point_count for metric in resource.metrics)
+    if count:
+        tally.reject((at, 0, 0, ""), problem, count)
+    return ResourceMetrics(attributes=resource.attributes, metrics=())
 
 
 def _shadow_request(body: bytes) -> Any:

@@ -23,7 +23,14 @@ and is returned as `metadata` for storage to remember across requests.
 Per series: the name comes from `__name__` (a series without one is rejected); staleness
 markers (the NaN with bits 0x7ff0000000000002 that Prometheus writes when a series
 disappears) are dropped and counted as `stale_samples`; other NaNs are kept out of storage
-as rejected samples, like the OTLP parser does.
+as rejected samples (`nan_samples` of them), like the OTLP parser does. Infinities are
+kept, as Prometheus keeps them.
+
+One bad value never costs the request (`series_checks`): a series whose name or labels
+are unusable (NUL, not UTF-8, too long) is rejected whole, a sample whose time is outside
+the accepted window alone; both are counted in `rejected_samples` with a problem. Label
+names and values are declared `bytes` below, not `string`, so that one label that is not
+UTF-8 rejects its series instead of failing the decode of the whole request.
 """
 
 from __future__ import annotations
@@ -38,7 +45,14 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError, Message
 
 from trustrank.parsers.errors import ParserError
+from trustrank.parsers.otlp_metrics import OtlpLimits
 from trustrank.parsers.series import MetricKind, Series
+from trustrank.parsers.series_checks import (
+    labels_problem,
+    name_problem,
+    sample_window,
+    timestamp_problem,
+)
 
 # Snappy block bodies this large would decompress to hundreds of MB; refuse early.
 MAX_DECOMPRESSED_BYTES = 256 * 1024 * 1024
@@ -75,6 +89,17 @@ class RemoteWrite:
     stale_samples: int
     skipped_histograms: int
     problems: tuple[str, ...]
+    nan_samples: int = 0
+
+    @property
+    def accepted_samples(self) -> int:
+        return self.total_samples - self.rejected_samples - self.stale_samples
+
+    @property
+    def wholly_bad(self) -> bool:
+        """Nothing to store and something wrong other than NaN values (which Prometheus
+        writes legitimately): a request that can never succeed."""
+        return not self.series and self.rejected_samples > self.nan_samples
 
     def message(self) -> str:
         if not self.rejected_samples:
@@ -98,7 +123,8 @@ def _write_request_class() -> type[Message]:
                 entry.type_name = ".trustrank.prometheus." + type_name
 
     one, many = f.LABEL_OPTIONAL, f.LABEL_REPEATED
-    message("Label", ("name", 1, one, f.TYPE_STRING, ""), ("value", 2, one, f.TYPE_STRING, ""))
+        # bytes: a label that is not UTF-8 rejects its series, not the whole request.
+    message("Label", ("name", 1, one, f.TYPE_BYTES, ""), ("value", 2, one, f.TYPE_BYTES, ""))
     message("Sample", ("value", 1, one, f.TYPE_DOUBLE, ""), ("timestamp", 2, one, f.TYPE_INT64, ""))
     message(
         "TimeSeries",
@@ -111,9 +137,10 @@ def _write_request_class() -> type[Message]:
     message(
         "MetricMetadata",
         ("type", 1, one, f.TYPE_INT32, ""),
-        ("metric_family_name", 2, one, f.TYPE_STRING, ""),
-        ("help", 4, one, f.TYPE_STRING, ""),
-        ("unit", 5, one, f.TYPE_STRING, ""),
+        # bytes too: metadata only describes, so bad text in it is cleaned, not fatal.
+        ("metric_family_name", 2, one, f.TYPE_BYTES, ""),
+        ("help", 4, one, f.TYPE_BYTES, ""),
+        ("unit", 5, one, f.TYPE_BYTES, ""),
     )
     message(
         "WriteRequest",
@@ -150,10 +177,16 @@ def write_request_decompress(body: bytes) -> bytes:
         raise RemoteWriteError(f"body is not snappy block-compressed: {exc}") from exc
 
 
-def remote_write_parse(*, body: bytes, compressed: bool = True) -> RemoteWrite:
+def remote_write_parse(
+    *, body: bytes, compressed: bool = True, now_ms: int | None = None,
+    limits: OtlpLimits | None = None,
+) -> RemoteWrite:
     """Decode a remote write 1.0 body. `compressed=False` takes the protobuf as is (tests,
-    or a proxy that already decompressed it). Raises `RemoteWriteError` for a body that is
-    not snappy or not a WriteRequest."""
+    or a proxy that already decompressed it); `now_ms`, the time of receipt, bounds the
+    sample times (see `series_checks.sample_window`). Raises `RemoteWriteError` for a
+    body that is not snappy or not a WriteRequest."""
+    limits = limits or OtlpLimits()
+    low, high = window = sample_window(now_ms, limits)
     raw = write_request_decompress(body) if compressed else body
     try:
         request: Any = WriteRequest.FromString(raw)
@@ -161,27 +194,30 @@ def remote_write_parse(*, body: bytes, compressed: bool = True) -> RemoteWrite:
         raise RemoteWriteError(f"body is not a protobuf WriteRequest: {exc}") from exc
     metadata = tuple(
         MetricMetadata(
-            family=item.metric_family_name,
+            family=_clean(item.metric_family_name),
             kind=_METADATA_KINDS.get(item.type, MetricKind.UNKNOWN),
-            help=item.help, unit=item.unit,
+            help=_clean(item.help), unit=_clean(item.unit)[:64],
         )
         for item in request.metadata
     )
     by_family = {item.family: item for item in metadata}
     series: list[Series] = []
     problems: list[str] = []
-    total = rejected = stale = histograms = 0
+    total = rejected = stale = histograms = nan = 0
     for index, timeseries in enumerate(request.timeseries):
         samples = timeseries.samples
         total += len(samples)
         histograms += len(timeseries.histograms)
-        labels = {label.name: label.value for label in timeseries.labels}
+        labels = {label.name.decode("utf-8", "surrogateescape"):
+                  label.value.decode("utf-8", "surrogateescape")
+                  for label in timeseries.labels}
         name = labels.pop("__name__", "")
+        sorted_labels = tuple(sorted(labels.items()))
         problem = None
-        if not name or len(name) > 255 or "\x00" in name:
+        if not name:
             problem = "no usable __name__ label"
-        elif "\x00" in "".join(labels) or "\x00" in "".join(labels.values()):
-            problem = "a label holds a NUL byte"
+        else:
+            problem = name_problem(name, limits) or labels_problem(sorted_labels, limits)
         if problem is not None:
             rejected += len(samples)
             if len(problems) < 20:
@@ -196,16 +232,24 @@ def remote_write_parse(*, body: bytes, compressed: bool = True) -> RemoteWrite:
                     stale += 1
                 else:
                     rejected += 1
+                    nan += 1
                     if len(problems) < 20:
-                        problems.append(f"timeseries[{index}] ({name}): NaN sample")
+                        problems.append(f"timeseries[{index}] ({name[:60]!r}): NaN sample")
                 continue
-            times.append(sample.timestamp)
+            timestamp = sample.timestamp
+            if not low <= timestamp <= high:
+                rejected += 1
+                if len(problems) < 20:
+                    problems.append(f"timeseries[{index}] ({name[:60]!r}): "
+                                    f"{timestamp_problem(timestamp, window)}")
+                continue
+            times.append(timestamp)
             values.append(value)
         if not times:
             continue
         meta = by_family.get(name) or by_family.get(_family(name))
         series.append(Series(
-            name=name, labels=tuple(sorted(labels.items())),
+            name=name, labels=sorted_labels,
             kind=meta.kind if meta else MetricKind.UNKNOWN,
             timestamps_ms=tuple(times), values=tuple(values),
             unit=meta.unit if meta else "", help=meta.help if meta else "",
@@ -213,8 +257,13 @@ def remote_write_parse(*, body: bytes, compressed: bool = True) -> RemoteWrite:
     return RemoteWrite(
         series=tuple(series), metadata=metadata, total_samples=total,
         rejected_samples=rejected, stale_samples=stale, skipped_histograms=histograms,
-        problems=tuple(problems),
+        problems=tuple(problems), nan_samples=nan,
     )
+
+
+def _clean(text: bytes) -> str:
+    """Metadata text as storage can hold it: bad UTF-8 replaced, NULs left out."""
+    return text.decode("utf-8", "replace").replace("\x00", "")
 
 
 def _family(name: str) -> str:

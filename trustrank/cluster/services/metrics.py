@@ -40,6 +40,7 @@ from trustrank.cluster.services.metrics_ids import (
     sorted_unique,
 )
 from trustrank.parsers.series import Labels, Series
+from trustrank.parsers.series_checks import STORABLE_MS
 
 TABLE = "cluster_metricchunk"
 _MINUTE_MS = 60_000
@@ -74,10 +75,14 @@ class MetricsLoaded:
     new_series: int
     points: int
     minutes: int
+    rejected: int = 0  # points storage could not hold, dropped
 
     def as_dict(self) -> dict[str, int]:
-        return {"series": self.series, "new_series": self.new_series, "points": self.points,
-                "minutes": self.minutes}
+        counts = {"series": self.series, "new_series": self.new_series,
+                  "points": self.points, "minutes": self.minutes}
+        if self.rejected:
+            counts["rejected"] = self.rejected
+        return counts
 
 
 def partition_name(day: date) -> str:
@@ -252,6 +257,15 @@ def minutes_store(
     appended as chunks, however many requests they came from; returns the number of
     (series, minute) entries written (partial: readers combine them with other loads').
     `ids` (which resolved the series ids) learns which series were stored."""
+    # The last line behind the parsers' checks: a point of an unstorable label set or
+    # name (a negative id, see `metrics_ids.UNSTORABLE`), with a time no day partition
+    # can hold, or NaN (it would poison min, max and sum) is dropped and counted, not
+    # left to fail the load.
+    usable = ((series_ids >= 0) & (ts >= STORABLE_MS[0]) & (ts <= STORABLE_MS[1])
+              & ~np.isnan(val))
+    if not usable.all():
+        ids.dropped += int(len(usable) - usable.sum())
+        series_ids, ts, val = series_ids[usable], ts[usable], val[usable]
     if not len(series_ids):
         return 0
     grouped = minutes_group(series_ids=series_ids, ts=ts, val=val)
@@ -293,8 +307,14 @@ def series_store(
         return MetricsLoaded(0, 0, 0, 0)
     positions = np.repeat(np.array(parts_idx, dtype=np.int64),
                           np.array([len(p) for p in parts_ts], dtype=np.int64))
-    ts = np.fromiter((t for part in parts_ts for t in part), dtype=np.int64,
-                     count=len(positions))
+    try:
+        ts = np.fromiter((t for part in parts_ts for t in part), dtype=np.int64,
+                         count=len(positions))
+    except OverflowError:
+        # A time past int64 (2^70 ms): mark it out of range; minutes_store drops it.
+        ts = np.fromiter((t if STORABLE_MS[0] <= t <= STORABLE_MS[1] else -1
+                          for part in parts_ts for t in part), dtype=np.int64,
+                         count=len(positions))
     val = np.fromiter((v for part in parts_val for v in part), dtype=np.float64,
                       count=len(positions))
     ids = SeriesIds(cluster_id=cluster.pk, now=now)
@@ -302,8 +322,9 @@ def series_store(
     minutes = minutes_store(cluster=cluster, series_ids=per_item[positions], ts=ts, val=val,
                             now=now, ids=ids)
     new_series = ids.finish()
-    return MetricsLoaded(series=len(items), new_series=new_series, points=len(positions),
-                         minutes=minutes)
+    return MetricsLoaded(series=len(items), new_series=new_series,
+                         points=len(positions) - ids.dropped, minutes=minutes,
+                         rejected=ids.dropped)
 
 
 def items_series_ids(*, ids: SeriesIds, items: Sequence[Series]) -> np.ndarray[Any, Any]:

@@ -81,8 +81,32 @@ def link_values(labels: Sequence[tuple[str, str]]) -> list[str]:
     return found
 
 
+# The id of a label set or name storage cannot hold: a series id made with it is negative,
+# and `metrics.minutes_store` drops (and counts) its points.
+UNSTORABLE = -1
+
+
+def storable(text: str) -> bool:
+    """Whether PostgreSQL text (and jsonb) can hold `text`: no NUL, and UTF-8 (a parser
+    that decoded bad bytes with `surrogateescape` leaves lone surrogates)."""
+    if "\x00" in text:
+        return False
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _labels_storable(item: Labels) -> bool:
+    return all(storable(key) and storable(value) for key, value in item)
+
+
 # COPY's text format: backslash, tab, newline and carriage return escaped. (A NUL, which
-# PostgreSQL text cannot hold, would fail the COPY: the parsers refuse NUL labels.)
+# PostgreSQL text cannot hold, would fail the COPY: the parsers refuse NUL labels, and
+# `SeriesIds` gives any that come anyway the id UNSTORABLE instead of a row.)
 def _escape(text: str) -> str:
     return (text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
             .replace("\r", "\\r"))
@@ -172,6 +196,8 @@ class SeriesIds:
         self._pairs = np.zeros(0, dtype=np.int64)
         self._loaded: set[int] = set()  # label sets whose stored names were read
         self._locked = False
+        # Points `metrics.minutes_store` dropped as unstorable, for the load's counts.
+        self.dropped = 0
 
     # -- resolving -------------------------------------------------------------------
 
@@ -191,6 +217,12 @@ class SeriesIds:
         found = self.labels
         missing = [item for item in dict.fromkeys(items)
                    if item not in found and not self._cached_labels(item)]
+        # Only new label sets can fail to store: the parsers check them, this is the
+        # last line (a payload stored before a parser check existed).
+        for item in missing:
+            if not _labels_storable(item):
+                found[item] = UNSTORABLE
+        missing = [item for item in missing if item not in found]
         if missing:
             keys = {labels_key(item): item for item in missing}
             with self._cursor() as cur:
@@ -250,7 +282,13 @@ class SeriesIds:
                 cached = _CACHE.names.get((self.cluster_id, name))
                 if cached is not None:
                     found[name] = cached
-        missing = {name: (name, kind, unit) for name, kind, unit in items if name not in found}
+        missing = {}
+        for name, kind, unit in items:
+            if name not in found:
+                if storable(name):
+                    missing[name] = (name, kind, _clean(unit))
+                else:
+                    found[name] = UNSTORABLE
         if missing:
             with self._cursor() as cur:
                 self._lock(cur)
@@ -351,6 +389,11 @@ class SeriesIds:
                 fields = [_escape(field) for field in fields]
             rows.append(f"{labels_id}\t{head}\t{key}\t" + "\t".join(fields) + "\n")
         return "".join(rows)
+
+
+def _clean(text: str) -> str:
+    """A unit as storage can hold it (it only describes the name)."""
+    return text.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
 
 
 def _among(known: np.ndarray[Any, Any], values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:

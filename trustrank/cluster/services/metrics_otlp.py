@@ -137,8 +137,9 @@ class OtlpPoints:
         minutes = minutes_store(cluster=self.cluster, series_ids=series, ts=ts, val=values,
                                 now=self.latest or timezone.now(), ids=self._ids)
         new_series = self._ids.finish()
-        return MetricsLoaded(series=0, new_series=new_series, points=len(series),
-                             minutes=minutes)
+        dropped, self._ids.dropped = self._ids.dropped, 0
+        return MetricsLoaded(series=0, new_series=new_series, points=len(series) - dropped,
+                             minutes=minutes, rejected=dropped)
 
 
 def parsed_metrics_store(
@@ -151,4 +152,5 @@ def parsed_metrics_store(
         return MetricsLoaded(0, 0, 0, 0)
     stored = points.store()
     return MetricsLoaded(series=loaded.series, new_series=stored.new_series,
-                         points=loaded.points, minutes=stored.minutes)
+                         points=stored.points, minutes=stored.minutes,
+                         rejected=stored.rejected)
