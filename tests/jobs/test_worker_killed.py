@@ -306,7 +306,9 @@ def export_mid_job(ctx: Ctx, row: Any) -> bool:
 
 
 def export_at_kill(ctx: Ctx, row: Any) -> None:
-    assert [p.name for p in ctx.export_dir.rglob("*") if p.is_file()] == [f"{row.pk}.part"]
+    assert [p.name for p in ctx.export_dir.rglob("*") if p.is_file()] == [
+        f"{row.pk}.{row.attempts}.part"
+    ]
 
 
 def export_check(ctx: Ctx, row: Any) -> None:
@@ -587,9 +589,11 @@ def test_a_job_whose_worker_dies_every_time_fails_clearly_and_blocks_nothing(
     case.prepare(ctx)
     env = {**worker_env(ctx), "TRUSTRANK_JOB_MAX_ATTEMPTS": "2"}
     job_id = case.submit(ctx)
-    part = ctx.export_dir / str(ctx.team.pk) / f"{job_id}.part"
+    def part_of(attempt: int) -> Any:
+        return ctx.export_dir / str(ctx.team.pk) / f"{job_id}.{attempt}.part"
 
     def writing(attempt: int) -> bool:
+        part = part_of(attempt)
         # Not the row's progress: the second attempt starts with the first one's count. The
         # dead attempt's .part is removed before the next starts, so this one is its own.
         row = _row(job_kind("export").model, job_id)
@@ -600,7 +604,7 @@ def test_a_job_whose_worker_dies_every_time_fails_clearly_and_blocks_nothing(
         worker = start_worker(TRUSTRANK_JOB_TEST_SLOW_PROGRESS_SECONDS=SLOW, **env)
         wait_for(lambda a=attempt: writing(a), timeout=30, interval=0.05)
         worker.kill()
-        assert part.exists()
+        assert part_of(attempt).exists()
         # The sweep, run here: it re-queues the job after its lease lapsed, then gives up.
         wait_for(lambda: jobs_sweep() and _row(job_kind("export").model, job_id).status
                  != JobStatus.RUNNING, timeout=LEASE + 10, interval=0.5)

@@ -39,25 +39,27 @@ def jobs_sweep() -> dict[str, int]:
         for job in dead:
             if backend_end(pid=job.backend_pid, started=job.backend_start):
                 totals["backends_ended"] += 1
-            try:
-                kind.call(kind.cleanup, job=job)
-            except Exception:
-                log.exception("job %s %s: cleanup failed", kind.name, job.pk)
+            # Taken back only while the lease is still lapsed (a late heartbeat of a live
+            # worker wins), and only then cleaned up after.
             mine = model.objects.filter(
                 pk=job.pk, status=JobStatus.RUNNING, attempts=job.attempts, lease_until__lt=now
             )
             if job.attempts >= max_attempts:
-                totals["gave_up"] += mine.update(
+                gave_up = mine.update(
                     status=JobStatus.FAILED,
                     error=f"gave up after {job.attempts} attempts: the worker stopped each time",
                     finished_at=now, lease_until=None, phase="failed", backend_pid=None,
                 )
+                totals["gave_up"] += gave_up
+                if gave_up:
+                    _cleanup(kind, job)
                 continue
             if mine.update(
                 status=JobStatus.QUEUED, enqueued_at=now, lease_until=None,
                 phase="queued again: its worker stopped", backend_pid=None,
             ):
                 totals["requeued"] += 1
+                _cleanup(kind, job)
                 _resend(kind.name, job.pk, job.job_class, job.priority)
         stale = now - timedelta(seconds=settings.TRUSTRANK_JOB_REQUEUE_SECONDS)
         lost = model.objects.filter(
@@ -79,6 +81,13 @@ def jobs_sweep() -> dict[str, int]:
     if batch_waiting and free:
         batch_wake(min(free, batch_waiting))
     return totals
+
+
+def _cleanup(kind: Any, job: Any) -> None:
+    try:
+        kind.call(kind.cleanup, job=job)
+    except Exception:
+        log.exception("job %s %s: cleanup failed", kind.name, job.pk)
 
 
 def _resend(kind: str, job_id: Any, job_class: str, priority: int) -> None:

@@ -304,17 +304,20 @@ def export_path(export: Export) -> Path:
 
 
 def export_partial_path(export: Export) -> Path:
-    """Where a job writes its file until it is complete: one name per export, so a new
-    attempt after a dead worker overwrites what the last one left, and the sweep finds it."""
-    return Path(settings.TRUSTRANK_EXPORT_DIR) / str(export.team_id) / f"{export.pk}.part"
+    """Where an attempt writes its file until it is complete: a name per attempt (a frozen
+    worker that wakes up never writes into the file of the attempt that took over), all
+    found by the export's id when a dead attempt is cleaned up."""
+    folder = Path(settings.TRUSTRANK_EXPORT_DIR) / str(export.team_id)
+    return folder / f"{export.pk}.{export.attempts}.part"
 
 
 def export_job_cleanup(*, job: Export) -> None:
     """Remove the half-written file of a dead or failed attempt, and the complete one of an
     attempt that died between renaming its file and marking the row done (no row names it,
     so nothing else would ever remove it)."""
-    export_partial_path(job).unlink(missing_ok=True)
     folder = export_partial_path(job).parent
+    for partial in folder.glob(f"{job.pk}.*.part"):
+        partial.unlink(missing_ok=True)
     kept = Export.objects.filter(pk=job.pk).values_list("file_path", flat=True).first() or ""
     for orphan in folder.glob(f"{job.pk}-*.{job.extension}"):
         if str(orphan.relative_to(settings.TRUSTRANK_EXPORT_DIR)) != kept:
