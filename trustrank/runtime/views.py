@@ -17,7 +17,6 @@ from trustrank.inventory.models import Project
 from trustrank.lib.pages import HtmxHttpRequest, paginate
 from trustrank.ranking import selectors as ranking_selectors
 from trustrank.ranking.explain import path_svg
-from trustrank.ranking.services.requests import ranking_after_load
 from trustrank.runtime import engine, selectors, services
 from trustrank.runtime.deployment import (
     DeploymentError,
@@ -190,8 +189,6 @@ def service_deployment(request: HttpRequest, pk: int) -> HttpResponse:
     except DeploymentError as exc:
         messages.error(request, str(exc))
     else:
-        # The deployment is evidence like an SBOM: rank again after the usual debounce.
-        ranking_after_load(team_id=team.pk, what="deployment change")
         messages.success(request, "Deployment saved; the next ranking run uses it.")
     return redirect("runtime:service-detail", pk=service.pk)
 
