@@ -39,12 +39,16 @@ LAYER_OF = {app: level for level, apps in enumerate(LAYERS) for app in apps}
 WIRING = {"trustrank", "trustrank.settings", "trustrank.urls", "trustrank.celery",
           "trustrank.wsgi"}
 
-# Pure engines, lowest first, and the other engines each may import.
+# Pure engines, lowest first, and the other engines each may import. An app's `engine`
+# module or package is one too: any layer may use it, so it must be as pure.
 ENGINES: dict[str, tuple[str, ...]] = {
     "trustrank.parsers": (),
     "trustrank.risk": ("trustrank.parsers",),
-    "trustrank.vulns.engine": ("trustrank.parsers", "trustrank.risk"),
-    "trustrank.runtime.engine": ("trustrank.parsers", "trustrank.risk"),
+    **{
+        f"trustrank.{path.parent.name}.engine": ("trustrank.parsers", "trustrank.risk")
+        for path in sorted(ROOT.glob("trustrank/*/engine*"))
+        if path.name in ("engine", "engine.py")
+    },
 }
 
 # Modules that answer a person or a client (or an operator's command). They may read any
@@ -231,8 +235,9 @@ def test_pure_engine_pulls_in_no_django_nor_other_code_at_run_time(engine: str) 
 
 
 def test_every_subpackage_of_the_engines_is_checked() -> None:
-    checked = set(_modules("trustrank.risk")) | set(_modules("trustrank.parsers"))
-    assert {"trustrank.risk.cluster.gpu", "trustrank.risk.scheduling"} <= checked
+    checked = {m for engine in ENGINES for m in _modules(engine)}
+    assert {"trustrank.risk.cluster.gpu", "trustrank.risk.scheduling",
+            "trustrank.vulns.engine.versions", "trustrank.identity.engine"} <= checked
 
 
 # --- The checker itself ------------------------------------------------------------------------

@@ -183,3 +183,24 @@ def test_run_that_is_not_due_waits(team, settings):
     again = ranking_run_request(team_id=team.pk, trigger="test", delay_seconds=0)
     assert again.pk == run.pk and ranking_run_execute(run_id=run.pk) == "done"
     assert ranking_run_execute(run_id=run.pk) == "finished before"  # twice: runs once
+
+
+@pytest.mark.e2e
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_with_beat_ranks_after_a_load_by_itself(team, start_worker):
+    """The path the demo's worker runs: an upload's job records the change, embedded beat's
+    sweep asks for the debounced run, the worker ranks."""
+    from ingest import submit
+    from tests.conftest import wait_for
+    from tests.identity.test_services import writer
+
+    start_worker(beat=True, TRUSTRANK_RANKING_DEBOUNCE_SECONDS="1",
+                 TRUSTRANK_RANKING_EVIDENCE_SWEEP_SECONDS="1")
+    submit.certificates_submit(principal=writer(team), team=team,
+                               body=make_pki().leaf("/svc").pem, environment="prod",
+                               service="", namespace="")
+    run = wait_for(
+        lambda: RankingRun.objects.filter(team=team, status="done").first(), timeout=90
+    )
+    assert isinstance(run, RankingRun) and run.trigger.startswith("after certificates job")
+    assert not EvidenceChange.objects.exists()
