@@ -14,7 +14,6 @@ class IngestConfig(AppConfig):
                 model_path="ingest.IngestJob",
                 handler="ingest.services.ingest_job_handle",
                 atomic="ingest.services.ingest_job_atomic",
-                on_done="ingest.services.ingest_job_done",
                 hide_internal_errors=True,
             )
         )

@@ -132,13 +132,16 @@ _RERANK_AFTER_FEED = {JobKind.OSV, JobKind.KEV, JobKind.EPSS}
 
 
 def _rerank_after(job: IngestJob) -> None:
-    """New evidence: a debounced ranking run for the teams it concerns."""
-    from trustrank.ranking.services.requests import ranking_after_feed, ranking_after_load
+    """New evidence: recorded for the ranking sweep, which starts a debounced run for the
+    teams it concerns (a feed: every team). Called by the handler, so an atomic load and its
+    record commit together, and a worker that dies after the load leaves the job to run
+    again (and record) rather than a load nobody ranks after."""
+    from trustrank.findings.services.evidence import evidence_change_record
 
     if job.kind in _RERANK_AFTER_TEAM_LOAD:
-        ranking_after_load(team_id=job.team_id, what=f"{job.kind} job {job.pk}")
+        evidence_change_record(team_id=job.team_id, what=f"{job.kind} job {job.pk}")
     elif job.kind in _RERANK_AFTER_FEED:
-        ranking_after_feed(what=f"{job.kind} feed job {job.pk}")
+        evidence_change_record(team_id=None, what=f"{job.kind} feed job {job.pk}")
 
 
 def ingest_job_handle(*, job: IngestJob, progress: ProgressFn) -> dict[str, Any]:
@@ -154,15 +157,12 @@ def ingest_job_handle(*, job: IngestJob, progress: ProgressFn) -> dict[str, Any]
     except IngestTransient as exc:
         raise JobTransient(str(exc)) from exc
     result = counts.pop("_result", None)
+    _rerank_after(job)
     return {"counts": counts, "result": result or {}}
 
 
 def ingest_job_atomic(job: IngestJob) -> bool:
     return HANDLERS[job.kind].atomic
-
-
-def ingest_job_done(*, job: IngestJob) -> None:
-    _rerank_after(job)
 
 
 def job_run(*, job_id: str) -> str:

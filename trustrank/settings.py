@@ -411,7 +411,7 @@ TRUSTRANK_RANKING_DUE_THREAD_ABOVE = envint(
     "TRUSTRANK_RANKING_DUE_THREAD_ABOVE", 50_000, minimum=1
 )
 # A load (SBOM, traces, certificates, feeds) starts a ranking run this long after it; loads
-# that follow within the delay share the run.
+# that follow within the delay share the run (see TRUSTRANK_RANKING_EVIDENCE_SWEEP_SECONDS).
 TRUSTRANK_RANKING_DEBOUNCE_SECONDS = envint("TRUSTRANK_RANKING_DEBOUNCE_SECONDS", 60, minimum=0)
 # Bulk triage of up to this many findings is applied within the request (200); more becomes a
 # job run by the findings_bulk_triage task (202).
@@ -424,6 +424,17 @@ TRUSTRANK_RANKING_SWEEP_SECONDS = envint("TRUSTRANK_RANKING_SWEEP_SECONDS", 300,
 CELERY_BEAT_SCHEDULE["ranking-runs-sweep"] = {
     "task": "trustrank.ranking.tasks.ranking_runs_sweep",
     "schedule": timedelta(seconds=TRUSTRANK_RANKING_SWEEP_SECONDS),
+}
+# Loads record that a team's evidence changed; beat turns the changes into debounced ranking
+# runs this often. A run starts about TRUSTRANK_RANKING_DEBOUNCE_SECONDS after the team's
+# first change, late by at most this much: keep it a few seconds (the sweep is one DELETE
+# on a table that is empty most of the time).
+TRUSTRANK_RANKING_EVIDENCE_SWEEP_SECONDS = envint(
+    "TRUSTRANK_RANKING_EVIDENCE_SWEEP_SECONDS", 2, minimum=1
+)
+CELERY_BEAT_SCHEDULE["ranking-evidence-sweep"] = {
+    "task": "trustrank.ranking.tasks.ranking_evidence_sweep",
+    "schedule": timedelta(seconds=TRUSTRANK_RANKING_EVIDENCE_SWEEP_SECONDS),
 }
 
 # --- Cluster and GPU evidence (issue 11) ---------------------------------------------------

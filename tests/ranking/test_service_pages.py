@@ -8,6 +8,7 @@ import pytest
 from tests.ranking.scenario import build
 from tests.ranking.test_ranking_runs import rerank
 from trustrank.ranking.models import RankingRun, ServiceResults
+from trustrank.ranking.services.requests import ranking_evidence_sweep
 from trustrank.runtime.models import Deployment
 
 pytestmark = pytest.mark.django_db
@@ -100,7 +101,8 @@ def test_manual_deployment_form_records_source_manual(client, make_user, team, r
     d = Deployment.objects.get(environment__team=team, service_name="etcd")
     assert d.source == "manual" and d.human_impact == "very high"
     assert d.set_by
-    # A later run is scheduled (debounced) so the rank follows.
+    # A later run is scheduled (debounced, by ranking's sweep) so the rank follows.
+    assert ranking_evidence_sweep() == 1
     assert RankingRun.objects.filter(team=team, status="queued").exists()
     page = client.get(f"/services/{etcd.pk}/").content.decode()
     assert "Set by a person on the service page" in page

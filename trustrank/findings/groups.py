@@ -22,8 +22,6 @@ from django.db import connection, transaction
 from django.db.models import F, QuerySet
 
 from trustrank.findings.models import OPEN_STATES, Finding, FindingKind, Severity, TriageState
-from trustrank.inventory.models import Project
-from trustrank.ranking.models import RankedFinding
 from trustrank.risk.inputs import DECISIONS
 from trustrank.vulns.engine.versions import parse, scheme_for
 
@@ -240,7 +238,9 @@ def _base_sql(qs: QuerySet[Finding]) -> tuple[str, tuple[Any, ...]]:
         g_aliases=F("aliases"),
     )
     sql, params = values.query.sql_with_params()
-    ranks = RankedFinding._meta.db_table
+    # Ranks through the finding's own relation (ranking's RankedFinding points at it): this
+    # app sits below ranking and does not import it.
+    ranks = Finding._meta.get_field("ranked").related_model._meta.db_table
     wrapped = (
         f"SELECT f.*, r.rank AS g_rank, r.decision AS g_decision FROM ({sql}) f "  # noqa: S608
         f"LEFT JOIN {ranks} r ON r.finding_id = f.id AND r.team_id = f.team_id"
@@ -371,7 +371,9 @@ def _named(group: FixGroup, names: dict[int, str]) -> FixGroup:
 def _project_names(ids: set[int]) -> dict[int, str]:
     if not ids:
         return {}
-    return dict(Project.objects.filter(pk__in=ids).values_list("pk", "name"))
+    # Through the finding's relation to its project, as for the ranks above.
+    projects = Finding._meta.get_field("project").related_model
+    return dict(projects._default_manager.filter(pk__in=ids).values_list("pk", "name"))
 
 
 def _group_count(qs: QuerySet[Finding], fields: tuple[str, ...]) -> int:

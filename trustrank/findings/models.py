@@ -634,3 +634,22 @@ class BulkTriageJob(Job):
 
     def __str__(self) -> str:
         return f"bulk triage {self.pk} ({self.status})"
+
+
+class EvidenceChange(models.Model):
+    """The evidence behind a team's findings changed (an SBOM matched, traces, certificates,
+    a deployment, cluster diagnoses); `team` null: a shared feed (OSV, KEV, EPSS) that
+    concerns every team. Loads record one here, in their own transaction, instead of calling
+    the ranking app above them; ranking's beat sweep takes the rows and turns them into
+    debounced ranking runs. Append-only rows, deleted as they are taken: recording is a
+    plain INSERT that never waits on another load, and a row is gone only once the
+    transaction that asked for its run commits."""
+
+    team = models.ForeignKey(
+        "accounts.Team", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    what = models.CharField(max_length=200)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.what} (team {self.team_id})"

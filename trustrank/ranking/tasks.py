@@ -22,3 +22,11 @@ def ranking_runs_sweep() -> int:
     from trustrank.ranking.services.requests import ranking_runs_sweep as sweep
 
     return sweep()
+
+
+@shared_task(base=IngestQueueTask, acks_late=True)
+def ranking_evidence_sweep() -> int:
+    """Beat, every few seconds: the evidence changes loads recorded become debounced runs."""
+    from trustrank.ranking.services.requests import ranking_evidence_sweep as sweep
+
+    return sweep()

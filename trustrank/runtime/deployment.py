@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from trustrank.accounts.models import Scope, Team
 from trustrank.accounts.principal import Principal
+from trustrank.findings.services.evidence import evidence_change_record
 from trustrank.inventory.models import ProjectVersion
 from trustrank.runtime.models import (
     Deployment,
@@ -124,6 +125,8 @@ def deployment_set(
             "set_by": principal.label[:160],
         },
     )
+    # Evidence like an SBOM (page, API or SBOM metadata alike): ranked again after the debounce.
+    evidence_change_record(team_id=team.pk, what=f"deployment of {service} in {environment}")
     return deployment
 
 

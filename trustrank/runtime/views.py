@@ -18,7 +18,6 @@ from trustrank.lib.numbers import int_or_none
 from trustrank.lib.pages import HtmxHttpRequest, paginate
 from trustrank.ranking import selectors as ranking_selectors
 from trustrank.ranking.explain import path_svg
-from trustrank.ranking.services.requests import ranking_after_load
 from trustrank.runtime import engine, selectors, services
 from trustrank.runtime.deployment import (
     DeploymentError,
@@ -192,8 +191,6 @@ def service_deployment(request: HttpRequest, pk: int) -> HttpResponse:
     except DeploymentError as exc:
         messages.error(request, str(exc))
     else:
-        # The deployment is evidence like an SBOM: rank again after the usual debounce.
-        ranking_after_load(team_id=team.pk, what="deployment change")
         messages.success(request, "Deployment saved; the next ranking run uses it.")
     return redirect("runtime:service-detail", pk=service.pk)
 

@@ -20,8 +20,8 @@ _MATCH_OPTIONS: dict[str, Any] = {
 
 
 def _match(project_version_id: int) -> dict[str, int]:
+    from trustrank.findings.services.evidence import evidence_change_record
     from trustrank.inventory.models import ProjectVersion
-    from trustrank.ranking.services.requests import ranking_after_load
     from trustrank.vulns.services.matching import findings_match_project_version as match
 
     counts = match(project_version_id=int(project_version_id))
@@ -31,7 +31,9 @@ def _match(project_version_id: int) -> dict[str, int]:
         .first()
     )
     if team_id is not None:
-        ranking_after_load(team_id=team_id, what=f"SBOM of project version {project_version_id}")
+        evidence_change_record(
+            team_id=team_id, what=f"SBOM of project version {project_version_id}"
+        )
     return counts
 
 

@@ -23,6 +23,7 @@ from trustrank.cluster.services.metrics_read import series_window
 from trustrank.cluster.services.objects import snapshot_current
 from trustrank.findings.models import Finding, FindingKind, FindingSource
 from trustrank.findings.services.audit import Actor
+from trustrank.findings.services.evidence import evidence_change_record
 from trustrank.findings.services.reconcile import (
     FindingSpec,
     finding_fingerprint,
@@ -30,7 +31,6 @@ from trustrank.findings.services.reconcile import (
 )
 from trustrank.parsers.kubernetes import Pod
 from trustrank.parsers.series import Series
-from trustrank.ranking.services import ranking_after_load
 from trustrank.risk.cluster import gpu, inputs, io, priorities, rdma, scheduling, vllm
 from trustrank.risk.cluster.findings import Diagnosis, workload_key
 from trustrank.risk.cluster.gpu import UTILISATION_METRICS
@@ -237,8 +237,10 @@ def cluster_diagnose(*, cluster_id: int, now: datetime | None = None) -> Diagnos
         )
         workloads = _workloads_store(cluster=cluster, recommendations=recommendations, now=now)
         Cluster.objects.filter(pk=cluster.pk).update(diagnosed_at=now)
-    if counts.created or counts.resolved or counts.reopened or counts.updated:
-        ranking_after_load(team_id=cluster.team_id, what=f"cluster {cluster.name} diagnoses")
+        if counts.created or counts.resolved or counts.reopened or counts.updated:
+            evidence_change_record(
+                team_id=cluster.team_id, what=f"cluster {cluster.name} diagnoses"
+            )
     return DiagnoseResult(
         diagnoses=len(diagnoses), created=counts.created, updated=counts.updated,
         resolved=counts.resolved, reopened=counts.reopened, workloads=workloads,

@@ -11,8 +11,7 @@ One module per step (requests, runs, store); the public names are re-exported he
 """
 
 from trustrank.ranking.services.requests import (
-    ranking_after_feed,
-    ranking_after_load,
+    ranking_evidence_sweep,
     ranking_run_request,
     ranking_runs_sweep,
 )
@@ -22,9 +21,8 @@ from trustrank.ranking.services.store import context_of, ranking_changes, servic
 __all__ = [
     "RankingError",
     "context_of",
-    "ranking_after_feed",
-    "ranking_after_load",
     "ranking_changes",
+    "ranking_evidence_sweep",
     "ranking_run_execute",
     "ranking_run_request",
     "ranking_runs_sweep",

@@ -1,5 +1,8 @@
-"""Requesting ranking runs: on demand, debounced after loads and feed imports, and the
-beat sweep that re-queues lost or stale runs."""
+"""Requesting ranking runs: on demand, debounced after evidence changed, and periodically.
+
+Loads never call this module: they record that a team's evidence changed
+(trustrank.findings.services.evidence), and `ranking_evidence_sweep`, run by beat every few
+seconds, turns the recorded changes into debounced runs here."""
 
 from __future__ import annotations
 
@@ -24,11 +27,12 @@ def ranking_run_request(
     team_id: int,
     trigger: str,
     requested_by: Any = None,
-    delay_seconds: int | None = None,
+    delay_seconds: float | None = None,
     job_class: str = JobClass.INTERACTIVE,
 ) -> RankingRun:
     """A queued run for the team: the one already waiting (loads in quick succession share
-    it), or a new one that starts after the debounce delay. Enqueued on commit.
+    it), or a new one that starts after the debounce delay. A request with a shorter delay
+    than the waiting run's brings it forward ("rank now"). Enqueued on commit.
     `requested_by` is a Principal, or a label (a command, the system).
     A team's own re-rank is interactive; the periodic and feed-wide ones are batch work,
     and an interactive request for a team whose batch run waits makes it interactive."""
@@ -39,8 +43,9 @@ def ranking_run_request(
         run = RankingRun.objects.filter(team_id=team_id, status=RunStatus.QUEUED).first()
         if run is not None:
             changed = []
-            if delay == 0 and run.not_before > timezone.now():
-                run.not_before = timezone.now()
+            start = timezone.now() + timedelta(seconds=delay)
+            if run.not_before > start:
+                run.not_before = start
                 changed.append("not_before")
             if job_class == JobClass.INTERACTIVE and run.job_class == JobClass.BATCH:
                 run.job_class = JobClass.INTERACTIVE
@@ -48,7 +53,7 @@ def ranking_run_request(
             if changed:
                 run.enqueued_at = timezone.now()
                 run.save(update_fields=[*changed, "enqueued_at"])
-                job_enqueue_on_commit(run)
+                job_enqueue_on_commit(run, countdown=max(0, delay))
             return run
         run = RankingRun(
             team_id=team_id,
@@ -66,27 +71,52 @@ def ranking_run_request(
     return run
 
 
-def ranking_after_load(
-    *, team_id: int, what: str, job_class: str = JobClass.INTERACTIVE
-) -> None:
-    """Evidence changed: rank again after the debounce delay (never fails the load)."""
-    try:
-        ranking_run_request(team_id=team_id, trigger=f"after {what}", job_class=job_class)
-    except Exception:  # a load must not fail because ranking could not be scheduled
-        log.exception("could not schedule a ranking run for team %s", team_id)
-
-
-def ranking_after_feed(*, what: str) -> None:
-    """Feeds are shared: every team with open vulnerability findings ranks again."""
+def _teams_with_open_vulnerabilities() -> list[int]:
     from trustrank.findings.models import OPEN_STATES, Finding
 
-    team_ids = (
+    return sorted(set(
         Finding.objects.filter(kind="vulnerability", state__in=OPEN_STATES)
         .values_list("team_id", flat=True)
         .distinct()
-    )
-    for team_id in sorted(set(team_ids)):
-        ranking_after_load(team_id=team_id, what=what, job_class=JobClass.BATCH)
+    ))
+
+
+def ranking_evidence_sweep() -> int:
+    """Beat, every TRUSTRANK_RANKING_EVIDENCE_SWEEP_SECONDS: turn the evidence changes loads
+    recorded into debounced runs, one per team, starting TRUSTRANK_RANKING_DEBOUNCE_SECONDS
+    after the team's first change (so the changes within the delay share one run). A feed's
+    change (no team) is every team's with open vulnerability findings, as batch work.
+
+    The changes are taken and the runs requested in one transaction: a failure puts the
+    changes back for the next sweep. A change recorded while the team's run is already
+    running finds no queued run, so it gets a run of its own after that one. Returns the
+    number of teams asked for."""
+    from trustrank.findings.services.evidence import evidence_changes_take
+
+    debounce = settings.TRUSTRANK_RANKING_DEBOUNCE_SECONDS
+    with transaction.atomic():
+        changes = evidence_changes_take()
+        if not changes:
+            return 0
+        now = timezone.now()
+        # team -> (first change, what it was, interactive?)
+        wanted: dict[int, tuple[Any, str, bool]] = {}
+        for change in changes:  # oldest first: the first change of a team wins
+            teams = (
+                [change.team_id] if change.team_id is not None
+                else _teams_with_open_vulnerabilities()
+            )
+            for team_id in teams:
+                at, what, interactive = wanted.get(team_id, (change.at, change.what, False))
+                wanted[team_id] = (at, what, interactive or change.team_id is not None)
+        for team_id, (at, what, interactive) in sorted(wanted.items()):
+            ranking_run_request(
+                team_id=team_id,
+                trigger=f"after {what}",
+                delay_seconds=max(0.0, (at - now).total_seconds() + debounce),
+                job_class=JobClass.INTERACTIVE if interactive else JobClass.BATCH,
+            )
+    return len(wanted)
 
 
 def ranking_runs_sweep() -> int:
@@ -105,5 +135,10 @@ def ranking_runs_sweep() -> int:
     )
     stale = sorted(teams - recent)
     for team_id in stale:
-        ranking_after_load(team_id=team_id, what="periodic re-rank", job_class=JobClass.BATCH)
+        try:
+            ranking_run_request(
+                team_id=team_id, trigger="after periodic re-rank", job_class=JobClass.BATCH
+            )
+        except Exception:  # one team's failure must not keep the others from their run
+            log.exception("could not schedule a ranking run for team %s", team_id)
     return len(stale)
