@@ -39,7 +39,8 @@ ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "te
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # Django's admin, on a site whose sign-in is throttled like the site's.
+    "trustrank.accounts.admin_apps.TrustRankAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
