@@ -65,13 +65,15 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 class Channel(filesystem.Channel):
-    def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:
+    # kombu's filesystem Channel (the parent) names the message `payload`, its virtual base
+    # `message`: no signature matches both.
+    def _put(self, queue: Any, payload: Any, **kwargs: Any) -> None:  # type: ignore[override]
         # Wall-clock nanoseconds, zero-padded, so names sort in sending order across
         # processes (and across restarts, unlike kombu's monotonic milliseconds).
         name = f"{time.time_ns():020d}_{uuid.uuid4()}.{queue}.msg"
         _write_atomically(Path(self.data_folder_out) / name, dumps(payload).encode())
 
-    def _get(self, queue: str) -> Any:
+    def _get(self, queue: Any, timeout: Any = None) -> Any:
         wanted = f"{queue}.msg"
         folder = Path(self.data_folder_in)
         processed = Path(self.processed_folder)
