@@ -187,17 +187,29 @@ class Child:
 
     def __init__(self, *, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
         self.name = name
+        self.argv = argv
+        self.env = env
         self.log = log
-        log.parent.mkdir(parents=True, exist_ok=True)
-        self._log_handle = log.open("ab")
+        # When it was last (re)started, for children_supervise's crash-loop guard.
+        self.starts: list[float] = []
+        self._start()
+
+    def _start(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self._log_handle = self.log.open("ab")
         # A session of its own: Ctrl-C reaches only dev.py, which stops the children in order.
         self.proc = subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdout=self._log_handle, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            self.argv, cwd=ROOT, env=self.env, stdout=self._log_handle,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )
+        self.starts.append(time.monotonic())
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def restart(self) -> None:
+        self.stop()
+        self._start()
 
     def log_tail(self, chars: int = 3000) -> str:
         try:
@@ -222,6 +234,32 @@ class Child:
             # Anything the main process left behind in its session.
             os.killpg(self.proc.pid, signal.SIGKILL)
         self._log_handle.close()
+
+
+# A child that dies this many times within CRASH_LOOP_SECONDS is not started again: it
+# would only fail the same way, and the demo stops, showing why.
+CRASH_LOOP_RESTARTS = 5
+CRASH_LOOP_SECONDS = 60.0
+
+
+def children_supervise(children: list[Child]) -> None:
+    """Restart every child that exited (the demo keeps serving, and the worker's jobs are
+    picked up again: they are rows, re-queued by the sweep); raise RuntimeError for one that
+    keeps dying."""
+    for child in children:
+        if child.alive():
+            continue
+        code = child.proc.returncode
+        recent = [at for at in child.starts if time.monotonic() - at < CRASH_LOOP_SECONDS]
+        if len(recent) > CRASH_LOOP_RESTARTS:
+            raise RuntimeError(
+                f"{child.name} stopped unexpectedly (exit code {code}) "
+                f"{len(recent)} times within {CRASH_LOOP_SECONDS:.0f} s; not restarting it:\n"
+                f"{child.log_tail()}"
+            )
+        say(f"{child.name} stopped unexpectedly (exit code {code}); restarting it "
+            f"(its log: {child.log})")
+        child.restart()
 
 
 def port_free(port: int) -> bool:
@@ -414,12 +452,7 @@ def run_demo() -> int:
             flush=True,
         )
         while True:
-            for child in children:
-                if not child.alive():
-                    raise RuntimeError(
-                        f"{child.name} stopped unexpectedly (exit code {child.proc.returncode}):\n"
-                        f"{child.log_tail()}"
-                    )
+            children_supervise(children)
             time.sleep(1)
     except KeyboardInterrupt:
         print(flush=True)

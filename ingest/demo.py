@@ -11,8 +11,9 @@ tell apart what matters from what merely scores high.
 - SPIFFE certificates from one demo CA: valid ones for checkout and payment-gateway, an
   expired one for storefront.
 
-Traces are OTLP/JSON exports timed in the last minutes, certificates are issued now, so
-the demo looks alive whenever it starts. Nothing here is used outside the demo and tests.
+Traces are OTLP/JSON exports timed in the last minutes, so the demo looks alive whenever it
+starts; the CA and certificates are issued on the first start and kept under var/. Nothing
+here is used outside the demo and tests.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from __future__ import annotations
 import datetime as dt
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -48,6 +51,13 @@ _SCOPES = {
     "etcd": ("go.etcd.io/etcd/server", "3.3.10"),
 }
 _SERVER, _CLIENT, _INTERNAL = 2, 3, 1
+
+# (service, whether its SVID is valid): the storefront's expired on purpose.
+_SVIDS = (("payment-gateway", True), ("checkout", True), ("storefront", False))
+_LEAF_LIFETIME = dt.timedelta(days=90)
+# Past the identity expiry warning window (30 days by default), so a kept SVID never shows
+# as "expiring soon".
+_LEAF_RENEW_BEFORE = dt.timedelta(days=45)
 
 
 def _attr(key: str, value: str | int) -> dict[str, Any]:
@@ -168,8 +178,7 @@ def _name(cn: str) -> x509.Name:
     ])
 
 
-def shop_certificates(*, now: dt.datetime | None = None) -> ShopCertificates:
-    now = now or dt.datetime.now(dt.UTC)
+def _ca_issue(now: dt.datetime) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca = (
         x509.CertificateBuilder()
@@ -193,39 +202,128 @@ def shop_certificates(*, now: dt.datetime | None = None) -> ShopCertificates:
         )
         .sign(ca_key, hashes.SHA256())
     )
-    out = []
-    for service, valid in (("payment-gateway", True), ("checkout", True), ("storefront", False)):
-        key = ec.generate_private_key(ec.SECP256R1())
-        start = now - dt.timedelta(days=1 if valid else 120)
-        leaf = (
-            x509.CertificateBuilder()
-            .subject_name(_name(service))
-            .issuer_name(ca.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(start)
-            .not_valid_after(now + dt.timedelta(days=60) if valid else now - dt.timedelta(days=30))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(digital_signature=True, key_cert_sign=False, crl_sign=False,
-                              content_commitment=False, key_encipherment=False,
-                              data_encipherment=False, key_agreement=True,
-                              encipher_only=False, decipher_only=False),
-                critical=True,
-            )
-            .add_extension(
-                x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
-                                       ExtendedKeyUsageOID.CLIENT_AUTH]),
-                critical=False,
-            )
-            .add_extension(
-                x509.SubjectAlternativeName([x509.UniformResourceIdentifier(
-                    f"spiffe://{TRUST_DOMAIN}/ns/shop/sa/{service}")]),
-                critical=False,
-            )
-            .sign(ca_key, hashes.SHA256())
+    return ca_key, ca
+
+
+def _leaf_issue(
+    *, service: str, valid: bool, ca_key: ec.EllipticCurvePrivateKey, ca: x509.Certificate,
+    now: dt.datetime,
+) -> x509.Certificate:
+    key = ec.generate_private_key(ec.SECP256R1())
+    start = now - dt.timedelta(days=1 if valid else 120)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(_name(service))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(now + _LEAF_LIFETIME if valid else now - dt.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(digital_signature=True, key_cert_sign=False, crl_sign=False,
+                          content_commitment=False, key_encipherment=False,
+                          data_encipherment=False, key_agreement=True,
+                          encipher_only=False, decipher_only=False),
+            critical=True,
         )
-        out.append((service, leaf.public_bytes(serialization.Encoding.PEM)))
-    return ShopCertificates(
-        bundle_pem=ca.public_bytes(serialization.Encoding.PEM), certificates=tuple(out)
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
+                                   ExtendedKeyUsageOID.CLIENT_AUTH]),
+            critical=False,
+        )
+        .add_extension(
+            x509.SubjectAlternativeName([x509.UniformResourceIdentifier(
+                f"spiffe://{TRUST_DOMAIN}/ns/shop/sa/{service}")]),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
     )
+
+
+def _pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def shop_certificates(*, now: dt.datetime | None = None) -> ShopCertificates:
+    """A new CA and new SVIDs (tests; the demo keeps one set: shop_certificates_kept)."""
+    now = now or dt.datetime.now(dt.UTC)
+    ca_key, ca = _ca_issue(now)
+    return ShopCertificates(
+        bundle_pem=_pem(ca),
+        certificates=tuple(
+            (service, _pem(_leaf_issue(service=service, valid=valid, ca_key=ca_key, ca=ca,
+                                       now=now)))
+            for service, valid in _SVIDS
+        ),
+    )
+
+
+def shop_certificates_kept(folder: Path, *, now: dt.datetime | None = None) -> ShopCertificates:
+    """The shop's CA and SVIDs, issued on the first start and kept in `folder` (var/).
+
+    A restart that issued a new CA would replace the trust bundle, so every certificate the
+    previous start uploaded would stop verifying ("Chain does not verify") and the expired
+    storefront certificate would be reported once per start. Kept, a second upload is the
+    same certificates again: nothing new to report. A valid SVID is issued again (by the
+    same CA) only when it would soon enter the expiry warning window, as a real one would
+    be rotated.
+    """
+    now = now or dt.datetime.now(dt.UTC)
+    folder.mkdir(parents=True, exist_ok=True)
+    key_file, ca_file = folder / "ca-key.pem", folder / "ca.pem"
+    kept = _kept_ca(key_file, ca_file, now=now)
+    if kept is None:
+        ca_key, ca = _ca_issue(now)
+        _write(key_file, ca_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ), private=True)
+        _write(ca_file, _pem(ca))
+    else:
+        ca_key, ca = kept
+    out = []
+    for service, valid in _SVIDS:
+        leaf_file = folder / f"{service}.pem"
+        leaf = _kept_leaf(leaf_file, ca=ca, valid=valid, now=now)
+        if leaf is None:
+            leaf = _leaf_issue(service=service, valid=valid, ca_key=ca_key, ca=ca, now=now)
+            _write(leaf_file, _pem(leaf))
+        out.append((service, _pem(leaf)))
+    return ShopCertificates(bundle_pem=_pem(ca), certificates=tuple(out))
+
+
+def _kept_ca(
+    key_file: Path, ca_file: Path, *, now: dt.datetime
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate] | None:
+    try:
+        ca_key = serialization.load_pem_private_key(key_file.read_bytes(), password=None)
+        ca = x509.load_pem_x509_certificate(ca_file.read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        return None
+    if ca.public_key() != ca_key.public_key() or ca.not_valid_after_utc <= now:
+        return None
+    return ca_key, ca
+
+
+def _kept_leaf(
+    leaf_file: Path, *, ca: x509.Certificate, valid: bool, now: dt.datetime
+) -> x509.Certificate | None:
+    try:
+        leaf = x509.load_pem_x509_certificate(leaf_file.read_bytes())
+        leaf.verify_directly_issued_by(ca)
+    except (OSError, ValueError, TypeError, InvalidSignature):
+        return None  # missing, damaged, or from a CA issued before this one
+    if valid and leaf.not_valid_after_utc - now < _LEAF_RENEW_BEFORE:
+        return None
+    return leaf
+
+
+def _write(path: Path, data: bytes, *, private: bool = False) -> None:
+    temp = path.with_name(path.name + ".tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    os.replace(temp, path)

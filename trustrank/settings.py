@@ -39,7 +39,8 @@ ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "te
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # Django's admin, on a site whose sign-in is throttled like the site's.
+    "trustrank.accounts.admin_apps.TrustRankAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -225,7 +226,10 @@ SPECTACULAR_SETTINGS = {
 CELERY_BROKER_URL = envstr("CELERY_BROKER_URL")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
 if not CELERY_BROKER_URL:
+    # Files under var/, written and claimed atomically (trustrank/lib/file_broker.py): kombu's
+    # own filesystem transport lets a worker read a message still being written.
     CELERY_BROKER_URL, CELERY_BROKER_TRANSPORT_OPTIONS = filesystem_broker(VAR_DIR)
+    CELERY_BROKER_TRANSPORT = "trustrank.lib.file_broker:Transport"
 elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     # "priority": the worker always drains the first queue it lists (the high-priority one)
     # before the next, instead of round-robin.

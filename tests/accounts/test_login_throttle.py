@@ -63,6 +63,66 @@ def test_the_admin_sign_in_is_throttled_too(make_user, settings):
     assert LoginFailure.objects.filter(username="root", throttled=True).exists()
 
 
+def test_the_admin_sign_in_answers_429_while_throttled_even_to_the_right_password(
+    make_user, settings
+):
+    user = make_user("erin")
+    user.is_staff = True
+    user.save(update_fields=["is_staff"])
+    limit = settings.TRUSTRANK_LOGIN_MAX_PER_ACCOUNT
+    for i in range(limit):
+        assert _login("erin", f"wrong-{i}", path="/admin/login/").status_code == 200
+    throttled = _login("erin", "pw-erin", path="/admin/login/")
+    assert throttled.status_code == 429
+    assert "Too many failed sign-ins" in throttled.content.decode()
+    # Failures at either door count for the one account.
+    assert _login("erin", "pw-erin").status_code == 429
+
+
+# Django strips the username and NFKC-normalises it before looking the account up, so each
+# of these is a real guess at "frank": they must all count against "frank".
+SAME_ACCOUNT = [" frank", "frank ", "\tfrank", "frank\n", "\uff46rank", " \uff46rank\t"]
+
+
+@pytest.mark.parametrize("variant", SAME_ACCOUNT)
+def test_a_username_variant_django_reads_as_the_same_account_shares_its_throttle(
+    make_user, settings, variant
+):
+    make_user("frank")
+    limit = settings.TRUSTRANK_LOGIN_MAX_PER_ACCOUNT
+    for i in range(limit):
+        assert _login("frank", f"wrong-{i}", address=f"198.51.100.{i}").status_code == 200
+    assert _login(variant, "wrong-again", address="192.0.2.50").status_code == 429
+    assert _login(variant, "pw-frank", address="192.0.2.51").status_code == 429
+
+
+@pytest.mark.parametrize("path", ["/login/", "/admin/login/"])
+def test_guesses_spread_over_username_variants_are_counted_as_one_account(
+    make_user, settings, path
+):
+    user = make_user("grace")
+    user.is_staff = True
+    user.save(update_fields=["is_staff"])
+    variants = ["grace", " grace", "grace ", "\tgrace", "\ufF47race", "grace\r\n"]
+    limit = settings.TRUSTRANK_LOGIN_MAX_PER_ACCOUNT
+    answers = [
+        _login(name, "wrong", address=f"203.0.113.{i}", path=path).status_code
+        for i, name in enumerate(variants)
+    ]
+    assert answers == [200] * limit + [429] * (len(variants) - limit)
+    assert LoginFailure.objects.filter(username="grace", throttled=False).count() == limit
+    # The right password, however spelled, is refused unchecked until the window passes.
+    assert _login(" grace", "pw-grace", address="192.0.2.9", path=path).status_code == 429
+
+
+def test_a_differently_spelled_account_is_not_throttled_by_anothers_failures(make_user, settings):
+    make_user("heidi")
+    make_user("heidi2")
+    for i in range(settings.TRUSTRANK_LOGIN_MAX_PER_ACCOUNT):
+        _login(" heidi", f"wrong-{i}", address=f"198.51.100.{i}")
+    assert _login("heidi2", "pw-heidi2", address="192.0.2.77").status_code == 302
+
+
 def test_a_hundred_fast_guesses_are_mostly_refused_unchecked(make_user, settings):
     make_user("dave")
     for i in range(100):

@@ -1,10 +1,6 @@
 from django.contrib import admin
 
-from trustrank.accounts.forms import ThrottledAdminAuthenticationForm
 from trustrank.accounts.models import ApiKey, LoginFailure, Membership, Team
-
-# The admin's sign-in is throttled like the site's.
-admin.site.login_form = ThrottledAdminAuthenticationForm
 
 
 class MembershipInline(admin.TabularInline):

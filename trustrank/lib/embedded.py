@@ -34,8 +34,13 @@ def embedded_database_settings(var_dir: Path, *, conn_max_age: int) -> dict[str,
     }
 
 
-def embedded_server_start(pgdata: Path) -> str:
-    """Start (or attach to) the embedded server and return its URI.
+def embedded_server_start(pgdata: Path) -> dict[str, str]:
+    """Start (or attach to) the embedded server and return where it listens, as Django's
+    HOST / PORT / USER / PASSWORD settings.
+
+    HOST is the server's socket folder, never empty: libpq reads an empty host as "the
+    system's default socket", which is the machine's own PostgreSQL when one runs there
+    (pgserver's URI carries the folder in a `?host=` query that Django's settings drop).
 
     Every process that connects registers its pid with pgserver, and the last one to exit
     stops the server ('stop' mode): the web server and the worker share one server, and a
@@ -50,7 +55,16 @@ def embedded_server_start(pgdata: Path) -> str:
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     _forget_dead_handles(pgdata)
     server = pgserver.get_server(pgdata, cleanup_mode="stop")
-    return str(server.get_uri())
+    info = server.get_postmaster_info()
+    host = str(info.socket_dir or info.hostname or "")
+    if not host:
+        raise RuntimeError(f"the embedded PostgreSQL in {pgdata} reports no socket or address")
+    return {
+        "HOST": host,
+        "PORT": str(info.port or ""),
+        "USER": "postgres",
+        "PASSWORD": "",
+    }
 
 
 def _forget_dead_handles(pgdata: Path) -> None:

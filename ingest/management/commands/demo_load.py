@@ -439,8 +439,14 @@ class SampleLoader:
                 label=f"{sbom} -> {project} {version}, run by {service}",
             ) == "stalled":
                 return
-        if "shop-certificates" not in self.loaded:
-            certs = demo.shop_certificates()
+        # One CA and one set of SVIDs for the life of var/: a new CA on a restart would make
+        # the certificates already uploaded fail to verify. Remembered by content, so a set
+        # issued again (deleted, or rotated before expiry) is sent again.
+        certs = demo.shop_certificates_kept(self.memory_file.parent / "demo-shop-pki")
+        certs_key = "shop-certificates:" + hashlib.sha256(
+            certs.bundle_pem + b"".join(pem for _service, pem in certs.certificates)
+        ).hexdigest()[:16]
+        if certs_key not in self.loaded:
             outcome = self._send_job(
                 method="PUT",
                 url=f"/api/v1/environments/{demo.ENVIRONMENT}/trust-bundle"
@@ -456,7 +462,7 @@ class SampleLoader:
                     label=f"SPIFFE certificate of {service}",
                 ) if outcome == "done" else outcome
             if outcome == "done":
-                self._remember("shop-certificates")
+                self._remember(certs_key)
         # Traffic is new on every start, like the OnlineBoutique replay.
         for body in demo.shop_traces():
             status, data, text = self.api.call(
