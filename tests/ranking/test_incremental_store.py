@@ -635,7 +635,7 @@ def test_a_run_commits_without_waiting_for_the_disk_and_resets_the_session(monke
     commit, nor use the JIT; the connection is as before once the run is done."""
     seen: list[tuple[str, str]] = []
 
-    def execute(run):
+    def execute(run, progress=None):
         with connection.cursor() as cur:
             cur.execute("SELECT current_setting('synchronous_commit'), current_setting('jit')")
             seen.append(cur.fetchone())
