@@ -191,3 +191,27 @@ def test_nothing_of_a_refused_bulk_change_is_recorded(api, team):
     api(team, *Scope.values).post(BULK, {"filter": {"team": ["1"], "sevrity": "x"},
                                          "state": "resolved", "reason": "x"}, format="json")
     assert AuditEvent.objects.count() == before
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/priorities?environment=prod&severty=low",
+        "/api/v1/environments/prod/services?window=1h&nmae=x",
+        "/api/v1/environments/prod/edges?window=1h&calle=x",
+    ],
+)
+def test_unknown_parameters_of_the_queue_and_service_lists_are_named(api, team, path):
+    from django.utils import timezone
+
+    from trustrank.runtime.models import Environment
+
+    now = timezone.now()
+    Environment.objects.create(team=team, name="prod", first_seen=now, last_seen=now)
+    client = api(team, "read")
+    # The same list without the misspelt parameter answers.
+    assert client.get(path.rsplit("&", 1)[0]).status_code == 200
+    response = client.get(path)
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert body["param"] in ("severty", "nmae", "calle")

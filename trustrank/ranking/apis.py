@@ -14,6 +14,7 @@ from trustrank.accounts.models import Scope, Team
 from trustrank.accounts.principal import principal_for_request
 from trustrank.accounts.selectors import TeamNotAllowed, TeamRequired, team_for_upload
 from trustrank.lib.api import Pagination, problem
+from trustrank.lib.filters import unknown_params_refuse
 from trustrank.lib.numbers import BIGINT_MAX, NumberInvalid, int_parse
 from trustrank.ranking import selectors
 from trustrank.ranking.filters import PriorityFilterSet
@@ -95,6 +96,11 @@ class PriorityListApi(APIView):
         # Blank is the whole queue, as on the page (whose selector sends `environment=`
         # for "all environments"): no environment is named "".
         environment = request.query_params.get("environment") or None
+        unknown_params_refuse(
+            request.query_params.keys(),
+            known={*PriorityFilterSet.base_filters, "environment", "page", "page_size", "format"},
+            what="the priorities list",
+        )
         filterset = PriorityFilterSet(
             request.query_params,
             queryset=selectors.priority_list(

@@ -18,6 +18,7 @@ from trustrank.accounts.models import Scope, Team
 from trustrank.accounts.principal import Principal, principal_for_request
 from trustrank.accounts.selectors import TeamNotAllowed, TeamRequired, team_for_upload
 from trustrank.lib.api import Pagination, problem
+from trustrank.lib.filters import unknown_params_refuse
 from trustrank.ranking import selectors as ranking_selectors
 from trustrank.runtime import engine, selectors
 from trustrank.runtime.deployment import (
@@ -149,6 +150,11 @@ class ServiceListApi(APIView):
         window = _window(request)
         since = selectors.window_since(window)
         envs = selectors.environments_by_name(principal=principal, name=name)
+        unknown_params_refuse(
+            request.query_params.keys(),
+            known={*ServiceFilterSet.base_filters, "window", "page", "page_size", "format"},
+            what="the services list",
+        )
         filterset = ServiceFilterSet(
             request.query_params,
             queryset=selectors.services_for_environments(environments=envs),
@@ -222,6 +228,11 @@ class EdgeListApi(APIView):
         window = _window(request)
         since = selectors.window_since(window)
         envs = selectors.environments_by_name(principal=principal, name=name)
+        unknown_params_refuse(
+            request.query_params.keys(),
+            known={*CallEdgeFilterSet.base_filters, "window", "page", "page_size", "format"},
+            what="the call edges list",
+        )
         filterset = CallEdgeFilterSet(request.query_params)
         if not filterset.is_valid():
             raise ValidationError(filterset.errors)
