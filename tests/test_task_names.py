@@ -16,6 +16,12 @@ NEW_NAMES = (
     "ingest.tasks.ingest_feed_import_scheduled",
     "ingest.tasks.ingest_job_run",
     "ingest.tasks.ingest_jobs_sweep",
+    "trustrank.jobs.tasks.jobs_run",
+    "trustrank.jobs.tasks.jobs_sweep",
+    "trustrank.ranking.tasks.ranking_run",
+    "trustrank.cluster.tasks.replay_run",
+    "trustrank.exports.tasks.exports_run",
+    "trustrank.findings.tasks.findings_bulk_triage",
 )
 
 
