@@ -15,10 +15,10 @@ from django.utils.module_loading import import_string
 
 from ingest.errors import IngestRejected, IngestTransient
 from ingest.handlers import HANDLERS
-from ingest.models import IngestJob, IngestPayload, JobKind, JobStatus
+from ingest.models import IngestJob, IngestPayload, JobKind
 from trustrank.accounts.models import Team
 from trustrank.accounts.principal import Principal
-from trustrank.jobs import runner
+from trustrank.jobs import runner, send
 from trustrank.jobs.admission import (
     jobs_overload_cache_clear,
     jobs_overloaded,
@@ -48,7 +48,7 @@ def priority_parse(raw: str | None) -> int:
 
 def job_enqueue_on_commit(job: IngestJob) -> None:
     """Enqueue after the job row and payload are committed, never before."""
-    runner.job_enqueue_on_commit(job)
+    send.job_enqueue_on_commit(job)
 
 
 def job_create(
@@ -168,10 +168,6 @@ def ingest_job_atomic(job: IngestJob) -> bool:
 def job_run(*, job_id: str) -> str:
     """Claim and run one ingest job now, in this process (commands, benches)."""
     return runner.job_run(kind_name="ingest", job_id=str(job_id))
-
-
-def ingest_queue_depth() -> int:
-    return IngestJob.objects.filter(status=JobStatus.QUEUED).count()
 
 
 def ingest_overloaded() -> int | None:

@@ -16,8 +16,8 @@ from ingest.services import job_create, job_run
 from tests.ingest import slow_handler
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import Principal
+from trustrank.jobs.claim import job_claim
 from trustrank.jobs.registry import job_kind
-from trustrank.jobs.runner import job_claim
 from trustrank.jobs.sweep import jobs_sweep
 
 

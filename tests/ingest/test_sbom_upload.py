@@ -281,7 +281,7 @@ def test_bad_x_priority_is_refused(team, api):
 
 
 def test_priority_below_fallback_goes_to_the_high_queue(settings):
-    from trustrank.jobs.runner import queue_for
+    from trustrank.jobs.send import queue_for
 
     def queue_for_priority(priority: int) -> str:
         return queue_for(job_class="interactive", priority=priority)

@@ -15,8 +15,8 @@ from django.utils import timezone
 from tests.conftest import wait_for
 from trustrank.accounts.models import Team
 from trustrank.cluster.models import ReplayRun
+from trustrank.jobs.claim import batch_claim, batch_next
 from trustrank.jobs.models import JobClass, JobStatus
-from trustrank.jobs.runner import batch_claim, batch_next
 from trustrank.ranking.models import RankingRun
 
 from ..replay.helpers import NODES, PODS

@@ -35,10 +35,11 @@ from trustrank.findings.models import AuditEvent, BulkTriageJob, Finding
 from trustrank.findings.services.bulk import bulk_triage_job_run
 from trustrank.inventory.models import Component, Sbom
 from trustrank.jobs import registry, runner
+from trustrank.jobs.claim import job_claim
 from trustrank.jobs.errors import JobRejected, JobTransient
 from trustrank.jobs.models import FINISHED, JobStatus
 from trustrank.jobs.registry import JobKind, job_kind
-from trustrank.jobs.runner import job_claim, job_run
+from trustrank.jobs.runner import job_run
 from trustrank.jobs.sweep import jobs_sweep
 from trustrank.ranking.models import RankedFinding, RankingRun
 from trustrank.vulns.models import Advisory, AdvisoryPackage

@@ -15,8 +15,8 @@ from tests.vulns.helpers import bom, import_osv, load_sbom, osv
 from trustrank.accounts.principal import Principal
 from trustrank.findings.models import EvidenceChange
 from trustrank.findings.services.evidence import evidence_change_record
+from trustrank.jobs.claim import job_claim
 from trustrank.jobs.registry import job_kind
-from trustrank.jobs.runner import job_claim
 from trustrank.ranking.models import RankingRun
 from trustrank.ranking.services.requests import ranking_evidence_sweep, ranking_run_request
 from trustrank.runtime.deployment import DeploymentRequest, deployment_set

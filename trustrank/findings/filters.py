@@ -136,10 +136,6 @@ def _request_user_id(request: Any) -> int | None:
     return None
 
 
-def _like_escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
 class FindingFilterSet(django_filters.FilterSet):
     """The findings list's filters, for the page and the API alike.
 

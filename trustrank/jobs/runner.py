@@ -1,29 +1,19 @@
-"""The one runner: claim a job row, run its kind's handler with a heartbeat, finish or fail
-it, and recover from anything a worker can die of.
+"""The one runner: run a claimed job's handler with a heartbeat, finish or fail it, and
+recover from anything a worker can die of. Claiming is `jobs.claim`, sending `jobs.send`.
 
-- Claim: one conditional UPDATE (`queued`, or `running` with a lapsed lease), so two
-  deliveries of a message can never both run a job. The claimant records its PostgreSQL
-  backend; if the row's previous claimant's backend is still running (a killed worker's
-  statement holding its locks), the new claimant ends it first.
-- Batch jobs run in a bounded number of slots (TRUSTRANK_JOBS_BATCH_SLOTS, and per team
-  TRUSTRANK_JOBS_BATCH_SLOTS_PER_TEAM). Their messages are wake-ups: a worker woken for batch
-  work takes the fairest queued batch job of any team and kind (the team served least
-  recently first), not the one the message named, so one team's burst cannot hold the
-  slots while another team waits.
 - A job's database session has a statement timeout, a lock timeout and (PostgreSQL 14+) a
   check that its client is still there, so a dead worker's statement ends by itself.
+- A transient error puts the job back with back-off; a crash or a rejection fails it; only
+  the attempt that holds the row may finish, fail or re-queue it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import socket
 import threading
 import time
 from collections.abc import Iterator
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -31,54 +21,13 @@ from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from trustrank.jobs.claim import batch_claim, job_claim, lease_until
 from trustrank.jobs.errors import JobRejected, JobTransient
 from trustrank.jobs.models import JobClass, JobStatus
-from trustrank.jobs.registry import JobKind, job_kind, job_kinds
+from trustrank.jobs.registry import JobKind, job_kind
+from trustrank.jobs.send import batch_wake, job_send
 
 log = logging.getLogger(__name__)
-
-_WORKER = f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _lease_until() -> Any:
-    return timezone.now() + timedelta(seconds=settings.TRUSTRANK_JOB_LEASE_SECONDS)
-
-
-# --- Sending ----------------------------------------------------------------------------------
-
-
-def queue_for(*, job_class: str, priority: int) -> str:
-    if job_class == JobClass.BATCH:
-        return settings.BATCH_QUEUE
-    if priority < settings.TRUSTRANK_DEFAULT_PRIORITY:
-        return settings.INGEST_HIGH_QUEUE
-    return settings.INGEST_QUEUE
-
-
-def job_send(
-    *, kind: str, job_id: Any, job_class: str, priority: int, countdown: float = 0
-) -> None:
-    """Send the job's message now (use `job_enqueue_on_commit` from a transaction)."""
-    from trustrank.jobs.tasks import jobs_run
-
-    options: dict[str, Any] = {"queue": queue_for(job_class=job_class, priority=priority)}
-    if countdown > 0:
-        options["countdown"] = countdown
-    jobs_run.apply_async(args=[kind, str(job_id)], **options)
-
-
-def job_enqueue_on_commit(job: Any, *, countdown: float = 0) -> None:
-    """Send the job's message once the row is committed, never before."""
-    from trustrank.jobs.registry import job_kind_of
-
-    kind = job_kind_of(type(job)).name
-    job_id, job_class, priority = job.pk, job.job_class, job.priority
-    transaction.on_commit(
-        lambda: job_send(
-            kind=kind, job_id=job_id, job_class=job_class, priority=priority, countdown=countdown
-        )
-    )
-
 
 # --- The job's database session ---------------------------------------------------------------
 
@@ -109,138 +58,6 @@ def job_session() -> Iterator[None]:
             cur.execute("RESET lock_timeout")
             if check:
                 cur.execute("RESET client_connection_check_interval")
-
-
-def backend_end(*, pid: int | None, started: Any) -> bool:
-    """End a PostgreSQL backend left by a dead claimant, if it is still that backend (the
-    start time guards against a pid the server has since given to another session)."""
-    if not pid or started is None:
-        return False
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE pid = %s AND backend_start = %s AND pid <> pg_backend_pid()",
-            [pid, started],
-        )
-        row = cur.fetchone()
-    ended = bool(row and row[0])
-    if ended:
-        log.warning("ended PostgreSQL backend %s left by a dead job claimant", pid)
-    return ended
-
-
-# --- Claim ------------------------------------------------------------------------------------
-
-
-def _claim_sql(kind: JobKind) -> str:
-    ready = f' AND "{kind.ready_field}" <= clock_timestamp()' if kind.ready_field else ""
-    table = kind.table
-    # The old claimant's backend is read in the same statement that replaces it.
-    return (
-        f'UPDATE "{table}" AS j SET status = %s, attempts = j.attempts + 1, '  # noqa: S608
-        "started_at = coalesce(j.started_at, clock_timestamp()), lease_until = %s, "
-        "heartbeat_at = clock_timestamp(), "
-        "phase = 'starting', error = '', worker = %s, backend_pid = pg_backend_pid(), "
-        "backend_start = (SELECT backend_start FROM pg_stat_activity "
-        "                 WHERE pid = pg_backend_pid()) "
-        f'FROM (SELECT id, backend_pid, backend_start FROM "{table}" WHERE id = %s FOR UPDATE) '
-        "AS old WHERE j.id = old.id AND (j.status = 'queued' OR "
-        f"(j.status = 'running' AND j.lease_until < clock_timestamp())){ready} "
-        "RETURNING old.backend_pid, old.backend_start, j.attempts"
-    )
-
-
-def job_claim(kind: JobKind, job_id: Any) -> Any | None:
-    """Take the job for this worker, or None when it is finished, not ready, or held by a
-    live claimant. Ends the backend a dead claimant left behind."""
-    with connection.cursor() as cur:
-        cur.execute(
-            _claim_sql(kind), [JobStatus.RUNNING, _lease_until(), _WORKER[:160], job_id]
-        )
-        row = cur.fetchone()
-    if row is None:
-        return None
-    old_pid, old_start, _attempts = row
-    backend_end(pid=old_pid, started=old_start)
-    return kind.model.objects.get(pk=job_id)
-
-
-def _batch_rows_sql(*, where: str, columns: str) -> str:
-    parts = []
-    for kind in job_kinds():
-        if not kind.batch_capable:
-            continue
-        ready = f' AND "{kind.ready_field}" <= clock_timestamp()' if kind.ready_field else ""
-        parts.append(
-            f"SELECT '{kind.name}' AS kind, id::text AS id, {columns} "  # noqa: S608
-            f'FROM "{kind.table}" WHERE job_class = \'batch\' AND {where}'
-            + (ready if "queued" in where else "")
-        )
-    return " UNION ALL ".join(parts)
-
-
-def batch_next() -> tuple[str, str] | None:
-    """The fairest queued batch job with a free slot, or None. Call it holding the batch
-    lock: the slot counts must not change between the choice and the claim."""
-    per_team = settings.TRUSTRANK_JOBS_BATCH_SLOTS_PER_TEAM
-    queued = _batch_rows_sql(
-        where="status = 'queued'", columns="team_id, priority, created_at"
-    )
-    recent = _batch_rows_sql(
-        where="(status = 'running' AND lease_until >= clock_timestamp() "
-        "OR started_at >= clock_timestamp() - interval '1 day')",
-        columns="team_id, status, started_at",
-    )
-    if not queued:
-        return None
-    sql = (
-        f"WITH q AS ({queued}), r AS ("  # noqa: S608 - table names from the registry
-        "  SELECT team_id, count(*) FILTER (WHERE status = 'running') AS running, "
-        f"  max(started_at) AS served FROM ({recent}) AS x GROUP BY team_id) "
-        "SELECT q.kind, q.id FROM q LEFT JOIN r ON r.team_id = q.team_id "
-        "WHERE coalesce(r.running, 0) < %s "
-        "ORDER BY coalesce(r.running, 0), q.priority, r.served NULLS FIRST, q.created_at "
-        "LIMIT 1"
-    )
-    with connection.cursor() as cur:
-        cur.execute(sql, [per_team])
-        row = cur.fetchone()
-    return (str(row[0]), str(row[1])) if row else None
-
-
-def batch_running() -> int:
-    sql = _batch_rows_sql(
-        where="status = 'running' AND lease_until >= clock_timestamp()", columns="team_id"
-    )
-    if not sql:
-        return 0
-    with connection.cursor() as cur:
-        cur.execute(f"SELECT count(*) FROM ({sql}) AS x")  # noqa: S608
-        return int(cur.fetchone()[0])
-
-
-def batch_claim() -> tuple[JobKind, Any] | None:
-    """Claim the fairest batch job if a slot is free (serialised on an advisory lock)."""
-    from trustrank.lib.locks import advisory_xact_lock
-
-    with transaction.atomic():
-        advisory_xact_lock("jobs:batch-slots")
-        if batch_running() >= settings.TRUSTRANK_JOBS_BATCH_SLOTS:
-            return None
-        chosen = batch_next()
-        if chosen is None:
-            return None
-        kind = job_kind(chosen[0])
-        job = job_claim(kind, chosen[1])
-    return (kind, job) if job is not None else None
-
-
-def batch_wake(count: int = 1) -> None:
-    """Send wake-ups to the batch queue (after a slot freed, or from the sweep)."""
-    from trustrank.jobs.tasks import jobs_run
-
-    for _ in range(count):
-        jobs_run.apply_async(args=["", ""], queue=settings.BATCH_QUEUE)
 
 
 # --- Heartbeat --------------------------------------------------------------------------------
@@ -295,7 +112,7 @@ class Heartbeat:
     def _beat(self) -> None:
         with self._lock:
             progress, self._pending = self._pending, {}
-        fields: dict[str, Any] = {"lease_until": _lease_until(), "heartbeat_at": timezone.now()}
+        fields: dict[str, Any] = {"lease_until": lease_until(), "heartbeat_at": timezone.now()}
         fields.update(_progress_fields(progress))
         try:
             # Only while this attempt still holds the job: never revive a job another worker

@@ -19,9 +19,10 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from trustrank.jobs.claim import backend_end, batch_running
 from trustrank.jobs.models import JobClass, JobStatus
 from trustrank.jobs.registry import job_kinds
-from trustrank.jobs.runner import backend_end, batch_running, batch_wake, job_send
+from trustrank.jobs.send import batch_wake, job_send
 
 log = logging.getLogger(__name__)
 

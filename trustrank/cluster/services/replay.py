@@ -39,8 +39,6 @@ DEFAULT_NODES = DEFAULT_TRACE_DIR / "gpu-v2023_openb_node_list_gpu_node.csv"
 DEFAULT_TRACE_LABEL = "openb (Alibaba cluster-trace-gpu-v2023, default pods, GPU nodes)"
 MAX_SEEDS = 20
 MAX_CSV_BYTES = 16 * 1024 * 1024
-# The DB is written at most this often while a run reports progress.
-PROGRESS_INTERVAL_S = 0.5
 # Where the semantic-aware policy's priorities came from (`result["semantic_source"]`).
 STAND_IN_SOURCE = "trace stand-in"
 SUPPLIED_SOURCE = "supplied hints"

@@ -27,7 +27,8 @@ from trustrank.cluster.services.replay import (
 from trustrank.cluster.services.replay_cluster import cluster_trace_load
 from trustrank.jobs.admission import job_admit
 from trustrank.jobs.errors import JobRejected
-from trustrank.jobs.runner import job_enqueue_on_commit, job_run
+from trustrank.jobs.runner import job_run
+from trustrank.jobs.send import job_enqueue_on_commit
 from trustrank.risk.scheduling.snapshot import SnapshotError
 
 logger = logging.getLogger(__name__)

@@ -45,7 +45,8 @@ from trustrank.findings.services.audit import Actor, audit_event_record
 from trustrank.findings.services.audit_chain import audit_chain_verify
 from trustrank.jobs.admission import job_admit
 from trustrank.jobs.models import JobClass
-from trustrank.jobs.runner import job_enqueue_on_commit, job_run
+from trustrank.jobs.runner import job_run
+from trustrank.jobs.send import job_enqueue_on_commit
 
 # Formats whose document is checked whole (schema, PDF rendering) before a byte is served.
 BUILT_FIRST = (

@@ -40,7 +40,8 @@ from trustrank.findings.services.triage import (
 )
 from trustrank.jobs.admission import job_admit
 from trustrank.jobs.models import JobStatus
-from trustrank.jobs.runner import job_enqueue_on_commit, job_run
+from trustrank.jobs.runner import job_run
+from trustrank.jobs.send import job_enqueue_on_commit
 
 BATCH_SIZE = 500
 CHANGE_FIELDS = ("state", "justification", "response", "detail", "assignee", "due_date")

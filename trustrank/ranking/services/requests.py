@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from trustrank.jobs.models import JobClass
-from trustrank.jobs.runner import job_enqueue_on_commit
+from trustrank.jobs.send import job_enqueue_on_commit
 from trustrank.lib.locks import advisory_xact_lock
 from trustrank.ranking.models import RankingRun, RunStatus
 
