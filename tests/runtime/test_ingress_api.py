@@ -139,3 +139,33 @@ def test_put_true_makes_the_service_open_with_the_route_explained(team, api, set
     factor = exposure_factor("CVE-2021-44228")
     assert factor["value"] == "controlled"
     assert "operator marked not an entry point via API by " in factor["source"]
+
+
+def test_a_root_span_from_a_public_client_is_named_in_the_route(team, api):
+    from django.utils import timezone
+    from opentelemetry.trace import SpanKind
+
+    from tests.ranking.test_ranking_runs import rerank
+    from tests.runtime.helpers import SpanFactory
+    from trustrank.parsers.otlp import spans_from_request
+    from trustrank.runtime import services
+
+    f = SpanFactory(env="production")
+    # A public address (203.0.113.0/24 is a documentation range: internal, addresses.py).
+    for _ in range(3):
+        t = f.trace_id()
+        root = f.span(service="web", name="GET /", kind=SpanKind.SERVER, trace_id=t,
+                      attributes={"client.address": "8.8.4.4"})
+        call = f.span(service="web", name="GET api", kind=SpanKind.CLIENT, trace_id=t,
+                      parent=root)
+        f.span(service="api", name="GET /items", kind=SpanKind.SERVER, trace_id=t, parent=call)
+    services.traces_aggregate_store(team_id=team.id, batch=spans_from_request(f.request()),
+                                    received_at=timezone.now())
+    run = rerank(team)
+    hops = run.services["production"]["api"]["hops"]
+    assert run.services["production"]["api"]["path"] == ["internet", "web", "api"]
+    assert hops[0]["detail"] == (
+        "root span from public client 8.8.4.4 (3 root spans from internet addresses)")
+    got = api(team, "read").get("/api/v1/environments/production/services/web/ingress").json()
+    assert (got["ingress"], got["source"]) == (True, "traces")
+    assert got["evidence"] == ["root span from public client 8.8.4.4"]
