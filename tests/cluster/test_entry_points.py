@@ -102,10 +102,11 @@ def test_the_parser_reads_routing_objects():
     assert (backend.host, backend.service, backend.port) == ("example.com", "web", "80")
     assert snapshot.gateways[0].listeners == ("https:443 *.example.com",)
     route = snapshot.http_routes[0]
-    assert route.parents == (("infra", "public"),) and route.backends[0].service == "payment-gateway"
+    assert route.parents == (("infra", "public"),)
+    assert route.backends[0].service == "payment-gateway"
     bad = service("web")
     bad["spec"]["ports"][0]["port"] = "eighty"
-    with pytest.raises(KubernetesError, match="Service shop/web: spec.ports"):
+    with pytest.raises(KubernetesError, match=r"Service shop/web: spec\.ports"):
         kubernetes_parse(body=orjson.dumps(bad))
 
 

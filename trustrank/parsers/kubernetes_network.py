@@ -135,14 +135,17 @@ def service_read(item: dict[str, Any]) -> KubeService:
     where = _where(item, "Service")
     name, namespace = _meta(item, where)
     spec = _obj(item.get("spec"), f"{where} spec")
-    ports, node_ports = [], []
+    ports: list[int] = []
+    node_ports: list[int] = []
     for raw in _list(spec.get("ports"), f"{where} spec.ports"):
         port = _obj(raw, f"{where} spec.ports[]")
         for key, into in (("port", ports), ("nodePort", node_ports)):
             value = port.get(key)
             if value is not None:
                 if isinstance(value, bool) or not isinstance(value, int):
-                    raise NetworkObjectError(f"{where}: spec.ports[].{key} {value!r} is not a number")
+                    raise NetworkObjectError(
+                        f"{where}: spec.ports[].{key} {value!r} is not a number"
+                    )
                 into.append(value)
     external = [
         _str(a, f"{where} spec.externalIPs") for a in _list(spec.get("externalIPs"), where)

@@ -42,7 +42,6 @@ from trustrank.risk.libraries import (
     observed_components,
 )
 from trustrank.runtime.deployment import deployments_from_telemetry
-from trustrank.runtime.services.ingress import ingress_override_text
 from trustrank.runtime.models import (
     Deployment,
     DeploymentSource,
@@ -50,6 +49,7 @@ from trustrank.runtime.models import (
     NodeKind,
     Service,
 )
+from trustrank.runtime.services.ingress import ingress_override_text
 from trustrank.vulns.models import Advisory, EpssLatest
 
 CHUNK = 20_000

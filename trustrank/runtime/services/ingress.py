@@ -42,9 +42,7 @@ def ingress_override_text(
     if value is None:
         return ""
     what = "marked ingress" if value else "marked not an entry point"
-    via_text = {IngressSetVia.API: " via API", IngressSetVia.PAGE: " on the service page"}.get(
-        via, ""
-    )
+    via_text = {"api": " via API", "page": " on the service page"}.get(str(via), "")
     when = f" at {at.astimezone(UTC):%Y-%m-%d %H:%M} UTC" if at else ""
     return f"operator {what}{via_text}" + (f" by {by}" if by else "") + when
 
