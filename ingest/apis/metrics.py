@@ -363,7 +363,9 @@ class ClusterScrapeUploadApi(_ClusterReceiver):
 
 class ClusterObjectsUploadApi(_ClusterReceiver):
     """`POST /api/v1/clusters/<cluster>/objects`: `kubectl get pods,nodes,events,
-    priorityclasses -A -o json` (a List, or one kind's list)."""
+    priorityclasses,services,ingresses,gateways,httproutes -A -o json` (a List, or one
+    kind's list). Services of type LoadBalancer/NodePort, Ingresses and HTTPRoutes make the
+    services they reach entry points from the internet."""
 
     def post(self, request: Request, cluster: str) -> Response:
         principal, team = self._team(request)
@@ -375,7 +377,9 @@ class ClusterObjectsUploadApi(_ClusterReceiver):
             raise UploadRefused(400, "Unusable Kubernetes objects", str(exc)) from exc
         counts = {"pods": len(snapshot.pods), "nodes": len(snapshot.nodes),
                   "events": len(snapshot.events),
-                  "priority_classes": len(snapshot.priority_classes)}
+                  "priority_classes": len(snapshot.priority_classes),
+                  "services": len(snapshot.services), "ingresses": len(snapshot.ingresses),
+                  "gateways": len(snapshot.gateways), "http_routes": len(snapshot.http_routes)}
         rejected = [item.as_dict() for item in snapshot.rejected]
         if not any(counts.values()):
             if rejected:
@@ -385,7 +389,8 @@ class ClusterObjectsUploadApi(_ClusterReceiver):
                                    for r in rejected[:5]),
                                rejected=rejected)
             raise UploadRefused(400, "Unusable Kubernetes objects",
-                                "The body holds no pods, nodes, events or priority classes.")
+                                "The body holds no pods, nodes, events, priority classes, "
+                                "services, ingresses, gateways or HTTP routes.")
         job = ingest_services.job_create(
             team=team, kind=JobKind.TELEMETRY, payload=body, principal=principal,
             params={"format": OBJECTS, "cluster": name, **counts},

@@ -65,7 +65,7 @@ def test_ingress_candidate_and_internet_peers_are_entry_points():
                ExternalPeer(environment="e", name="queue", address_class="internal")],
     )
     assert s["lb"].exposure == "open" and s["lb"].hops[0].via == "ingress candidate"
-    assert s["hook"].exposure == "open" and s["hook"].hops[0].detail == "stripe"
+    assert s["hook"].exposure == "open" and s["hook"].hops[0].detail == "calls from external peer stripe"
     assert s["worker"].exposure == "controlled"
 
 
@@ -101,3 +101,27 @@ def test_services_named_only_by_call_edges_are_part_of_the_graph():
                  origins=[_origin("web", "internet")])
     assert s["ghost"].exposure == "open"
     assert s["db"].path == ("internet", "web", "ghost", "db")
+
+
+def test_the_entry_hop_names_the_route():
+    s = _analyse(
+        [_svc("web"), _svc("api"),
+         _svc("lb", ingress_candidate=True,
+              ingress_detail="Kubernetes Service shop/lb type LoadBalancer (cluster c1)"),
+         _svc("marked", ingress_override=True,
+              ingress_detail="operator marked ingress via API by key ci at 2026-12-04 14:00 UTC"),
+         _svc("denied", ingress_override=False,
+              ingress_detail="operator marked not an entry point via API by alice")],
+        edges=[_edge("web", "api", calls_per_minute=3)],
+        origins=[_origin("web", "internet", spans=7, address="203.0.113.7"),
+                 _origin("denied", "internet", spans=5)],
+    )
+    assert s["web"].hops[0].detail == (
+        "root span from public client 203.0.113.7 (7 root spans from internet addresses)")
+    assert s["api"].path == ("internet", "web", "api")
+    assert s["lb"].hops[0].detail.startswith("Kubernetes Service shop/lb")
+    assert s["marked"].hops[0].detail.startswith("operator marked ingress via API by key ci")
+    assert s["denied"].exposure == "controlled"
+    assert s["denied"].exposure_reason == (
+        "called only from inside the network "
+        "(operator marked not an entry point via API by alice)")

@@ -107,6 +107,50 @@ class ClusterPod(models.Model):
         return f"{self.namespace}/{self.name}"
 
 
+class ClusterNetworkObject(models.Model):
+    """The latest uploaded routing object of a cluster: a Service, Ingress, Gateway or
+    HTTPRoute. `state` is the parser's dataclass as JSON (`parsers.kubernetes_network`). A
+    snapshot holding one of these kinds is the cluster's whole list of that kind."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="network")
+    kind = models.CharField(max_length=16)
+    namespace = models.CharField(max_length=253)
+    name = models.CharField(max_length=253)
+    state = models.JSONField(default=dict)
+    last_seen = models.DateTimeField()
+
+    class Meta:
+        ordering = ["kind", "namespace", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "kind", "namespace", "name"],
+                                    name="clusternetobj_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+class ClusterEntryPoint(models.Model):
+    """A route from the internet into the cluster (`risk.cluster.entry_points`), recomputed
+    from the stored routing objects and live pods after every objects upload. `names` are
+    the service names traces may report for the pods reached; ranking makes a traced service
+    with one of them (same cluster and namespace when its resource attributes say) an entry
+    point, and `route` is what its exposure explanation says."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="entry_points")
+    namespace = models.CharField(max_length=253)
+    names = ArrayField(models.CharField(max_length=253), default=list)
+    kind = models.CharField(max_length=16)
+    source = models.CharField(max_length=510)
+    route = models.TextField()
+
+    class Meta:
+        ordering = ["cluster", "namespace", "kind", "source", "id"]
+
+    def __str__(self) -> str:
+        return self.route
+
+
 class ClusterPodChange(models.Model):
     """One step of a pod's history (created, deleted, phase, node) between two snapshots."""
 

@@ -13,6 +13,7 @@ from django.http import Http404
 from trustrank.accounts.principal import Principal
 from trustrank.cluster.models import (
     Cluster,
+    ClusterEntryPoint,
     ClusterPod,
     ClusterWorkload,
     MetricLabels,
@@ -241,3 +242,18 @@ def workload_series_lines(
             (t / 1000, v) for t, v in zip(item.timestamps_ms, item.values, strict=True)
         ]
     return charts
+
+
+def entry_point_routes(
+    *, team_id: int, name: str, cluster: str | None = None, namespace: str | None = None
+) -> list[str]:
+    """How the internet reaches a traced service by the team's Kubernetes routing objects
+    (`ClusterEntryPoint`): the routes that name it, in the cluster and namespace its resource
+    attributes give (either unknown: any)."""
+    rows = ClusterEntryPoint.objects.filter(cluster__team_id=team_id, names__contains=[name])
+    if cluster:
+        rows = rows.filter(cluster__name=cluster)
+    if namespace:
+        rows = rows.filter(namespace=namespace)
+    return list(rows.order_by("cluster__name", "namespace", "kind", "source", "id")
+                .values_list("route", flat=True))

@@ -1,4 +1,5 @@
-"""`kubectl get pods,nodes,events,priorityclasses -A -o json` -> `ClusterSnapshot`.
+"""`kubectl get pods,nodes,events,priorityclasses,services,ingresses,gateways,httproutes -A
+-o json` -> `ClusterSnapshot` (the routing kinds are read by `kubernetes_network`).
 
 Accepted bodies: a `List` (what kubectl prints for several kinds), one kind's list
 (`PodList`, `NodeList`, `EventList`, `PriorityClassList`; their items carry no `kind`, so
@@ -38,6 +39,7 @@ from typing import Any
 
 import orjson
 
+from trustrank.parsers import kubernetes_network as network
 from trustrank.parsers.errors import ParserError
 
 
@@ -204,6 +206,11 @@ class ClusterSnapshot:
     nodes: tuple[Node, ...] = ()
     events: tuple[Event, ...] = ()
     priority_classes: tuple[PriorityClass, ...] = ()
+    # How traffic reaches pods (kubernetes_network): the entry points from the internet.
+    services: tuple[network.KubeService, ...] = ()
+    ingresses: tuple[network.KubeIngress, ...] = ()
+    gateways: tuple[network.Gateway, ...] = ()
+    http_routes: tuple[network.HttpRoute, ...] = ()
     ignored: Mapping[str, int] = field(default_factory=dict)
     rejected: tuple[RejectedObject, ...] = ()
 
@@ -495,7 +502,19 @@ def _priority_class(item: dict[str, Any]) -> PriorityClass:
     )
 
 
-_READERS = {"Pod": _pod, "Node": _node, "Event": _event, "PriorityClass": _priority_class}
+def _network(reader: Any) -> Any:
+    def read(item: dict[str, Any]) -> Any:
+        try:
+            return reader(item)
+        except network.NetworkObjectError as exc:
+            raise KubernetesError(str(exc)) from exc
+    return read
+
+
+_READERS = {
+    "Pod": _pod, "Node": _node, "Event": _event, "PriorityClass": _priority_class,
+    **{kind: _network(reader) for kind, reader in network.READERS.items()},
+}
 
 # The stored columns (cluster models) that are not cut to length when stored.
 _KEY_LIMITS: dict[str, tuple[tuple[str, int], ...]] = {
@@ -504,6 +523,7 @@ _KEY_LIMITS: dict[str, tuple[tuple[str, int], ...]] = {
     "Node": (("name", 253),),
     "Event": (),
     "PriorityClass": (("name", 253),),
+    **network.KEY_LIMITS,
 }
 
 
@@ -578,7 +598,9 @@ def kubernetes_parse(*, body: bytes) -> ClusterSnapshot:
         found[kind].append(read)
     return ClusterSnapshot(
         pods=tuple(found["Pod"]), nodes=tuple(found["Node"]), events=tuple(found["Event"]),
-        priority_classes=tuple(found["PriorityClass"]), ignored=ignored,
+        priority_classes=tuple(found["PriorityClass"]), services=tuple(found["Service"]),
+        ingresses=tuple(found["Ingress"]), gateways=tuple(found["Gateway"]),
+        http_routes=tuple(found["HTTPRoute"]), ignored=ignored,
         rejected=tuple(rejected),
     )
 

@@ -25,6 +25,7 @@ from django.db import connection, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from trustrank.cluster.models import ClusterEntryPoint
 from trustrank.findings.models import OPEN_STATES
 from trustrank.findings.services.due_dates import (
     PolicyDays,
@@ -48,6 +49,7 @@ from trustrank.runtime.models import (
     NodeKind,
     Service,
 )
+from trustrank.runtime.services.ingress import ingress_override_text
 from trustrank.vulns.models import Advisory, EpssLatest
 
 CHUNK = 20_000
@@ -163,7 +165,12 @@ SELECT b.caller_id, b.callee_id, sum(b.calls)::bigint, sum(b.errors)::bigint,
 _SERVICES_SQL = """
 SELECT s.id, e.name, s.kind, s.namespace, s.name, s.ingress_override,
        (CASE WHEN jsonb_typeof(s.attributes) = 'object'
-             THEN s.attributes -> 'trustrank.ingress' END)::text
+             THEN s.attributes -> 'trustrank.ingress' END)::text,
+       s.ingress_set_by_label, s.ingress_set_via, s.ingress_set_at,
+       (CASE WHEN jsonb_typeof(s.attributes) = 'object'
+             THEN jsonb_build_array(s.attributes ->> 'trustrank.ingress.client',
+                                    s.attributes ->> 'k8s.cluster.name',
+                                    s.attributes ->> 'k8s.namespace.name') END)::text
   FROM runtime_service s
   JOIN runtime_environment e ON e.id = s.environment_id
  WHERE e.team_id = %s
@@ -201,26 +208,41 @@ def _graph(
         cur.execute(_EDGES_SQL, [rates.recent_since, team_id, since])
         agg = cur.fetchall()
     local = list(_local_origins(team_id, since))
-    key = (rows, identities, agg, local, minutes, rates.enabled, rates.bucket_minutes)
+    entries = _entry_points(team_id)
+    key = (rows, identities, agg, local, entries, minutes, rates.enabled, rates.bucket_minutes)
     if previous is not None and previous.key == key:
         return previous
     services: list[ri.Service] = []
     peers: list[ri.ExternalPeer] = []
     names: dict[int, tuple[str, str]] = {}
     kinds: dict[int, str] = {}
-    for pk, env, kind, namespace, name, override, ingress in rows:
+    clients: dict[int, str] = {}
+    for (pk, env, kind, namespace, name, override, ingress, set_by, set_via, set_at,
+         attrs) in rows:
         names[pk] = (env, name)
         kinds[pk] = kind
         if kind == NodeKind.SERVICE:
             strength, spiffe = identities.get((env, name), (None, ""))
+            client, k8s_cluster, k8s_namespace = json.loads(attrs) if attrs else (None,) * 3
+            if client:
+                clients[pk] = client
+            # A Kubernetes Service of type LoadBalancer or NodePort, an Ingress or HTTPRoute
+            # backend (cluster.ClusterEntryPoint), or the attribute that says so.
+            routes = _routes_for(entries, name=name, cluster=k8s_cluster,
+                                 namespace=k8s_namespace)
             services.append(
                 ri.Service(
                     environment=env,
                     name=name,
                     namespace=namespace,
-                    # A Kubernetes Service of type LoadBalancer or an Ingress backend.
-                    ingress_candidate=bool(ingress is not None and json.loads(ingress)),
+                    ingress_candidate=bool(ingress is not None and json.loads(ingress))
+                    or bool(routes),
                     ingress_override=override,
+                    ingress_detail=(
+                        ingress_override_text(value=override, by=set_by, via=set_via,
+                                              at=set_at)
+                        if override is not None else "; ".join(routes)
+                    ),
                     identity_strength=strength,
                     identity=spiffe,
                 )
@@ -239,7 +261,8 @@ def _graph(
             # internet edge for public or absent client addresses.
             origins.append(
                 ri.RootSpanOrigin(
-                    environment=env, service=callee_name, address_class="internet", spans=calls
+                    environment=env, service=callee_name, address_class="internet", spans=calls,
+                    example_address=clients.get(callee, ""),
                 )
             )
             continue
@@ -275,6 +298,32 @@ def _graph(
             )
         )
     return GraphRead(key, tuple(services), tuple(edges), tuple(peers), tuple(origins), names)
+
+
+def _entry_points(team_id: int) -> tuple[tuple[str, str, tuple[str, ...], str], ...]:
+    """The team's Kubernetes entry points: (cluster, namespace, names, route)."""
+    return tuple(
+        (cluster, namespace, tuple(names), route)
+        for cluster, namespace, names, route in ClusterEntryPoint.objects.filter(
+            cluster__team_id=team_id
+        ).order_by("cluster__name", "namespace", "kind", "source", "id").values_list(
+            "cluster__name", "namespace", "names", "route"
+        )
+    )
+
+
+def _routes_for(
+    entries: Sequence[tuple[str, str, tuple[str, ...], str]], *, name: str,
+    cluster: str | None, namespace: str | None,
+) -> list[str]:
+    """Routes to a traced service: an entry point that names it, in the cluster and
+    namespace its resource attributes give (either unknown: any)."""
+    return [
+        route
+        for entry_cluster, entry_namespace, names, route in entries
+        if name in names and cluster in (None, "", entry_cluster)
+        and namespace in (None, "", entry_namespace)
+    ]
 
 
 def _local_origins(team_id: int, since: datetime) -> Iterator[tuple[str, str, Any, str]]:

@@ -228,11 +228,11 @@ class FactorSource:
                             peak=h.peak_calls_per_minute, window_minutes=window)
                 + f", mTLS {h.mtls_share:.0%}"
                 if h.mtls_share is not None
-                else f"{h.source} → {h.target} ({h.via}" + (f", {h.detail}" if h.detail else "")
-                + ")"
+                else f"{h.source} → {h.target}: {h.detail or h.via}"
                 for h in svc.hops
             )
-            source = f"ingress path: {hops}"
+            # The route first (internet → entry → … → service), then how each hop is known.
+            source = f"ingress path {' → '.join(svc.path)}: {hops}"
             conf = "medium" if svc.hops[0].via == "ingress candidate" else "high"
         else:
             source = svc.exposure_reason

@@ -183,9 +183,10 @@ def environment_graph(
         entry = _entry_evidence(s, g, origin_spans)
         if entry:
             via, detail = entry
+            spans_text = detail
             example = g.nodes[node]["origin_example"]
             if via == "root spans from internet addresses" and example:
-                detail += f", e.g. from {example}"
+                detail = f"root span from public client {example} ({spans_text})"
             g.add_edge(INTERNET, node, kind="ingress", via=via, detail=detail)
     deployments = sorted(deployments, key=lambda d: (d.service, d.project_version))
     by_version: dict[str, list[Component]] = defaultdict(list)
@@ -203,16 +204,18 @@ def _entry_evidence(
     s: Service, g: nx.DiGraph, origin_spans: Mapping[tuple[str, str], int]
 ) -> tuple[str, str] | None:
     if s.ingress_override is not None:
-        return ("operator override", "marked as ingress") if s.ingress_override else None
+        if not s.ingress_override:
+            return None
+        return "operator override", s.ingress_detail or "operator marked ingress"
     # Observed ingress first: it is the stronger evidence for the explanation.
     spans = origin_spans.get((s.name, "internet"), 0)
     if spans:
-        return "root spans from internet addresses", f"{spans} root spans"
+        return "root spans from internet addresses", f"{spans} root spans from internet addresses"
     if s.ingress_candidate:
-        return "ingress candidate", "declared reachable from outside"
+        return "ingress candidate", s.ingress_detail or "declared reachable from outside"
     for pred in sorted(g.predecessors(("service", s.name))):
         if pred[0] == "peer" and g.nodes[pred].get("address_class") == "internet":
-            return "calls from external peer", pred[1]
+            return "calls from external peer", f"calls from external peer {pred[1]}"
     return None
 
 
@@ -276,13 +279,14 @@ def analyse_environment(
         elif callers[name] or origins_of["internal"] or origins_of["internet"]:
             exposure = "controlled"
             reason = "called only from inside the network"
-            if by_name[name].ingress_override is False:
-                reason += " (operator: not an entry point)"
         else:
             exposure = "small"
             reason = (
                 "only local callers" if origins_of["local"] else "no network callers observed"
             )
+        if not hops and by_name[name].ingress_override is False:
+            # The operator's "not an entry point" wins over the evidence; say so, and whose.
+            reason += f" ({by_name[name].ingress_detail or 'operator: not an entry point'})"
         value, depth, anchor = trust.get(name, (0.0, 0, ""))
         contexts[name] = ServiceContext(
             environment=environment,

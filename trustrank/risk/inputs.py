@@ -51,13 +51,17 @@ class Service:
     `identity_strength`: 0-100 for an attested identity (a valid mTLS certificate with a
     SPIFFE ID from a configured trust bundle), None when it has none; it makes the service a
     trust anchor. `identity` names that identity for explanations (the SPIFFE ID or the
-    certificate fingerprint)."""
+    certificate fingerprint). `ingress_detail` says, for people, where the candidate or the
+    override came from (`Kubernetes Service shop/frontend type LoadBalancer (cluster c1)`,
+    `operator marked ingress via API by alice at 2026-12-04 14:00 UTC`); the exposure
+    explanation names it as the first hop of the path from the internet."""
 
     environment: str
     name: str
     namespace: str = ""
     ingress_candidate: bool = False
     ingress_override: bool | None = None
+    ingress_detail: str = ""
     identity_strength: float | None = None
     identity: str = ""
 

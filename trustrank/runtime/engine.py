@@ -42,6 +42,9 @@ CLOCK_SKEW_NS = 1_000_000_000
 
 NodeKey = tuple[str, str, str]
 
+# Service attribute that keeps the last public client address of a root server span.
+INGRESS_CLIENT_ATTRIBUTE = "trustrank.ingress.client"
+
 # Resource attributes kept on the service (Kubernetes placement and the like).
 RESOURCE_KEYS = (
     "service.namespace",
@@ -393,6 +396,12 @@ def aggregate(
                 origin = classify_address(client or None)
                 if origin == "internet":
                     agg.ingress.add((env, service))
+                    if client:
+                        # Named in the exposure explanation ("root span from public client
+                        # 203.0.113.7"); the latest one of each request is kept.
+                        info = agg.services.get((env, service))
+                        if info is not None:
+                            info.attributes[INGRESS_CLIENT_ATTRIBUTE] = client[:100]
                     _edge(edges, env, INTERNET_NODE, service, bucket).add_call(
                         dur, error, tls, mtls, end
                     )

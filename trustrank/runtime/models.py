@@ -38,6 +38,11 @@ class NodeKind(models.TextChoices):
     INTERNET = "internet", "Internet"
 
 
+class IngressSetVia(models.TextChoices):
+    PAGE = "page", "the service page"
+    API = "api", "API"
+
+
 class Service(models.Model):
     """A node of the call graph: a traced service, an external peer named by its callers,
     or the environment's `internet` node."""
@@ -56,6 +61,10 @@ class Service(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
     ingress_set_at = models.DateTimeField(null=True, blank=True)
+    # Who set the override, for explanations (a person or an API key: the key has no user),
+    # and through what: IngressSetVia.
+    ingress_set_by_label = models.CharField(max_length=160, blank=True, db_default="")
+    ingress_set_via = models.CharField(max_length=8, blank=True, db_default="")
     first_seen = models.DateTimeField()
     last_seen = models.DateTimeField()
 

@@ -24,6 +24,7 @@ from trustrank.cluster.models import (
     ClusterPodChange,
     ClusterPriorityClass,
 )
+from trustrank.cluster.services.entry_points import network_objects_load
 from trustrank.parsers.kubernetes import (
     ClusterSnapshot,
     Condition,
@@ -121,11 +122,14 @@ class ObjectsLoaded:
     events: int
     priority_classes: int
     changes: int
+    network_objects: int = 0
+    entry_points: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return {
             "pods": self.pods, "nodes": self.nodes, "events": self.events,
             "priority_classes": self.priority_classes, "pod_changes": self.changes,
+            "network_objects": self.network_objects, "entry_points": self.entry_points,
         }
 
 
@@ -157,10 +161,22 @@ def objects_load(
             )
         if snapshot.events:
             _events_load(cluster=cluster, events=snapshot.events)
+        # Services, Ingresses, Gateways, HTTPRoutes: which pods the internet reaches.
+        entry_points = network_objects_load(
+            cluster=cluster, snapshot=snapshot, at=at,
+            pods=lambda: [
+                pod_from_state(state)
+                for state in ClusterPod.objects.filter(cluster=cluster, deleted_at__isnull=True)
+                .values_list("state", flat=True)
+            ],
+        )
         Cluster.objects.filter(pk=cluster.pk).update(objects_at=at)
     return ObjectsLoaded(
         pods=len(snapshot.pods), nodes=len(snapshot.nodes), events=len(snapshot.events),
         priority_classes=len(snapshot.priority_classes), changes=changes,
+        network_objects=len(snapshot.services) + len(snapshot.ingresses)
+        + len(snapshot.gateways) + len(snapshot.http_routes),
+        entry_points=entry_points,
     )
 
 

@@ -9,11 +9,16 @@ One module per aggregate; the public names are re-exported here.
 """
 
 from trustrank.runtime.services.aggregation import span_window, traces_aggregate_store
-from trustrank.runtime.services.ingress import IngressChangeDenied, service_ingress_set
+from trustrank.runtime.services.ingress import (
+    IngressChangeDenied,
+    ingress_override_text,
+    service_ingress_set,
+)
 from trustrank.runtime.services.sweep import traces_sweep
 
 __all__ = [
     "IngressChangeDenied",
+    "ingress_override_text",
     "service_ingress_set",
     "span_window",
     "traces_aggregate_store",
