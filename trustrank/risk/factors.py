@@ -220,6 +220,17 @@ class FactorSource:
         if cached is not None:
             return cached
         conf: Confidence = "medium"
+        if svc.exposure == "unknown":
+            # No points either way (nothing is known); the SSVC decision and level count it
+            # as the settings' unknown_exposure, said here so the rank can be defended.
+            as_ = self.settings.unknown_exposure
+            factor = Factor(
+                "exposure", "unknown", 0.0,
+                f"{svc.exposure_reason}; SSVC decision taken as System Exposure {as_!r} "
+                "(nothing rules it out)", "low",
+            )
+            self._exposure_cache[(svc.environment, svc.name)] = factor
+            return factor
         if svc.exposure == "open":
             window = self.settings.window_minutes
             hops = "; ".join(

@@ -16,10 +16,13 @@ from functools import lru_cache
 
 from trustrank.risk.inputs import (
     DECISIONS,
+    EXPOSURES,
+    HUMAN_IMPACTS,
     Confidence,
     Decision,
     Exploitation,
     Exposure,
+    ExposureValue,
     Finding,
     HumanImpact,
     RankSettings,
@@ -46,7 +49,10 @@ SEVERITY_LABELS = {
     "none": 0.0,
     "unknown": 0.5,
 }
-EXPOSURE_VALUES: dict[Exposure, float] = {"small": 0.0, "controlled": 0.5, "open": 1.0}
+# An unknown exposure moves no points (it is not evidence); its SSVC decision and level
+# still count it as `RankSettings.unknown_exposure`.
+EXPOSURE_VALUES: dict[ExposureValue, float] = {"small": 0.0, "controlled": 0.5, "open": 1.0,
+                                               "unknown": 0.5}
 REACHABILITY_VALUES = {"not observed": 0.0, "unknown": 0.5, "observed": 1.0,
                        "not applicable": 0.5}
 IMPACT_VALUES: dict[HumanImpact, float] = {
@@ -73,6 +79,21 @@ KIND_TABLE: dict[tuple[str, str], tuple[Decision, Decision, Decision]] = {
     ("reliability", "*"): ("defer", "defer", "scheduled"),
 }
 _IMPACT_STEP: dict[HumanImpact, int] = {"low": -1, "medium": 0, "high": 0, "very high": 1}
+
+
+SSVC_LEVEL_MAX = 8
+
+
+def ssvc_level(
+    *, exploitation: Exploitation, exposure: Exposure, automatable: bool,
+    human_impact: HumanImpact,
+) -> int:
+    """How many steps above its lowest value each of the four Deployer inputs stands,
+    summed (0-8). The queue orders by it right after the decision, before the score: a
+    finding whose SSVC inputs are all at least another's, one higher, has a higher level,
+    so no score factor (trust, EPSS, severity, reachability) can put it below the other."""
+    return (EXPLOITATION_INDEX[exploitation] + EXPOSURES.index(exposure) + int(automatable)
+            + HUMAN_IMPACTS.index(human_impact))
 
 
 def kind_decision(
