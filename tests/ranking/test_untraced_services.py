@@ -74,7 +74,8 @@ def test_an_untraced_declared_service_is_listed_in_its_environment(declared):
     exposure = next(f for f in row["explanation"] if f["name"] == "exposure")
     assert exposure["value"] == "unknown" and exposure["confidence"] == "low"
     assert exposure["source"].startswith("service declared in staging, sends no traces")
-    assert exposure["effect"] == 0.0
+    # Read as open in the points too (risk-2 weights: exposure 15, so +7.5).
+    assert exposure["effect"] == 7.5 and "read as System Exposure 'open'" in exposure["source"]
     reach = next(f for f in row["explanation"] if f["name"] == "reachability")
     assert reach["value"] == "unknown" and reach["confidence"] == "low"
 

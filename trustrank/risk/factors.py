@@ -221,13 +221,14 @@ class FactorSource:
             return cached
         conf: Confidence = "medium"
         if svc.exposure == "unknown":
-            # No points either way (nothing is known); the SSVC decision and level count it
-            # as the settings' unknown_exposure, said here so the rank can be defended.
+            # Read as the settings' unknown_exposure (open) in the decision, the SSVC level
+            # and the points alike, and said here so the rank can be defended.
             as_ = self.settings.unknown_exposure
             factor = Factor(
-                "exposure", "unknown", 0.0,
-                f"{svc.exposure_reason}; SSVC decision taken as System Exposure {as_!r} "
-                "(nothing rules it out)", "low",
+                "exposure", "unknown",
+                points_of(self.settings.weights.exposure, EXPOSURE_VALUES[as_]),
+                f"{svc.exposure_reason}; read as System Exposure {as_!r} (nothing rules it "
+                "out)", "low",
             )
             self._exposure_cache[(svc.environment, svc.name)] = factor
             return factor

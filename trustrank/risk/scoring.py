@@ -22,7 +22,6 @@ from trustrank.risk.inputs import (
     Decision,
     Exploitation,
     Exposure,
-    ExposureValue,
     Finding,
     HumanImpact,
     RankSettings,
@@ -49,10 +48,9 @@ SEVERITY_LABELS = {
     "none": 0.0,
     "unknown": 0.5,
 }
-# An unknown exposure moves no points (it is not evidence); its SSVC decision and level
-# still count it as `RankSettings.unknown_exposure`.
-EXPOSURE_VALUES: dict[ExposureValue, float] = {"small": 0.0, "controlled": 0.5, "open": 1.0,
-                                               "unknown": 0.5}
+# An unknown exposure counts as `RankSettings.unknown_exposure` here too, as in the SSVC
+# decision and level (`inputs.ssvc_exposure`).
+EXPOSURE_VALUES: dict[Exposure, float] = {"small": 0.0, "controlled": 0.5, "open": 1.0}
 REACHABILITY_VALUES = {"not observed": 0.0, "unknown": 0.5, "observed": 1.0,
                        "not applicable": 0.5}
 IMPACT_VALUES: dict[HumanImpact, float] = {
