@@ -349,9 +349,10 @@ def _non_dominated(
 ) -> list[tuple[float, int, float, Factor]]:
     """Drop deployments that can never be a finding's most urgent one: another has a
     decision at least as urgent for every exploitation/automatable combination, at least
-    the SSVC level and at least as many points. `best` already holds the first highest-scoring deployment per
-    decision vector (deployments come sorted by environment and service), so the choice
-    is the one a full evaluation would make. Kept in deployment order."""
+    the SSVC level and at least as many points. `best` already holds the first
+    highest-scoring deployment per decision vector and level (deployments come sorted by
+    environment and service), so the choice is the one a full evaluation would make. Kept
+    in deployment order."""
     if len(best) == 1:
         return list(best.values())
     items = list(best.items())

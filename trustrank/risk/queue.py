@@ -168,9 +168,9 @@ _new_ranked = tuple.__new__
 @dataclass
 class QueueColumns:
     """A scored queue before it is sorted, one entry per finding in input order: score,
-    decision (index in `DECISIONS`), deployed, SSVC level (`scoring.ssvc_level`), and codes of the ranked finding's middle
-    (exploitation, automatable, the advisory's factors: `mids`) and tail (deployed …
-    context factors: `tails`) fields."""
+    decision (index in `DECISIONS`), deployed, SSVC level (`scoring.ssvc_level`), and
+    codes of the ranked finding's middle (exploitation, automatable, the advisory's
+    factors: `mids`) and tail (deployed … context factors: `tails`) fields."""
 
     score: np.ndarray[Any, Any]
     decision: np.ndarray[Any, Any]
@@ -218,8 +218,9 @@ def assemble(
     """The queue of `records` scored as `cols`, its index (unless not `with_index`) and its
     columns. Queue order:
     decision (most urgent first), deployed before deployed nowhere, SSVC level (highest
-    first), score (highest first), finding id; sorted by numpy on those columns (the id by its place among the ids in
-    string order), and each ranked finding made of its columns by passes in C."""
+    first), score (highest first), finding id; sorted by numpy on those columns (the id by
+    its place among the ids in string order), and each ranked finding made of its columns
+    by passes in C."""
     n = len(records)
     ids = list(map(attrgetter("id"), records))
     id_order = np.empty(n, dtype=np.int64)

@@ -3,9 +3,21 @@ for identity and reliability findings, and the factor values the score adds up.
 
 The score is `50 + Σ weight·(value − 0.5)` over the factors in `ScoreWeights`, each value
 in [0, 1] and growing with urgency, so raising any factor never lowers the score and an
-unknown factor (value 0.5) moves nothing. The vulnerability part (severity, EPSS,
-exploitation, automatable) depends only on the finding's advisory facts and is cached by
-them: a CVE found in thousands of versions is evaluated once.
+unknown factor (value 0.5) moves nothing (an unknown System Exposure is the exception: it
+reads as `RankSettings.unknown_exposure`, open, everywhere). The vulnerability part
+(severity, EPSS, exploitation, automatable) depends only on the finding's advisory facts
+and is cached by them: a CVE found in thousands of versions is evaluated once.
+
+The score only orders within an SSVC decision and an SSVC level (`ssvc_level`): the queue
+is decision, deployed, level, score. So the SSVC inputs dominate: a finding whose
+exploitation, System Exposure, automatable and human impact are all at least another's,
+one higher, ranks above it whatever the score says.
+
+What trust means for a vulnerability: evidence about who can reach the code (an attested
+identity, mTLS on the reaching hops, signed provenance), not about how bad the code is. It
+counts both ways but never beats an SSVC input: with equal SSVC inputs, lower trust on the
+reaching path ranks higher (the `low_trust` factor), as does higher EPSS; an attested,
+mTLS-reached service with a higher human impact still ranks above an unattested one.
 """
 
 from __future__ import annotations
