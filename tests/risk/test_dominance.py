@@ -243,3 +243,19 @@ def test_the_deployer_table_never_lowers_a_decision_when_an_input_rises():
     for ka, kb in product(table, repeat=2):
         if _geq(ka, kb):
             assert table[ka] >= table[kb], (ka, kb)
+
+
+def test_the_reading_of_an_unknown_exposure_is_a_versioned_setting():
+    from trustrank.risk import RankSettings
+
+    # none/open/yes/very high is out-of-cycle; none/controlled/yes/very high scheduled.
+    rows: list[Axes] = [("none", "unknown", True, "very high", 0.01, None, False)]
+    [default] = rank(inputs=_inputs(rows), with_digest=False).findings
+    assert (default.exposure, default.decision) == ("unknown", "out-of-cycle")
+    assert RankSettings().version == "risk-2" and RankSettings().unknown_exposure == "open"
+    controlled = RankSettings(version="local-1", unknown_exposure="controlled")
+    [r] = rank(inputs=_inputs(rows), settings=controlled, with_digest=False).findings
+    assert (r.exposure, r.decision) == ("unknown", "scheduled")
+    exposure = next(f for f in r.explanation if f.name == "exposure")
+    assert "read as System Exposure 'controlled'" in exposure.source
+    assert exposure.confidence == "low" and exposure.effect == 0.0
