@@ -65,6 +65,7 @@ from trustrank.risk.scoring import (
     ssvc_level,
     vuln_facts,
 )
+from trustrank.risk.service_results import service_results
 
 # (−decision rank, not deployed, −SSVC level, −score, finding id): ascending order is
 # queue order.
@@ -280,43 +281,6 @@ def _dense(keys: Iterable[Any], n: int) -> tuple[np.ndarray[Any, Any], np.ndarra
     return codes, np.unique(codes, return_index=True)[1]
 
 
-def _services(
-    index: ContextIndex, analyses: Mapping[str, EnvironmentAnalysis],
-    reuse: Callable[[str, str, str], ServiceResult | None] | None = None,
-) -> tuple[ServiceResult, ...]:
-    """Every service's result; `reuse(environment, name, version)` gives the previous
-    run's result for a service nothing it depends on changed since (else None)."""
-    out = []
-    for env in sorted(analyses):
-        for name, svc in sorted(analyses[env].services.items()):
-            deps = index.by_service.get((env, name), [])
-            version = deps[0].project_version if deps else ""
-            kept = reuse(env, name, version) if reuse is not None else None
-            if kept is not None:
-                out.append(kept)
-                continue
-            svc = index.service_context(env, name) or svc
-            trust, _ = index.fused_trust(svc, version, None)
-            out.append(ServiceResult(
-                environment=env, name=name, trust=trust, identity_trust=svc.identity_trust,
-                exposure=svc.exposure, exposure_reason=svc.exposure_reason, path=svc.path,
-                hops=svc.hops,
-            ))
-    # Services a deployment declares that the graph never saw (they send no traces): first
-    # class services of the result too, with an unknown exposure.
-    for env, name in sorted(index.by_service.keys() - {
-            (env, name) for env, a in analyses.items() for name in a.services}):
-        deps = index.by_service[(env, name)]
-        svc = index.untraced_service(env, name)
-        trust, _ = index.fused_trust(svc, deps[0].project_version if deps else "", None)
-        out.append(ServiceResult(
-            environment=env, name=name, trust=trust, identity_trust=svc.identity_trust,
-            exposure=svc.exposure, exposure_reason=svc.exposure_reason, path=svc.path,
-            hops=svc.hops,
-        ))
-    return tuple(out)
-
-
 # `RankedFinding(…)` runs a Python-level `__new__`; the tuple constructor makes the same
 # named tuple in C (a million times per run).
 _new_ranked = tuple.__new__
@@ -424,7 +388,7 @@ def rank(
         ) if with_digest else ""
         # Still paused: with a million findings alive, the first allocations after the
         # collector resumes would set off a full collection (over a second).
-        services = _services(index, analyses)
+        services = service_results(index, analyses)
     return RankResult(
         settings_version=settings.version,
         inputs_digest=digest,
@@ -593,12 +557,12 @@ def rank_incremental(
                 return None
             return before.get((env, name))
 
-        service_results = _services(index, analyses, reuse)
+        services_out = service_results(index, analyses, reuse)
     return RankResult(
         settings_version=settings.version,
         inputs_digest=digest,
         findings=findings,
-        services=service_results,
+        services=services_out,
         analyses=analyses,
         findings_sum=findings_sum,
         changed_places=changed_places,
