@@ -404,7 +404,7 @@ for _feed, _source in TRUSTRANK_FEED_SOURCES.items():
 # they should sum to 100). Change TRUSTRANK_RANKING_WEIGHTS_VERSION with them: it is stored
 # with every run, so an old rank can be reproduced.
 TRUSTRANK_RANKING_WEIGHTS: dict[str, float] = {}
-TRUSTRANK_RANKING_WEIGHTS_VERSION = envstr("TRUSTRANK_RANKING_WEIGHTS_VERSION", "risk-1")
+TRUSTRANK_RANKING_WEIGHTS_VERSION = envstr("TRUSTRANK_RANKING_WEIGHTS_VERSION", "risk-2")
 # EPSS probability from which exploitation counts as "public PoC".
 TRUSTRANK_RANKING_EPSS_POC_THRESHOLD = envfloat("TRUSTRANK_RANKING_EPSS_POC_THRESHOLD", 0.1)
 # Telemetry (calls, library use) older than this does not count.

@@ -18,14 +18,18 @@ from trustrank.risk import (
     rank_incremental,
     result_digest,
 )
-from trustrank.risk.inputs import DECISIONS, HUMAN_IMPACTS
-from trustrank.risk.scoring import is_automatable
+from trustrank.risk.inputs import DECISIONS, HUMAN_IMPACTS, RankSettings, ssvc_exposure
+from trustrank.risk.scoring import is_automatable, ssvc_level
 
 SEEDS = range(8)
 
 
 def _key(r):
-    return (DECISIONS.index(r.decision), r.deployed, r.score)
+    # The queue order (risk-2): decision, deployed, SSVC level, score.
+    level = ssvc_level(exploitation=r.exploitation, exposure=ssvc_exposure(
+        r.exposure, RankSettings()), automatable=r.automatable,
+        human_impact=r.human_impact) if r.deployed else 0
+    return (DECISIONS.index(r.decision), r.deployed, level, r.score)
 
 
 def _by_id(result):
@@ -93,10 +97,14 @@ def test_raising_exposure_reachability_or_impact_never_lowers_a_rank(seed):
             replace(s, ingress_override=True) if (s.environment, s.name) == (d.environment,
                                                                               d.service) else s
             for s in inputs.services))
+        # Only on a service that sends traces already: evidence from an untraced one would
+        # also reveal its exposure, which may be smaller than the unknown's "open"
+        # (risk-2: unknown exposure counts as open, see test_untraced.py).
         reached = replace(inputs, libraries=tuple(
             replace(lib, traced=True, observed=(*lib.observed, ObservedComponent(
                 component_key=f.component_key, calls_per_minute=10, evidence="test")))
-            if (lib.environment, lib.service) == (d.environment, d.service) else lib
+            if (lib.environment, lib.service) == (d.environment, d.service) and lib.traced
+            else lib
             for lib in inputs.libraries))
         step = min(3, HUMAN_IMPACTS.index(d.human_impact) + 1)
         impacted = replace(inputs, deployments=tuple(

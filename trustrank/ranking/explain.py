@@ -72,6 +72,12 @@ def rank_sentence(*, finding: Finding, ctx: dict[str, Any], decision: str) -> st
             parts.append(f"only internal services call {ctx.get('service') or 'it'}")
         elif exposure == "small":
             parts.append(f"nothing calls {ctx.get('service') or 'it'} over the network")
+        elif exposure == "unknown":
+            parts.append(
+                f"exposure unknown: {ctx.get('service') or 'the service'} is declared in "
+                f"{ctx.get('environment') or 'its environment'} but sends no traces, so it "
+                "counts as reachable from the internet"
+            )
         reach = ctx.get("reachability")
         factor = _factor(ctx, "reachability") or {}
         if reach == "observed":

@@ -17,7 +17,8 @@ DECISIONS = [
     ("scheduled", "Scheduled"),
     ("defer", "Defer"),
 ]
-EXPOSURES = [("open", "Open"), ("controlled", "Controlled"), ("small", "Small")]
+EXPOSURES = [("open", "Open"), ("controlled", "Controlled"), ("small", "Small"),
+             ("unknown", "Unknown (declared, sends no traces)")]
 REACHABILITY = [
     ("observed", "Observed"),
     ("not observed", "Not observed"),

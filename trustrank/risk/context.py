@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import NamedTuple
 
 from trustrank.risk.factors import FactorSource, group_keys, points_of
@@ -21,11 +22,13 @@ from trustrank.risk.inputs import (
     HUMAN_IMPACTS,
     Deployment,
     Exposure,
+    ExposureValue,
     HumanImpact,
     ObservedComponent,
     RankInputs,
     RankSettings,
     Reachability,
+    ssvc_exposure,
 )
 from trustrank.risk.scoring import (
     REACHABILITY_VALUES,
@@ -43,7 +46,7 @@ class DeploymentContext(NamedTuple):
     service: str
     project_version: str
     deployed: bool
-    exposure: Exposure
+    exposure: ExposureValue
     reachability: Reachability
     human_impact: HumanImpact
     trust: float
@@ -51,34 +54,40 @@ class DeploymentContext(NamedTuple):
     decisions: tuple[int, ...]
     factors: tuple[Factor, ...]
     path: tuple[str, ...]
+    # The context's part of the SSVC level (`scoring.ssvc_level`): exposure and human
+    # impact steps. The most urgent context is the one the queue would put first.
+    level: int
     # The fields a ranked finding copies, in `RankedFinding` order: one splat per finding.
     tail: tuple[object, ...]
 
 
 def _make_context(
-    environment: str, service: str, project_version: str, deployed: bool, exposure: Exposure,
-    reachability: Reachability, human_impact: HumanImpact, trust: float, points: float,
-    decisions: tuple[int, ...], factors: tuple[Factor, ...], path: tuple[str, ...],
+    environment: str, service: str, project_version: str, deployed: bool,
+    exposure: ExposureValue, reachability: Reachability, human_impact: HumanImpact,
+    trust: float, points: float, decisions: tuple[int, ...], factors: tuple[Factor, ...],
+    path: tuple[str, ...], level: int,
 ) -> DeploymentContext:
     return DeploymentContext(
         environment, service, project_version, deployed, exposure, reachability,
-        human_impact, trust, points, decisions, factors, path,
+        human_impact, trust, points, decisions, factors, path, level,
         (deployed, environment, service, project_version, exposure, reachability,
          human_impact, trust, path, factors),
     )
 
 
 def _best_by_slot(contexts: tuple[DeploymentContext, ...]) -> tuple[DeploymentContext, ...]:
-    """The most urgent context for each exploitation/automatable slot: highest decision,
-    then most points, the first of equals. A finding's own points add the same to every
-    context, so this choice does not depend on the finding."""
+    """The most urgent context for each exploitation/automatable slot, as the queue orders:
+    highest decision, then highest SSVC level, then most points, the first of equals. A
+    finding's own points and level add the same to every context, so this choice does not
+    depend on the finding."""
     if len(contexts) == 1:
         return contexts * 6
     out = []
     for slot in range(6):
         best = contexts[0]
         for c in contexts[1:]:
-            if (c.decisions[slot], c.points) > (best.decisions[slot], best.points):
+            if (c.decisions[slot], c.level, c.points) > (
+                    best.decisions[slot], best.level, best.points):
                 best = c
         out.append(best)
     return tuple(out)
@@ -117,22 +126,59 @@ class ContextIndex(FactorSource):
         self.cache: dict[tuple[str, str | None, str, str], tuple[DeploymentContext, ...]] = {}
         self._parts: dict[str, list[_Part]] = {}
         self._shared: dict[tuple[object, ...], tuple[DeploymentContext, ...]] = {}
+        self._untraced: dict[tuple[str, str], ServiceContext] = {}
 
     # --- contexts --------------------------------------------------------------------
 
-    def _service(self, environment: str, service: str) -> ServiceContext | None:
+    def service_context(self, environment: str, service: str) -> ServiceContext | None:
+        """The service's graph context; for a service a deployment declares that sends no
+        traces, one whose exposure is unknown (a first-class service of the ranking, not
+        "deployed nowhere")."""
         analysis = self.analyses.get(environment)
-        return analysis.services.get(service) if analysis else None
+        svc = analysis.services.get(service) if analysis else None
+        if svc is not None and svc.observed:
+            return svc
+        if (environment, service) not in self.by_service or self.libraries.get(
+                (environment, service), (False, {}))[0]:
+            return svc
+        return self.untraced_service(environment, service, svc)
+
+    def untraced_service(
+        self, environment: str, service: str, svc: ServiceContext | None = None
+    ) -> ServiceContext:
+        """A declared service that sends no traces: exposure unknown. What the graph knows
+        of it otherwise (an attested identity, trust from callers) is kept."""
+        key = (environment, service)
+        got = self._untraced.get(key)
+        if got is None:
+            base = svc or ServiceContext(
+                environment=environment, name=service, exposure="unknown", exposure_reason="",
+                path=(), hops=(), identity_trust=0.0, trust_anchor="", trust_depth=0,
+                identity="",
+            )
+            got = self._untraced[key] = replace(
+                base, exposure="unknown", observed=False,
+                exposure_reason=f"service declared in {environment}, sends no traces",
+            )
+        return got
+
+    def decisions_of(self, exposure: ExposureValue, impact: HumanImpact) -> tuple[int, ...]:
+        return self._decisions[(ssvc_exposure(exposure, self.settings), impact)]
+
+    def level_of(self, exposure: ExposureValue, impact: HumanImpact) -> int:
+        """The context's part of the SSVC level."""
+        return (EXPOSURES.index(ssvc_exposure(exposure, self.settings))
+                + HUMAN_IMPACTS.index(impact))
 
     def _context(
         self, d: Deployment | None, environment: str, service: str, project_version: str,
         component_key: str | None,
     ) -> DeploymentContext:
         s = self.settings
-        svc = self._service(environment, service) if service else None
+        svc = self.service_context(environment, service) if service else None
         reach: Reachability
         if svc is None:
-            exposure: Exposure = s.undeployed_exposure
+            exposure: ExposureValue = s.undeployed_exposure
             exposure_factor, reach, reach_factor = self._undeployed
             path: tuple[str, ...] = ()
         else:
@@ -157,9 +203,10 @@ class ContextIndex(FactorSource):
             trust,
             round(exposure_factor.effect + reach_factor.effect + impact_factor.effect
                   + trust_factor.effect, 4),
-            self._decisions[(exposure, impact)],
+            self.decisions_of(exposure, impact),
             (exposure_factor, reach_factor, impact_factor, trust_factor),
             path,
+            self.level_of(exposure, impact),
         )
 
     def _version_parts(self, project_version: str) -> list[_Part]:
@@ -169,7 +216,7 @@ class ContextIndex(FactorSource):
             return parts
         parts = []
         for d in self.by_version.get(project_version, ()):
-            svc = self._service(d.environment, d.service)
+            svc = self.service_context(d.environment, d.service)
             if svc is None:
                 continue
             traced, observed = self.libraries.get((d.environment, d.service), (False, {}))
@@ -178,7 +225,8 @@ class ContextIndex(FactorSource):
             parts.append(_Part(
                 d, svc, traced, observed, exposure_factor, impact_factor,
                 exposure_factor.effect + impact_factor.effect,
-                self._decisions[(svc.exposure, d.human_impact)], {},
+                self.decisions_of(svc.exposure, d.human_impact),
+                self.level_of(svc.exposure, d.human_impact), {},
             ))
         self._parts[project_version] = parts
         return parts
@@ -218,7 +266,7 @@ class ContextIndex(FactorSource):
         w = self.settings.weights.reachability
         observed_pts = points_of(w, REACHABILITY_VALUES["observed"])
         unobserved_pts = points_of(w, REACHABILITY_VALUES["not observed"])
-        best: dict[tuple[int, ...], tuple[float, int, float, Factor]] = {}
+        best: dict[tuple[tuple[int, ...], int], tuple[float, int, float, Factor]] = {}
         for i, part in enumerate(parts):
             trust_pair = part.trust.get(facts)
             if trust_pair is None:
@@ -231,9 +279,9 @@ class ContextIndex(FactorSource):
                     points += observed_pts
                 elif part.traced:
                     points += unobserved_pts
-            known = best.get(part.decisions)
+            known = best.get((part.decisions, part.level))
             if known is None or points > known[0]:
-                best[part.decisions] = (points, i, trust, trust_factor)
+                best[(part.decisions, part.level)] = (points, i, trust, trust_factor)
         kept = _non_dominated(best)
         out = []
         for points, i, trust, trust_factor in kept:
@@ -249,7 +297,7 @@ class ContextIndex(FactorSource):
                 svc.environment, svc.name, project_version, True, svc.exposure,
                 reach, part.d.human_impact, trust, points, part.decisions,
                 (part.exposure_factor, reach_factor, part.impact_factor, trust_factor),
-                svc.path,
+                svc.path, part.level,
             ))
         result = tuple(out)
         if shared_key is not None:
@@ -291,27 +339,29 @@ class _Part(NamedTuple):
     impact_factor: Factor
     points: float
     decisions: tuple[int, ...]
+    level: int
     # Fused trust by provenance facts: at most eight per deployment.
     trust: dict[tuple[bool, float, float], tuple[float, Factor]]
 
 
 def _non_dominated(
-    best: dict[tuple[int, ...], tuple[float, int, float, Factor]],
+    best: dict[tuple[tuple[int, ...], int], tuple[float, int, float, Factor]],
 ) -> list[tuple[float, int, float, Factor]]:
     """Drop deployments that can never be a finding's most urgent one: another has a
-    decision at least as urgent for every exploitation/automatable combination and at
-    least as many points. `best` already holds the first highest-scoring deployment per
-    decision vector (deployments come sorted by environment and service), so the choice
-    is the one a full evaluation would make. Kept in deployment order."""
+    decision at least as urgent for every exploitation/automatable combination, at least
+    the SSVC level and at least as many points. `best` already holds the first
+    highest-scoring deployment per decision vector and level (deployments come sorted by
+    environment and service), so the choice is the one a full evaluation would make. Kept
+    in deployment order."""
     if len(best) == 1:
         return list(best.values())
     items = list(best.items())
     kept = [
-        c for vector, c in items
+        c for (vector, level), c in items
         if not any(
-            other is not c and other[0] >= c[0]
+            other is not c and other[0] >= c[0] and other_level >= level
             and all(x >= y for x, y in zip(ov, vector, strict=True))
-            for ov, other in items
+            for (ov, other_level), other in items
         )
     ]
     kept.sort(key=lambda c: c[1])

@@ -3,9 +3,12 @@ previous result, `analyse` for the graph part alone.
 
 Order of the queue: the SSVC decision first (immediate > out-of-cycle > scheduled >
 defer), then findings running somewhere before findings of versions deployed nowhere,
-then the score (for undeployed findings: their baseline), then the finding id. So a more
-urgent decision always ranks above a less urgent one, and equal inputs always give the
-same order.
+then the SSVC level (`scoring.ssvc_level`: the four Deployer inputs' steps above their
+lowest value, summed; 0 for findings deployed nowhere), then the score (for undeployed
+findings: their baseline), then the finding id. So a more urgent decision always ranks
+above a less urgent one, a finding whose SSVC inputs dominate another's (all at least as
+high, one higher) always ranks above it whatever its trust, EPSS, severity or
+reachability, and equal inputs always give the same order.
 
 How the wiring should use it:
 1. Full run: build `RankInputs`, call `rank(inputs=…, settings=…)`, store the result's
@@ -37,9 +40,12 @@ from trustrank.risk.context import ContextIndex, DeploymentContext
 from trustrank.risk.graph import EnvironmentAnalysis, analyse_environment, environment_digest
 from trustrank.risk.inputs import (
     DECISIONS,
+    EXPOSURES,
+    HUMAN_IMPACTS,
     Finding,
     RankInputs,
     RankSettings,
+    ssvc_exposure,
 )
 from trustrank.risk.queue import QueueColumns, QueueIndex, assemble, merge
 from trustrank.risk.results import (
@@ -50,10 +56,20 @@ from trustrank.risk.results import (
     findings_hash_sum,
     inputs_digest,
 )
-from trustrank.risk.scoring import Factor, VulnFacts, kind_decision, kind_facts, vuln_facts
+from trustrank.risk.scoring import (
+    EXPLOITATION_INDEX,
+    Factor,
+    VulnFacts,
+    kind_decision,
+    kind_facts,
+    ssvc_level,
+    vuln_facts,
+)
+from trustrank.risk.service_results import service_results
 
-# (−decision rank, not deployed, −score, finding id): ascending order is queue order.
-_Key = tuple[int, bool, float, str]
+# (−decision rank, not deployed, −SSVC level, −score, finding id): ascending order is
+# queue order.
+_Key = tuple[int, bool, int, float, str]
 _Row = tuple[Any, ...]
 
 
@@ -142,7 +158,8 @@ class _Scorer:
                 environment=f.environment, service=f.service,
             )[0]
             best_d = DECISIONS.index(kind_decision(
-                kind=f.kind, sub_kind=f.sub_kind, exposure=best.exposure,
+                kind=f.kind, sub_kind=f.sub_kind,
+                exposure=ssvc_exposure(best.exposure, self.settings),
                 human_impact=best.human_impact,
             ))
         if best.deployed:
@@ -158,7 +175,12 @@ class _Scorer:
             row = (score, DECISIONS[best_d], f.kind, f.component_key, f.baseline,
                    facts.exploitation, facts.automatable, self._zeroed(facts.factors),
                    *best.tail[:-1], context_factors, f)
-        return (-best_d, not best.deployed, -score, f.id), row
+        level = ssvc_level(
+            exploitation=facts.exploitation,
+            exposure=ssvc_exposure(best.exposure, self.settings),
+            automatable=facts.automatable, human_impact=best.human_impact,
+        ) if best.deployed else 0
+        return (-best_d, not best.deployed, -level, -score, f.id), row
 
     def queue(self, records: Sequence[Finding]) -> QueueColumns:
         """Every finding of `records` scored, as columns: what `score` gives per finding,
@@ -202,6 +224,12 @@ class _Scorer:
         rounded = np.array([round(min(100.0, max(0.0, x)), 4) for x in sums.tolist()],
                            dtype=np.float64)
         cols.score[at] = rounded[inverse.reshape(-1)]
+        # The SSVC level: the advisory's part (exploitation, automatable) plus the
+        # context's (exposure, human impact), a lookup each per distinct one.
+        mid_level = np.array([EXPLOITATION_INDEX[x.exploitation] + int(x.automatable)
+                              for x in facts], dtype=np.int8)
+        context_level = np.array([c.level for c in context_list], dtype=np.int8)
+        cols.level[at] = mid_level[facts_code] + context_level[context]
         cols.decision[at] = decisions[context, slot]
         cols.deployed[at] = deployed
         cols.mid[at] = facts_code
@@ -211,8 +239,9 @@ class _Scorer:
         # The rest one by one: their rows as `score` makes them, split the same way.
         slow = np.flatnonzero(~vuln).tolist() + at[~deployed].tolist()
         for i in slow:
-            _key, row = self.score(records[i])
+            key, row = self.score(records[i])
             cols.score[i], cols.decision[i] = row[0], _DECISION_ORDER[row[1]]
+            cols.level[i] = -key[2]
             cols.deployed[i] = row[8]
             cols.mid[i], cols.tail[i] = len(cols.mids), len(cols.tails)
             cols.mids.append(row[5:8])
@@ -252,30 +281,6 @@ def _dense(keys: Iterable[Any], n: int) -> tuple[np.ndarray[Any, Any], np.ndarra
     return codes, np.unique(codes, return_index=True)[1]
 
 
-def _services(
-    index: ContextIndex, analyses: Mapping[str, EnvironmentAnalysis],
-    reuse: Callable[[str, str, str], ServiceResult | None] | None = None,
-) -> tuple[ServiceResult, ...]:
-    """Every service's result; `reuse(environment, name, version)` gives the previous
-    run's result for a service nothing it depends on changed since (else None)."""
-    out = []
-    for env in sorted(analyses):
-        for name, svc in sorted(analyses[env].services.items()):
-            deps = index.by_service.get((env, name), [])
-            version = deps[0].project_version if deps else ""
-            kept = reuse(env, name, version) if reuse is not None else None
-            if kept is not None:
-                out.append(kept)
-                continue
-            trust, _ = index.fused_trust(svc, version, None)
-            out.append(ServiceResult(
-                environment=env, name=name, trust=trust, identity_trust=svc.identity_trust,
-                exposure=svc.exposure, exposure_reason=svc.exposure_reason, path=svc.path,
-                hops=svc.hops,
-            ))
-    return tuple(out)
-
-
 # `RankedFinding(…)` runs a Python-level `__new__`; the tuple constructor makes the same
 # named tuple in C (a million times per run).
 _new_ranked = tuple.__new__
@@ -284,14 +289,27 @@ _new_ranked = tuple.__new__
 _DECISION_ORDER = {d: i for i, d in enumerate(DECISIONS)}
 
 
-def _queue_key(r: RankedFinding) -> _Key:
-    # By position (decision 3, deployed 10, score 2, finding_id 0): the merge's binary
-    # searches call this a score of times per rescored finding.
-    return (-_DECISION_ORDER[r[3]], not r[10], -r[2], r[0])
+def queue_key_for(settings: RankSettings) -> Callable[[RankedFinding], _Key]:
+    """A ranked finding's queue key (the one `_Scorer.score` gives) under `settings`."""
+    exposure_index: dict[str, int] = {x: i for i, x in enumerate(EXPOSURES)}
+    exposure_index["unknown"] = EXPOSURES.index(settings.unknown_exposure)
+    impact_index = {h: i for i, h in enumerate(HUMAN_IMPACTS)}
+    decision_order, exploitation_index = _DECISION_ORDER, EXPLOITATION_INDEX
+
+    def key(r: RankedFinding) -> _Key:
+        # By position (decision 3, deployed 10, score 2, finding_id 0; exploitation 7,
+        # automatable 8, exposure 14, human impact 16): the merge's binary searches call
+        # this a score of times per rescored finding.
+        level = (exploitation_index[r[7]] + r[8] + exposure_index[r[14]]
+                 + impact_index[r[16]]) if r[10] else 0
+        return (-decision_order[r[3]], not r[10], -level, -r[2], r[0])
+
+    return key
 
 
 def _merge(
-    kept: list[RankedFinding], fresh: list[tuple[_Key, _Row]]
+    kept: list[RankedFinding], fresh: list[tuple[_Key, _Row]], queue_key: Callable[
+        [RankedFinding], _Key],
 ) -> tuple[RankedFinding, ...]:
     """Merge two ordered runs and renumber; a kept finding whose rank did not change is
     reused as it is."""
@@ -300,7 +318,7 @@ def _merge(
     new, cls = _new_ranked, RankedFinding
     # Where each fresh finding goes among the kept ones (kept are in queue order): a
     # binary search each, instead of a sort key for every kept finding.
-    cuts = [bisect_left(kept, fkey, key=_queue_key) for fkey, _row in fresh]
+    cuts = [bisect_left(kept, fkey, key=queue_key) for fkey, _row in fresh]
     start = 0
     for j in range(len(fresh) + 1):
         cut = cuts[j] if j < len(fresh) else len(kept)
@@ -317,7 +335,7 @@ def _merge(
             start = cut
         if j < len(fresh):
             fkey, row = fresh[j]
-            append(new(cls, (fkey[3], len(out) + 1, *row)))
+            append(new(cls, (fkey[-1], len(out) + 1, *row)))
     return tuple(out)
 
 
@@ -370,7 +388,7 @@ def rank(
         ) if with_digest else ""
         # Still paused: with a million findings alive, the first allocations after the
         # collector resumes would set off a full collection (over a second).
-        services = _services(index, analyses)
+        services = service_results(index, analyses)
     return RankResult(
         settings_version=settings.version,
         inputs_digest=digest,
@@ -508,11 +526,12 @@ def rank_incremental(
         # into the unchanged findings, which are already in order.
         fresh = sorted((score(f) for f in current.values()), key=itemgetter(0))
         if queue_index is not None:
-            merged = merge(previous.findings, queue_index, removed, fresh, _queue_key)
+            merged = merge(previous.findings, queue_index, removed, fresh,
+                           queue_key_for(settings))
             findings, changed_places, queue_index = (
                 merged.findings, merged.changed, merged.index)
         else:
-            findings = _merge(kept, fresh)
+            findings = _merge(kept, fresh, queue_key_for(settings))
         findings_sum = None
         if with_digest:
             if changed_findings is not None and previous.findings_sum is not None:
@@ -538,12 +557,12 @@ def rank_incremental(
                 return None
             return before.get((env, name))
 
-        service_results = _services(index, analyses, reuse)
+        services_out = service_results(index, analyses, reuse)
     return RankResult(
         settings_version=settings.version,
         inputs_digest=digest,
         findings=findings,
-        services=service_results,
+        services=services_out,
         analyses=analyses,
         findings_sum=findings_sum,
         changed_places=changed_places,

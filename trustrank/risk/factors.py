@@ -220,6 +220,18 @@ class FactorSource:
         if cached is not None:
             return cached
         conf: Confidence = "medium"
+        if svc.exposure == "unknown":
+            # Read as the settings' unknown_exposure (open) in the decision, the SSVC level
+            # and the points alike, and said here so the rank can be defended.
+            as_ = self.settings.unknown_exposure
+            factor = Factor(
+                "exposure", "unknown",
+                points_of(self.settings.weights.exposure, EXPOSURE_VALUES[as_]),
+                f"{svc.exposure_reason}; read as System Exposure {as_!r} (nothing rules it "
+                "out)", "low",
+            )
+            self._exposure_cache[(svc.environment, svc.name)] = factor
+            return factor
         if svc.exposure == "open":
             window = self.settings.window_minutes
             hops = "; ".join(

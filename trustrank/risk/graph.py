@@ -26,6 +26,7 @@ from trustrank.risk.inputs import (
     Component,
     Deployment,
     Exposure,
+    ExposureValue,
     ExternalPeer,
     RootSpanOrigin,
     Service,
@@ -59,11 +60,15 @@ class ServiceContext:
     `identity_trust` is formula 1's best-path trust from any anchor (0 when no anchor
     reaches it); `trust_anchor` and `trust_depth` name the path that gave it. `path` is the
     service names from the internet (first element "internet"), empty unless exposure is
-    open; `hops` the same path with evidence. `exposure_reason` is a sentence for people."""
+    open; `hops` the same path with evidence. `exposure_reason` is a sentence for people.
+    `observed` is False when the graph saw nothing of how the service is reached (no entry
+    point, no caller, no root span): its "small" then only means that nothing was seen,
+    and a deployed service that sends no traces has an unknown exposure instead (see
+    `context.ContextIndex`)."""
 
     environment: str
     name: str
-    exposure: Exposure
+    exposure: ExposureValue
     exposure_reason: str
     path: tuple[str, ...]
     hops: tuple[Hop, ...]
@@ -71,6 +76,7 @@ class ServiceContext:
     trust_anchor: str
     trust_depth: int
     identity: str
+    observed: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +305,7 @@ def analyse_environment(
             trust_anchor=anchor,
             trust_depth=depth,
             identity=by_name[name].identity,
+            observed=bool(hops or callers[name] or any(origins_of.values())),
         )
     return EnvironmentAnalysis(environment=environment, digest=digest, services=contexts)
 

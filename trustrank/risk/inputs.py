@@ -26,6 +26,10 @@ from typing import Any, Literal
 
 AddressClass = Literal["local", "internal", "internet"]
 Exposure = Literal["small", "controlled", "open"]
+# What a context or result shows: an SSVC System Exposure, or "unknown" for a service that
+# is declared (a deployment names it) but sends no traces. The SSVC decision then uses
+# `RankSettings.unknown_exposure` (see `ssvc_exposure`).
+ExposureValue = Literal["small", "controlled", "open", "unknown"]
 Exploitation = Literal["none", "public poc", "active"]
 HumanImpact = Literal["low", "medium", "high", "very high"]
 Decision = Literal["defer", "scheduled", "out-of-cycle", "immediate"]
@@ -38,6 +42,7 @@ EXPOSURES: tuple[Exposure, ...] = ("small", "controlled", "open")
 EXPLOITATIONS: tuple[Exploitation, ...] = ("none", "public poc", "active")
 HUMAN_IMPACTS: tuple[HumanImpact, ...] = ("low", "medium", "high", "very high")
 DECISIONS: tuple[Decision, ...] = ("defer", "scheduled", "out-of-cycle", "immediate")
+UNKNOWN_EXPOSURE: ExposureValue = "unknown"
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,12 +273,19 @@ class RankSettings:
       and FIRST publishes no cut-off; 0.1 (one in ten) keeps "public poc" for the small
       share of CVEs with a real signal. KEV membership is "active" whatever the EPSS.
     - `undeployed_exposure` / `default_human_impact`: for versions no service runs.
+    - `unknown_exposure`: the System Exposure the SSVC decision (and the SSVC level that
+      orders within a decision) uses for a service whose exposure is unknown: declared by a
+      deployment but sending no traces, so nothing rules any exposure out. SSVC's guidance
+      for partial information is to keep every value still possible (`E:SCO`), and its
+      System Exposure heuristics choose small or controlled only "if open has been ruled
+      out"; so the most urgent value, open, counts until evidence says otherwise. An
+      unknown exposure never counts as small.
     - `library_map`: extra or replacing rules for `libraries.map_evidence` (see there).
     - `window_minutes`: the telemetry window the wiring averaged call rates over; the
       explanations name it ("peak 10.1/s over 24 h").
     """
 
-    version: str = "risk-1"
+    version: str = "risk-2"
     decay: float = 0.95
     trust_floor: float = 1e-6
     identity_trust_weight: float = 0.6
@@ -281,7 +293,14 @@ class RankSettings:
     provenance_weights: tuple[float, float, float] = (0.4, 0.3, 0.3)
     epss_poc_threshold: float = 0.1
     undeployed_exposure: Exposure = "small"
+    unknown_exposure: Exposure = "open"
     default_human_impact: HumanImpact = "medium"
     weights: ScoreWeights = field(default_factory=ScoreWeights)
     library_map: tuple[tuple[str, str, str], ...] = ()
     window_minutes: float = 1440.0
+
+
+def ssvc_exposure(exposure: ExposureValue, settings: RankSettings) -> Exposure:
+    """The System Exposure an SSVC table reads for a shown exposure ("unknown" → the
+    settings' `unknown_exposure`)."""
+    return settings.unknown_exposure if exposure == "unknown" else exposure

@@ -168,9 +168,9 @@ _new_ranked = tuple.__new__
 @dataclass
 class QueueColumns:
     """A scored queue before it is sorted, one entry per finding in input order: score,
-    decision (index in `DECISIONS`), deployed, and codes of the ranked finding's middle
-    (exploitation, automatable, the advisory's factors: `mids`) and tail (deployed …
-    context factors: `tails`) fields."""
+    decision (index in `DECISIONS`), deployed, SSVC level (`scoring.ssvc_level`), and
+    codes of the ranked finding's middle (exploitation, automatable, the advisory's
+    factors: `mids`) and tail (deployed … context factors: `tails`) fields."""
 
     score: np.ndarray[Any, Any]
     decision: np.ndarray[Any, Any]
@@ -179,6 +179,7 @@ class QueueColumns:
     tail: np.ndarray[Any, Any]
     mids: list[tuple[Any, ...]]
     tails: list[tuple[Any, ...]]
+    level: np.ndarray[Any, Any]
 
     @classmethod
     def empty(cls, n: int) -> QueueColumns:
@@ -186,7 +187,7 @@ class QueueColumns:
         # ranked findings.
         return cls(np.zeros(n, dtype=np.float64), np.zeros(n, dtype=np.int8),
                    np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int32),
-                   np.zeros(n, dtype=np.int32), [], [])
+                   np.zeros(n, dtype=np.int32), [], [], np.zeros(n, dtype=np.int8))
 
 
 @dataclass(frozen=True)
@@ -216,15 +217,17 @@ def assemble(
 ) -> tuple[tuple[RankedFinding, ...], QueueIndex | None, RankedColumns]:
     """The queue of `records` scored as `cols`, its index (unless not `with_index`) and its
     columns. Queue order:
-    decision (most urgent first), deployed before deployed nowhere, score (highest first),
-    finding id; sorted by numpy on those columns (the id by its place among the ids in
-    string order), and each ranked finding made of its columns by passes in C."""
+    decision (most urgent first), deployed before deployed nowhere, SSVC level (highest
+    first), score (highest first), finding id; sorted by numpy on those columns (the id by
+    its place among the ids in string order), and each ranked finding made of its columns
+    by passes in C."""
     n = len(records)
     ids = list(map(attrgetter("id"), records))
     id_order = np.empty(n, dtype=np.int64)
     # Python's string order (numpy's drops trailing NUL characters).
     id_order[sorted(range(n), key=ids.__getitem__)] = np.arange(n)
-    order = np.lexsort((id_order, -cols.score, ~cols.deployed, -cols.decision))
+    order = np.lexsort((id_order, -cols.score, -cols.level.astype(np.int16), ~cols.deployed,
+                        -cols.decision))
     places = order.tolist()
     ranked = list(map(records.__getitem__, places))
     columns = RankedColumns(score=cols.score[order],
@@ -281,7 +284,7 @@ def merge(
         first = j
         while j < n_fresh and cuts[j] <= upto:
             key, row = fresh[j]
-            r = new(cls, (key[3], len(out) + 1, *row))
+            r = new(cls, (key[-1], len(out) + 1, *row))
             changed.append(len(out))
             out.append(r)
             fresh_codes.append(index.codes_of(r))

@@ -15,7 +15,7 @@ from trustrank.risk.graph import EnvironmentAnalysis, Hop
 from trustrank.risk.inputs import (
     Decision,
     Exploitation,
-    Exposure,
+    ExposureValue,
     Finding,
     HumanImpact,
     RankInputs,
@@ -47,7 +47,7 @@ class RankedFinding(NamedTuple):
     environment: str
     service: str
     project_version: str
-    exposure: Exposure
+    exposure: ExposureValue
     reachability: Reachability
     human_impact: HumanImpact
     trust: float
@@ -67,7 +67,7 @@ class ServiceResult:
     name: str
     trust: float
     identity_trust: float
-    exposure: Exposure
+    exposure: ExposureValue
     exposure_reason: str
     path: tuple[str, ...]
     hops: tuple[Hop, ...]

@@ -3,9 +3,21 @@ for identity and reliability findings, and the factor values the score adds up.
 
 The score is `50 + Σ weight·(value − 0.5)` over the factors in `ScoreWeights`, each value
 in [0, 1] and growing with urgency, so raising any factor never lowers the score and an
-unknown factor (value 0.5) moves nothing. The vulnerability part (severity, EPSS,
-exploitation, automatable) depends only on the finding's advisory facts and is cached by
-them: a CVE found in thousands of versions is evaluated once.
+unknown factor (value 0.5) moves nothing (an unknown System Exposure is the exception: it
+reads as `RankSettings.unknown_exposure`, open, everywhere). The vulnerability part
+(severity, EPSS, exploitation, automatable) depends only on the finding's advisory facts
+and is cached by them: a CVE found in thousands of versions is evaluated once.
+
+The score only orders within an SSVC decision and an SSVC level (`ssvc_level`): the queue
+is decision, deployed, level, score. So the SSVC inputs dominate: a finding whose
+exploitation, System Exposure, automatable and human impact are all at least another's,
+one higher, ranks above it whatever the score says.
+
+What trust means for a vulnerability: evidence about who can reach the code (an attested
+identity, mTLS on the reaching hops, signed provenance), not about how bad the code is. It
+counts both ways but never beats an SSVC input: with equal SSVC inputs, lower trust on the
+reaching path ranks higher (the `low_trust` factor), as does higher EPSS; an attested,
+mTLS-reached service with a higher human impact still ranks above an unattested one.
 """
 
 from __future__ import annotations
@@ -16,6 +28,8 @@ from functools import lru_cache
 
 from trustrank.risk.inputs import (
     DECISIONS,
+    EXPOSURES,
+    HUMAN_IMPACTS,
     Confidence,
     Decision,
     Exploitation,
@@ -46,6 +60,8 @@ SEVERITY_LABELS = {
     "none": 0.0,
     "unknown": 0.5,
 }
+# An unknown exposure counts as `RankSettings.unknown_exposure` here too, as in the SSVC
+# decision and level (`inputs.ssvc_exposure`).
 EXPOSURE_VALUES: dict[Exposure, float] = {"small": 0.0, "controlled": 0.5, "open": 1.0}
 REACHABILITY_VALUES = {"not observed": 0.0, "unknown": 0.5, "observed": 1.0,
                        "not applicable": 0.5}
@@ -73,6 +89,21 @@ KIND_TABLE: dict[tuple[str, str], tuple[Decision, Decision, Decision]] = {
     ("reliability", "*"): ("defer", "defer", "scheduled"),
 }
 _IMPACT_STEP: dict[HumanImpact, int] = {"low": -1, "medium": 0, "high": 0, "very high": 1}
+
+
+SSVC_LEVEL_MAX = 8
+
+
+def ssvc_level(
+    *, exploitation: Exploitation, exposure: Exposure, automatable: bool,
+    human_impact: HumanImpact,
+) -> int:
+    """How many steps above its lowest value each of the four Deployer inputs stands,
+    summed (0-8). The queue orders by it right after the decision, before the score: a
+    finding whose SSVC inputs are all at least another's, one higher, has a higher level,
+    so no score factor (trust, EPSS, severity, reachability) can put it below the other."""
+    return (EXPLOITATION_INDEX[exploitation] + EXPOSURES.index(exposure) + int(automatable)
+            + HUMAN_IMPACTS.index(human_impact))
 
 
 def kind_decision(

@@ -96,8 +96,9 @@ class ServiceOutSerializer(serializers.Serializer):
         allow_null=True, help_text="0-1, from the latest ranking run (null before one)"
     )
     exposure = serializers.ChoiceField(
-        choices=["open", "controlled", "small"], allow_null=True,
-        help_text="SSVC System Exposure, from the latest ranking run (null before one)",
+        choices=["open", "controlled", "small", "unknown"], allow_null=True,
+        help_text="SSVC System Exposure, from the latest ranking run (null before one); "
+        "unknown: a deployment declares it but it sends no traces (decides as open)",
     )
     deployment = ServiceDeploymentSerializer(
         allow_null=True, help_text="The project version it runs, if recorded"
