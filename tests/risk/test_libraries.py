@@ -3,12 +3,12 @@ from __future__ import annotations
 import pytest
 
 from trustrank.risk.libraries import (
-    map_frame,
     component_key_from_purl,
     component_matches,
     library_map,
     map_code_namespace,
     map_evidence,
+    map_frame,
     map_scope,
     map_stacktrace,
     observed_components,
