@@ -201,3 +201,27 @@ def test_the_generated_index_loads_with_the_expected_entries():
     # Compact: distinctive prefixes only, none of them a bare group.
     assert 100 < len(index) < 5000
     assert "org.springframework" not in index and "org" not in index
+
+
+def test_evidence_naming_only_a_group_leaves_its_artifacts_unknown():
+    from trustrank.risk.factors import FactorSource
+    from trustrank.risk.inputs import RankInputs, RankSettings, ServiceLibraries
+
+    # A package of the group that neither the table nor the index knows: only the group.
+    observed = observed_components(evidence=[("code", "ch.qos.logback.newthing.Widget", 5.0)])
+    assert [o.component_key for o in observed] == ["pkg:maven/ch.qos.logback"]
+    inputs = RankInputs(libraries=(ServiceLibraries(environment="prod", service="shop",
+                                                    traced=True, observed=observed),))
+    source = FactorSource(inputs=inputs, settings=RankSettings())
+    reach, factor = source.reachability("prod", "shop",
+                                        "pkg:maven/ch.qos.logback/logback-classic")
+    assert reach == "unknown" and factor.value == "unknown" and factor.effect == 0.0
+    assert factor.source == ("code.namespace ch.qos.logback.newthing.Widget on prod/shop names "
+                             "only the group ch.qos.logback, not which of its artifacts runs")
+    # A component the evidence names exactly is observed.
+    observed = observed_components(evidence=[("code", "ch.qos.logback.classic.Logger", 5.0)])
+    source = FactorSource(inputs=RankInputs(libraries=(ServiceLibraries(
+        environment="prod", service="shop", traced=True, observed=observed),)),
+        settings=RankSettings())
+    assert source.reachability("prod", "shop", "pkg:maven/ch.qos.logback/logback-classic"
+                               )[0] == "observed"

@@ -65,7 +65,8 @@ def rotation_observed(history: Sequence[Validity], *, min_rotations: int) -> Rot
         lifetimes.append(lifetime)
     if len(shares) < max(1, min_rotations):
         return None
-    return Rotation(len(shares), median(shares), median(lifetimes))
+    seconds = median(lt.total_seconds() for lt in lifetimes)
+    return Rotation(len(shares), median(shares), timedelta(seconds=seconds))
 
 
 def superseded_by(not_before: datetime | None, not_after: datetime,
