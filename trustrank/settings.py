@@ -354,6 +354,21 @@ TRUSTRANK_IDENTITY_SERVICE_CATALOG = envstr("TRUSTRANK_IDENTITY_SERVICE_CATALOG"
 TRUSTRANK_IDENTITY_EXPIRY_WINDOW_DAYS = envint(
     "TRUSTRANK_IDENTITY_EXPIRY_WINDOW_DAYS", 30, minimum=1
 )
+# An "expiring" finding needs less left than min(window, max(floor, fraction × lifetime))
+# (the floor at most half the lifetime), and, when the identity's earlier certificates show
+# a regular rotation (at least ROTATION_MIN_OBSERVED replaced before they expired), less
+# than the share of lifetime they had left when replaced (identity/engine/expiry.py).
+TRUSTRANK_IDENTITY_EXPIRY_LIFETIME_FRACTION = envfloat(
+    "TRUSTRANK_IDENTITY_EXPIRY_LIFETIME_FRACTION", 1 / 3
+)
+TRUSTRANK_IDENTITY_EXPIRY_FLOOR_HOURS = envint(
+    "TRUSTRANK_IDENTITY_EXPIRY_FLOOR_HOURS", 24, minimum=0
+)
+TRUSTRANK_IDENTITY_ROTATION_MIN_OBSERVED = envint(
+    "TRUSTRANK_IDENTITY_ROTATION_MIN_OBSERVED", 2, minimum=1
+)
+if not 0 < TRUSTRANK_IDENTITY_EXPIRY_LIFETIME_FRACTION <= 1:
+    raise ImproperlyConfigured("TRUSTRANK_IDENTITY_EXPIRY_LIFETIME_FRACTION must be in (0, 1]")
 # Caller policies are checked against the calls observed over this window, this often.
 TRUSTRANK_IDENTITY_POLICY_WINDOW_SECONDS = envint(
     "TRUSTRANK_IDENTITY_POLICY_WINDOW_SECONDS", 900, minimum=60

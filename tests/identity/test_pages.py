@@ -3,6 +3,8 @@ pages, uploads, manual mapping, policies; team isolation; bounded queries."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
@@ -10,7 +12,7 @@ from django.test import Client
 from ingest import submit
 from ingest.models import IngestJob
 from tests.identity.helpers import run_queued_jobs
-from tests.identity.pki import make_pki
+from tests.identity.pki import make_pki, now
 from trustrank.accounts.principal import Principal
 from trustrank.findings.models import Finding
 from trustrank.identity.models import Certificate, Identity, ServicePolicy
@@ -24,7 +26,8 @@ def seeded(team):
     principal = Principal(scopes_by_team={team.pk: frozenset({"certs:write"})})
     submit.trust_bundle_submit(principal=principal, team=team, body=pki.root.pem,
                                  environment="prod")
-    body = (pki.leaf("/ns/pay/sa/payments", days=20).pem + pki.leaf("/ns/web/sa/web").pem
+    body = (pki.leaf("/ns/pay/sa/payments", days=365,
+                     not_before=now() - dt.timedelta(days=345)).pem + pki.leaf("/ns/web/sa/web").pem
             + pki.intermediate.pem)
     submit.certificates_submit(principal=principal, team=team, body=body, environment="prod",
                                  observed="pod payments-1/istio-proxy")

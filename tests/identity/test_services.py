@@ -50,7 +50,7 @@ def test_findings_for_each_problem(team) -> None:
     bundle(team, pki.root.pem)
     start = now() - dt.timedelta(days=40)
     expired = pki.leaf("/ns/a/sa/expired", not_before=start, not_after=start + dt.timedelta(days=10))
-    expiring = pki.leaf("/ns/a/sa/expiring", days=12)
+    expiring = pki.leaf("/ns/a/sa/expiring", days=365, not_before=now() - dt.timedelta(days=353))
     weak = pki.leaf("/ns/a/sa/weak", key=rsa_key(1024))
     forged = issue("forged", uris=("spiffe://prod.example/ns/a/sa/healthy",))
     healthy = pki.leaf("/ns/a/sa/healthy")
@@ -87,7 +87,7 @@ def test_weak_signature_finding_for_sha1(team) -> None:
 def test_expiry_window_is_configurable(team) -> None:
     pki = make_pki()
     with override_settings(TRUSTRANK_IDENTITY_EXPIRY_WINDOW_DAYS=5):
-        upload(team, pki.leaf("/soon", days=12).pem)
+        upload(team, pki.leaf("/soon", days=365, not_before=now() - dt.timedelta(days=353)).pem)
     assert "expiring" not in open_kinds(team)
     with override_settings(TRUSTRANK_IDENTITY_EXPIRY_WINDOW_DAYS=30):
         services.identity_environments_reevaluate()

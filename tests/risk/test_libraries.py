@@ -8,6 +8,7 @@ from trustrank.risk.libraries import (
     library_map,
     map_code_namespace,
     map_evidence,
+    map_frame,
     map_scope,
     map_stacktrace,
     observed_components,
@@ -49,7 +50,8 @@ def test_instrumentation_scopes(scope, keys):
     ("namespace", "keys"),
     [
         ("org.apache.logging.log4j.core.Logger", [LOG4J]),
-        ("org.apache.logging.log4j.spi.AbstractLogger", ["pkg:maven/org.apache.logging.log4j"]),
+        ("org.apache.logging.log4j.spi.AbstractLogger",
+         ["pkg:maven/org.apache.logging.log4j/log4j-api"]),
         ("com.fasterxml.jackson.databind.ObjectMapper",
          ["pkg:maven/com.fasterxml.jackson.core/jackson-databind"]),
         ("com.shop.payments.Handler", []),
@@ -130,7 +132,7 @@ def test_recorded_stack_frames_map_like_code_namespaces():
     assert hit[0].confidence == "high"
     # An unlisted Java package names no Maven group; JDK packages name nothing.
     assert map_frame(kind="java_frame", name="com.shop.PaymentController.pay") == ()
-    assert map_frame(kind="java_frame", name="javax.servlet.http.HttpServlet.service") == ()
+    assert map_frame(kind="java_frame", name="javax.crypto.Cipher.doFinal") == ()
     assert _keys(map_frame(kind="python_frame", name="requests.sessions.request")) == [
         "pkg:pypi/requests"]
     assert _keys(map_frame(kind="python_frame", name="yaml.load")) == ["pkg:pypi/pyyaml"]
@@ -142,3 +144,84 @@ def test_recorded_stack_frames_map_like_code_namespaces():
     rules = library_map((("java_package", "com.shop", "pkg:maven/com.shop/payments"),))
     assert _keys(map_frame(kind="java_frame", name="com.shop.PaymentController.pay",
                            rules=rules)) == ["pkg:maven/com.shop/payments"]
+
+
+# --- issue 24: artifacts, not groups --------------------------------------------------
+
+BOOT_AUTOCONFIGURE = "pkg:maven/org.springframework.boot/spring-boot-autoconfigure"
+H2 = "pkg:maven/com.h2database/h2"
+ERROR_CONTROLLER = ("org.springframework.boot.autoconfigure.web.servlet.error."
+                    "BasicErrorController")
+
+
+def test_a_spring_boot_class_names_its_artifact_not_the_spring_group():
+    assert _keys(map_code_namespace(name=ERROR_CONTROLLER)) == [BOOT_AUTOCONFIGURE]
+
+
+def test_an_h2_jdbc_class_names_the_h2_artifact():
+    assert _keys(map_code_namespace(name="org.h2.jdbc.JdbcConnection")) == [H2]
+    assert _keys(map_frame(kind="java_frame", name="org.h2.jdbc.JdbcConnection.close")) == [H2]
+
+
+def test_packages_the_sbom_lists_come_before_every_table():
+    sbom = {"org.h2": ("pkg:maven/com.example/h2-fork",),
+            "com.shop.billing": ("pkg:maven/com.shop/billing",)}
+    (hit,) = map_code_namespace(name="org.h2.jdbc.JdbcConnection", sbom=sbom)
+    assert hit.component_key == "pkg:maven/com.example/h2-fork"
+    assert hit.evidence == ("code.namespace org.h2.jdbc.JdbcConnection "
+                            "(package org.h2 listed in the SBOM)")
+    assert _keys(map_frame(kind="java_frame", name="com.shop.billing.Invoice.total",
+                           sbom=sbom)) == ["pkg:maven/com.shop/billing"]
+    out = observed_components(evidence=[("code", "com.shop.billing.Invoice", 6.0)], sbom=sbom)
+    assert [o.component_key for o in out] == ["pkg:maven/com.shop/billing"]
+
+
+def test_a_table_group_never_hides_the_artifact_the_index_knows():
+    # The default table lists org.springframework as a group: the index's artifact wins.
+    assert _keys(map_code_namespace(name="org.springframework.core.SpringVersion")) == [
+        "pkg:maven/org.springframework/spring-core"]
+    # An artifact-level table entry and a deeper index entry: the same classes shipped by
+    # two artifacts, both kept.
+    keys = _keys(map_code_namespace(name="org.apache.catalina.connector.CoyoteAdapter"))
+    assert "pkg:maven/org.apache.tomcat.embed/tomcat-embed-core" in keys
+    assert any(k.startswith("pkg:maven/org.apache.tomcat/") for k in keys)
+
+
+def test_the_generated_index_loads_with_the_expected_entries():
+    from trustrank.risk.libraries import java_package_index
+
+    index = java_package_index()
+    assert index["org.springframework.boot.autoconfigure"] == (BOOT_AUTOCONFIGURE,)
+    assert index["org.springframework.web.servlet"] == (
+        "pkg:maven/org.springframework/spring-webmvc",)
+    assert index["org.h2"] == (H2,)
+    assert index["org.apache.logging.log4j.core"] == (LOG4J,)
+    assert index["com.fasterxml.jackson.databind"] == (
+        "pkg:maven/com.fasterxml.jackson.core/jackson-databind",)
+    # Compact: distinctive prefixes only, none of them a bare group.
+    assert 100 < len(index) < 5000
+    assert "org.springframework" not in index and "org" not in index
+
+
+def test_evidence_naming_only_a_group_leaves_its_artifacts_unknown():
+    from trustrank.risk.factors import FactorSource
+    from trustrank.risk.inputs import RankInputs, RankSettings, ServiceLibraries
+
+    # A package of the group that neither the table nor the index knows: only the group.
+    observed = observed_components(evidence=[("code", "ch.qos.logback.newthing.Widget", 5.0)])
+    assert [o.component_key for o in observed] == ["pkg:maven/ch.qos.logback"]
+    inputs = RankInputs(libraries=(ServiceLibraries(environment="prod", service="shop",
+                                                    traced=True, observed=observed),))
+    source = FactorSource(inputs=inputs, settings=RankSettings())
+    reach, factor = source.reachability("prod", "shop",
+                                        "pkg:maven/ch.qos.logback/logback-classic")
+    assert reach == "unknown" and factor.value == "unknown" and factor.effect == 0.0
+    assert factor.source == ("code.namespace ch.qos.logback.newthing.Widget on prod/shop names "
+                             "only the group ch.qos.logback, not which of its artifacts runs")
+    # A component the evidence names exactly is observed.
+    observed = observed_components(evidence=[("code", "ch.qos.logback.classic.Logger", 5.0)])
+    source = FactorSource(inputs=RankInputs(libraries=(ServiceLibraries(
+        environment="prod", service="shop", traced=True, observed=observed),)),
+        settings=RankSettings())
+    assert source.reachability("prod", "shop", "pkg:maven/ch.qos.logback/logback-classic"
+                               )[0] == "observed"

@@ -103,6 +103,9 @@ class Component(models.Model):
     licenses = models.JSONField(default=list, blank=True)
     supplier = models.CharField(max_length=512, blank=True)
     scope = models.CharField(max_length=16, blank=True)
+    # Code packages the SBOM says the component holds (trustrank.parsers.cyclonedx_packages):
+    # the ranking maps a span's code.namespace to the component through them first.
+    packages = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["name", "version"]

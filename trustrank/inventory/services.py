@@ -158,6 +158,7 @@ def _copy_components(sbom_id: int, parsed: ParsedBom, *, progress: Any = None) -
         "licenses",
         "supplier",
         "scope",
+        "packages",
     )
     rows = (
         (
@@ -174,6 +175,7 @@ def _copy_components(sbom_id: int, parsed: ParsedBom, *, progress: Any = None) -
             orjson.dumps(c.licenses).decode(),
             c.supplier[:512],
             c.scope[:16],
+            orjson.dumps(c.packages).decode(),
         )
         for c in parsed.components
     )

@@ -24,6 +24,7 @@ import jsonschema_rs
 import orjson
 from lxml import etree
 
+from trustrank.parsers.cyclonedx_packages import packages_from_json, packages_from_xml
 from trustrank.parsers.cyclonedx_vulns import (
     CycloneDxVulnsError,
     EmbeddedVulnerability,
@@ -56,6 +57,8 @@ class ParsedComponent:
     licenses: tuple[str, ...] = ()
     supplier: str = ""
     scope: str = ""
+    # Code packages the component says it holds (`cyclonedx_packages`).
+    packages: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +254,7 @@ def _json_component(comp: dict[str, Any], parent: str, out: list[ParsedComponent
             licenses=tuple(_json_licenses(comp.get("licenses") or ())),
             supplier=supplier.get("name", "") if isinstance(supplier, dict) else "",
             scope=comp.get("scope", ""),
+            packages=packages_from_json(comp),
         )
     )
     for child in comp.get("components") or ():
@@ -415,6 +419,7 @@ def _xml_component(comp: Any, parent: str, ns: dict[str, str], out: list[ParsedC
             licenses=tuple(licenses),
             supplier=(comp.findtext("c:supplier/c:name", "", ns) or "").strip(),
             scope=(comp.findtext("c:scope", "", ns) or "").strip(),
+            packages=packages_from_xml(comp, ns),
         )
     )
     nested = comp.find("c:components", ns)

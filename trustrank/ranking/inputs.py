@@ -360,11 +360,32 @@ SELECT service_id, kind, name, sum(spans), sum(spans) FILTER (WHERE bucket_start
 """
 
 
+def sbom_packages_by_service(
+    deployments: Sequence[ri.Deployment], components: Sequence[ri.Component],
+) -> dict[tuple[str, str], dict[str, tuple[str, ...]]]:
+    """Per (environment, service): package prefix -> component keys, from the components
+    of the service's deployed SBOMs that list their packages."""
+    by_version: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for c in components:
+        for package in c.packages:
+            by_version[c.project_version][package].append(c.key)
+    out: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {}
+    for d in deployments:
+        packages = by_version.get(d.project_version)
+        if packages:
+            table = out.setdefault((d.environment, d.service), {})
+            for package, keys in packages.items():
+                table[package] = tuple(sorted(set(table.get(package, ())) | set(keys)))
+    return out
+
+
 def _libraries(
     team_id: int, since: datetime, minutes: float, names: dict[int, tuple[str, str]],
     rank_settings_: ri.RankSettings, rates: _Rates,
+    sbom_packages: dict[tuple[str, str], dict[str, tuple[str, ...]]] | None = None,
 ) -> list[ri.ServiceLibraries]:
     rules = library_map(rank_settings_.library_map)
+    sbom_packages = sbom_packages or {}
     evidence: dict[int, list[Evidence]] = defaultdict(list)
     with connection.cursor() as cur:
         cur.execute(_LIBRARY_RATES_SQL, [rates.recent_since, team_id, since])
@@ -390,7 +411,8 @@ def _libraries(
                 environment=env,
                 service=name,
                 traced=pk in traced,
-                observed=observed_components(evidence=evidence.get(pk, []), rules=rules),
+                observed=observed_components(evidence=evidence.get(pk, []), rules=rules,
+                                             sbom=sbom_packages.get((env, name))),
             )
         )
     return out
@@ -433,14 +455,14 @@ def _components(version_ids: set[int]) -> tuple[list[ri.ProjectVersion], list[ri
     sbom_to_pv = {sbom: pv for pv, sbom in pvs if sbom is not None}
     out: dict[tuple[str, str], ri.Component] = {}
     rows = Component.objects.filter(sbom_id__in=list(sbom_to_pv)).values_list(
-        "sbom_id", "purl", "name", "hashes", "supplier"
+        "sbom_id", "purl", "name", "hashes", "supplier", "packages"
     )
-    for sbom_id, purl, name, hashes, supplier in rows.iterator(chunk_size=CHUNK):
+    for sbom_id, purl, name, hashes, supplier, packages in rows.iterator(chunk_size=CHUNK):
         pv = str(sbom_to_pv[sbom_id])
         key = component_key_from_purl(purl) if purl else name
         out[(pv, key)] = ri.Component(
             project_version=pv, key=key, hashes_present=bool(hashes),
-            supplier_known=bool(supplier),
+            supplier_known=bool(supplier), packages=tuple(packages or ()),
         )
     versions = [ri.ProjectVersion(key=str(pv)) for pv in sorted(version_ids)]
     return versions, list(out.values())
@@ -745,9 +767,10 @@ def ranking_inputs_gather(
     rs = rank_settings()
     graph = _graph(team_id, since, minutes, rates,
                    previous.graph if previous is not None else None)
-    libraries = _libraries(team_id, since, minutes, graph.names, rs, rates)
     deployments, version_ids = _deployments(team_id)
     versions, components = _components(version_ids)
+    libraries = _libraries(team_id, since, minutes, graph.names, rs, rates,
+                           sbom_packages_by_service(deployments, components))
     if previous is not None and changed_since is not None:
         delta, delta_ids, closed = _findings(
             team_id, changed_since=changed_since,

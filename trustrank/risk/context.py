@@ -241,6 +241,9 @@ class ContextIndex(FactorSource):
             return (self._context(None, "", "", project_version, component_key),)
         facts = self._code_facts(project_version, component_key)
         hits: set[int] = set()
+        # Evidence naming only the component's group: reachability unknown (no points),
+        # as FactorSource.reachability says.
+        group_only: set[int] = set()
         if component_key:
             groups = None
             for i, part in enumerate(parts):
@@ -253,12 +256,12 @@ class ContextIndex(FactorSource):
                         groups = group_keys(component_key)
                     for g in groups:
                         if g in observed:
-                            hits.add(i)
+                            group_only.add(i)
                             break
         # Most components of a version are observed on none of its deployments; their
         # contexts then differ only by code provenance, so they share one computed tuple.
         shared_key = None
-        if not hits:
+        if not hits and not group_only:
             shared_key = (project_version, facts, component_key is None)
             shared = self._shared.get(shared_key)
             if shared is not None:
@@ -277,6 +280,8 @@ class ContextIndex(FactorSource):
             if component_key is not None:
                 if i in hits:
                     points += observed_pts
+                elif i in group_only:
+                    pass
                 elif part.traced:
                     points += unobserved_pts
             known = best.get((part.decisions, part.level))

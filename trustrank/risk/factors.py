@@ -176,14 +176,19 @@ class FactorSource:
         traced, observed = self.libraries.get((environment, service), (False, {}))
         if component_key:
             hit = observed.get(component_key)
-            conf: Confidence = "high"
             if hit is None:
                 for group in group_keys(component_key):
-                    hit = observed.get(group)
-                    if hit is not None and component_matches(component_key, group):
-                        conf = "medium"
-                        break
+                    group_hit = observed.get(group)
+                    if group_hit is not None and component_matches(component_key, group):
+                        # Evidence that names only the group says some artifact of it runs,
+                        # not this one: unknown, never observed (issue 24).
+                        return "unknown", Factor(
+                            "reachability", "unknown", 0.0,
+                            f"{group_hit.evidence} on {environment}/{service} names only the "
+                            f"group {group.removeprefix('pkg:maven/')}, not which of its "
+                            "artifacts runs", "low")
             if hit is not None:
+                conf: Confidence = "high"
                 w = self.settings.weights.reachability
                 rate = rate_text(
                     per_minute=hit.calls_per_minute, recent=hit.recent_calls_per_minute,

@@ -148,6 +148,8 @@ class Component:
     key: str
     hashes_present: bool = False
     supplier_known: bool = False
+    # Code packages the SBOM says the component holds (library evidence maps through them).
+    packages: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

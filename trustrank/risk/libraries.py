@@ -9,11 +9,17 @@ Telemetry names code, SBOMs name packages. The rules, in the order they are trie
   - Python `opentelemetry.instrumentation.<lib>`: `python_scope`, else `pkg:pypi/<lib>`
     with the name normalised as PyPI does (PEP 503);
   - JS `@opentelemetry/instrumentation-<lib>`: `js_scope`, else `pkg:npm/<lib>`;
-- `code.namespace`: a Java class (a dotted name with a capitalised segment or a
-  reverse-domain first segment) is matched by the longest package prefix in
-  `java_package`; otherwise the top module of a Python dotted name is looked up in
-  `python_module` (longest dotted prefix first), else `pkg:pypi/<module>`; standard-library
-  modules map to nothing;
+- `code.namespace`: first the packages the service's own SBOM names for its components
+  (`sbom_packages`, see below); then a Java class (a dotted name with a capitalised segment
+  or a reverse-domain first segment) is matched by the longest package prefix in
+  `java_package` and in the generated index of real jars (`data/java_packages.json.gz`,
+  made by `scripts/gen_package_index.py`): the longer prefix wins, so
+  `org.springframework.boot.autoconfigure.web.servlet.error.BasicErrorController` names
+  `spring-boot-autoconfigure`, not the `org.springframework` group; when the table's hit is
+  an artifact and the index's one as deep or deeper, both are kept (one package shipped by two
+  artifacts: Debian's `tomcat-catalina`, Maven Central's `tomcat-embed-core`). Otherwise
+  the top module of a Python dotted name is looked up in `python_module` (longest dotted
+  prefix first), else `pkg:pypi/<module>`; standard-library modules map to nothing;
 - stack frames in span `exception` events, as the trace aggregation records them (kinds
   `java_frame`, `python_frame`, `js_frame`; see `trustrank.parsers.stackframes`): a Java
   frame `org.apache.logging.log4j.core.Logger.log` through the Java package rules only
@@ -24,15 +30,23 @@ Telemetry names code, SBOMs name packages. The rules, in the order they are trie
   The evidence reads `exception frame <frame>`. `map_stacktrace` reads a whole trace text
   with the same rules.
 
-A key may name a whole Maven group (`pkg:maven/org.apache.logging.log4j`), which matches
-every component in it (see `component_matches`). Table hits are high confidence; names
-derived by the fallbacks are medium. `RankSettings.library_map` holds extra rules as
+A key may name a whole Maven group (`pkg:maven/org.apache.logging.log4j`): it says some
+artifact of the group runs, not which, and the ranking reads it as "unknown" for the
+group's components, never as "observed" (`trustrank.risk.factors`). Table hits are high
+confidence; a package the index gives to several artifacts and names derived by the
+fallbacks are medium.
+
+`sbom_packages` (package prefix → component keys, from the components of the service's
+deployed SBOMs that list their packages; `trustrank.parsers.cyclonedx`) is tried before
+every table for `code.namespace` and stack frames: a BOM that says which packages a
+component holds knows better than any general index. `RankSettings.library_map` holds extra rules as
 `(table, name, key)`; several rules for one `(table, name)` accumulate, and an empty key
 maps that name to nothing.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import sys
@@ -45,6 +59,8 @@ from trustrank.risk.inputs import Confidence, ObservedComponent
 
 TABLES = ("java_scope", "java_package", "python_scope", "python_module", "js_scope")
 LibraryMap = Mapping[str, Mapping[str, tuple[str, ...]]]
+# Package prefix -> component keys named by the service's own SBOM.
+SbomPackages = Mapping[str, tuple[str, ...]]
 
 _JAVA_SCOPE = re.compile(r"^io\.opentelemetry\.([a-z0-9][a-z0-9.-]*?)(?:-\d+(?:\.\d+)*)?$")
 _PY_SCOPE = "opentelemetry.instrumentation."
@@ -68,6 +84,18 @@ def _default_map() -> dict[str, dict[str, tuple[str, ...]]]:
     text = resources.files("trustrank.risk").joinpath("data", "library_map.json").read_text()
     raw = json.loads(text)
     return {t: {k: tuple(v) for k, v in raw.get(t, {}).items()} for t in TABLES}
+
+
+@cache
+def java_package_index() -> dict[str, tuple[str, ...]]:
+    """The generated index (`data/java_packages.json.gz`): package prefix → Maven component
+    keys (`pkg:maven/<groupId>/<artifactId>`)."""
+    raw = resources.files("trustrank.risk").joinpath("data", "java_packages.json.gz").read_bytes()
+    doc = json.loads(gzip.decompress(raw))
+    return {
+        prefix: tuple(f"pkg:maven/{c.replace(':', '/', 1)}" for c in coords)
+        for prefix, coords in doc["packages"].items()
+    }
 
 
 @cache
@@ -108,21 +136,59 @@ def _pypi(name: str) -> str:
     return "pkg:pypi/" + re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _java_package(fqn: str, rules: LibraryMap, evidence: str) -> list[LibraryMatch] | None:
-    """Matches of the longest listed package prefix; None when no prefix is listed (an
-    empty list means a listed prefix that maps to nothing, such as the JDK's)."""
+def _package_parts(fqn: str) -> list[str]:
     parts = fqn.split(".")
     # Cut at the first class segment: packages are lower case by convention.
     for i, part in enumerate(parts):
         if part[:1].isupper():
-            parts = parts[:i]
-            break
-    table = rules["java_package"]
+            return parts[:i]
+    return parts
+
+
+def _longest(table: Mapping[str, tuple[str, ...]], parts: list[str]) -> tuple[
+        int, tuple[str, ...] | None]:
     for n in range(len(parts), 0, -1):
         keys = table.get(".".join(parts[:n]))
         if keys is not None:
-            return [LibraryMatch(k, evidence, "high") for k in keys]
-    return None
+            return n, keys
+    return 0, None
+
+
+def _is_group(key: str) -> bool:
+    return key.startswith("pkg:maven/") and key.count("/") == 1
+
+
+def _sbom_package(dotted: str, sbom: SbomPackages | None, evidence: str) -> list[
+        LibraryMatch] | None:
+    if not sbom:
+        return None
+    n, keys = _longest(sbom, dotted.split("."))
+    if keys is None:
+        return None
+    package = ".".join(dotted.split(".")[:n])
+    return [LibraryMatch(k, f"{evidence} (package {package} listed in the SBOM)", "high")
+            for k in keys]
+
+
+def _java_package(fqn: str, rules: LibraryMap, evidence: str,
+                  sbom: SbomPackages | None = None) -> list[LibraryMatch] | None:
+    """Matches of the SBOM's own packages, else of the longest listed package prefix (the
+    table's or the generated index's); None when no prefix is listed (an empty list means a
+    listed prefix that maps to nothing, such as the JDK's)."""
+    found = _sbom_package(fqn, sbom, evidence)
+    if found is not None:
+        return found
+    parts = _package_parts(fqn)
+    n_table, table_keys = _longest(rules["java_package"], parts)
+    n_index, index_keys = _longest(java_package_index(), parts)
+    if index_keys is None or n_index < n_table:
+        if table_keys is None:
+            return None
+        return [LibraryMatch(k, evidence, "high") for k in table_keys]
+    conf: Confidence = "high" if len(index_keys) == 1 else "medium"
+    keys = list(index_keys)
+    keys += [k for k in table_keys or () if not _is_group(k) and k not in keys]
+    return [LibraryMatch(k, evidence, conf) for k in keys]
 
 
 def _python_module(dotted: str, rules: LibraryMap, evidence: str) -> list[LibraryMatch]:
@@ -174,10 +240,14 @@ def map_scope(*, name: str, rules: LibraryMap | None = None) -> tuple[LibraryMat
     return ()
 
 
-def map_code_namespace(*, name: str, rules: LibraryMap | None = None) -> tuple[LibraryMatch, ...]:
+def map_code_namespace(*, name: str, rules: LibraryMap | None = None,
+                       sbom: SbomPackages | None = None) -> tuple[LibraryMatch, ...]:
     """Component keys named by a `code.namespace` value (Java class or Python module)."""
     rules = rules or library_map()
     evidence = f"code.namespace {name}"
+    from_sbom = _sbom_package(name, sbom, evidence)
+    if from_sbom is not None:
+        return tuple(from_sbom)
     if _looks_java(name):
         found = _java_package(name, rules, evidence)
         if found is not None:
@@ -187,13 +257,15 @@ def map_code_namespace(*, name: str, rules: LibraryMap | None = None) -> tuple[L
     return tuple(_python_module(name, rules, evidence))
 
 
-def map_stacktrace(*, text: str, rules: LibraryMap | None = None) -> tuple[LibraryMatch, ...]:
+def map_stacktrace(*, text: str, rules: LibraryMap | None = None,
+                   sbom: SbomPackages | None = None) -> tuple[LibraryMatch, ...]:
     """Component keys named by the frames of an `exception.stacktrace`; one match per key,
     from its first frame."""
     rules = rules or library_map()
     found: dict[str, LibraryMatch] = {}
     for m in _JAVA_FRAME.finditer(text):
-        for hit in _java_package(m.group(1), rules, f"stack frame at {m.group(1)}") or ():
+        for hit in _java_package(m.group(1), rules, f"stack frame at {m.group(1)}",
+                                 sbom) or ():
             found.setdefault(hit.component_key, hit)
     for m in _PY_FRAME.finditer(text):
         module = m.group(1)
@@ -210,15 +282,16 @@ def map_stacktrace(*, text: str, rules: LibraryMap | None = None) -> tuple[Libra
 FRAME_KINDS = ("java_frame", "python_frame", "js_frame")
 
 
-def map_frame(*, kind: str, name: str, rules: LibraryMap | None = None) -> tuple[
-        LibraryMatch, ...]:
+def map_frame(*, kind: str, name: str, rules: LibraryMap | None = None,
+              sbom: SbomPackages | None = None) -> tuple[LibraryMatch, ...]:
     """Component keys named by one recorded stack frame (`kind` one of FRAME_KINDS)."""
     rules = rules or library_map()
     evidence = f"exception frame {name}"
     if kind == "java_frame":
-        return tuple(_java_package(name, rules, evidence) or ())
+        return tuple(_java_package(name, rules, evidence, sbom) or ())
     if kind == "python_frame":
-        return tuple(_python_module(name, rules, evidence))
+        return tuple(_sbom_package(name, sbom, evidence) or _python_module(name, rules,
+                                                                           evidence))
     if kind == "js_frame":
         parts = name.split("/")
         package = "/".join(parts[:2]) if name.startswith("@") else parts[0]
@@ -230,7 +303,7 @@ def map_frame(*, kind: str, name: str, rules: LibraryMap | None = None) -> tuple
 
 
 def map_evidence(
-    *, kind: str, name: str, rules: LibraryMap | None = None
+    *, kind: str, name: str, rules: LibraryMap | None = None, sbom: SbomPackages | None = None
 ) -> tuple[LibraryMatch, ...]:
     """One piece of library evidence as stored by the runtime app (`kind` is `scope`,
     `code`, `exception` or a frame kind). Database, messaging and RPC *system* names (`postgresql`,
@@ -238,11 +311,11 @@ def map_evidence(
     if kind == "scope":
         return map_scope(name=name, rules=rules)
     if kind == "code":
-        return map_code_namespace(name=name, rules=rules)
+        return map_code_namespace(name=name, rules=rules, sbom=sbom)
     if kind == "exception":
-        return map_stacktrace(text=name, rules=rules)
+        return map_stacktrace(text=name, rules=rules, sbom=sbom)
     if kind in FRAME_KINDS:
-        return map_frame(kind=kind, name=name, rules=rules)
+        return map_frame(kind=kind, name=name, rules=rules, sbom=sbom)
     return ()
 
 
@@ -253,6 +326,7 @@ def observed_components(
     *,
     evidence: Iterable[Evidence],
     rules: LibraryMap | None = None,
+    sbom: SbomPackages | None = None,
 ) -> tuple[ObservedComponent, ...]:
     """Fold `(kind, name, calls_per_minute[, recent_per_minute, peak_per_minute])` evidence
     rows of one service into observed components: rates add up per key (the last hour's
@@ -268,7 +342,7 @@ def observed_components(
         kind, name, per_minute = row[0], row[1], row[2]
         row_recent = row[3] if len(row) > 3 else None  # type: ignore[misc]
         row_peak = row[4] if len(row) > 4 else None  # type: ignore[misc]
-        for hit in map_evidence(kind=kind, name=name, rules=rules):
+        for hit in map_evidence(kind=kind, name=name, rules=rules, sbom=sbom):
             key = hit.component_key
             first = key not in rate
             rate[key] = rate.get(key, 0.0) + per_minute

@@ -29,6 +29,14 @@ def expiry_window() -> timedelta:
     return timedelta(days=settings.TRUSTRANK_IDENTITY_EXPIRY_WINDOW_DAYS)
 
 
+def expiry_rules() -> engine.ExpiryRules:
+    return engine.ExpiryRules(
+        fraction=settings.TRUSTRANK_IDENTITY_EXPIRY_LIFETIME_FRACTION,
+        floor=timedelta(hours=settings.TRUSTRANK_IDENTITY_EXPIRY_FLOOR_HOURS),
+        min_rotations=settings.TRUSTRANK_IDENTITY_ROTATION_MIN_OBSERVED,
+    )
+
+
 def _service_catalog(team_id: int, environment: str) -> set[tuple[str, str]] | None:
     """Known services (name, namespace) when a catalog is configured, else None (a rule's
     answer is then taken as is). The runtime app can provide one without this app importing

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from trustrank.findings.models import Finding, FindingKind, FindingSource
 from trustrank.findings.services.audit import Actor
@@ -23,7 +23,7 @@ from trustrank.identity.models import (
     MappingSource,
     TrustAnchor,
 )
-from trustrank.identity.services.environments import expiry_window
+from trustrank.identity.services.environments import expiry_rules, expiry_window
 
 _ANCHOR_FINDING_KINDS = (IdentityCategory.ANCHOR_EXPIRED, IdentityCategory.ANCHOR_EXPIRING)
 _CERT_FINDING_KINDS = (
@@ -144,11 +144,18 @@ def findings_sync(
     environment, or the certificates and identities named). Idempotent."""
     actor = actor or Actor.system("identity evidence")
     window = expiry_window()
+    rules = expiry_rules()
     certs = Certificate.objects.filter(team_id=team_id, environment=environment)
     if certificate_ids is not None:
-        certs = certs.filter(pk__in=certificate_ids)
+        # The certificates named, and the earlier ones of their SPIFFE IDs: a successor
+        # uploaded makes its predecessor's expiry routine (engine.expiry).
+        named = list(certs.filter(pk__in=certificate_ids).values_list("pk", "spiffe_id"))
+        same_ids = {spiffe for _pk, spiffe in named if spiffe}
+        certs = certs.filter(Q(pk__in=[pk for pk, _s in named]) | Q(spiffe_id__in=same_ids))
+    certs_list = list(certs)
+    histories = _validity_histories(team_id=team_id, environment=environment, certs=certs_list)
     desired: list[_Desired] = []
-    for cert in certs:
+    for cert in certs_list:
         facts = engine.CertificateFacts(
             fingerprint_sha256=cert.fingerprint_sha256,
             subject=cert.subject,
@@ -158,14 +165,18 @@ def findings_sync(
             chain_status=cert.chain_status,
             chain_reason=cert.chain_reason,
             weaknesses=tuple(engine.Weakness(w["kind"], w["detail"]) for w in cert.weaknesses),
+            not_before=cert.not_before,
+            history=histories.get(_identity_key(cert.role, cert.spiffe_id, cert.subject,
+                                                cert.service), ()),
         )
-        for spec in engine.certificate_findings(facts, now=now, expiry_window=window):
+        for spec in engine.certificate_findings(facts, now=now, expiry_window=window,
+                                                expiry=rules):
             desired.append(_Desired(spec, cert.pk, cert.spiffe_id))
     existing = _identity_findings(team_id=team_id, environment=environment).filter(
         category__in=_CERT_FINDING_KINDS
     )
     if certificate_ids is not None:
-        existing = existing.filter(certificate_id__in=list(certs.values_list("pk", flat=True)))
+        existing = existing.filter(certificate_id__in=[c.pk for c in certs_list])
     counts = _reconcile(
         team_id=team_id, environment=environment, desired=desired, existing=existing,
         resolve_missing=True, now=now, actor=actor,
@@ -203,6 +214,34 @@ def findings_sync(
         "opened": counts["opened"] + more["opened"],
         "resolved": counts["resolved"] + more["resolved"],
     }
+
+
+def _identity_key(role: str, spiffe_id: str, subject: str, service: str) -> tuple[str, ...]:
+    """Certificates of one identity: the same SPIFFE ID, else the same subject presented by
+    the same service (leaf certificates; a CA is its own identity)."""
+    if role != "leaf":
+        return ("ca", subject)
+    return ("spiffe", spiffe_id) if spiffe_id else ("subject", subject, service)
+
+
+def _validity_histories(
+    *, team_id: int, environment: str, certs: Sequence[Certificate],
+) -> dict[tuple[str, ...], tuple[tuple[datetime, datetime], ...]]:
+    """(not_before, not_after) of every leaf certificate of the identities of `certs` in the
+    environment: the rotation history `engine.expiry` reads. One query."""
+    spiffe_ids = {c.spiffe_id for c in certs if c.role == "leaf" and c.spiffe_id}
+    subjects = {c.subject for c in certs if c.role == "leaf" and not c.spiffe_id}
+    if not spiffe_ids and not subjects:
+        return {}
+    rows = Certificate.objects.filter(
+        Q(spiffe_id__in=spiffe_ids) | Q(spiffe_id="", subject__in=subjects),
+        team_id=team_id, environment=environment, role="leaf",
+    ).values_list("role", "spiffe_id", "subject", "service", "not_before", "not_after")
+    out: dict[tuple[str, ...], list[tuple[datetime, datetime]]] = {}
+    for role, spiffe_id, subject, service, not_before, not_after in rows:
+        out.setdefault(_identity_key(role, spiffe_id, subject, service), []).append(
+            (not_before, not_after))
+    return {k: tuple(sorted(v)) for k, v in out.items()}
 
 
 def _anchor_desired(*, team_id: int, environment: str, now: datetime) -> list[_Desired]:

@@ -42,6 +42,13 @@ from cryptography.x509.verification import (
     VerificationError,
 )
 
+from trustrank.identity.engine.expiry import (
+    ExpiryRules,
+    expiry_warning,
+    rotation_observed,
+    superseded_by,
+    time_left,
+)
 from trustrank.parsers.x509 import ParsedCertificate, certificate_from_crypto, spiffe_id_parse
 
 # --- Chain verification ---------------------------------------------------------------------
@@ -587,10 +594,15 @@ class CertificateFacts:
     chain_status: str
     chain_reason: str
     weaknesses: tuple[Weakness, ...]
+    not_before: datetime | None = None
+    # The (not_before, not_after) of every certificate of the same identity in the
+    # environment, this one included (`rotation_observed` reads the cadence from them).
+    history: tuple[tuple[datetime, datetime], ...] = ()
 
 
 def certificate_findings(
-    cert: CertificateFacts, *, now: datetime, expiry_window: timedelta
+    cert: CertificateFacts, *, now: datetime, expiry_window: timedelta,
+    expiry: ExpiryRules | None = None,
 ) -> list[FindingSpec]:
     """What is wrong with one certificate, as findings keyed by its fingerprint."""
     label = cert.spiffe_id or cert.subject or cert.fingerprint_sha256[:16]
@@ -602,23 +614,37 @@ def certificate_findings(
         "chain_status": cert.chain_status,
     }
     specs: list[FindingSpec] = []
-    if cert.not_after <= now:
+    rules = expiry or ExpiryRules()
+    # Earlier certificates only: the cadence up to this one.
+    earlier = tuple(v for v in cert.history
+                    if cert.not_before is None or v[0] <= cert.not_before)
+    rotation = rotation_observed(earlier, min_rotations=rules.min_rotations)
+    if superseded_by(cert.not_before, cert.not_after, cert.history) is not None:
+        # Replaced before it expired: its expiry is the rotation working, not a problem.
+        pass
+    elif cert.not_after <= now:
         specs.append(
             FindingSpec(
                 "expired", cert.fingerprint_sha256, "high",
                 f"Certificate for {label} expired on {cert.not_after:%Y-%m-%d}", base,
             )
         )
-    elif cert.not_after <= now + expiry_window:
-        days = (cert.not_after - now).days
-        specs.append(
-            FindingSpec(
-                "expiring", cert.fingerprint_sha256, "medium" if days > 7 else "high",
-                f"Certificate for {label} expires in {days} day{'' if days == 1 else 's'} "
-                f"({cert.not_after:%Y-%m-%d})",
-                {**base, "days_left": days, "window_days": expiry_window.days},
+    else:
+        warn = expiry_warning(not_before=cert.not_before, not_after=cert.not_after, now=now,
+                              window=expiry_window, rules=rules, rotation=rotation)
+        if warn is not None:
+            days = (cert.not_after - now).days
+            severity = "high" if days <= 7 or warn["rotation_missed"] else "medium"
+            specs.append(
+                FindingSpec(
+                    "expiring", cert.fingerprint_sha256, severity,
+                    f"Certificate for {label} expires in {time_left(cert.not_after - now)} "
+                    f"({cert.not_after:%Y-%m-%d}); {warn['explanation']}",
+                    {**base, "days_left": days, "window_days": expiry_window.days,
+                     **{k: v for k, v in warn.items() if k != "explanation"},
+                     "explanation": warn["explanation"]},
+                )
             )
-        )
     for weakness in cert.weaknesses:
         specs.append(
             FindingSpec(
