@@ -21,7 +21,7 @@ from django.views.decorators.http import require_POST
 from trustrank.accounts.models import Membership, Scope, Team
 from trustrank.accounts.principal import Principal, principal_for_request
 from trustrank.findings import selectors
-from trustrank.findings.filters import FindingFilterSet
+from trustrank.findings.filters import ORDERINGS, FindingFilterSet, findings_ordered
 from trustrank.findings.models import (
     OPEN_STATES,
     VEX_RESPONSES,
@@ -61,6 +61,14 @@ from trustrank.ranking.explain import finding_rank_explain
 from trustrank.vulns import selectors as vuln_selectors
 
 PAGE_SIZE = 50
+# What the list says about its order, by `ordering` (filters.ORDERINGS).
+ORDER_TEXT = {
+    "rank": "most urgent first: by the latest ranking run's rank (the SSVC decision, then the "
+            "contextual score), the findings it has not ranked after, by baseline priority",
+    "-rank": "least urgent first, by the latest ranking run's rank",
+    "baseline": "highest baseline priority first",
+    "due": "soonest due date first",
+}
 # The page's totals: "more than 10,000" beyond this.
 COUNT_CAP = 10_000
 PROJECT_CHOICES_MAX = 300
@@ -85,8 +93,10 @@ def _cursor(value: str) -> tuple[float, int] | None:
 
 @login_required
 def finding_list_page(request: HttpRequest) -> HttpResponse:
-    """Keyset pagination on (baseline_priority, id) — the index's order — so page 1,000 costs
-    what page 1 costs; the total is counted up to a cap, never over the whole table."""
+    """The contextual order by default (the latest ranking run's ranks, then the unranked by
+    baseline priority), read from the rank index a page at a time (paging.RankOrderedRows);
+    `ordering=baseline` pages by key on (baseline_priority, id), the index's order, so page
+    1,000 costs what page 1 costs. The total is counted up to a cap, never over the table."""
     principal = principal_for_request(request)
     filterset = FindingFilterSet(
         request.GET, queryset=selectors.finding_list(principal=principal), request=request
@@ -96,6 +106,9 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
     # fixed, rather than a list that silently ignores what was asked.
     qs = filterset.qs if filterset.is_valid() else filterset.queryset.none()
     team_ids = principal.team_ids
+    ordering = filterset.ordering_value()
+    if ordering != "baseline":
+        qs = findings_ordered(qs, ordering)
     # A search's matches are found, sorted and kept with their total (paging.SortedMatches).
     matches: SortedMatches | None = None
     if filterset.searches():
@@ -108,15 +121,18 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
     overdue_count, overdue_capped = capped_cached_count(
         qs.filter(state__in=OPEN_STATES, due__due_date__lt=timezone.localdate()), team_ids=team_ids
     )
-    ordering = request.GET.get("ordering", "") if filterset.is_valid() else ""
     raw_after = request.GET.get("after", "")
-    if ordering:
+    if ordering != "baseline":
         # Other orders than the baseline index's page by position; the contextual order reads
         # the rank index (paging.RankOrderedRows), so a page costs its depth, not a team sort.
         offset = _offset_cursor(raw_after)
-        ordered: Any = RankOrderedRows(qs, team_ids=team_ids) if ordering == "rank" else qs
         window = slice(offset, offset + PAGE_SIZE + 1)
-        rows = ordered[window] if ordering == "rank" else rows_by_id(qs, window)
+        if matches is not None:
+            rows = rows_for_ids(qs, matches.ids(window))
+        elif ordering == "rank":
+            rows = RankOrderedRows(qs, team_ids=team_ids)[window]
+        else:
+            rows = rows_by_id(qs, window)
         next_after = f"@{offset + PAGE_SIZE}"
         is_first = offset == 0
     else:
@@ -168,6 +184,8 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
         "next_query": next_query,
         "first_query": base_query,
         "is_first_page": is_first,
+        "ordering": ordering,
+        "order_text": ORDER_TEXT.get(ordering, dict(ORDERINGS).get(ordering, ordering)),
         "can_triage": principal.can(Scope.TRIAGE),
         "states": TriageState.choices,
         "justifications": Justification.choices,
