@@ -57,6 +57,7 @@ from trustrank.findings.services.triage import (
 from trustrank.inventory.models import Project
 from trustrank.jobs.models import JobStatus
 from trustrank.lib.numbers import INT_MAX, int_or_none
+from trustrank.lib.params import param_rows
 from trustrank.ranking.explain import finding_rank_explain
 from trustrank.vulns import selectors as vuln_selectors
 
@@ -426,6 +427,36 @@ def finding_bulk_triage_submit(request: HttpRequest) -> HttpResponse:
     return HttpResponseRedirect(back)
 
 
+# The findings filters' own labels ("Search", "KEV", "EPSS from"...) for a job's selection.
+_FILTER_LABELS = {
+    name: str(f.label) for name, f in FindingFilterSet.base_filters.items() if f.label
+}
+
+
+def _bulk_change_rows(changes: dict[str, Any]) -> list[tuple[str, str]]:
+    """What a bulk triage sets, as (label, text): states and justifications by their names,
+    the assignee by username, a cleared due date as such."""
+    from django.contrib.auth import get_user_model
+
+    shown: dict[str, Any] = {}
+    for name, value in (changes or {}).items():
+        if name == "state":
+            value = dict(TriageState.choices).get(value, value)
+        elif name == "justification":
+            value = dict(Justification.choices).get(value, value)
+        elif name == "assignee":
+            user = None
+            if value is not None and int_or_none(str(value)) is not None:
+                user = get_user_model().objects.filter(pk=int(value)).first()
+            value = "nobody (unassigned)" if value is None else (
+                user.get_username() if user is not None else f"user {value}"
+            )
+        elif name == "due_date" and value is None:
+            value = "cleared"
+        shown[name] = value
+    return param_rows(shown)
+
+
 @login_required
 def bulk_triage_job_page(request: HttpRequest, job_id: int) -> HttpResponse:
     """A bulk triage job's progress; the htmx fragment polls while it runs."""
@@ -434,6 +465,8 @@ def bulk_triage_job_page(request: HttpRequest, job_id: int) -> HttpResponse:
     )
     context = {
         "job": job,
+        "change_rows": _bulk_change_rows(job.changes),
+        "filter_rows": param_rows(job.filter, labels=_FILTER_LABELS) if job.filter else [],
         "running": job.status in (JobStatus.QUEUED, JobStatus.RUNNING),
         "percent": int(100 * job.progress_done / job.progress_total)
         if job.progress_total else 0,

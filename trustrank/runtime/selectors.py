@@ -250,12 +250,23 @@ def broken_context_for_environment(*, environment: Environment) -> QuerySet[Find
     return _broken_context(team_id=environment.team_id, environment=environment.name)
 
 
-def findings_for_service(*, service: Service, limit: int = 50) -> list[Finding]:
-    """Every kind of finding about this service, open ones first."""
-    return list(
-        Finding.objects.filter(team_id=service.environment.team_id, service=service)
-        .annotate(is_resolved=~Q(state__in=OPEN_STATES))
-        .order_by("is_resolved", "-baseline_priority", "-pk")[:limit]
+def findings_for_service(*, service: Service) -> QuerySet[Finding]:
+    """The open findings of every kind about this service: those that name it (identity,
+    reliability) and the vulnerabilities of the project versions it runs. A vulnerability
+    finding names no service: it belongs to a project version, and a deployment says which
+    service runs that version, keyed by environment and service name as the ranking engine
+    reads it. In baseline order; the page pages it in rank order (paging.RankOrderedRows)."""
+    versions = Deployment.objects.filter(
+        environment_id=service.environment_id, service_name=service.name
+    ).values("project_version_id")
+    return (
+        Finding.objects.filter(
+            Q(service=service) | Q(project_version_id__in=versions),
+            team_id=service.environment.team_id,
+            state__in=OPEN_STATES,
+        )
+        .select_related("project", "project_version", "ranked__context")
+        .order_by("-baseline_priority", "-id")
     )
 
 
