@@ -102,7 +102,7 @@ def _order_column(entry: Any) -> tuple[str, str] | None:
     if isinstance(entry, str):
         name, direction = entry.lstrip("-"), "DESC" if entry.startswith("-") else "ASC"
     elif isinstance(entry, OrderBy) and isinstance(entry.expression, F):
-        name = entry.expression.name
+        name = str(getattr(entry.expression, "name", ""))
         direction = "DESC" if entry.descending else "ASC"
         if entry.nulls_last:
             direction += " NULLS LAST"
