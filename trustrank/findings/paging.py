@@ -284,10 +284,10 @@ class RankOrderedRows:
         return self._ranked_count
 
     def count(self) -> int:
+        # The whole filter's total: one count without the ranks' join (the two parts
+        # partition it), shared with the other orders' totals under the same key.
         if self._count is None:
-            self._count = self.ranked_count + cached_count(
-                self._unranked, team_ids=self._team_ids
-            )
+            self._count = cached_count(self._base, team_ids=self._team_ids)
         return self._count
 
     def __len__(self) -> int:

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_request
-from trustrank.findings.paging import RankOrderedRows
+from trustrank.findings.paging import CountedRows
 from trustrank.inventory.models import Project
 from trustrank.lib.numbers import int_or_none
 from trustrank.lib.pages import HtmxHttpRequest, paginate
@@ -146,10 +146,9 @@ def _service_findings(request: HttpRequest, service: Any) -> dict[str, Any]:
     """The service's open findings in the findings list's order (the latest ranking run's
     rank, the unranked after it by baseline priority), a page at a time (`page`)."""
     qs = selectors.findings_for_service(service=service)
-    pager = paginate(
-        request, RankOrderedRows(qs, team_ids=[service.environment.team_id]),  # type: ignore[arg-type]
-        per_page=FINDINGS_PER_PAGE,
-    )
+    # Matched first, then sorted by rank, with the total in the same query (search=True).
+    rows = CountedRows(qs, team_ids=[service.environment.team_id], search=True)
+    pager = paginate(request, rows, per_page=FINDINGS_PER_PAGE)  # type: ignore[arg-type]
     return {"findings": pager["page_obj"], **pager}
 
 
