@@ -1,8 +1,5 @@
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
@@ -19,6 +16,7 @@ from trustrank.accounts.principal import Principal, principal_for_request
 from trustrank.accounts.selectors import TeamNotAllowed, TeamRequired, team_for_upload
 from trustrank.identity.forms import CertificateUploadForm, TrustBundleUploadForm
 from trustrank.lib.pages import HtmxHttpRequest, paginate
+from trustrank.lib.params import param_rows
 
 
 @login_required
@@ -35,26 +33,11 @@ def job_list_page(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "ingest/jobs.html", context)
 
 
-def _param_rows(params: dict[str, Any]) -> list[tuple[str, str]]:
-    """A job's parameters as (name, text) rows: strings as they are, anything else as JSON
-    (true, not Python's True), and an empty value as an em dash."""
-    rows = []
-    for name, value in params.items():
-        if value in ("", None):
-            text = "—"
-        elif isinstance(value, str):
-            text = value
-        else:
-            text = json.dumps(value, sort_keys=True, ensure_ascii=False)
-        rows.append((name, text))
-    return rows
-
-
 @login_required
 def job_page(request: HtmxHttpRequest, job_id: str) -> HttpResponse:
     job = job_get(principal=principal_for_request(request), job_id=job_id)
     template = "ingest/_job.html" if request.htmx else "ingest/job.html"
-    return render(request, template, {"job": job, "param_rows": _param_rows(job.params)})
+    return render(request, template, {"job": job, "param_rows": param_rows(job.params)})
 
 
 def _team(principal: Principal, team_hint: str) -> Team:

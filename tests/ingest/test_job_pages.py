@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 
@@ -44,15 +45,42 @@ def test_job_page_says_when_the_payload_was_a_request_body(team, api, client, ma
     assert "application/json ?" not in html
 
 
-def test_job_page_shows_parameters_as_a_key_value_table(team, api, client, make_user):
+def _no_python_repr(html: str) -> None:
+    for text in ("{&#x27;", "[&#x27;", "True", "False", "None", "&#x27;:"):
+        assert text not in html, text
+
+
+def test_job_page_shows_parameters_as_labelled_fields(team, api, client, make_user):
     response = api(team, "sbom:write").post(
         f"/api/v1/sboms?{QUERY}", data=SMALL, content_type="application/json"
     )
     page = _logged_in(client, make_user, team).get(f"/jobs/{response.json()['id']}/")
     html = page.content.decode()
-    assert '<table class="params">' in html
-    assert '<th scope="row">projectName</th><td>shop</td>' in html
-    assert '<th scope="row">autoCreate</th><td>true</td>' in html
-    # Not Python's repr of the dict.
-    assert "{&#x27;" not in html
-    assert "True" not in html
+    params = html[html.index('data-testid="job-params"'):]
+    params = params[: params.index("</dd>\n")]
+    assert '<dl class="kv params">' in params
+    assert "<dt>Project</dt><dd>shop</dd>" in params
+    assert "<dt>Version</dt><dd>1.0</dd>" in params
+    assert "<dt>Create the project if missing</dt><dd>yes</dd>" in params
+    # Not Python's repr of the dict, nor its keys as the API spells them.
+    assert "projectName" not in params
+    _no_python_repr(html)
+
+
+def test_a_finished_job_says_done_once(team, client, make_user):
+    from tests.vulns.helpers import import_osv, osv
+
+    job = import_osv(team, [osv("GHSA-0000-0000-0001", "npm", "left-pad", [{"introduced": "0"}])])
+    assert job.status == "done" and job.phase == "done"
+    html = _logged_in(client, make_user, team).get(f"/jobs/{job.pk}/").content.decode()
+    status = html[html.index('data-testid="job-status">') + len('data-testid="job-status">'):]
+    status = status[: status.index("</dd>")]
+    assert re.sub(r"<[^>]+>", "", status).split() == ["done", "(1/1)"]
+    assert "done done" not in re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+    counts = html[html.index('data-testid="job-counts"'):]
+    assert '<dl class="kv params">' in counts[: counts.index("</dd>\n")]
+    _no_python_repr(html)
+    listing = client.get("/jobs/").content.decode()
+    row = listing[listing.index(f'<tr data-job="{job.pk}"'):]
+    row = re.sub(r"<[^>]+>", " ", row[: row.index("</tr>")])
+    assert row.split().count("done") == 1

@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_request
 from trustrank.findings import selectors
-from trustrank.findings.filters import FindingFilterSet
+from trustrank.findings.filters import DEFAULT_ORDERING, FindingFilterSet, findings_ordered
 from trustrank.findings.models import Finding, FindingKind
 from trustrank.findings.paging import CountedRows, RankOrderedRows
 from trustrank.findings.search import search_value
@@ -48,8 +48,9 @@ from trustrank.vulns import selectors as vuln_selectors
 
 
 class FindingListApi(ListAPIView[Finding]):
-    """Findings of every kind (filter `kind`) of the caller's teams, highest baseline
-    priority first."""
+    """Findings of every kind (filter `kind`) of the caller's teams, as the findings page
+    lists them: most urgent first by the latest ranking run's rank, the unranked after by
+    baseline priority (`ordering=baseline`, `-rank` or `due` for the others)."""
 
     serializer_class = FindingSerializer
     filterset_class = FindingFilterSet
@@ -59,16 +60,22 @@ class FindingListApi(ListAPIView[Finding]):
         return selectors.finding_list(principal=principal_for_request(self.request))
 
     def paginate_queryset(self, queryset: Any) -> Any:
-        """Totals from the generation-keyed count cache; `ordering=rank` read from the rank
-        index (trustrank/findings/paging.py): a million-finding team pages in milliseconds."""
+        """Totals from the generation-keyed count cache; the contextual order (the default)
+        read from the rank index (trustrank/findings/paging.py): a million-finding team pages
+        in milliseconds."""
         if self.paginator is None:
             return None
         team_ids = principal_for_request(self.request).team_ids
         rows: Any
-        if self.request.query_params.get("ordering") == "rank":
+        asked = self.request.query_params.get("ordering")
+        ordering = asked or DEFAULT_ORDERING
+        search = bool(search_value(self.request.query_params))
+        if not asked:  # the filter left the queryset in the baseline order
+            queryset = findings_ordered(queryset, ordering)
+        if ordering == "rank" and not search:
             rows = RankOrderedRows(queryset, team_ids=team_ids)
         else:
-            search = bool(search_value(self.request.query_params))
+            # A search's matches are joined to their ranks and sorted (SortedMatches).
             rows = CountedRows(queryset, team_ids=team_ids, search=search)
         return self.paginator.paginate_queryset(rows, self.request, view=self)
 

@@ -43,6 +43,16 @@ DECISIONS = [
     ("defer", "Defer"),
 ]
 
+ORDERINGS = [
+    ("rank", "Contextual rank"),
+    ("-rank", "Contextual rank, last first"),
+    ("baseline", "Baseline priority"),
+    ("due", "Due date, soonest first"),
+]
+# The findings list's order when none is asked for: the latest ranking run's, the unranked
+# after the ranked by baseline priority (paging.RankOrderedRows).
+DEFAULT_ORDERING = "rank"
+
 OPEN_CHOICES = [("true", "Open"), ("false", "Closed"), ("all", "All states")]
 _OPEN_ALIASES = {"1": "true", "True": "true", "yes": "true", "0": "false", "False": "false",
                  "no": "false"}
@@ -50,6 +60,17 @@ _OPEN_ALIASES = {"1": "true", "True": "true", "yes": "true", "0": "false", "Fals
 # Trigrams need three characters: a shorter search could not use the index, so it matches
 # prefixes of ids and names through their btree indexes instead.
 SEARCH_MIN_SUBSTRING = 3
+
+
+def findings_ordered(qs: QuerySet[Finding], value: str) -> QuerySet[Finding]:
+    """`qs` in one of the list's orders (ORDERINGS); "baseline" keeps the queryset's."""
+    if value == "rank":
+        return qs.order_by(F("ranked__rank").asc(nulls_last=True), "-baseline_priority", "-id")
+    if value == "-rank":
+        return qs.order_by(F("ranked__rank").desc(nulls_first=True), "id")
+    if value == "due":
+        return qs.order_by(F("due__due_date").asc(nulls_last=True), "-baseline_priority", "-id")
+    return qs
 
 
 class OpenField(django_filters.fields.ChoiceField):
@@ -174,14 +195,12 @@ class FindingFilterSet(django_filters.FilterSet):
     due_before = django_filters.DateFilter(
         field_name="due__due_date", lookup_expr="lt", label="Due before"
     )
+    # No value means DEFAULT_ORDERING (the contextual rank) on the page and in the API; the
+    # queryset itself keeps the baseline order, which bulk triage and exports do not read.
     ordering = django_filters.ChoiceFilter(
         method="filter_ordering",
-        choices=[
-            ("rank", "Contextual rank"),
-            ("-rank", "Contextual rank, last first"),
-            ("baseline", "Baseline priority"),
-            ("due", "Due date, soonest first"),
-        ],
+        choices=ORDERINGS,
+        empty_label=None,
         label="Order",
     )
 
@@ -247,17 +266,13 @@ class FindingFilterSet(django_filters.FilterSet):
     # --- filter methods ---
 
     def filter_ordering(self, qs: QuerySet[Finding], name: str, value: str) -> QuerySet[Finding]:
-        if value == "rank":
-            return qs.order_by(
-                F("ranked__rank").asc(nulls_last=True), "-baseline_priority", "-id"
-            )
-        if value == "-rank":
-            return qs.order_by(F("ranked__rank").desc(nulls_first=True), "id")
-        if value == "due":
-            return qs.order_by(
-                F("due__due_date").asc(nulls_last=True), "-baseline_priority", "-id"
-            )
-        return qs
+        return findings_ordered(qs, value)
+
+    def ordering_value(self) -> str:
+        """The order asked for, DEFAULT_ORDERING when none (or an invalid one) was."""
+        if not self.is_valid():
+            return DEFAULT_ORDERING
+        return self.form.cleaned_data.get("ordering") or DEFAULT_ORDERING
 
     def filter_open(self, qs: QuerySet[Finding], name: str, value: Any) -> QuerySet[Finding]:
         if value == "true":

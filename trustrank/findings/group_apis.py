@@ -98,6 +98,7 @@ def fix_group_data(g: FixGroup) -> dict[str, Any]:
 def vulnerability_group_data(g: VulnerabilityGroup) -> dict[str, Any]:
     return {
         "vuln_id": g.vuln_id,
+        "title": g.display_title,
         "aliases": list(g.aliases),
         "cve_id": g.cve_id,
         "severity": g.severity,

@@ -21,7 +21,14 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import F, QuerySet
 
-from trustrank.findings.models import OPEN_STATES, Finding, FindingKind, Severity, TriageState
+from trustrank.findings.models import (
+    OPEN_STATES,
+    Finding,
+    FindingKind,
+    Severity,
+    TriageState,
+    title_line,
+)
 from trustrank.risk.inputs import DECISIONS
 from trustrank.vulns.engine.versions import parse, scheme_for
 
@@ -144,6 +151,12 @@ class VulnerabilityGroup:
     highest_decision: str | None
     best_rank: int | None
     finding_ids: tuple[int, ...]
+    # The advisory's summary (or its details' first line), as its findings carry it.
+    title: str = ""
+
+    @property
+    def display_title(self) -> str:
+        return title_line(self.title) or self.vuln_id
 
     @property
     def sentence(self) -> str:
@@ -236,6 +249,7 @@ def _base_sql(qs: QuerySet[Finding]) -> tuple[str, tuple[Any, ...]]:
         "in_kev",
         g_fixed=F("fixed_versions"),
         g_aliases=F("aliases"),
+        g_title=F("title"),
     )
     sql, params = values.query.sql_with_params()
     # Ranks through the finding's own relation (ranking's RankedFinding points at it): this
@@ -420,13 +434,14 @@ def vulnerability_groups(*, qs: QuerySet[Finding], limit: int, offset: int) -> G
                    array_agg(DISTINCT b.component_version) AS versions,
                    array_agg(DISTINCT b.package_name) AS packages,
                    array_agg(DISTINCT array_to_string(b.g_aliases, ' ')) AS aliases,
+                   max(b.g_title) AS title,
                    (array_agg(b.id ORDER BY b.g_rank ASC NULLS LAST, b.id))[1:{MAX_IDS}] AS ids
             FROM ({base}) b JOIN page p ON p.vuln_id = b.vuln_id
             GROUP BY b.vuln_id
         )
         SELECT g.vuln_id, g.total, g.level, g.best_rank, g.n, g.n_open, g.severity,
                g.in_kev, g.cve_id, d.aliases,
-               d.states, d.projects, d.components, d.versions, d.packages, d.ids
+               d.states, d.projects, d.components, d.versions, d.packages, d.ids, d.title
         FROM page g
         JOIN detail d ON d.vuln_id = g.vuln_id
         ORDER BY g.level DESC, g.best_rank ASC NULLS LAST, g.n_open DESC, g.n DESC, g.vuln_id
@@ -439,7 +454,7 @@ def vulnerability_groups(*, qs: QuerySet[Finding], limit: int, offset: int) -> G
     names = _project_names({p for r in rows for p in (r[11] or []) if p is not None})
     groups = []
     for (vuln_id, _t, level, best_rank, n, n_open, sev, in_kev, cve_id, aliases, states,
-         projects, components, versions, packages, ids) in rows:
+         projects, components, versions, packages, ids, title) in rows:
         if isinstance(states, str):
             states = json.loads(states)
         groups.append(
@@ -464,6 +479,7 @@ def vulnerability_groups(*, qs: QuerySet[Finding], limit: int, offset: int) -> G
                 highest_decision=decision_for_level(level),
                 best_rank=best_rank,
                 finding_ids=tuple(ids or []),
+                title=title or "",
             )
         )
     return GroupPage(by="vulnerability", count=total, groups=groups)

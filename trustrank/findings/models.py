@@ -182,6 +182,20 @@ def search_text_expression() -> Any:
     )
 
 
+# A title is one line: an advisory without a summary gives its details' first line, cut here.
+TITLE_MAX_CHARS = 160
+
+
+def title_line(text: str, *, limit: int = TITLE_MAX_CHARS) -> str:
+    """The first non-blank line of `text`, whitespace collapsed, cut to `limit` with an
+    ellipsis: what stands for a title when an advisory has none."""
+    for line in (text or "").splitlines():
+        words = " ".join(line.split())
+        if words:
+            return words if len(words) <= limit else words[: limit - 1].rstrip() + "…"
+    return ""
+
+
 class Finding(models.Model):
     """One problem a team should look at, of any kind, identified by `fingerprint` (unique per
     team): for a vulnerability the (project version, component, advisory group) triple, for an
@@ -456,6 +470,13 @@ class Finding(models.Model):
     @property
     def category_display(self) -> str:
         return CATEGORY_LABELS.get(self.category, self.category or self.get_kind_display())
+
+    @property
+    def display_title(self) -> str:
+        """What every page shows as the finding's title: the first line of its title (an
+        advisory's summary, or its details' first line when it has none), else the
+        vulnerability id, else the category."""
+        return title_line(self.title) or self.vuln_id or self.category_display
 
 
 class FindingDue(models.Model):

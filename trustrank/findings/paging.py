@@ -24,7 +24,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.core.exceptions import EmptyResultSet
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import F, OrderBy, QuerySet
 
 from trustrank.findings.models import Finding
 
@@ -91,6 +91,33 @@ def rows_for_ids(qs: QuerySet[Finding], ids: list[int]) -> list[Finding]:
 SEARCH_HEAD = 1000
 
 
+# Relations to one-to-one rows a search's order may read (trustrank.ranking's rank, the due
+# date): one row per finding, so the join neither repeats nor drops a match.
+_ORDER_RELATIONS = {"ranked", "due"}
+
+
+def _order_column(entry: Any) -> tuple[str, str] | None:
+    """(values_list name, SQL direction) of one ORDER BY entry, None when it is something
+    else than a column of the findings table or of a one-to-one row beside it."""
+    if isinstance(entry, str):
+        name, direction = entry.lstrip("-"), "DESC" if entry.startswith("-") else "ASC"
+    elif isinstance(entry, OrderBy) and isinstance(entry.expression, F):
+        name = str(getattr(entry.expression, "name", ""))
+        direction = "DESC" if entry.descending else "ASC"
+        if entry.nulls_last:
+            direction += " NULLS LAST"
+        elif entry.nulls_first:
+            direction += " NULLS FIRST"
+    else:
+        return None
+    if "." in name or name.startswith("-"):
+        return None
+    parts = name.split("__")
+    if len(parts) > 2 or (len(parts) == 2 and parts[0] not in _ORDER_RELATIONS):
+        return None
+    return ("id" if name == "pk" else name), direction
+
+
 class SortedMatches:
     """A search's matches in the list's order: found first, then sorted.
 
@@ -102,7 +129,10 @@ class SortedMatches:
     the total (a window count) and the first SEARCH_HEAD matches, kept under the teams'
     generation like the counts: the next pages and the next analyst read them from there.
 
-    `usable` is false when the queryset's order is not plain columns of the findings table."""
+    `usable` is false when the queryset's order is not columns of the findings table or of
+    the one-to-one rows beside it (the rank, the due date): the contextual order of a search
+    joins each match's rank, then sorts the matches, instead of walking the whole rank index.
+    """
 
     def __init__(self, qs: QuerySet[Finding], *, team_ids: Iterable[int]) -> None:
         self._team_ids = list(team_ids)
@@ -115,11 +145,11 @@ class SortedMatches:
         fields: list[str] = []
         directions: list[str] = []
         for entry in order:
-            if not isinstance(entry, str) or "__" in entry or "." in entry:
+            found = _order_column(entry)
+            if found is None:
                 return
-            name = entry.lstrip("-")
-            fields.append("id" if name == "pk" else name)
-            directions.append("DESC" if entry.startswith("-") else "ASC")
+            fields.append(found[0])
+            directions.append(found[1])
         columns = ["id"] + [f for f in fields if f != "id"]
         try:
             inner, params = qs.order_by().values_list(*columns).query.sql_with_params()
@@ -238,7 +268,7 @@ class RankOrderedRows:
 
     def __init__(self, qs: QuerySet[Finding], *, team_ids: Iterable[int]) -> None:
         self._team_ids = list(team_ids)
-        base = qs.order_by()
+        base = self._base = qs.order_by()
         # The team condition on the ranks too, so PostgreSQL walks (team, rank) in order.
         self._ranked = base.filter(ranked__team_id__in=self._team_ids).order_by(
             "ranked__rank", "-id"
@@ -254,10 +284,10 @@ class RankOrderedRows:
         return self._ranked_count
 
     def count(self) -> int:
+        # The whole filter's total: one count without the ranks' join (the two parts
+        # partition it), shared with the other orders' totals under the same key.
         if self._count is None:
-            self._count = self.ranked_count + cached_count(
-                self._unranked, team_ids=self._team_ids
-            )
+            self._count = cached_count(self._base, team_ids=self._team_ids)
         return self._count
 
     def __len__(self) -> int:
@@ -270,10 +300,19 @@ class RankOrderedRows:
         stop = item.stop if item.stop is not None else self.count()
         if stop <= start:
             return []
+        # The ranked part first, without counting it: a page within it (the first pages of
+        # a ranked team) needs no total, and a short read tells where it ends.
+        ids: list[int] = []
+        if self._ranked_count is None or start < self._ranked_count:
+            ids = list(self._ranked.values_list("pk", flat=True)[start:stop])
+            if len(ids) == stop - start:
+                return rows_for_ids(self._base, ids)
+            if ids or start == 0:
+                self._ranked_count = start + len(ids)
         ranked = self.ranked_count
-        rows: list[Finding] = []
-        if start < ranked:
-            rows.extend(rows_by_id(self._ranked, slice(start, min(stop, ranked))))
         if stop > ranked:
-            rows.extend(rows_by_id(self._unranked, slice(max(0, start - ranked), stop - ranked)))
-        return rows
+            ids += list(
+                self._unranked.values_list("pk", flat=True)[max(0, start - ranked) : stop - ranked]
+            )
+        # One read of the rows of both parts.
+        return rows_for_ids(self._base, ids)

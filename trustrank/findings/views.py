@@ -21,7 +21,7 @@ from django.views.decorators.http import require_POST
 from trustrank.accounts.models import Membership, Scope, Team
 from trustrank.accounts.principal import Principal, principal_for_request
 from trustrank.findings import selectors
-from trustrank.findings.filters import FindingFilterSet
+from trustrank.findings.filters import ORDERINGS, FindingFilterSet, findings_ordered
 from trustrank.findings.models import (
     OPEN_STATES,
     VEX_RESPONSES,
@@ -57,10 +57,19 @@ from trustrank.findings.services.triage import (
 from trustrank.inventory.models import Project
 from trustrank.jobs.models import JobStatus
 from trustrank.lib.numbers import INT_MAX, int_or_none
+from trustrank.lib.params import param_rows
 from trustrank.ranking.explain import finding_rank_explain
 from trustrank.vulns import selectors as vuln_selectors
 
 PAGE_SIZE = 50
+# What the list says about its order, by `ordering` (filters.ORDERINGS).
+ORDER_TEXT = {
+    "rank": "most urgent first: by the latest ranking run's rank (the SSVC decision, then the "
+            "contextual score), the findings it has not ranked after, by baseline priority",
+    "-rank": "least urgent first, by the latest ranking run's rank",
+    "baseline": "highest baseline priority first",
+    "due": "soonest due date first",
+}
 # The page's totals: "more than 10,000" beyond this.
 COUNT_CAP = 10_000
 PROJECT_CHOICES_MAX = 300
@@ -85,8 +94,10 @@ def _cursor(value: str) -> tuple[float, int] | None:
 
 @login_required
 def finding_list_page(request: HttpRequest) -> HttpResponse:
-    """Keyset pagination on (baseline_priority, id) — the index's order — so page 1,000 costs
-    what page 1 costs; the total is counted up to a cap, never over the whole table."""
+    """The contextual order by default (the latest ranking run's ranks, then the unranked by
+    baseline priority), read from the rank index a page at a time (paging.RankOrderedRows);
+    `ordering=baseline` pages by key on (baseline_priority, id), the index's order, so page
+    1,000 costs what page 1 costs. The total is counted up to a cap, never over the table."""
     principal = principal_for_request(request)
     filterset = FindingFilterSet(
         request.GET, queryset=selectors.finding_list(principal=principal), request=request
@@ -96,6 +107,9 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
     # fixed, rather than a list that silently ignores what was asked.
     qs = filterset.qs if filterset.is_valid() else filterset.queryset.none()
     team_ids = principal.team_ids
+    ordering = filterset.ordering_value()
+    if ordering != "baseline":
+        qs = findings_ordered(qs, ordering)
     # A search's matches are found, sorted and kept with their total (paging.SortedMatches).
     matches: SortedMatches | None = None
     if filterset.searches():
@@ -108,15 +122,18 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
     overdue_count, overdue_capped = capped_cached_count(
         qs.filter(state__in=OPEN_STATES, due__due_date__lt=timezone.localdate()), team_ids=team_ids
     )
-    ordering = request.GET.get("ordering", "") if filterset.is_valid() else ""
     raw_after = request.GET.get("after", "")
-    if ordering:
+    if ordering != "baseline":
         # Other orders than the baseline index's page by position; the contextual order reads
         # the rank index (paging.RankOrderedRows), so a page costs its depth, not a team sort.
         offset = _offset_cursor(raw_after)
-        ordered: Any = RankOrderedRows(qs, team_ids=team_ids) if ordering == "rank" else qs
         window = slice(offset, offset + PAGE_SIZE + 1)
-        rows = ordered[window] if ordering == "rank" else rows_by_id(qs, window)
+        if matches is not None:
+            rows = rows_for_ids(qs, matches.ids(window))
+        elif ordering == "rank":
+            rows = RankOrderedRows(qs, team_ids=team_ids)[window]
+        else:
+            rows = rows_by_id(qs, window)
         next_after = f"@{offset + PAGE_SIZE}"
         is_first = offset == 0
     else:
@@ -168,6 +185,8 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
         "next_query": next_query,
         "first_query": base_query,
         "is_first_page": is_first,
+        "ordering": ordering,
+        "order_text": ORDER_TEXT.get(ordering, dict(ORDERINGS).get(ordering, ordering)),
         "can_triage": principal.can(Scope.TRIAGE),
         "states": TriageState.choices,
         "justifications": Justification.choices,
@@ -408,6 +427,36 @@ def finding_bulk_triage_submit(request: HttpRequest) -> HttpResponse:
     return HttpResponseRedirect(back)
 
 
+# The findings filters' own labels ("Search", "KEV", "EPSS from"...) for a job's selection.
+_FILTER_LABELS = {
+    name: str(f.label) for name, f in FindingFilterSet.base_filters.items() if f.label
+}
+
+
+def _bulk_change_rows(changes: dict[str, Any]) -> list[tuple[str, str]]:
+    """What a bulk triage sets, as (label, text): states and justifications by their names,
+    the assignee by username, a cleared due date as such."""
+    from django.contrib.auth import get_user_model
+
+    shown: dict[str, Any] = {}
+    for name, value in (changes or {}).items():
+        if name == "state":
+            value = dict(TriageState.choices).get(value, value)
+        elif name == "justification":
+            value = dict(Justification.choices).get(value, value)
+        elif name == "assignee":
+            user = None
+            if value is not None and int_or_none(str(value)) is not None:
+                user = get_user_model().objects.filter(pk=int(value)).first()
+            value = "nobody (unassigned)" if value is None else (
+                user.get_username() if user is not None else f"user {value}"
+            )
+        elif name == "due_date" and value is None:
+            value = "cleared"
+        shown[name] = value
+    return param_rows(shown)
+
+
 @login_required
 def bulk_triage_job_page(request: HttpRequest, job_id: int) -> HttpResponse:
     """A bulk triage job's progress; the htmx fragment polls while it runs."""
@@ -416,6 +465,8 @@ def bulk_triage_job_page(request: HttpRequest, job_id: int) -> HttpResponse:
     )
     context = {
         "job": job,
+        "change_rows": _bulk_change_rows(job.changes),
+        "filter_rows": param_rows(job.filter, labels=_FILTER_LABELS) if job.filter else [],
         "running": job.status in (JobStatus.QUEUED, JobStatus.RUNNING),
         "percent": int(100 * job.progress_done / job.progress_total)
         if job.progress_total else 0,

@@ -78,6 +78,12 @@ class Job(models.Model):
         return self.status in FINISHED
 
     @property
+    def phase_shown(self) -> str:
+        """The phase where it says more than the status: a finished job's phase repeats it
+        ("done", "failed"), and pages that showed both read "done done"."""
+        return "" if self.phase in ("", self.status) else self.phase
+
+    @property
     def duration_seconds(self) -> float | None:
         if self.started_at and self.finished_at:
             return (self.finished_at - self.started_at).total_seconds()

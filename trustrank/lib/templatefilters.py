@@ -6,6 +6,8 @@ from urllib.parse import urlsplit
 
 from django import template
 
+from trustrank.lib.params import param_rows as job_param_rows
+
 register = template.Library()
 
 _LINK_SCHEMES = frozenset({"http", "https"})
@@ -27,3 +29,10 @@ def http_url(value: object) -> str:
     if any(ord(ch) < 0x20 or ch == "\x7f" for ch in text):
         return ""
     return text
+
+
+@register.filter
+def param_rows(value: object) -> list[tuple[str, str]]:
+    """A job's parameters as (label, text) rows for templates/_params.html: human labels,
+    and values as text (yes/no, lists joined), never Python's repr."""
+    return job_param_rows(value)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Max, Q, QuerySet, Sum
+from django.db.models import Count, F, Max, Q, QuerySet, Sum
 from django.http import Http404
 from django.utils import timezone
 
@@ -250,12 +250,27 @@ def broken_context_for_environment(*, environment: Environment) -> QuerySet[Find
     return _broken_context(team_id=environment.team_id, environment=environment.name)
 
 
-def findings_for_service(*, service: Service, limit: int = 50) -> list[Finding]:
-    """Every kind of finding about this service, open ones first."""
-    return list(
-        Finding.objects.filter(team_id=service.environment.team_id, service=service)
-        .annotate(is_resolved=~Q(state__in=OPEN_STATES))
-        .order_by("is_resolved", "-baseline_priority", "-pk")[:limit]
+def findings_for_service(*, service: Service) -> QuerySet[Finding]:
+    """The open findings of every kind about this service: those that name it (identity,
+    reliability) and the vulnerabilities of the project versions it runs. A vulnerability
+    finding names no service: it belongs to a project version, and a deployment says which
+    service runs that version, keyed by environment and service name as the ranking engine
+    reads it. In the findings list's contextual order (the latest run's rank, the unranked
+    after by baseline priority); a service's findings are few, so a page finds them first
+    and sorts them (paging.SortedMatches) rather than walk the team's rank index."""
+    versions = list(
+        Deployment.objects.filter(
+            environment_id=service.environment_id, service_name=service.name
+        ).values_list("project_version_id", flat=True)
+    )
+    return (
+        Finding.objects.filter(
+            Q(service=service) | Q(project_version_id__in=versions),
+            team_id=service.environment.team_id,
+            state__in=OPEN_STATES,
+        )
+        .select_related("project", "project_version", "ranked__context")
+        .order_by(F("ranked__rank").asc(nulls_last=True), "-baseline_priority", "-id")
     )
 
 

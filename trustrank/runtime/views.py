@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_request
+from trustrank.findings.paging import CountedRows
 from trustrank.inventory.models import Project
 from trustrank.lib.numbers import int_or_none
 from trustrank.lib.pages import HtmxHttpRequest, paginate
@@ -31,6 +32,7 @@ from trustrank.runtime.models import DeploymentSource, HumanImpact
 WINDOWS = ["15m", "1h", "6h", "24h", "7d", "30d", "all"]
 _KIND_NAMES = {1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
 GRAPH_LIBRARY = "vendor/cytoscape/cytoscape.min.js"
+FINDINGS_PER_PAGE = 25
 
 
 def _window(request: HttpRequest) -> tuple[str, object]:
@@ -132,12 +134,22 @@ def service_detail(request: HttpRequest, pk: int) -> HttpResponse:
             service.pk, []
         ),
         "broken": list(selectors.broken_context_for_service(service=service)[:50]),
-        "findings": selectors.findings_for_service(service=service),
+        **_service_findings(request, service),
         "samples": selectors.trace_samples_for_service(service=service),
         "can_triage": principal.can("triage", service.environment.team_id),
         **_service_rank(service),
     }
     return render(request, "runtime/service_detail.html", context)
+
+
+def _service_findings(request: HttpRequest, service: Any) -> dict[str, Any]:
+    """The service's open findings in the findings list's order (the latest ranking run's
+    rank, the unranked after it by baseline priority), a page at a time (`page`)."""
+    qs = selectors.findings_for_service(service=service)
+    # Matched first, then sorted by rank, with the total in the same query (search=True).
+    rows = CountedRows(qs, team_ids=[service.environment.team_id], search=True)
+    pager = paginate(request, rows, per_page=FINDINGS_PER_PAGE)  # type: ignore[arg-type]
+    return {"findings": pager["page_obj"], **pager}
 
 
 def _service_rank(service: Any) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from django.db.models.functions import Substr
 from django.utils import timezone
 from packageurl import PackageURL
 
@@ -79,6 +80,10 @@ class MatchCounts:
         return dict(self.__dict__)
 
 
+# How much of an advisory's details the match reads: enough for a first line.
+DETAILS_HEAD_CHARS = 400
+
+
 def _advisories_for(keys: set[PackageKey]) -> list[dict[str, Any]]:
     if not keys:
         return []
@@ -108,7 +113,13 @@ def _advisories_for(keys: set[PackageKey]) -> list[dict[str, Any]]:
     ordered = sorted(ids)
     out: list[dict[str, Any]] = []
     for i in range(0, len(ordered), 5000):
-        out.extend(Advisory.objects.filter(id__in=ordered[i : i + 5000]).values(*fields))
+        # An advisory without a summary (PYSEC records) is titled by its details' first
+        # line: the head of the text is enough, and keeps megabytes of details off the match.
+        out.extend(
+            Advisory.objects.filter(id__in=ordered[i : i + 5000]).values(
+                *fields, details_head=Substr("details", 1, DETAILS_HEAD_CHARS)
+            )
+        )
     return out
 
 

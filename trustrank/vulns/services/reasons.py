@@ -12,6 +12,7 @@ from trustrank.findings.models import (
     Finding,
     FindingSource,
     MatchStatus,
+    title_line,
 )
 from trustrank.inventory.models import ProjectVersion, Sbom
 from trustrank.parsers.cvss import severity_label
@@ -69,6 +70,16 @@ def _vex_analysis(d: _Desired) -> Any:
     return None
 
 
+def _title(adv: dict[str, Any] | None, embedded: EmbeddedVulnerability | None) -> str:
+    """The advisory's summary; without one, the first line of its details, then the SBOM's
+    description of the vulnerability."""
+    if adv is not None and adv.get("summary"):
+        return str(adv["summary"])
+    return title_line(adv.get("details_head", "") if adv else "") or (
+        embedded.description[:500] if embedded is not None else ""
+    )
+
+
 def _finding_values(
     d: _Desired, *, adv_by_id: dict[str, dict[str, Any]], kev: dict[str, Any], epss: dict[str, Any]
 ) -> dict[str, Any]:
@@ -111,8 +122,7 @@ def _finding_values(
         "vuln_id": vuln_key[:128],
         "aliases": ids,
         "cve_id": vuln_key if vuln_key.startswith("CVE-") else "",
-        "title": (adv["summary"] if adv else "")
-        or (embedded.description[:500] if embedded else ""),
+        "title": _title(adv, embedded),
         "match_status": status,
         "match_reason": reason,
         "fixed_versions": fixed,
