@@ -191,3 +191,15 @@ def test_a_broken_chain_is_not_sealed(team, key):
     tamper("UPDATE findings_auditevent SET reason = 'x' WHERE id = %s", [events[0].pk])
     with pytest.raises(CommandError, match=f"broken at event {events[0].pk}"):
         call_command("audit_checkpoint")
+
+
+def test_audit_page_shows_the_last_checkpoint(client, team, key, make_user):
+    events = [record(team.pk, reason=f"r{i}") for i in range(2)]
+    call_command("audit_checkpoint")
+    checkpoint = AuditCheckpoint.objects.get()
+    client.force_login(make_user("ann", team=team))
+    chain = client.get("/audit/chain/").content.decode()
+    assert "Last checkpoint" in chain and "agrees" in chain and f"#{checkpoint.pk}" in chain
+    reseal(team.pk, events[0].pk, reason="forged")
+    chain = client.get("/audit/chain/").content.decode()
+    assert "disagrees" in chain and f"event {events[-1].pk}" in chain

@@ -281,10 +281,17 @@ def audit_checkpoint_check(
     return CheckpointCheck(**facts, ok=True)
 
 
-def audit_checkpoint_summary(*, team_id: int) -> dict[str, Any] | None:
-    """The latest checkpoint as a report or page shows it for one team's chain: its id, time,
-    key, the chain's checkpointed head and whether the chain still agrees; None without one."""
-    checkpoint = audit_checkpoint_latest()
+_LATEST: Any = object()
+
+
+def audit_checkpoint_summary(
+    *, team_id: int, checkpoint: AuditCheckpoint | None = _LATEST
+) -> dict[str, Any] | None:
+    """The latest checkpoint (or `checkpoint`, read once for many teams) as a report or page
+    shows it for one team's chain: its id, time, key, the chain's checkpointed head and
+    whether the chain still agrees; None without one."""
+    if checkpoint is _LATEST:
+        checkpoint = audit_checkpoint_latest()
     if checkpoint is None:
         return None
     try:
