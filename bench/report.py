@@ -125,7 +125,6 @@ def render() -> dict[str, Any]:
 
     from trustrank.accounts.models import Team
     from trustrank.accounts.principal import principal_for_command
-    from trustrank.exports.models import Export
     from trustrank.exports.services.params import ExportRequest
     from trustrank.exports.services.run import export_create, export_run_execute
 

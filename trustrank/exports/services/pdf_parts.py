@@ -90,7 +90,8 @@ def pdf_join(parts: Iterable[bytes]) -> tuple[bytes, int]:
     for part in parts:
         writer.append(PdfReader(io.BytesIO(part)))
     total = len(writer.pages)
-    font = writer._add_object(  # noqa: SLF001 - pypdf has no public call for a new object
+    # pypdf has no public call that adds a new indirect object.
+    font = writer._add_object(
         DictionaryObject(
             {
                 NameObject("/Type"): NameObject("/Font"),

@@ -31,7 +31,7 @@ from trustrank.risk.inputs import DECISIONS
 
 # Findings per table (and per PDF part): a table breaks across pages with its header
 # repeated; smaller tables keep WeasyPrint's per-table layout work and memory small.
-PART_ROWS = 300
+PART_ROWS = 200
 TEMPLATE = "exports/report.html"
 
 
@@ -65,7 +65,7 @@ def report_summary(selection: ExportSelection, meta: dict[str, Any]) -> dict[str
     by_state = _counts(selection, "state_then", _state_expression(meta))
     decisions = dict(_counts(selection, "decision_"))
     # SSVC order, most urgent first, then "—" (findings without a rank).
-    by_decision = [(d, decisions.pop(d, 0)) for d in reversed(DECISIONS)]
+    by_decision: list[tuple[str, int]] = [(d, decisions.pop(d, 0)) for d in reversed(DECISIONS)]
     by_decision += sorted(decisions.items())
     flags = (
         selection.queryset.order_by()

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
@@ -91,7 +91,7 @@ def audit_signing_key() -> Ed25519PrivateKey:
     if text.startswith(b"-----BEGIN"):
         try:
             key = serialization.load_pem_private_key(text, password=None)
-        except (ValueError, TypeError, serialization.UnsupportedAlgorithm):
+        except (ValueError, TypeError, UnsupportedAlgorithm):
             # The library's message can quote the input: say only what is wrong.
             raise AuditKeyError(f"{where} is not a readable PEM private key") from None
         if not isinstance(key, Ed25519PrivateKey):
@@ -119,7 +119,7 @@ def audit_verify_key() -> Ed25519PublicKey | None:
         if text.startswith(b"-----BEGIN"):
             try:
                 key = serialization.load_pem_public_key(text)
-            except (ValueError, TypeError, serialization.UnsupportedAlgorithm):
+            except (ValueError, TypeError, UnsupportedAlgorithm):
                 raise AuditKeyError(
                     "TRUSTRANK_AUDIT_VERIFY_KEY is not a readable PEM public key"
                 ) from None
@@ -235,7 +235,7 @@ def audit_checkpoint_check(
     """Compare one chain (a team's, or None: site-wide) with `checkpoint`: its signature
     (with `key`; None: the key stored beside it, which proves less), the checkpointed head
     event's digest, the number of events up to it and the chain up to it."""
-    base = {"checkpoint_id": checkpoint.pk, "created_at": checkpoint.created_at}
+    base: dict[str, Any] = {"checkpoint_id": checkpoint.pk, "created_at": checkpoint.created_at}
     note = "" if key is not None else (
         "signature checked with the key stored beside it; set TRUSTRANK_AUDIT_VERIFY_KEY "
         "to check it against yours"
@@ -248,7 +248,7 @@ def audit_checkpoint_check(
     if entry is None:
         return CheckpointCheck(**base, ok=True, note="the chain is newer than the checkpoint")
     head_id, events, digest = entry["head_event_id"], entry["events"], entry["head_digest"]
-    facts = {**base, "head_event_id": head_id, "events": events, "note": note}
+    facts: dict[str, Any] = {**base, "head_event_id": head_id, "events": events, "note": note}
     if head_id is None:
         return CheckpointCheck(**facts, ok=True)
     then = audit_chain_verify(team_id=team_id, upto_id=head_id)
