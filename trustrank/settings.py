@@ -502,7 +502,21 @@ CELERY_BEAT_SCHEDULE["cluster-diagnose-all"] = {
 TRUSTRANK_EXPORT_STREAM_MAX_ROWS = envint("TRUSTRANK_EXPORT_STREAM_MAX_ROWS", 20_000, minimum=0)
 TRUSTRANK_EXPORT_DIR = Path(envstr("TRUSTRANK_EXPORT_DIR", str(VAR_DIR / "media" / "exports")))
 # The printable report (HTML and PDF) lists at most this many findings; its counts cover all.
-TRUSTRANK_EXPORT_REPORT_MAX_ROWS = envint("TRUSTRANK_EXPORT_REPORT_MAX_ROWS", 2_000, minimum=1)
+TRUSTRANK_EXPORT_REPORT_MAX_ROWS = envint("TRUSTRANK_EXPORT_REPORT_MAX_ROWS", 10_000, minimum=1)
+# Processes that render a big PDF report's parts side by side (each about 100 MB at most).
+TRUSTRANK_EXPORT_PDF_PROCESSES = envint(
+    "TRUSTRANK_EXPORT_PDF_PROCESSES", min(2, os.cpu_count() or 1), minimum=1
+)
+
+# --- Audit checkpoints (manage.py audit_checkpoint / audit_verify) -----------------------------
+# The Ed25519 private key that signs checkpoints: PEM (PKCS#8) or base64 of its 32 raw bytes,
+# in the variable or in the file _FILE names. Read only when a checkpoint is written (never at
+# startup, never logged): only the host that runs audit_checkpoint needs it.
+TRUSTRANK_AUDIT_SIGNING_KEY = os.environ.get("TRUSTRANK_AUDIT_SIGNING_KEY", "")
+TRUSTRANK_AUDIT_SIGNING_KEY_FILE = os.environ.get("TRUSTRANK_AUDIT_SIGNING_KEY_FILE", "")
+# The public key checkpoints must be signed with (PEM or base64 of its 32 raw bytes), where
+# the private key is not at hand; by default the signing key's own public half.
+TRUSTRANK_AUDIT_VERIFY_KEY = envstr("TRUSTRANK_AUDIT_VERIFY_KEY", "")
 
 # --- Findings list at scale (trustrank/findings/paging.py) ------------------------------------
 # A filter's total is kept under the team's findings generation (newest write, newest ranking

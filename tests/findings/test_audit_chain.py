@@ -58,16 +58,20 @@ class TestChain:
         assert a2.prev_digest == a1.digest
         report = audit_chain_verify(team_id=team.pk)
         assert report == ChainReport(intact=True, events=2, first_broken_id=None, reason="",
-                                     head_digest=a2.digest)
+                                     head_digest=a2.digest, head_event_id=a2.pk)
         assert report.as_dict() == {"intact": True, "events": 2, "first_broken_id": None,
-                                    "reason": "", "head_digest": a2.digest}
+                                    "reason": "", "head_digest": a2.digest,
+                                    "head_event_id": a2.pk}
+        # Up to an event: the chain as a checkpoint then saw it.
+        upto = audit_chain_verify(team_id=team.pk, upto_id=a1.pk)
+        assert (upto.events, upto.head_event_id, upto.head_digest) == (1, a1.pk, a1.digest)
         assert audit_chain_verify(team_id=None).events == 1
         assert audit_chain_verify(team_id=other_team.pk).head_digest == b1.digest
 
     def test_an_empty_chain_is_intact(self, team):
         assert audit_chain_verify(team_id=team.pk).as_dict() == {
             "intact": True, "events": 0, "first_broken_id": None, "reason": "",
-            "head_digest": "",
+            "head_digest": "", "head_event_id": None,
         }
 
     def test_the_digest_covers_what_jsonb_gives_back(self, team):

@@ -629,6 +629,29 @@ class AuditEvent(models.Model):
         super().save(*args, **kwargs)
 
 
+class AuditCheckpoint(models.Model):
+    """A signed statement of where every audit chain stood (`manage.py audit_checkpoint`):
+    each chain's head event id, event count and head digest at `created_at`, as canonical
+    JSON (`statement`, exactly the bytes signed), signed with the site's Ed25519 key. A chain
+    rewritten and re-sealed afterwards is internally consistent again, but its checkpointed
+    head no longer has the digest signed here (`manage.py audit_verify` says so)."""
+
+    created_at = models.DateTimeField(default=timezone.now)
+    created_by = models.CharField(max_length=160, blank=True)
+    statement = models.TextField()
+    # Base64: the 64-byte signature and the 32-byte raw public key; the fingerprint is
+    # "sha256:" and the hex SHA-256 of that raw key.
+    signature = models.CharField(max_length=128)
+    public_key = models.CharField(max_length=64)
+    key_fingerprint = models.CharField(max_length=80)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"audit checkpoint {self.pk} ({self.created_at:%Y-%m-%d %H:%M:%S})"
+
+
 class BulkTriageJob(Job):
     """One bulk triage too large to apply within the request: which findings (explicit `ids`,
     with optional versions, or a `filter` of the findings list, re-evaluated by the worker

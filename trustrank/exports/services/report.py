@@ -1,22 +1,38 @@
 """The printable report: one template (templates/exports/report.html, with print CSS) served
-as HTML and rendered to PDF by WeasyPrint. Counts cover every matching finding; the table
-lists the first TRUSTRANK_EXPORT_REPORT_MAX_ROWS by rank (a PDF of a million rows helps
-nobody — the CSV and JSON exports carry them all)."""
+as HTML and rendered to PDF by WeasyPrint. A summary page (counts by SSVC decision, KEV,
+overdue, the audit chain and its last signed checkpoint, what was asked for), then one
+compact row per finding in rank order. Counts cover every matching finding; the table lists
+the first TRUSTRANK_EXPORT_REPORT_MAX_ROWS by rank (the CSV and JSON exports carry them all).
+
+The PDF is rendered in parts of PART_ROWS findings, side by side, and joined
+(services/pdf_parts.py says why).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import date, datetime
+from itertools import islice
 from typing import Any
 
 from django.conf import settings
-from django.db.models import CharField, Count, F
+from django.db.models import CharField, Count, F, Q
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 from django.template.loader import render_to_string
 from django.utils import timezone
 
 from trustrank.exports.services.formats import Progress, explanation_text
+from trustrank.exports.services.pdf_parts import PartRenderer, pdf_join
 from trustrank.exports.services.rows import ExportSelection, export_rows
+from trustrank.findings.models import OPEN_STATES
+from trustrank.findings.services.audit_checkpoint import audit_checkpoint_summary
+from trustrank.risk.inputs import DECISIONS
+
+# Findings per table (and per PDF part): a table breaks across pages with its header
+# repeated; smaller tables keep WeasyPrint's per-table layout work and memory small.
+PART_ROWS = 200
+TEMPLATE = "exports/report.html"
 
 
 def _counts(
@@ -29,21 +45,64 @@ def _counts(
     return sorted(((k or "—", n) for k, n in rows), key=lambda kv: (-kv[1], kv[0]))
 
 
-def report_html(
-    selection: ExportSelection, meta: dict[str, Any], progress: Progress | None = None
-) -> str:
-    limit = settings.TRUSTRANK_EXPORT_REPORT_MAX_ROWS
+def _state_expression(meta: dict[str, Any]) -> Any:
     if meta.get("as_of"):
         # The selection's rows carry the audit event of that time (`as_of_after`), not its
         # state as a column: a finding no event had triaged then keeps its own state.
-        by_state = _counts(
-            selection, "state_then", Coalesce(
-                KT("as_of_after__state"), F("state"), output_field=CharField()
-            )
+        return Coalesce(KT("as_of_after__state"), F("state"), output_field=CharField())
+    return F("state")
+
+
+def _day_of(meta: dict[str, Any]) -> date:
+    as_of = meta.get("as_of")
+    if as_of:
+        return timezone.localdate(datetime.fromisoformat(as_of))
+    return timezone.localdate()
+
+
+def report_summary(selection: ExportSelection, meta: dict[str, Any]) -> dict[str, Any]:
+    """What the first page says: counts of every matching finding (not just those listed)."""
+    by_state = _counts(selection, "state_then", _state_expression(meta))
+    decisions = dict(_counts(selection, "decision_"))
+    # SSVC order, most urgent first, then "—" (findings without a rank).
+    by_decision: list[tuple[str, int]] = [(d, decisions.pop(d, 0)) for d in reversed(DECISIONS)]
+    by_decision += sorted(decisions.items())
+    flags = (
+        selection.queryset.order_by()
+        .annotate(state_then=_state_expression(meta))
+        .aggregate(
+            kev=Count("id", filter=Q(in_kev=True)),
+            overdue=Count(
+                "id",
+                filter=Q(state_then__in=OPEN_STATES, due__due_date__lt=_day_of(meta)),
+            ),
         )
-    else:
-        by_state = _counts(selection, "state")
-    total = sum(n for _, n in by_state)
+    )
+    return {
+        "total": sum(n for _, n in by_state),
+        "by_state": by_state,
+        "by_decision": by_decision,
+        "by_severity": _counts(selection, "severity"),
+        "kev": flags["kev"],
+        "overdue": flags["overdue"],
+        "checkpoint": audit_checkpoint_summary(team_id=meta["team"]["id"]),
+    }
+
+
+def _flags(row: dict[str, Any]) -> str:
+    epss = row["epss"]
+    cvss = row["cvss"]
+    return " · ".join(
+        (
+            "KEV" if row["kev"] else "—",
+            f"{epss:.2f}" if epss is not None else "—",
+            f"{cvss:.1f}" if cvss is not None else "—",
+        )
+    )
+
+
+def report_rows(selection: ExportSelection) -> Iterator[dict[str, Any]]:
+    """The listed findings in rank order (unranked last), each shaped for one table row."""
     ordered = ExportSelection(
         queryset=selection.queryset.order_by(
             F("rank_").asc(nulls_last=True), "-baseline_priority", "-id"
@@ -51,27 +110,56 @@ def report_html(
         ranks=selection.ranks,
         notes=selection.notes,
     )
-    rows = []
-    for row in export_rows(ordered, limit=limit):
+    for row in export_rows(ordered, limit=settings.TRUSTRANK_EXPORT_REPORT_MAX_ROWS):
+        name, version = row["_component_name"], row["_component_version"]
+        row["component"] = (
+            f"{name}@{version}" if name and version else name or row["component_purl"] or "—"
+        )
         row["explanation_text"] = explanation_text(row["explanation"])
-        rows.append(row)
-    if progress is not None:
-        # The report covers every matching finding (its counts), though it lists fewer.
-        progress(total)
-    return render_to_string(
-        "exports/report.html",
+        row["score_text"] = "—" if row["score"] is None else f"{row['score']:.1f}"
+        row["flags"] = _flags(row)
+        yield row
+
+
+def _parts(rows: Iterator[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+    while part := list(islice(rows, PART_ROWS)):
+        yield part
+
+
+def _context(
+    meta: dict[str, Any], summary: dict[str, Any], generated_at: datetime
+) -> dict[str, Any]:
+    return {
+        **summary,
+        "meta": meta,
+        "generated_at": generated_at,
+        "as_of_label": meta.get("as_of") or "now",
+    }
+
+
+def _shown(summary: dict[str, Any]) -> dict[str, int]:
+    shown = min(summary["total"], settings.TRUSTRANK_EXPORT_REPORT_MAX_ROWS)
+    return {"shown": shown, "more": summary["total"] - shown}
+
+
+def report_html(
+    selection: ExportSelection, meta: dict[str, Any], progress: Progress | None = None
+) -> str:
+    summary = report_summary(selection, meta)
+    html = render_to_string(
+        TEMPLATE,
         {
-            "meta": meta,
-            "total": total,
-            "by_state": by_state,
-            "by_decision": _counts(selection, "decision_"),
-            "by_severity": _counts(selection, "severity"),
-            "rows": rows,
-            "shown": len(rows),
-            "more": max(0, total - len(rows)),
-            "generated_at": timezone.now(),
+            **_context(meta, summary, timezone.now()),
+            **_shown(summary),
+            "summary": True,
+            "parts": list(_parts(report_rows(selection))) or [[]],
+            "end": True,
         },
     )
+    if progress is not None:
+        # The report covers every matching finding (its counts), though it may list fewer.
+        progress(summary["total"])
+    return html
 
 
 def report_html_chunks(
@@ -97,8 +185,22 @@ def pdf_renderer_problem() -> str:
 def report_pdf_chunks(
     selection: ExportSelection, meta: dict[str, Any], progress: Progress | None = None
 ) -> Iterator[bytes]:
-    # Imported here: WeasyPrint loads Pango through cffi, which only the PDF path needs.
-    from weasyprint import HTML
+    summary = report_summary(selection, meta)
+    context = {**_context(meta, summary, timezone.now()), **_shown(summary)}
+    shown = context["shown"]
+    parts = -(-shown // PART_ROWS) or 1
 
-    html = report_html(selection, meta, progress)
-    yield HTML(string=html, base_url=str(settings.BASE_DIR)).write_pdf()
+    def htmls() -> Iterator[str]:
+        for number, part in enumerate(_parts(report_rows(selection)) if shown else [[]]):
+            yield render_to_string(
+                TEMPLATE,
+                {**context, "summary": number == 0, "parts": [part], "end": number == parts - 1},
+            )
+
+    # One part is rendered here: starting a process costs more than it saves.
+    processes = min(settings.TRUSTRANK_EXPORT_PDF_PROCESSES, parts)
+    with PartRenderer(processes=processes, base_url=str(settings.BASE_DIR)) as renderer:
+        pdf, _pages = pdf_join(renderer.render(htmls()))
+    if progress is not None:
+        progress(summary["total"])
+    yield pdf

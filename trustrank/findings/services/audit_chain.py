@@ -28,6 +28,7 @@ class ChainReport:
     first_broken_id: int | None
     reason: str
     head_digest: str
+    head_event_id: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -44,17 +45,22 @@ FROM findings_auditevent WHERE {where} ORDER BY id
 """
 
 
-def audit_chain_verify(*, team_id: int | None) -> ChainReport:
-    """Check the chain of `team_id` (None: the site-wide chain). The first event's predecessor
-    is the empty string; every later one names the digest stored on the event before it; every
-    stored digest is the digest of the event's content. Reports the first event that fails."""
+def audit_chain_verify(*, team_id: int | None, upto_id: int | None = None) -> ChainReport:
+    """Check the chain of `team_id` (None: the site-wide chain), or its events up to id
+    `upto_id` only (as a checkpoint saw it). The first event's predecessor is the empty
+    string; every later one names the digest stored on the event before it; every stored
+    digest is the digest of the event's content. Reports the first event that fails."""
     events = 0
     prev = ""
     head = ""
+    head_id: int | None = None
     first_broken_id: int | None = None
     reason = ""
     where = "team_id IS NULL" if team_id is None else "team_id = %s"
-    params = [] if team_id is None else [team_id]
+    params: list[int] = [] if team_id is None else [team_id]
+    if upto_id is not None:
+        where += " AND id <= %s"
+        params.append(upto_id)
     # A named (server-side) cursor streams the chain in chunks, inside one transaction (one
     # snapshot) so no event committed meanwhile is seen half-way.
     with transaction.atomic(), connection.chunked_cursor() as cur:
@@ -69,12 +75,14 @@ def audit_chain_verify(*, team_id: int | None) -> ChainReport:
                 if problem:
                     first_broken_id, reason = pk, problem
             prev = head = digest
+            head_id = pk
     return ChainReport(
         intact=first_broken_id is None,
         events=events,
         first_broken_id=first_broken_id,
         reason=reason,
         head_digest=head,
+        head_event_id=head_id,
     )
 
 

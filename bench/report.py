@@ -1,0 +1,195 @@
+"""The printable report an auditor takes away: the PDF of 10,000 ranked findings (every row
+listed, with its explanation), made by the real export job handler (selection, rows,
+template, WeasyPrint, file, audit event) in a fresh process, timed from the job's start to
+its file written. peak_mb: the peak RSS (VmHWM) of that process plus, for each of the
+TRUSTRANK_EXPORT_PDF_PROCESSES workers that render the parts, the largest worker peak.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python bench/report.py \
+        [--findings 10000] [--reuse]
+
+Builds its own database (bench/rerank.py's generator, then a ranking run, so every row has
+a rank, a decision, an explanation and a due date) and drops it at the end unless --keep.
+Last line: {"seconds": …, "pages": …, "peak_mb": …}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+BENCH_DB = "trustrank_bench_report"
+BENCH_TEAM = "bench-rerank"  # the name bench/rerank.py's generator gives its team
+
+
+def bench_env(findings: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    var = ROOT / "var" / "bench-report"
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "trustrank.settings",
+            "TRUSTRANK_DB_NAME": BENCH_DB,
+            "TRUSTRANK_TESTING": "1",
+            # The job runs in this process; its queue message goes nowhere.
+            "CELERY_BROKER_URL": "memory://",
+            "TRUSTRANK_VAR_DIR": str(var),
+            "TRUSTRANK_EXPORT_DIR": str(var / "exports"),
+            "TRUSTRANK_EXPORT_REPORT_MAX_ROWS": str(max(findings, 1)),
+            "LOG_LEVEL": "WARNING",
+        }
+    )
+    return env
+
+
+def _admin_url(env: dict[str, str]) -> str:
+    return env["DATABASE_URL"].rsplit("/", 1)[0] + "/postgres"
+
+
+def database_prepare(env: dict[str, str], *, findings: int, reuse: bool) -> None:
+    import psycopg
+
+    with psycopg.connect(_admin_url(env), autocommit=True) as conn:
+        exists = conn.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", [BENCH_DB]
+        ).fetchone()
+        if exists and not reuse:
+            conn.execute(f'DROP DATABASE "{BENCH_DB}" WITH (FORCE)')
+        if not exists or not reuse:
+            conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True
+    )
+    os.environ.update(env)
+    import django
+
+    django.setup()
+    from trustrank.accounts.models import Team
+    from trustrank.findings.models import Finding
+
+    team = Team.objects.filter(name=BENCH_TEAM).first()
+    if reuse and team and Finding.objects.filter(team=team).count() == findings:
+        print(f"reusing {findings} findings of team {team.pk}")
+        return
+    from bench.rerank import build
+    from trustrank.ranking.services.requests import ranking_run_request
+    from trustrank.ranking.services.runs import ranking_run_execute
+
+    started = time.perf_counter()
+    versions = max(1, min(2_000, findings // 5))
+    team_id = build(
+        findings=findings, services=max(versions, 1_000), edges=5 * max(versions, 1_000),
+        versions=versions, seed=7,
+    )
+    print(f"built {findings} findings in {time.perf_counter() - started:.0f} s")
+    run = ranking_run_request(team_id=team_id, trigger="bench", delay_seconds=0)
+    print(f"ranking run {ranking_run_execute(run_id=run.pk)}")
+
+
+def database_drop(env: dict[str, str]) -> None:
+    import psycopg
+
+    with psycopg.connect(_admin_url(env), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
+
+
+def vm_hwm_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _cpu() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def render() -> dict[str, Any]:
+    """In a process of its own: the export job of a PDF of every finding of the team."""
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from pypdf import PdfReader
+
+    from trustrank.accounts.models import Team
+    from trustrank.accounts.principal import principal_for_command
+    from trustrank.exports.services.params import ExportRequest
+    from trustrank.exports.services.run import export_create, export_run_execute
+
+    team = Team.objects.get(name=BENCH_TEAM)
+    principal = principal_for_command(
+        team_id=team.pk, command="bench-report", scopes=frozenset({"read", "export"})
+    )
+    export = export_create(
+        principal=principal, req=ExportRequest(format="pdf", team_id=team.pk), streamed=False
+    )
+    started = time.perf_counter()
+    cpu_before = _cpu()
+    status = export_run_execute(export_id=export.pk)
+    seconds = time.perf_counter() - started
+    cpu = _cpu() - cpu_before
+    export.refresh_from_db()
+    if export.status != "done":
+        raise SystemExit(f"export {status}: {export.error}")
+    # The rendering processes: this one (rows, HTML, joining) and the pool's workers, each
+    # counted at the largest peak any of them reached (an upper bound of what they held).
+    workers = settings.TRUSTRANK_EXPORT_PDF_PROCESSES
+    child_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    path = Path(settings.TRUSTRANK_EXPORT_DIR) / export.file_path
+    reader = PdfReader(path)
+    first = reader.pages[0].mediabox
+    return {
+        "seconds": round(seconds, 1),
+        "pages": len(reader.pages),
+        "peak_mb": round(vm_hwm_mb() + workers * child_mb, 1),
+        "main_peak_mb": round(vm_hwm_mb(), 1),
+        "worker_peak_mb": round(child_mb, 1),
+        "processes": workers,
+        # On a shared machine wall time mostly measures the neighbours: CPU seconds of this
+        # process and its workers.
+        "cpu_seconds": round(cpu, 1),
+        "rows": export.rows,
+        "size_mb": round(path.stat().st_size / 1e6, 1),
+        "landscape": float(first.width) > float(first.height),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--findings", type=int, default=10_000)
+    parser.add_argument("--reuse", action="store_true", help="keep an earlier bench database")
+    parser.add_argument("--keep", action="store_true", help="do not drop the database at the end")
+    parser.add_argument("--render", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    env = bench_env(args.findings)
+    if args.render:
+        os.environ.update(env)
+        print(json.dumps(render()))
+        return
+    database_prepare(env, findings=args.findings, reuse=args.reuse)
+    try:
+        child = subprocess.run(
+            [sys.executable, __file__, "--render", "--findings", str(args.findings)],
+            cwd=ROOT, env=env, check=True, capture_output=True, text=True,
+        )
+    finally:
+        if not args.keep:
+            database_drop(env)
+    result = json.loads(child.stdout.strip().splitlines()[-1])
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
