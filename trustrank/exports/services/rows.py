@@ -84,12 +84,15 @@ class ExportSelection:
     queryset: QuerySet[Finding]
     ranks: RankSource
     notes: list[str] = field(default_factory=list)
+    # The project version a CycloneDX VEX document describes (product.product_data).
+    product: dict[str, Any] | None = None
 
     def metadata(self) -> dict[str, Any]:
         return {
             "ranking_run": self.ranks.run_id,
             "ranks": self.ranks.kind,
             "notes": [*self.notes, *([self.ranks.note] if self.ranks.note else [])],
+            **({"product": self.product} if self.product is not None else {}),
         }
 
 
