@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import sys
 from datetime import timedelta
@@ -488,6 +489,24 @@ TRUSTRANK_EXPORT_STREAM_MAX_ROWS = envint("TRUSTRANK_EXPORT_STREAM_MAX_ROWS", 20
 TRUSTRANK_EXPORT_DIR = Path(envstr("TRUSTRANK_EXPORT_DIR", str(VAR_DIR / "media" / "exports")))
 # The printable report (HTML and PDF) lists at most this many findings; its counts cover all.
 TRUSTRANK_EXPORT_REPORT_MAX_ROWS = envint("TRUSTRANK_EXPORT_REPORT_MAX_ROWS", 2_000, minimum=1)
+# Who publishes the CSAF VEX documents (document.publisher): the organisation's name, a URL it
+# controls as its namespace, and its CSAF publisher category.
+TRUSTRANK_CSAF_PUBLISHER_NAME = envstr("TRUSTRANK_CSAF_PUBLISHER_NAME", "TrustRank") or "TrustRank"
+TRUSTRANK_CSAF_PUBLISHER_NAMESPACE = envstr(
+    "TRUSTRANK_CSAF_PUBLISHER_NAMESPACE", "https://trustrank.invalid"
+)
+TRUSTRANK_CSAF_PUBLISHER_CATEGORY = envstr("TRUSTRANK_CSAF_PUBLISHER_CATEGORY", "user")
+if TRUSTRANK_CSAF_PUBLISHER_CATEGORY not in (
+    "coordinator", "discoverer", "other", "translator", "user", "vendor"
+):
+    raise ImproperlyConfigured(
+        "TRUSTRANK_CSAF_PUBLISHER_CATEGORY must be one of coordinator, discoverer, other, "
+        "translator, user, vendor"
+    )
+if not re.match(r"^[a-z][a-z0-9+.-]*://\S+$", TRUSTRANK_CSAF_PUBLISHER_NAMESPACE):
+    raise ImproperlyConfigured(
+        "TRUSTRANK_CSAF_PUBLISHER_NAMESPACE must be an absolute URL (https://example.com)"
+    )
 
 # --- Findings list at scale (trustrank/findings/paging.py) ------------------------------------
 # A filter's total is kept under the team's findings generation (newest write, newest ranking

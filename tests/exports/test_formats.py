@@ -112,11 +112,13 @@ def test_csaf_vex_validates_against_the_oasis_schema(api, team, data):
     errors = list(csaf_validator().iter_errors(doc))
     assert errors == []
     assert doc["document"]["category"] == "csaf_vex"
-    products = {p["product_id"]: p for p in doc["product_tree"]["full_product_names"]}
+    relations = {
+        r["full_product_name"]["product_id"]: r for r in doc["product_tree"]["relationships"]
+    }
     by_cve = {v.get("cve"): v for v in doc["vulnerabilities"]}
     etcd = by_cve["CVE-2020-15115"]
     (pid,) = etcd["product_status"]["known_not_affected"]
-    assert products[pid]["product_identification_helper"]["purl"].startswith("pkg:golang/")
+    assert relations[pid]["full_product_name"]["name"].startswith("pkg:golang/")
     assert etcd["flags"][0]["label"] == "vulnerable_code_not_in_execute_path"
     assert etcd["threats"][0]["category"] == "impact"
     log4j = by_cve["CVE-2021-44228"]
