@@ -55,10 +55,7 @@ def vex_product_of(req: ExportRequest, qs: QuerySet[Finding]) -> dict[str, Any]:
     """The one project version a CycloneDX VEX export describes (see the module's docstring);
     ExportParamError naming `project_version` when the selection does not name one."""
     given = req.filters.get("project_version")
-    if given:
-        pv_ids = sorted({int(v) for v in given})
-    else:
-        pv_ids = _project_versions(qs, 6)
+    pv_ids = sorted({int(v) for v in given}) if given else _project_versions(qs, 6)
     if len(pv_ids) != 1:
         found = (
             "matches no vulnerability finding of a project version"
@@ -96,11 +93,12 @@ def csaf_products_of(qs: QuerySet[Finding]) -> tuple[list[dict[str, Any]], list[
         .filter(pk__in=list(pv_ids))
         .order_by("project__name", "version", "id")
     ]
-    pairs = list(
-        qs.order_by()
+    pairs = [
+        dict(pair)
+        for pair in qs.order_by()
         .values("project_version_id", "component_purl", "component_name", "component_version",
                 "component__cpe")
         .distinct()
         .order_by("project_version_id", "component_purl", "component_name", "component_version")
-    )
+    ]
     return versions, pairs

@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.contrib.postgres.aggregates import StringAgg
 from django.db.models import (
     BigIntegerField,
     Case,
@@ -36,7 +37,6 @@ from django.db.models import (
     When,
 )
 from django.db.models.fields.json import KT
-from django.contrib.postgres.aggregates import StringAgg
 from django.db.models.functions import Cast, Coalesce, Concat, NullIf
 from django.http import QueryDict
 
