@@ -168,3 +168,23 @@ def test_mandatory_checks_refuse_an_undefined_or_contradicting_product():
         vulnerability_check(
             {"product_status": {"fixed": [rid], "known_affected": [rid]}}, tree.defined
         )
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("TRUSTRANK_CSAF_PUBLISHER_NAMESPACE", "not a url"),
+     ("TRUSTRANK_CSAF_PUBLISHER_CATEGORY", "overlord")],
+)
+def test_a_bad_publisher_setting_stops_start_up(name, value):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "DEBUG": "1", name: value}
+    result = subprocess.run(
+        [sys.executable, "-c", "import trustrank.settings"], env=env, capture_output=True,
+        text=True, cwd=Path(__file__).resolve().parents[2], check=False,
+    )
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr and name in result.stderr

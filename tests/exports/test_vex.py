@@ -131,3 +131,15 @@ def test_dependency_track_route_gives_the_projects_vex(api, team, other_team, da
     assert theirs.get(f"/api/v1/vex/cyclonedx/project/{data['gateway_pv'].uuid}").status_code == 404
     unknown = "00000000-0000-4000-8000-000000000000"
     assert client.get(f"/api/v1/vex/cyclonedx/project/{unknown}").status_code == 404
+
+
+def test_exports_page_refuses_a_vex_of_several_project_versions(client, make_user, team, data):
+    make_user("alice", team=team)
+    client.login(username="alice", password="pw-alice")
+    response = client.post("/exports/", {"format": "cyclonedx-vex"}, follow=True)
+    assert "project_version" in response.content.decode()
+    assert not Export.objects.exists()
+    response = client.post(
+        "/exports/", {"format": "cyclonedx-vex", "project_version": data["etcd_pv"].pk}
+    )
+    assert response.status_code == 302 and Export.objects.get().format == "cyclonedx-vex"
