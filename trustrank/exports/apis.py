@@ -126,6 +126,11 @@ class ExportsApi(APIView):
             OpenApiParameter("as_of", OpenApiTypes.DATETIME),
             OpenApiParameter("ranking_run", OpenApiTypes.INT),
             OpenApiParameter("team", OpenApiTypes.INT),
+            OpenApiParameter(
+                "project_version", OpenApiTypes.INT,
+                description="A findings filter; format=cyclonedx-vex describes one project "
+                "version and needs it when the other filters leave several.",
+            ),
         ],
         responses={
             (200, "text/csv"): OpenApiTypes.BINARY,

@@ -20,18 +20,20 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 from trustrank.exports.services.vex_cyclonedx import InvalidDocument
 
+SCHEMA = Path(__file__).resolve().parent.parent / "schemas" / "csaf_json_schema.json"
+
 
 @cache
 def _patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
-    from trustrank.exports.services.csaf import SCHEMAS
-
-    schema = orjson.loads((SCHEMAS / "csaf_json_schema.json").read_bytes())
+    """The schema's own purl and CPE patterns, so a helper kept is one the schema accepts."""
+    schema = orjson.loads(SCHEMA.read_bytes())
     helper = schema["$defs"]["full_product_name_t"]["properties"][
         "product_identification_helper"
     ]["properties"]
