@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import sys
 from datetime import timedelta
@@ -517,6 +518,26 @@ TRUSTRANK_AUDIT_SIGNING_KEY_FILE = os.environ.get("TRUSTRANK_AUDIT_SIGNING_KEY_F
 # The public key checkpoints must be signed with (PEM or base64 of its 32 raw bytes), where
 # the private key is not at hand; by default the signing key's own public half.
 TRUSTRANK_AUDIT_VERIFY_KEY = envstr("TRUSTRANK_AUDIT_VERIFY_KEY", "")
+
+# --- CSAF exports -----------------------------------------------------------------------------
+# Who publishes the CSAF VEX documents (document.publisher): the organisation's name, a URL it
+# controls as its namespace, and its CSAF publisher category.
+TRUSTRANK_CSAF_PUBLISHER_NAME = envstr("TRUSTRANK_CSAF_PUBLISHER_NAME", "TrustRank") or "TrustRank"
+TRUSTRANK_CSAF_PUBLISHER_NAMESPACE = envstr(
+    "TRUSTRANK_CSAF_PUBLISHER_NAMESPACE", "https://trustrank.invalid"
+)
+TRUSTRANK_CSAF_PUBLISHER_CATEGORY = envstr("TRUSTRANK_CSAF_PUBLISHER_CATEGORY", "user")
+if TRUSTRANK_CSAF_PUBLISHER_CATEGORY not in (
+    "coordinator", "discoverer", "other", "translator", "user", "vendor"
+):
+    raise ImproperlyConfigured(
+        "TRUSTRANK_CSAF_PUBLISHER_CATEGORY must be one of coordinator, discoverer, other, "
+        "translator, user, vendor"
+    )
+if not re.match(r"^[a-z][a-z0-9+.-]*://\S+$", TRUSTRANK_CSAF_PUBLISHER_NAMESPACE):
+    raise ImproperlyConfigured(
+        "TRUSTRANK_CSAF_PUBLISHER_NAMESPACE must be an absolute URL (https://example.com)"
+    )
 
 # --- Findings list at scale (trustrank/findings/paging.py) ------------------------------------
 # A filter's total is kept under the team's findings generation (newest write, newest ranking

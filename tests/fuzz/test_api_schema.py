@@ -225,6 +225,11 @@ def _real_path_parameters(team: Any) -> dict[str, Any]:
         "job_id": {"bulk-triage": _bulk_triage_job(team), "jobs": str(job.pk) if job else ""},
         "export_id": _export(team),
         "token": str(job.pk) if job else "",
+        # A project version's uuid (Dependency-Track's project): the one with a finding.
+        "uuid": str(
+            Finding.objects.filter(team=team, kind="vulnerability")
+            .values_list("project_version__uuid", flat=True).first()
+        ),
         "kind": "osv",
         "id": {
             "certificates": Certificate.objects.filter(team=team).first().pk,  # type: ignore[union-attr]

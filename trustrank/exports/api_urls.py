@@ -10,4 +10,10 @@ urlpatterns = [
         apis.ExportDownloadApi.as_view(),
         name="api-export-download",
     ),
+    # Dependency-Track's route, so its clients fetch a project version's VEX unchanged.
+    path(
+        "vex/cyclonedx/project/<uuid:uuid>",
+        apis.ProjectVexApi.as_view(),
+        name="api-project-vex",
+    ),
 ]

@@ -27,6 +27,7 @@ from trustrank.exports.services.params import (
     EXPORT_SCOPES,
     ExportParamError,
     export_request_parse,
+    export_teams,
 )
 from trustrank.exports.services.rows import export_count
 from trustrank.exports.services.run import (
@@ -36,6 +37,7 @@ from trustrank.exports.services.run import (
     export_stream,
 )
 from trustrank.exports.services.vex_cyclonedx import InvalidDocument
+from trustrank.inventory.models import ProjectVersion
 from trustrank.jobs.errors import JobsBusy
 from trustrank.lib.api import jobs_busy_response, problem_response
 
@@ -74,10 +76,10 @@ def export_response(
         req = export_request_parse(
             principal=principal, params=params, default_format=default_format
         )
+        selection = export_selection_for(req)
     except ExportParamError as exc:
         detail = str(exc) if str(exc).startswith(exc.param) else f"{exc.param}: {exc}"
         return problem_plain(400, "Invalid export parameter", detail, param=exc.param)
-    selection = export_selection_for(req)
     cap = settings.TRUSTRANK_EXPORT_STREAM_MAX_ROWS
     matched = export_count(selection, cap=None if always_stream else cap)
     if matched > cap and not always_stream:
@@ -98,7 +100,18 @@ def export_response(
     response["Content-Disposition"] = f'{disposition}; filename="{export.filename}"'
     response["X-Export-Id"] = str(export.pk)
     response["Cache-Control"] = "no-store"
+    _audit_headers(response, streamed.meta)
     return response
+
+
+def _audit_headers(response: HttpResponseBase, meta: dict[str, Any]) -> None:
+    """The audit chain as the export saw it, for every format (a CSV has no place of its own
+    for it): its head digest, and whether it verified intact."""
+    chain = (meta or {}).get("audit_chain") or {}
+    if chain.get("head_digest"):
+        response["X-TrustRank-Audit-Head"] = str(chain["head_digest"])
+    if "intact" in chain:
+        response["X-TrustRank-Audit-Intact"] = "true" if chain["intact"] else "false"
 
 
 class ExportsApi(APIView):
@@ -113,6 +126,11 @@ class ExportsApi(APIView):
             OpenApiParameter("as_of", OpenApiTypes.DATETIME),
             OpenApiParameter("ranking_run", OpenApiTypes.INT),
             OpenApiParameter("team", OpenApiTypes.INT),
+            OpenApiParameter(
+                "project_version", OpenApiTypes.INT,
+                description="A findings filter; format=cyclonedx-vex describes one project "
+                "version and needs it when the other filters leave several.",
+            ),
         ],
         responses={
             (200, "text/csv"): OpenApiTypes.BINARY,
@@ -128,6 +146,28 @@ class ExportsApi(APIView):
             principal=principal_for_request(request),
             params=request.query_params,
         )
+
+
+class ProjectVexApi(APIView):
+    """Dependency-Track's `GET /api/v1/vex/cyclonedx/project/{uuid}`: the CycloneDX VEX of
+    one project version, by its uuid (the one the BOM upload answered with)."""
+
+    required_scope = EXPORT_SCOPES
+    content_negotiation_class = FileFormatNegotiation
+
+    @extend_schema(responses={(200, "application/vnd.cyclonedx+json"): OpenApiTypes.OBJECT})
+    def get(self, request: Request, uuid: Any) -> HttpResponseBase:
+        principal = principal_for_request(request)
+        pv = ProjectVersion.objects.filter(
+            uuid=uuid, project__team_id__in=export_teams(principal)
+        ).values_list("pk", "project__team_id").first()
+        if pv is None:
+            return problem_plain(404, "Not found", f"no project {uuid} you may export from")
+        params = request.query_params.copy()
+        params.setlist("format", [ExportFormat.CYCLONEDX_VEX])
+        params.setlist("project_version", [str(pv[0])])
+        params.setlist("team", [str(pv[1])])
+        return export_response(principal=principal, params=params, always_stream=True)
 
 
 class ExportDetailApi(APIView):
@@ -152,6 +192,7 @@ def export_file_response(export: Any) -> HttpResponseBase:
         content_type=export.content_type,
     )
     response["X-Export-Sha256"] = export.sha256
+    _audit_headers(response, export.metadata)
     return response
 
 

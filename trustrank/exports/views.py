@@ -42,12 +42,13 @@ def export_page(request: HttpRequest) -> HttpResponse:
         # The page always runs the export as a job: the person watches it and downloads it.
         try:
             req = export_request_parse(principal=principal, params=request.POST)
+            selection = export_selection_for(req)
         except ExportParamError as exc:
             messages.error(request, str(exc))
             return HttpResponseRedirect(reverse("exports:export-page"))
         # Small exports a person waits for are interactive; large ones are batch work.
         cap = settings.TRUSTRANK_EXPORT_STREAM_MAX_ROWS
-        large = export_count(export_selection_for(req), cap=cap) > cap
+        large = export_count(selection, cap=cap) > cap
         try:
             with transaction.atomic():
                 export = export_create(

@@ -8,18 +8,23 @@ not_affected, false_positive → known_not_affected (with a flag from the justif
 a threat of category `impact` carrying the detail: the profile requires an impact
 statement).
 
-Products: one per (project version, component), a `full_product_name` whose
-product_identification_helper carries the purl. Vulnerabilities: one per advisory id; the
-rows are read ordered by it, so a vulnerability is complete when the id changes. Products
-wait in a spooled temporary file; each vulnerability group is validated with the products
-it names before it is written, so nothing invalid is written and memory holds one group.
+Products: csaf_tree.py (branches vendor → product_name → product_version, and a
+`default_component_of` relationship per affected component of a project version).
+Vulnerabilities: one per advisory id; the rows are read ordered by it, so a vulnerability is
+complete when the id changes. The tree is built first (one DISTINCT query) and validated with
+the document; then each vulnerability is checked against the mandatory tests it can fail on
+its own (6.1.1, 6.1.6) and validated against the schema before it is written, so nothing
+invalid is written and memory holds one vulnerability's findings. When two findings give
+one product two statuses for one vulnerability, the most urgent wins (known_affected, then
+under_investigation, fixed, known_not_affected).
+
+Publisher: TRUSTRANK_CSAF_PUBLISHER_NAME, _NAMESPACE and _CATEGORY (settings). The audit
+chain's head digest, as the export saw it, is a document note titled "Audit chain".
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import tempfile
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from functools import cache
@@ -28,8 +33,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
+from django.conf import settings
 from django.utils import timezone
 
+from trustrank.exports.services.csaf_tree import (
+    csaf_product_tree,
+    row_product_id,
+    vulnerability_check,
+)
 from trustrank.exports.services.formats import Progress, explanation_text
 from trustrank.exports.services.vex_cyclonedx import InvalidDocument
 from trustrank.findings.models import FindingKind
@@ -103,27 +114,9 @@ def validate_csaf(doc: dict[str, Any]) -> None:
         raise InvalidDocument(f"CSAF 2.0 schema at /{where}: {e.message}")
 
 
-def product_id(row: dict[str, Any]) -> str:
-    key = f"{row['_project_version_id']}|{row['component_purl'] or row['_component_name']}"
-    return "TRP-" + hashlib.sha256(key.encode()).hexdigest()[:16]
-
-
-def _product(row: dict[str, Any]) -> dict[str, Any]:
-    component = row["component_purl"] or (
-        f"{row['_component_name']}@{row['_component_version']}".strip("@") or "component"
-    )
-    owner = f"{row['project']} {row['version']}".strip()
-    out: dict[str, Any] = {
-        "name": f"{component} in {owner}" if owner else component,
-        "product_id": product_id(row),
-    }
-    if row["component_purl"]:
-        out["product_identification_helper"] = {"purl": row["component_purl"]}
-    return out
-
-
-def _document(meta: dict[str, Any], *, now: datetime) -> dict[str, Any]:
+def _document(meta: dict[str, Any], *, now: datetime, notes_extra: list[str]) -> dict[str, Any]:
     stamp = now.isoformat()
+    chain = meta.get("audit_chain") or {}
     export_id = meta.get("export_id") or "preview"
     notes = [
         {
@@ -138,12 +131,17 @@ def _document(meta: dict[str, Any], *, now: datetime) -> dict[str, Any]:
         {
             "category": "details",
             "title": "Audit chain",
-            "text": orjson.dumps(meta.get("audit_chain") or {}).decode(),
+            "text": f"head_digest {chain.get('head_digest') or '-'}; "
+            f"{orjson.dumps(chain).decode()}",
         },
     ]
-    if meta.get("notes"):
+    if meta.get("notes") or notes_extra:
         notes.append(
-            {"category": "general", "title": "Notes", "text": " ".join(meta["notes"])}
+            {
+                "category": "general",
+                "title": "Notes",
+                "text": " ".join([*(meta.get("notes") or []), *notes_extra]),
+            }
         )
     return {
         "category": "csaf_vex",
@@ -152,9 +150,9 @@ def _document(meta: dict[str, Any], *, now: datetime) -> dict[str, Any]:
         "title": f"TrustRank VEX export {export_id}",
         "notes": notes,
         "publisher": {
-            "category": "user",
-            "name": f"TrustRank team {meta.get('team', {}).get('name', '')}".strip(),
-            "namespace": "https://trustrank.invalid",
+            "category": settings.TRUSTRANK_CSAF_PUBLISHER_CATEGORY,
+            "name": settings.TRUSTRANK_CSAF_PUBLISHER_NAME,
+            "namespace": settings.TRUSTRANK_CSAF_PUBLISHER_NAMESPACE,
         },
         "tracking": {
             "id": f"trustrank-export-{export_id}",
@@ -168,17 +166,30 @@ def _document(meta: dict[str, Any], *, now: datetime) -> dict[str, Any]:
     }
 
 
+# Which status one product keeps when its findings for one vulnerability disagree (6.1.6).
+_URGENCY = ("known_affected", "under_investigation", "fixed", "known_not_affected")
+
+
+def _deciding_rows(rows: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """(product id, the finding that decides its status), the most urgent per product."""
+    best: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        pid = row_product_id(row)
+        kept = best.get(pid)
+        urgency = _URGENCY.index(STATUS_OF_STATE[row["state"]])
+        if kept is None or urgency < _URGENCY.index(STATUS_OF_STATE[kept["state"]]):
+            best[pid] = row
+    return list(best.items())
+
+
 def _vulnerability(vuln_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     status: dict[str, list[str]] = {}
     flags: dict[str, list[str]] = {}
     threats: list[dict[str, Any]] = []
     remediations: list[dict[str, Any]] = []
     notes: list[dict[str, Any]] = []
-    for row in rows:
-        pid = product_id(row)
+    for pid, row in _deciding_rows(rows):
         kind = STATUS_OF_STATE[row["state"]]
-        if pid in status.get(kind, []):
-            continue
         status.setdefault(kind, []).append(pid)
         if kind == "known_not_affected":
             label = FLAG_OF_JUSTIFICATION.get(row["justification"])
@@ -207,11 +218,12 @@ def _vulnerability(vuln_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
                 remediations.append(
                     {"category": category, "details": details, "product_ids": [pid]}
                 )
+    for row in rows:
         if row["rank"] is not None or row["decision"]:
             notes.append(
                 {
                     "category": "other",
-                    "title": f"TrustRank finding {row['finding_id']} ({pid})",
+                    "title": f"TrustRank finding {row['finding_id']} ({row_product_id(row)})",
                     "text": f"rank {row['rank']}, env_rank {row['env_rank']}, score "
                     f"{row['score']}, decision {row['decision'] or '-'}; "
                     f"{explanation_text(row['explanation']) or 'no explanation'}",
@@ -246,51 +258,36 @@ def _vulnerability(vuln_id: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def csaf_vex_chunks(
-    rows: Iterable[dict[str, Any]], meta: dict[str, Any], progress: Progress | None = None
+    rows: Iterable[dict[str, Any]],
+    meta: dict[str, Any],
+    progress: Progress | None = None,
+    *,
+    products: tuple[list[dict[str, Any]], list[dict[str, Any]]],
 ) -> Iterator[bytes]:
-    """Rows must come ordered by vuln_id (export_selection does so for this format)."""
+    """Rows must come ordered by vuln_id (export_selection_for does so for this format);
+    `products`: product.csaf_products_of of the same selection."""
     now = timezone.now().replace(microsecond=0)
-    document = _document(meta, now=now)
-    seen: set[str] = set()
+    tree = csaf_product_tree(*products, vendor=settings.TRUSTRANK_CSAF_PUBLISHER_NAME)
+    document = _document(meta, now=now, notes_extra=tree.notes)
+    validate_csaf({"document": document, "product_tree": tree.tree})
     done = 0
     first_vuln = True
-    head = orjson.dumps({"document": document})[:-1]
+    yield orjson.dumps({"document": document, "product_tree": tree.tree})[:-1]
     vulns_only = (r for r in rows if r["kind"] == FindingKind.VULNERABILITY)
-    with tempfile.SpooledTemporaryFile(max_size=4 * 1024 * 1024) as products:
-        first_product = True
-        for vuln_id, group in groupby(vulns_only, key=lambda r: r["vuln_id"] or r["cve"]):
-            rows_ = list(group)
-            vulnerability = _vulnerability(vuln_id or f"finding-{rows_[0]['finding_id']}", rows_)
-            named: dict[str, dict[str, Any]] = {}
-            for row in rows_:
-                named.setdefault(product_id(row), _product(row))
-            validate_csaf(
-                {
-                    "document": document,
-                    "product_tree": {"full_product_names": list(named.values())},
-                    "vulnerabilities": [vulnerability],
-                }
-            )
-            body = orjson.dumps(vulnerability)
-            # The schema wants at least one vulnerability when the key is there: the key is
-            # written with the first one.
-            yield head + b',"vulnerabilities":[' + body if first_vuln else b"," + body
-            first_vuln = False
-            for pid, product in named.items():
-                if pid in seen:
-                    continue
-                seen.add(pid)
-                data = orjson.dumps(product)
-                products.write(data if first_product else b"," + data)
-                first_product = False
-            done += len(rows_)
-            if progress is not None:
-                progress(done)
-        if first_product:
-            # The schema wants at least one product; an empty export names none, so say so.
-            products.write(orjson.dumps({"name": "no products", "product_id": "TRP-none"}))
-        yield (head if first_vuln else b"]") + b',"product_tree":{"full_product_names":['
-        products.seek(0)
-        while block := products.read(64 * 1024):
-            yield block
-        yield b"]}}\n"
+    for vuln_id, group in groupby(vulns_only, key=lambda r: r["vuln_id"] or r["cve"]):
+        rows_ = list(group)
+        vulnerability = _vulnerability(vuln_id or f"finding-{rows_[0]['finding_id']}", rows_)
+        vulnerability_check(vulnerability, tree.defined)
+        # The tree was validated above; each vulnerability is validated with the document.
+        validate_csaf({"document": document, "vulnerabilities": [vulnerability]})
+        body = orjson.dumps(vulnerability)
+        # The schema wants at least one vulnerability when the key is there: the key is
+        # written with the first one.
+        yield b',"vulnerabilities":[' + body if first_vuln else b"," + body
+        first_vuln = False
+        done += len(rows_)
+        if progress is not None:
+            progress(done)
+    if progress is not None:
+        progress(done)
+    yield b"}\n" if first_vuln else b"]}\n"

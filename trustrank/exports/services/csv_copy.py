@@ -7,6 +7,14 @@ correlated aggregate over the shared RankContext), and Python only passes the by
 memory stays flat and a million rows take seconds. Cells are written as the Python writer
 (formats.py) writes them: lists joined by `;`, booleans `true`/`false`, times ISO 8601 in UTC,
 explanations `name=value (+effect); …`, largest effect first.
+
+CSV injection (OWASP): a spreadsheet runs a cell that begins with `=`, `+`, `-` or `@` as a
+formula (and a leading tab or CR can hide one), so a project named `=HYPERLINK(…)` would run
+in every auditor's spreadsheet. Every text cell that begins with one of those characters is
+written with a `'` before it, and every text cell is quoted (FORCE_QUOTE), as OWASP
+advises. The numeric columns (NUMERIC_COLUMNS: ids, ranks, scores, CVSS, EPSS) are typed
+numbers in the database and written bare: their only possible leading `-` is a minus sign
+of a real number, which a spreadsheet reads as a number, never as a formula.
 """
 
 from __future__ import annotations
@@ -24,6 +32,11 @@ from trustrank.exports.services.rows import COLUMNS, ExportSelection
 
 _OPEN = "('in_triage', 'exploitable')"
 
+# Columns of SQL numbers: written as they are, unquoted (see the module's docstring).
+NUMERIC_COLUMNS = frozenset({"finding_id", "cvss", "epss", "rank", "env_rank", "score"})
+# The characters a spreadsheet may read as the start of a formula (OWASP CSV injection).
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
 
 class _Sql(Func):
     output_field = TextField()
@@ -40,6 +53,14 @@ def _explanation(context: Any) -> Func:
             " jsonb_array_elements(c.data->'explanation') WITH ORDINALITY AS e(f, i)"
             " WHERE c.digest = %(expressions)s)"
         ),
+    )
+
+
+def _neutralised(value: Any) -> Func:
+    """The cell as text, with a `'` before a leading formula character."""
+    return _Sql(
+        value,
+        template=r"regexp_replace((%(expressions)s)::text, '^([=+@\t\r-])', '''\1')",
     )
 
 
@@ -110,8 +131,8 @@ def copy_sql(selection: ExportSelection) -> tuple[str, tuple[Any, ...]]:
         "project": F("project__name"),
         "version": F("project_version__version"),
         "component_purl": F("component_purl"),
-        "environment": F("environment"),
-        "service": F("service__name"),
+        "environment": F("environment_"),
+        "service": F("service_"),
         "rank": F("rank_"),
         "env_rank": F("env_rank_"),
         "score": F("score_"),
@@ -121,6 +142,7 @@ def copy_sql(selection: ExportSelection) -> tuple[str, tuple[Any, ...]]:
         "last_seen": _iso(F("last_seen")),
         "resolved_at": resolved,
     }
+    cells = {k: v if k in NUMERIC_COLUMNS else _neutralised(v) for k, v in cells.items()}
     qs = selection.queryset.values(**{f"x_{k}": v for k, v in cells.items()})
     compiler = qs.query.get_compiler(using=qs.db)
     sql, params = compiler.as_sql()
@@ -159,7 +181,9 @@ def csv_copy_chunks(
     a streamed export must not (its progress only counts, and in a test transaction a second
     connection would not see the rows)."""
     header = io.StringIO()
-    csv.writer(header, lineterminator="\n").writerow(COLUMNS)
+    csv.writer(header, lineterminator="\n", quoting=csv.QUOTE_ALL).writerow(
+        [neutralise(c) for c in COLUMNS]
+    )
     yield header.getvalue().encode()
     sql, params = copy_sql(selection)
     if own_connection:
@@ -173,13 +197,22 @@ def csv_copy_chunks(
             yield from _copy(wrapper.cursor, sql, params, progress)
 
 
+_QUOTED = ", ".join(f"x_{c}" for c in COLUMNS if c not in NUMERIC_COLUMNS)
+
+
+def neutralise(cell: str) -> str:
+    """The Python twin of _neutralised, for text written outside COPY (the header)."""
+    return "'" + cell if cell.startswith(FORMULA_START) else cell
+
+
 def _copy(
     cur: Any, sql: str, params: tuple[Any, ...], progress: Progress | None
 ) -> Iterator[bytes]:
     lines = 0
     since = 0
     with cur:
-        with cur.copy(f"COPY ({sql}) TO STDOUT WITH (FORMAT csv)", params) as copy:
+        with cur.copy(f"COPY ({sql}) TO STDOUT WITH (FORMAT csv, FORCE_QUOTE ({_QUOTED}))",
+                      params) as copy:
             for block in copy:
                 data = bytes(block)
                 yield data

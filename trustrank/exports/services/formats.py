@@ -1,9 +1,8 @@
-"""CSV and JSON writers: rows in, bytes out in chunks of about 64 KiB, never the whole file."""
+"""The JSON writer (rows in, bytes out in chunks of about 64 KiB, never the whole file) and the
+helpers every format shares. The CSV is written by PostgreSQL (csv_copy.py)."""
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -41,18 +40,6 @@ def explanation_text(factors: list[dict[str, Any]] | None) -> str:
     )
 
 
-def _cell(value: Any) -> Any:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return ";".join(str(v) for v in value)
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    return value
-
-
 def _counting(
     rows: Iterable[dict[str, Any]], progress: Progress | None
 ) -> Iterator[dict[str, Any]]:
@@ -64,23 +51,6 @@ def _counting(
             progress(n)
     if progress is not None:
         progress(n)
-
-
-def csv_chunks(
-    rows: Iterable[dict[str, Any]], meta: dict[str, Any], progress: Progress | None = None
-) -> Iterator[bytes]:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(COLUMNS)
-    for row in _counting(rows, progress):
-        cells = [_cell(row[c]) for c in COLUMNS]
-        cells[COLUMNS.index("explanation")] = explanation_text(row["explanation"])
-        writer.writerow(cells)
-        if buffer.tell() >= CHUNK_BYTES:
-            yield buffer.getvalue().encode()
-            buffer.seek(0)
-            buffer.truncate()
-    yield buffer.getvalue().encode()
 
 
 def json_chunks(

@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.contrib.postgres.aggregates import StringAgg
 from django.db.models import (
     BigIntegerField,
     Case,
@@ -36,13 +37,14 @@ from django.db.models import (
     When,
 )
 from django.db.models.fields.json import KT
-from django.db.models.functions import Cast, Coalesce
+from django.db.models.functions import Cast, Coalesce, Concat, NullIf
 from django.http import QueryDict
 
 from trustrank.exports.services.params import ExportRequest
 from trustrank.findings.filters import FindingFilterSet
 from trustrank.findings.models import OPEN_STATES, AuditEvent, Finding
 from trustrank.ranking.models import RankChange, RankContext, RankingRun, RunStatus
+from trustrank.runtime.models import Deployment
 
 # Rows fetched per round trip of the server-side cursor.
 CHUNK_ROWS = 2000
@@ -62,7 +64,7 @@ _FIELDS = (
     "id", "kind", "category", "title", "state", "justification", "response", "detail",
     "assignee__username", "due__due_date", "severity", "cvss_score", "epss", "in_kev", "vuln_id",
     "aliases", "cve_id", "project__name", "project_version__version", "project_version_id",
-    "component_purl", "component_name", "component_version", "environment", "service__name",
+    "component_purl", "component_name", "component_version", "environment_", "service_",
     "rank_", "env_rank_", "score_", "decision_", "context_", "first_seen", "last_seen",
     "resolved_at", "fixed_versions",
 )
@@ -82,12 +84,15 @@ class ExportSelection:
     queryset: QuerySet[Finding]
     ranks: RankSource
     notes: list[str] = field(default_factory=list)
+    # The project version a CycloneDX VEX document describes (product.product_data).
+    product: dict[str, Any] | None = None
 
     def metadata(self) -> dict[str, Any]:
         return {
             "ranking_run": self.ranks.run_id,
             "ranks": self.ranks.kind,
             "notes": [*self.notes, *([self.ranks.note] if self.ranks.note else [])],
+            **({"product": self.product} if self.product is not None else {}),
         }
 
 
@@ -152,7 +157,7 @@ def _past_rank(column: str, run_id: int) -> Any:
 def export_selection(req: ExportRequest) -> ExportSelection:
     """The queryset an export reads (values rows named as in _FIELDS) and what its metadata
     must say about where states and ranks come from."""
-    base = Finding.objects.filter(team_id=req.team_id).order_by("-baseline_priority", "-id")
+    base = Finding.objects.filter(team_id=req.team_id)
     notes: list[str] = []
     data = _filter_data(req.filters, skip=_STATE_FILTERS if req.as_of is not None else ())
     if req.as_of is not None or not ({"state", "open"} & req.filters.keys()):
@@ -229,10 +234,52 @@ def export_selection(req: ExportRequest) -> ExportSelection:
             env_rank_=F("ranked__env_rank"),
             context_=F("ranked__context_id"),
         )
+    # Nothing ranked (a constant NULL rank may not stand in an ORDER BY): the tiebreaks only.
+    qs = _with_deployments(qs).order_by(*(RANK_ORDER if ranks.kind != "none" else RANK_ORDER[1:]))
     fields = list(_FIELDS)
     if req.as_of is not None:
         fields += ["as_of_after", "as_of_at", "as_of_assignee"]
     return ExportSelection(queryset=qs.values(*fields), ranks=ranks, notes=notes)
+
+
+# Rows in rank order (the rank of the run the export reads: the latest, or the one as_of or
+# ranking_run names); findings that run did not rank (closed ones, or newer than it) after
+# the ranked ones, most severe first; the id breaks the remaining ties, so two exports of
+# the same data list the rows in the same order.
+RANK_ORDER = (F("rank_").asc(nulls_last=True), F("baseline_priority").desc(), F("id").asc())
+
+
+def _deployed(column: str) -> Subquery:
+    """The environments (or the services) that run the outer finding's project version, joined
+    by `;`, in one order for both columns: the i-th service runs in the i-th environment."""
+    deployments = (
+        Deployment.objects.filter(project_version_id=OuterRef("project_version_id"))
+        .order_by()
+        .values("project_version_id")
+    )
+    service = Case(
+        When(namespace="", then=F("service_name")),
+        default=Concat(F("namespace"), Value("/"), F("service_name")),
+        output_field=CharField(),
+    )
+    value = F("environment__name") if column == "environment" else service
+    joined = StringAgg(
+        value, delimiter=";",
+        order_by=(F("environment__name"), F("namespace"), F("service_name")),
+    )
+    return Subquery(deployments.annotate(joined=joined).values("joined")[:1])
+
+
+def _with_deployments(qs: QuerySet[Finding]) -> QuerySet[Finding]:
+    """`environment_` and `service_`: the finding's own (runtime findings name them), else
+    where its project version is deployed (the Deployment rows of today, also for as_of)."""
+    return qs.annotate(
+        environment_=Coalesce(
+            NullIf(F("environment"), Value("")), _deployed("environment"),
+            output_field=CharField(),
+        ),
+        service_=Coalesce(F("service__name"), _deployed("service"), output_field=CharField()),
+    )
 
 
 class _Explanations:
@@ -291,8 +338,8 @@ def _row(v: dict[str, Any], explanations: _Explanations) -> dict[str, Any]:
         "project": v["project__name"] or "",
         "version": v["project_version__version"] or "",
         "component_purl": v["component_purl"],
-        "environment": v["environment"],
-        "service": v["service__name"] or "",
+        "environment": v["environment_"] or "",
+        "service": v["service_"] or "",
         "rank": v["rank_"],
         "env_rank": v["env_rank_"],
         "score": v["score_"],

@@ -32,6 +32,7 @@ from trustrank.exports.services.csaf import csaf_vex_chunks
 from trustrank.exports.services.csv_copy import csv_copy_chunks
 from trustrank.exports.services.formats import Progress, json_chunks
 from trustrank.exports.services.params import ExportRequest
+from trustrank.exports.services.product import csaf_products_of, vex_product_of
 from trustrank.exports.services.report import report_html_chunks, report_pdf_chunks
 from trustrank.exports.services.rows import (
     ExportSelection,
@@ -59,11 +60,15 @@ _VEX = (ExportFormat.CYCLONEDX_VEX, ExportFormat.CSAF_VEX)
 
 
 def export_selection_for(req: ExportRequest) -> ExportSelection:
+    """The findings an export reads; ExportParamError when the format cannot take them
+    (a CycloneDX VEX document that would span several project versions)."""
     selection = export_selection(req)
     if req.format in _VEX:
         # VEX documents speak of vulnerabilities; other kinds have no place in them.
         selection.queryset = selection.queryset.filter(kind=FindingKind.VULNERABILITY)
         selection.notes.append("only vulnerability findings are in a VEX document")
+    if req.format == ExportFormat.CYCLONEDX_VEX:
+        selection.product = vex_product_of(req, selection.queryset)
     if req.format == ExportFormat.CSAF_VEX:
         # One CSAF vulnerability per advisory id: its findings must come together.
         selection.queryset = selection.queryset.order_by("vuln_id", "cve_id", "id")
@@ -162,10 +167,11 @@ def export_chunks(
     if fmt == ExportFormat.CSV:
         return csv_copy_chunks(selection, meta, progress, own_connection=job)
     rows = export_rows(selection)
+    if fmt == ExportFormat.CSAF_VEX:
+        return csaf_vex_chunks(rows, meta, progress, products=csaf_products_of(selection.queryset))
     writer: Callable[..., Iterator[bytes]] = {
         ExportFormat.JSON: json_chunks,
         ExportFormat.CYCLONEDX_VEX: cyclonedx_vex_chunks,
-        ExportFormat.CSAF_VEX: csaf_vex_chunks,
     }[fmt]
     return writer(rows, meta, progress)
 
@@ -232,6 +238,7 @@ class _Counter:
 class StreamedExport:
     export: Export
     chunks: Iterator[bytes]
+    meta: dict[str, Any]
 
 
 def export_stream(*, export: Export, selection: ExportSelection) -> StreamedExport:
@@ -253,7 +260,7 @@ def export_stream(*, export: Export, selection: ExportSelection) -> StreamedExpo
             raise
         spool.seek(0)
         chunks = _read_spool(spool)
-    return StreamedExport(export=export, chunks=_recorded(export, chunks, counter))
+    return StreamedExport(export=export, chunks=_recorded(export, chunks, counter), meta=meta)
 
 
 def _read_spool(spool: Any) -> Iterator[bytes]:

@@ -1,5 +1,13 @@
 """CycloneDX 1.6 VEX, built with cyclonedx-python-lib and validated with its JSON schema.
 
+One document per project version (product.vex_product_of): `metadata.component` is the
+product (its project name and version, the purl and cpe its SBOM gave it, and the SBOM's
+bom-ref for it, else `urn:uuid:<project version uuid>`), `components` the affected
+components inside it, and each vulnerability's `affects[].ref` a component's bom-ref in the
+same document. `metadata.properties` carry the export's provenance, among them
+`trustrank:audit_head_digest` (the audit chain's head when the export was made) and
+`trustrank:sbom`, a BOM-Link (`urn:cdx:serial/version`) to the SBOM the product came from.
+
 Big exports: the library builds and serializes a whole Bom in memory, so the document is
 built a chunk of findings at a time — each chunk a complete Bom (its findings and the
 components they affect that no earlier chunk carried), serialized by the library and
@@ -14,6 +22,7 @@ from __future__ import annotations
 
 import tempfile
 import uuid
+import warnings
 from collections.abc import Iterable, Iterator
 from decimal import Decimal
 from itertools import islice
@@ -146,9 +155,33 @@ def _vulnerability(row: dict[str, Any], ref: str) -> Vulnerability:
     )
 
 
+def _product(product: dict[str, Any]) -> Component:
+    purl = None
+    if product.get("purl"):
+        try:
+            purl = PackageURL.from_string(product["purl"])
+        except ValueError:
+            purl = None
+    return Component(
+        name=product["name"],
+        version=product.get("version") or None,
+        type=ComponentType.APPLICATION,
+        bom_ref=product["bom_ref"],
+        purl=purl,
+        cpe=product.get("cpe") or None,
+    )
+
+
 def _bom(meta: dict[str, Any]) -> Bom:
     bom = Bom(serial_number=uuid.UUID(meta["serial"]))
+    product = meta.get("product")
+    if product:
+        bom.metadata.component = _product(product)
+    chain = meta.get("audit_chain") or {}
     props = {
+        "trustrank:project_version": (product or {}).get("uuid"),
+        "trustrank:sbom": (product or {}).get("sbom"),
+        "trustrank:audit_head_digest": chain.get("head_digest"),
         "trustrank:export_id": meta.get("export_id"),
         "trustrank:team": meta.get("team", {}).get("name"),
         "trustrank:filter": orjson.dumps(meta.get("filter") or {}).decode(),
@@ -168,7 +201,8 @@ def cyclonedx_vex_chunks(
     rows: Iterable[dict[str, Any]], meta: dict[str, Any], progress: Progress | None = None
 ) -> Iterator[bytes]:
     meta = {**meta, "serial": meta.get("serial") or str(uuid.uuid4())}
-    seen: set[str] = set()
+    # The product's bom-ref is taken: a component that shares it is the product itself.
+    seen: set[str] = {str((meta.get("product") or {}).get("bom_ref") or "")}
     done = 0
     header_sent = False
     first_vuln = True
@@ -186,7 +220,11 @@ def cyclonedx_vex_chunks(
                     seen.add(ref)
                     bom.components.add(_component(row, ref))
                 bom.vulnerabilities.add(_vulnerability(row, ref))
-            text = JsonV1Dot6(bom).output_as_string()
+            with warnings.catch_warnings():
+                # The library asks for the product's dependency graph; a VEX document states
+                # analyses, the graph is the SBOM's (metadata.properties trustrank:sbom).
+                warnings.filterwarnings("ignore", "The Component this BOM is describing")
+                text = JsonV1Dot6(bom).output_as_string()
             validate_cyclonedx(text)
             doc = orjson.loads(text)
             if not header_sent:
