@@ -249,17 +249,19 @@ def cluster_diagnose(*, cluster_id: int, now: datetime | None = None) -> Diagnos
     )
 
 
-def cluster_diagnose_request(*, cluster_id: int) -> None:
-    """Ask for a diagnosis of the cluster after the debounce delay, once the caller's
-    transaction commits. Requests within the delay share one run: each task skips when a
-    run started after its request."""
+def cluster_diagnose_request(*, cluster_id: int, delay: int | None = None) -> str:
+    """Ask for a diagnosis of the cluster after the debounce delay (or `delay` seconds),
+    once the caller's transaction commits. Requests within the delay share one run: each
+    task skips when a run started after its request. Returns the request's time."""
     from trustrank.cluster.tasks import cluster_diagnose_task
 
     requested = timezone.now().isoformat()
-    delay = settings.TRUSTRANK_CLUSTER_DIAGNOSE_DEBOUNCE_SECONDS
+    if delay is None:
+        delay = settings.TRUSTRANK_CLUSTER_DIAGNOSE_DEBOUNCE_SECONDS
     transaction.on_commit(
         lambda: cluster_diagnose_task.apply_async(args=[cluster_id, requested], countdown=delay)
     )
+    return requested
 
 
 def cluster_diagnose_if_due(*, cluster_id: int, requested: datetime) -> DiagnoseResult | None:
