@@ -415,7 +415,7 @@ class SampleLoader:
         from ingest import demo
 
         folder = self.data / "demo"
-        if not folder.is_dir() or self.stalled:
+        if not (folder / "advisories-demo.json").is_file() or self.stalled:
             return
         say(f"loading the demo shop (environment '{demo.ENVIRONMENT}') ...")
         for feed, name in (("osv", "advisories-demo.json"), ("epss", "epss-demo.csv")):
@@ -509,8 +509,11 @@ class SampleLoader:
         failed = {key for key, url in sent if self.api.job_wait(url).get("status") != "done"}
         for key in sorted({key for key, _ in sent} - failed):
             self._remember(key)
-        say(f"  {len(sent)} scrapes (dcgm-exporter, vLLM) over the last hour: "
-            f"{len(sent) - sum(1 for key, _ in sent if key in failed)} stored")
+        if sent:
+            say(f"  {len(sent)} scrapes (dcgm-exporter, vLLM) over the last hour: "
+                f"{len(sent) - sum(1 for key, _ in sent if key in failed)} stored")
+        else:
+            say("  the scrapes of the last hour: already sent")
         self._diagnose(base)
 
     def _diagnose(self, base: str) -> None:

@@ -258,8 +258,12 @@ def cluster_diagnose_request(*, cluster_id: int, delay: int | None = None) -> st
     requested = timezone.now().isoformat()
     if delay is None:
         delay = settings.TRUSTRANK_CLUSTER_DIAGNOSE_DEBOUNCE_SECONDS
+    # No countdown for "now": a task with an ETA waits for the worker's timer, which a solo
+    # worker holding later ETAs (the debounced requests of a load) only wakes for those.
     transaction.on_commit(
-        lambda: cluster_diagnose_task.apply_async(args=[cluster_id, requested], countdown=delay)
+        lambda: cluster_diagnose_task.apply_async(
+            args=[cluster_id, requested], countdown=delay or None, queue=settings.INGEST_QUEUE
+        )
     )
     return requested
 
