@@ -102,6 +102,6 @@ def _api_get(base: str, key: str, path: str) -> dict[str, Any]:
     import json
     import urllib.request
 
-    request = urllib.request.Request(base + path, headers={"X-Api-Key": key})  # noqa: S310
-    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+    request = urllib.request.Request(base + path, headers={"X-Api-Key": key})
+    with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read())

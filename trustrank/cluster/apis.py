@@ -19,12 +19,12 @@ from trustrank.cluster.selectors import (
     replay_run_list,
     workload_list,
 )
-from trustrank.cluster.services.diagnoses import cluster_diagnose_request
 from trustrank.cluster.serializers import (
     ClusterWorkloadSerializer,
     ReplayRunCreateSerializer,
     ReplayRunSerializer,
 )
+from trustrank.cluster.services.diagnoses import cluster_diagnose_request
 from trustrank.lib.api import problem
 
 

@@ -17,13 +17,13 @@ import hashlib
 import json
 import os
 import time
-from datetime import datetime
 import urllib.error
 import urllib.parse
 import urllib.request
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
