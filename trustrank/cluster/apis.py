@@ -3,11 +3,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.urls import reverse
+from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.exceptions import PermissionDenied
-from rest_framework.generics import GenericAPIView, ListAPIView, RetrieveAPIView
+from rest_framework.generics import ListAPIView, RetrieveAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_request
@@ -20,6 +22,7 @@ from trustrank.cluster.selectors import (
     workload_list,
 )
 from trustrank.cluster.serializers import (
+    ClusterDiagnoseRequestedSerializer,
     ClusterWorkloadSerializer,
     ReplayRunCreateSerializer,
     ReplayRunSerializer,
@@ -104,14 +107,14 @@ class ClusterWorkloadListApi(ListAPIView[ClusterWorkload]):
 DIAGNOSE_SCOPES = (Scope.METRICS_WRITE, Scope.TELEMETRY_WRITE)
 
 
-class ClusterDiagnoseApi(GenericAPIView[ClusterWorkload]):
+class ClusterDiagnoseApi(APIView):
     """POST: diagnose the cluster now instead of after the debounce that follows a load
     (202; the workloads list shows the result once `diagnosed_at` passes `requested_at`).
     For whoever may send the cluster's evidence (`metrics:write`)."""
 
     required_scope = DIAGNOSE_SCOPES
-    queryset = ClusterWorkload.objects.none()
 
+    @extend_schema(request=None, responses={202: ClusterDiagnoseRequestedSerializer})
     def post(self, request: Request, cluster: str) -> Response:
         principal = principal_for_request(request)
         found = cluster_get_for_principal(
