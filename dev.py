@@ -42,8 +42,8 @@ DEMO_USER = "admin"
 DEMO_KEY_NAME = "demo (dev.py)"
 # The demo key loads the samples (feeds included: a site-wide scope, granted here as the
 # operator who starts the demo would with `issue_api_key`) and may triage and rank.
-DEMO_SCOPES = ["sbom:write", "traces:write", "certs:write", "read", "triage", "admin",
-               "feeds:write"]
+DEMO_SCOPES = ["sbom:write", "traces:write", "certs:write", "metrics:write", "read", "triage",
+               "admin", "feeds:write"]
 START_TIMEOUT_SECONDS = 120
 STOP_TIMEOUT_SECONDS = 20
 

@@ -7,4 +7,6 @@ urlpatterns = [
     path("replay-runs/<int:run_id>", apis.ReplayRunDetailApi.as_view(), name="api-replay-run"),
     path("clusters/<str:cluster>/workloads", apis.ClusterWorkloadListApi.as_view(),
          name="api-cluster-workloads"),
+    path("clusters/<str:cluster>/diagnoses", apis.ClusterDiagnoseApi.as_view(),
+         name="api-cluster-diagnose"),
 ]

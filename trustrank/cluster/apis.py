@@ -3,11 +3,15 @@ from __future__ import annotations
 from typing import Any
 
 from django.urls import reverse
+from drf_spectacular.utils import extend_schema
 from rest_framework import status
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.generics import ListAPIView, RetrieveAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
+from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_request
 from trustrank.cluster import services
 from trustrank.cluster.models import ClusterWorkload, ReplayRun
@@ -18,10 +22,12 @@ from trustrank.cluster.selectors import (
     workload_list,
 )
 from trustrank.cluster.serializers import (
+    ClusterDiagnoseRequestedSerializer,
     ClusterWorkloadSerializer,
     ReplayRunCreateSerializer,
     ReplayRunSerializer,
 )
+from trustrank.cluster.services.diagnoses import cluster_diagnose_request
 from trustrank.lib.api import problem
 
 
@@ -96,3 +102,26 @@ class ClusterWorkloadListApi(ListAPIView[ClusterWorkload]):
         return workload_list(
             cluster=cluster, ordering=self.request.query_params.get("ordering", "")
         )
+
+
+DIAGNOSE_SCOPES = (Scope.METRICS_WRITE, Scope.TELEMETRY_WRITE)
+
+
+class ClusterDiagnoseApi(APIView):
+    """POST: diagnose the cluster now instead of after the debounce that follows a load
+    (202; the workloads list shows the result once `diagnosed_at` passes `requested_at`).
+    For whoever may send the cluster's evidence (`metrics:write`)."""
+
+    required_scope = DIAGNOSE_SCOPES
+
+    @extend_schema(request=None, responses={202: ClusterDiagnoseRequestedSerializer})
+    def post(self, request: Request, cluster: str) -> Response:
+        principal = principal_for_request(request)
+        found = cluster_get_for_principal(
+            principal=principal, name=cluster, team=request.query_params.get("team", ""),
+        )
+        if not any(principal.can(scope, found.team_id) for scope in DIAGNOSE_SCOPES):
+            raise PermissionDenied("This credential lacks 'metrics:write' in the cluster's team.")
+        requested = cluster_diagnose_request(cluster_id=found.pk, delay=0)
+        return Response({"cluster": found.name, "requested_at": requested},
+                        status=status.HTTP_202_ACCEPTED)

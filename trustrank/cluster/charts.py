@@ -1,7 +1,9 @@
-"""Inline SVG for the replay page, drawn server-side (no chart library in the bundle)."""
+"""Inline SVG for the replay and cluster pages, drawn server-side (no chart library in the
+bundle): the geometry here, the templates only draw."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,6 +40,29 @@ class LineChart:
     x_label: str
     y_label: str
     marker_x: float | None
+
+    # The legend sits under the chart, below the x axis and its label, one row per line:
+    # never inside the plot or over the tick labels, however many lines there are.
+    @property
+    def legend(self) -> tuple[LegendRow, ...]:
+        return tuple(
+            LegendRow(name=s.name, colour=s.colour, y=self.height + LEGEND_ROW * i + 8)
+            for i, s in enumerate(self.series)
+        )
+
+    @property
+    def full_height(self) -> int:
+        return self.height + LEGEND_ROW * len(self.series) + 6
+
+
+LEGEND_ROW = 16
+
+
+@dataclass(frozen=True)
+class LegendRow:
+    name: str
+    colour: str
+    y: float
 
 
 def unallocated_chart(
@@ -105,7 +130,7 @@ def time_chart(
     lines = {name: points for name, points in lines.items() if points}
     if not lines:
         return None
-    left, top, right, bottom = 56, 12, 140, 44
+    left, top, right, bottom = 56, 12, 24, 44
     plot_w, plot_h = width - left - right, height - top - bottom
     t0 = min(p[0][0] for p in lines.values())
     t1 = max(p[-1][0] for p in lines.values())
@@ -142,3 +167,68 @@ def time_chart(
         series=tuple(placed), x_ticks=x_ticks, y_ticks=y_ticks, x_label="time (UTC)",
         y_label=y_label, marker_x=None,
     )
+
+
+@dataclass(frozen=True)
+class PriorityRow:
+    label: str
+    y: float
+    declared_x: float
+    recommended_x: float
+    declared: int
+    recommended: int
+    direction: str  # raise | lower | keep
+    colour: str
+
+
+@dataclass(frozen=True)
+class PriorityChart:
+    width: int
+    height: int
+    left: int
+    top: int
+    plot_w: int
+    plot_h: int
+    rows: tuple[PriorityRow, ...]
+    x_ticks: tuple[Tick, ...]
+
+
+DIRECTION_COLOURS = {"raise": "#D55E00", "lower": "#0072B2", "keep": "#009E73"}
+
+
+def priorities_chart(
+    rows: Sequence[tuple[str, int, int, str]], *, width: int = 720, row_h: int = 22,
+) -> PriorityChart | None:
+    """Declared beside recommended priority value per workload, (label, declared,
+    recommended, direction) each: a grey dot for the declared value, a coloured one for the
+    recommended, joined by a line. The axis is logarithmic (0, 1k, 10k … ): priority values
+    differ by orders of magnitude, as the recommendation tiers do. None without rows."""
+    if not rows:
+        return None
+    left, top, right, bottom = 230, 28, 24, 30
+    plot_w = width - left - right
+    plot_h = row_h * len(rows)
+    top_value = max(max(d, r) for _, d, r, _ in rows)
+    decades = max(3, math.ceil(math.log10(max(top_value, 10))))
+
+    def sx(value: int) -> float:
+        scaled = 0.0 if value <= 1 else min(math.log10(value), decades)
+        return left + plot_w * scaled / decades
+
+    placed = tuple(
+        PriorityRow(label=label, y=top + row_h * i + row_h / 2, declared_x=sx(declared),
+                    recommended_x=sx(recommended), declared=declared, recommended=recommended,
+                    direction=direction, colour=DIRECTION_COLOURS.get(direction, "#000000"))
+        for i, (label, declared, recommended, direction) in enumerate(rows)
+    )
+    ticks = tuple(Tick(sx(10**k) if k else left, _short(10**k if k else 0))
+                  for k in range(0, decades + 1))
+    return PriorityChart(width=width, height=top + plot_h + bottom, left=left, top=top,
+                         plot_w=plot_w, plot_h=plot_h, rows=placed, x_ticks=ticks)
+
+
+def _short(value: int) -> str:
+    for size, suffix in ((10**9, "G"), (10**6, "M"), (10**3, "k")):
+        if value >= size:
+            return f"{value // size}{suffix}"
+    return str(value)

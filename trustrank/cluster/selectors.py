@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 import numpy as np
-from django.db.models import QuerySet
+from django.db.models import Case, Count, Q, QuerySet, Value, When
 from django.http import Http404
 
 from trustrank.accounts.principal import Principal
@@ -85,6 +85,24 @@ def workload_list(*, cluster: Cluster, ordering: str = "") -> QuerySet[ClusterWo
     return rows.order_by("-disagrees", "-recommended_priority", "key")
 
 
+def workload_chart_rows(*, cluster: Cluster, limit: int = 20) -> list[ClusterWorkload]:
+    """The workloads the priorities chart draws: those holding GPUs first, then the
+    disagreements, then by recommended priority."""
+    return list(
+        ClusterWorkload.objects.filter(cluster=cluster)
+        .only("key", "declared_priority", "recommended_priority", "direction", "gpus")
+        .order_by(Case(When(gpus__gt=0, then=Value(0)), default=Value(1)), "-disagrees",
+                  "-recommended_priority", "key")[:limit]
+    )
+
+
+def cluster_pod_counts(*, cluster: Cluster) -> dict[str, int]:
+    """Live pods stored, and how many of them hold GPUs (requests or limits)."""
+    return ClusterPod.objects.filter(cluster=cluster, deleted_at__isnull=True).aggregate(
+        pods=Count("pk"), gpu_pods=Count("pk", filter=Q(gpus__gt=0)),
+    )
+
+
 def workload_get(*, cluster: Cluster, key: str) -> ClusterWorkload:
     workload = ClusterWorkload.objects.filter(cluster=cluster, key=key).first()
     if workload is None:
@@ -126,9 +144,18 @@ def workload_diagnosis_kinds(*, cluster: Cluster) -> dict[str, set[str]]:
 _FB_METRICS = ("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_RESERVED")
 
 
-def _gpu_label(item: Series) -> str:
-    node = item.label("Hostname") or item.label("k8s.node.name")
-    return f"{node}/gpu{item.label('gpu') or item.label('UUID')}"
+def gpu_label(item: Series) -> str:
+    """A GPU's line label: node/gpuN, from the labels that fill the node and gpu columns
+    (`metrics_ids._LINKS`); the GPU's UUID when either is missing; "" when the series names
+    no GPU at all (it has no place on a per-GPU chart)."""
+    node = item.label("Hostname") or item.label("k8s.node.name") or item.label("node")
+    index = item.label("gpu")
+    uuid = item.label("UUID") or item.label("uuid")
+    if node and index:
+        return f"{node}/gpu{index}"
+    if uuid:
+        return f"{node}/{uuid}" if node else uuid
+    return f"{node}/gpu{index}" if node or index else ""
 
 
 def _gpus_by_utilisation(*, cluster: Cluster, since: datetime) -> list[tuple[str, str]]:
@@ -180,7 +207,9 @@ def gpu_lines(
     util: dict[str, list[tuple[float, float]]] = {}
     memory: dict[str, dict[str, dict[float, float]]] = {}
     for item in series:
-        label = _gpu_label(item)
+        label = gpu_label(item)
+        if not label:
+            continue
         points = list(zip((t / 1000 for t in item.timestamps_ms), item.values, strict=True))
         if item.name in UTILISATION_METRICS:
             util.setdefault(label, []).extend(
@@ -221,12 +250,15 @@ def workload_series_lines(
     wanted = {(p.namespace, p.name) for p in pods}
     if not wanted:
         return {}
-    ids = list(
-        MetricSeries.objects.filter(
-            cluster=cluster, pod__in=[name for _, name in wanted],
-            namespace__in=[ns for ns, _ in wanted],
-        ).values_list("pk", flat=True)[:2000]
-    )
+    # Both columns filter in SQL; the pairs are checked here (pod a of namespace x and pod
+    # b of y must not bring in pod b of x).
+    ids = [
+        pk for pk, namespace, pod in MetricSeries.objects.filter(
+            cluster=cluster, pod__in={name for _, name in wanted},
+            namespace__in={ns for ns, _ in wanted},
+        ).values_list("pk", "namespace", "pod")[:4000]
+        if (namespace, pod) in wanted
+    ][:2000]
     if not ids:
         return {}
     charts: dict[str, dict[str, list[tuple[float, float]]]] = {}

@@ -93,3 +93,11 @@ class ClusterWorkloadSerializer(serializers.ModelSerializer[ClusterWorkload]):
 
     def get_recommended(self, obj: ClusterWorkload) -> dict[str, Any]:
         return {"priority": obj.recommended_priority, "qos_class": obj.recommended_qos}
+
+
+class ClusterDiagnoseRequestedSerializer(serializers.Serializer[dict[str, Any]]):
+    """The answer of `POST /api/v1/clusters/<cluster>/diagnoses`: the workloads show the
+    diagnosis once their `updated_at` passes `requested_at`."""
+
+    cluster = serializers.CharField()
+    requested_at = serializers.DateTimeField()

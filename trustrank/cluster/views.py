@@ -12,17 +12,19 @@ from django.utils import timezone
 
 from trustrank.accounts.principal import principal_for_request
 from trustrank.cluster import services
-from trustrank.cluster.charts import time_chart, unallocated_chart
+from trustrank.cluster.charts import priorities_chart, time_chart, unallocated_chart
 from trustrank.cluster.forms import ReplayRunForm
 from trustrank.cluster.models import ReplayMode, ReplayRun
 from trustrank.cluster.selectors import (
     cluster_findings,
     cluster_get_for_principal,
     cluster_list,
+    cluster_pod_counts,
     gpu_lines,
     pending_pods,
     replay_run_get_for_principal,
     replay_run_list,
+    workload_chart_rows,
     workload_get,
     workload_list,
     workload_pods,
@@ -90,10 +92,41 @@ def replay_list(request: HtmxHttpRequest) -> HttpResponse:
 @login_required
 def replay_detail(request: HtmxHttpRequest, run_id: int) -> HttpResponse:
     run = replay_run_get_for_principal(principal=principal_for_request(request), run_id=run_id)
-    context = {"run": run, **_result_context(run)}
+    context = {"run": run, "parameters": replay_parameter_fields(run), **_result_context(run)}
     if request.htmx:
         return render(request, "cluster/_replay_status.html", context)
     return render(request, "cluster/replay_detail.html", context)
+
+
+def _words(values: object, labels: dict[str, str] | None = None) -> str:
+    items = values if isinstance(values, list | tuple) else [values]
+    return ", ".join((labels or {}).get(str(v), str(v).replace("_", " ")) for v in items) or "—"
+
+
+def replay_parameter_fields(run: ReplayRun) -> list[tuple[str, str]]:
+    """A run's parameters as (label, value) for people: only those its mode uses, lists as
+    words, the semantic hints counted (the JSON stays in the API)."""
+    params = dict(run.parameters or {})
+    timeline = run.mode == ReplayMode.TIMELINE
+    fields: list[tuple[str, str]] = []
+    if timeline:
+        fields.append(("Priority policies", _words(params.pop("policies", []), POLICY_LABELS)))
+        fields.append(("Placement strategy", _words(params.pop("placement", ""))))
+        compress = params.pop("compress", 1.0)
+        fields.append(("Arrival times", "as in the trace" if compress == 1 else
+                       f"compressed ×{compress:g}"))
+        hints = params.pop("hints", None) or {}
+        fields.append(("Semantic priorities", f"given for {len(hints)} pods" if hints else
+                       "derived from the trace or the cluster"))
+    else:
+        fields.append(("Placement strategies", _words(params.pop("strategies", []))))
+        fields.append(("Seeds", str(params.pop("seeds", "—"))))
+    fraction = params.pop("node_fraction", 1.0)
+    fields.append(("Nodes replayed", "all" if fraction == 1 else f"{fraction:.0%} of them"))
+    for name in ("mode", "strategies", "seeds", "policies", "placement", "compress", "hints"):
+        params.pop(name, None)  # the other mode's, or shown above
+    fields += [(k.replace("_", " ").capitalize(), _words(v)) for k, v in sorted(params.items())]
+    return fields
 
 
 def _result_context(run: ReplayRun) -> dict[str, Any]:
@@ -162,8 +195,14 @@ def cluster_detail(request: HtmxHttpRequest, cluster: str) -> HttpResponse:
     )
     since = timezone.now() - timedelta(hours=CHART_HOURS)
     util, fi, gpus_seen = gpu_lines(cluster=found, since=since)
+    chart_rows = workload_chart_rows(cluster=found)
     context = {
         "cluster": found,
+        "pod_counts": cluster_pod_counts(cluster=found),
+        "priorities_chart": priorities_chart(
+            [(w.key, w.declared_priority, w.recommended_priority, w.direction)
+             for w in chart_rows]
+        ),
         "util_chart": time_chart(util, y_label="GPU utilisation %", y_max=100.0),
         "fi_chart": time_chart(fi, y_label="FI (1 − free/total)", y_max=1.0),
         "gpus_seen": gpus_seen,

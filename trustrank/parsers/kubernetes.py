@@ -132,6 +132,9 @@ class Pod:
     memory_request: float  # bytes
     deleted: datetime | None = None
     nominated_node: str = ""
+    # The app containers' images (`spec.containers[].image`), in order: what the pod runs
+    # (a vLLM or Triton server tells an inference workload).
+    images: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -350,6 +353,7 @@ def _pod(item: dict[str, Any]) -> Pod:
     limits_init: list[dict[str, float]] = []
     qos_input = []
     names = []
+    images = []
     for group, reqs, lims in (
         ("containers", requests_app, limits_app),
         ("initContainers", requests_init, limits_init),
@@ -370,6 +374,7 @@ def _pod(item: dict[str, Any]) -> Pod:
             qos_input.append((request, limit))
             if group == "containers":
                 names.append(cname)
+                images.append(_str(container.get("image"), cwhere))
     requests = _effective(requests_app, requests_init)
     limits = _effective(limits_app, limits_init)
     gpu_request, gpu_limit = _gpu(requests), _gpu(limits)
@@ -413,6 +418,7 @@ def _pod(item: dict[str, Any]) -> Pod:
         gpu_request=gpu_request, gpu_limit=gpu_limit,
         cpu_request=requests.get("cpu", 0.0), memory_request=requests.get("memory", 0.0),
         nominated_node=_str(status.get("nominatedNodeName"), where),
+        images=tuple(images),
     )
 
 

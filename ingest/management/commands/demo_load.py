@@ -2,8 +2,9 @@
 
 Loads the demo's sample data (tests/data) into a running TrustRank through its public API,
 as any pipeline, collector or operator would: SBOMs, vulnerability feeds, OTLP traces, a
-trust bundle and certificates, each with the demo team's API key (`--key`, or the
-TRUSTRANK_DEMO_API_KEY environment variable, which keeps it out of the process list).
+trust bundle and certificates, a GPU cluster (objects, dcgm-exporter and vLLM scrapes), each
+with the demo team's API key (`--key`, or the TRUSTRANK_DEMO_API_KEY environment variable,
+which keeps it out of the process list).
 `python3 dev.py demo` runs it once the web server and the worker are up.
 
 What was loaded is remembered in var/demo-samples.json under the database's identity, so a
@@ -22,6 +23,7 @@ import urllib.request
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -413,7 +415,7 @@ class SampleLoader:
         from ingest import demo
 
         folder = self.data / "demo"
-        if not folder.is_dir() or self.stalled:
+        if not (folder / "advisories-demo.json").is_file() or self.stalled:
             return
         say(f"loading the demo shop (environment '{demo.ENVIRONMENT}') ...")
         for feed, name in (("osv", "advisories-demo.json"), ("epss", "epss-demo.csv")):
@@ -471,6 +473,65 @@ class SampleLoader:
             if status != 200:
                 say(f"  shop traces: rejected, {problem_text(status, data, text)}")
         self.rank()
+
+    def gpu_cluster(self) -> None:
+        """The demo's GPU cluster (ingest/demo_cluster.py): its objects once, a dcgm-exporter
+        and a vLLM scrape per five-minute slot of the last hour not sent before, then a
+        diagnosis at once (not after the load's debounce) so its page has workloads."""
+        from ingest import demo_cluster as gpu
+
+        folder = self.data / "demo"
+        objects = folder / gpu.OBJECTS_FILE
+        if not objects.is_file() or self.stalled:
+            return
+        base = f"/api/v1/clusters/{gpu.CLUSTER}"
+        say(f"loading the demo GPU cluster '{gpu.CLUSTER}' ...")
+        if self._upload_job(method="POST", url=f"{base}/objects", path=objects,
+                            content_type="application/json",
+                            label=f"{gpu.OBJECTS_FILE} (nodes, pods, priority classes)") != "done":
+            return
+        now = time.time()
+        self.loaded -= {k for k in self.loaded if k.startswith("gpu-scrape:")
+                        and int(k.rpartition(":")[2]) < now - 86_400}
+        templates = [(folder / name).read_text() for name in gpu.SCRAPE_FILES]
+        sent: list[tuple[str, str]] = []
+        for at in gpu.scrape_slots(now=now):
+            key = f"gpu-scrape:{gpu.CLUSTER}:{at}"
+            for text in [] if key in self.loaded else templates:
+                status, data, answer = self.api.call(
+                    "POST", f"{base}/metrics", body=gpu.scrape_at(text, at=at),
+                    content_type="text/plain; version=0.0.4",
+                )
+                if status != 202 or data is None:
+                    say(f"  scrape: rejected, {problem_text(status, data, answer)}")
+                    return
+                sent.append((key, str(data["status_url"])))
+        failed = {key for key, url in sent if self.api.job_wait(url).get("status") != "done"}
+        for key in sorted({key for key, _ in sent} - failed):
+            self._remember(key)
+        if sent:
+            say(f"  {len(sent)} scrapes (dcgm-exporter, vLLM) over the last hour: "
+                f"{len(sent) - sum(1 for key, _ in sent if key in failed)} stored")
+        else:
+            say("  the scrapes of the last hour: already sent")
+        self._diagnose(base)
+
+    def _diagnose(self, base: str) -> None:
+        status, data, text = self.api.call("POST", f"{base}/diagnoses", body=b"")
+        if status != 202 or data is None:
+            say(f"  diagnosis: not started, {problem_text(status, data, text)}")
+            return
+        asked = datetime.fromisoformat(str(data["requested_at"]))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            status, page, _text = self.api.call("GET", f"{base}/workloads")
+            rows = (page or {}).get("results") or []
+            if rows and datetime.fromisoformat(str(rows[0]["updated_at"])) >= asked:
+                gpus = sum(1 for row in rows if row.get("gpus"))
+                say(f"  diagnosed: {(page or {}).get('count')} workloads, {gpus} holding GPUs")
+                return
+            time.sleep(0.5)
+        say("  the diagnosis did not finish in time; it goes on in the worker")
 
     def rank(self) -> None:
         """Rank now (POST /api/v1/ranking-runs) and wait, instead of the debounce delay."""
@@ -575,6 +636,7 @@ class Command(BaseCommand):
         loader.traces()
         loader.boutique_replay()
         loader.certificates()
+        loader.gpu_cluster()
         loader.shop()
         if loader.stalled:
             raise CommandError("the worker stopped finishing jobs; see var/log/worker.log")

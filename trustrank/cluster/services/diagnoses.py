@@ -108,7 +108,8 @@ def cluster_diagnoses_compute(
     # One finding per fingerprint, whichever function saw it first.
     unique = list({d.fingerprint: d for d in found}.values())
     workloads = priorities.workloads_from_pods(
-        pods=snapshot.pods, latency_sensitive=serving, internet_path=internet
+        pods=snapshot.pods, latency_sensitive=serving, internet_path=internet,
+        vllm_pods=inputs.vllm_pods(series=series), gpus_seen=inputs.gpus_by_pod(series=series),
     )
     return unique, priorities.workload_priorities(workloads=workloads, diagnoses=unique)
 
@@ -195,7 +196,8 @@ def _workloads_store(
             cluster=cluster, key=rec.workload[:600], namespace=namespace[:253],
             kind=kind[:64], name=name[:253], declared_priority=rec.declared_priority,
             declared_priority_class=rec.declared_priority_class[:253],
-            declared_qos=rec.declared_qos[:20], score=rec.score, tier=rec.tier[:40],
+            declared_qos=rec.declared_qos[:20], gpus=rec.gpus, score=rec.score,
+            tier=rec.tier[:40],
             recommended_priority=rec.recommended_priority,
             recommended_qos=rec.recommended_qos[:20], direction=rec.direction[:8],
             disagrees=rec.disagrees,
@@ -205,7 +207,7 @@ def _workloads_store(
         ))
     ClusterWorkload.objects.bulk_create(
         rows, update_conflicts=True, unique_fields=["cluster", "key"],
-        update_fields=["declared_priority", "declared_priority_class", "declared_qos",
+        update_fields=["declared_priority", "declared_priority_class", "declared_qos", "gpus",
                        "score", "tier", "recommended_priority", "recommended_qos",
                        "direction", "disagrees", "reasons", "diagnoses", "updated_at"],
     )
@@ -247,17 +249,23 @@ def cluster_diagnose(*, cluster_id: int, now: datetime | None = None) -> Diagnos
     )
 
 
-def cluster_diagnose_request(*, cluster_id: int) -> None:
-    """Ask for a diagnosis of the cluster after the debounce delay, once the caller's
-    transaction commits. Requests within the delay share one run: each task skips when a
-    run started after its request."""
+def cluster_diagnose_request(*, cluster_id: int, delay: int | None = None) -> str:
+    """Ask for a diagnosis of the cluster after the debounce delay (or `delay` seconds),
+    once the caller's transaction commits. Requests within the delay share one run: each
+    task skips when a run started after its request. Returns the request's time."""
     from trustrank.cluster.tasks import cluster_diagnose_task
 
     requested = timezone.now().isoformat()
-    delay = settings.TRUSTRANK_CLUSTER_DIAGNOSE_DEBOUNCE_SECONDS
+    if delay is None:
+        delay = settings.TRUSTRANK_CLUSTER_DIAGNOSE_DEBOUNCE_SECONDS
+    # No countdown for "now": a task with an ETA waits for the worker's timer, which a solo
+    # worker holding later ETAs (the debounced requests of a load) only wakes for those.
     transaction.on_commit(
-        lambda: cluster_diagnose_task.apply_async(args=[cluster_id, requested], countdown=delay)
+        lambda: cluster_diagnose_task.apply_async(
+            args=[cluster_id, requested], countdown=delay or None, queue=settings.INGEST_QUEUE
+        )
     )
+    return requested
 
 
 def cluster_diagnose_if_due(*, cluster_id: int, requested: datetime) -> DiagnoseResult | None:

@@ -89,6 +89,7 @@ def pod_from_state(state: dict[str, Any]) -> Pod:
         "deleted": _dt(state.get("deleted")),
         "owner": Owner(**state["owner"]) if state.get("owner") else None,
         "containers": tuple(state.get("containers") or ()),
+        "images": tuple(state.get("images") or ()),
         "conditions": _conditions(state.get("conditions") or ()),
         "gpu_request": GpuRequest(**state["gpu_request"]),
         "gpu_limit": GpuRequest(**state["gpu_limit"]),

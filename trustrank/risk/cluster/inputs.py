@@ -384,3 +384,23 @@ def rdma_counters(*, series: Iterable[Series]) -> list[TrafficClassCounters]:
             interval_s=increases["packets"][minute][2], **values,
         ))
     return result
+
+
+def vllm_pods(*, series: Iterable[Series]) -> set[str]:
+    """"namespace/pod" of every pod that exports vLLM's metrics (`vllm:*`): an inference
+    server, whatever its name or image (`inference.inference_signals`)."""
+    return {pod for item in series if item.name.startswith("vllm:") and (pod := series_pod(item))}
+
+
+def gpus_by_pod(*, series: Iterable[Series]) -> dict[str, int]:
+    """How many GPUs the DCGM utilisation series name per pod (dcgm-exporter's Kubernetes
+    mapping labels a GPU's series with the pod that holds it)."""
+    gpus: dict[str, set[tuple[str, str]]] = {}
+    for item in series:
+        if item.name not in UTILISATION_METRICS or not (pod := series_pod(item)):
+            continue
+        node = item.label("Hostname") or item.label("k8s.node.name") or item.label("node")
+        gpu = item.label("UUID") or item.label("uuid") or item.label("gpu")
+        if gpu:
+            gpus.setdefault(pod, set()).add((node, gpu))
+    return {pod: len(found) for pod, found in gpus.items()}

@@ -8,6 +8,7 @@ its diagnoses, then mapped to a tier and the tier's priority value
 | --- | --- |
 | latency-sensitive inference on an internet path | 80 (latency-critical) |
 | latency-sensitive, internal only | 65 (latency-sensitive) |
+| an inference server (vLLM metrics, its image or labels; `inference.py`) | 65 (latency-sensitive) |
 | anything else that is not training | 45 (service) |
 | training / batch | 25 (batch-training) |
 
@@ -20,12 +21,13 @@ best-effort. `direction` compares the tier's value with the declared priority va
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from trustrank.parsers.kubernetes import Pod
 from trustrank.risk.cluster.findings import Diagnosis, workload_key
 from trustrank.risk.cluster.gpu import training_signals
+from trustrank.risk.cluster.inference import inference_signals
 from trustrank.risk.cluster.settings import DEFAULT_THRESHOLDS, ClusterThresholds
 
 BASES = {"latency-critical": 80.0, "latency-sensitive": 65.0, "service": 45.0,
@@ -58,15 +60,27 @@ class Workload:
     training: bool
     serves_latency_sensitive: bool = False
     on_internet_path: bool = False
+    # Why it looks like an inference server (inference.inference_signals), "" when not.
+    inference: str = ""
+
+
+def pod_gpus(pod: Pod, *, seen: Mapping[str, int] | None = None) -> float:
+    """GPUs a pod holds: its requests (or, alone, its limits: an extended resource's
+    limit implies the request), else the GPUs its DCGM series name (`seen`, keyed by
+    "namespace/pod": a GPU given without a resource request, e.g. by the runtime)."""
+    declared = pod.gpu_request.gpus or pod.gpu_limit.gpus
+    return declared or float((seen or {}).get(f"{pod.namespace}/{pod.name}", 0))
 
 
 def workloads_from_pods(
     *, pods: Iterable[Pod], latency_sensitive: Mapping[str, bool] | None = None,
-    internet_path: Mapping[str, bool] | None = None,
+    internet_path: Mapping[str, bool] | None = None, vllm_pods: Collection[str] = (),
+    gpus_seen: Mapping[str, int] | None = None,
 ) -> list[Workload]:
     """Group pods by owner. The two flags come from the trace graph (keyed by workload
     key): whether the workload serves latency-sensitive requests and whether a path from
-    the internet reaches it."""
+    the internet reaches it. `vllm_pods` ("namespace/pod") export vLLM metrics;
+    `gpus_seen` counts the GPUs DCGM series name per pod (see `pod_gpus`)."""
     latency_sensitive = latency_sensitive or {}
     internet_path = internet_path or {}
     grouped: dict[str, list[Pod]] = {}
@@ -76,13 +90,15 @@ def workloads_from_pods(
     for key, members in sorted(grouped.items()):
         weakest = min(members, key=lambda p: _QOS_ORDER.get(p.qos_class, 0))
         declared = max(members, key=lambda p: p.priority or 0)
+        signals = [s for p in members for s in inference_signals(p, vllm_pods=vllm_pods)]
         result.append(Workload(
             key=key, priority_class=declared.priority_class, priority=declared.priority or 0,
             qos_class=weakest.qos_class,
-            gpus=sum(p.gpu_request.gpus for p in members),
+            gpus=sum(pod_gpus(p, seen=gpus_seen) for p in members),
             training=any(training_signals(p) for p in members),
             serves_latency_sensitive=latency_sensitive.get(key, False),
             on_internet_path=internet_path.get(key, False),
+            inference=signals[0] if signals else "",
         ))
     return result
 
@@ -107,6 +123,7 @@ class PriorityRecommendation:
     direction: str  # raise | lower | keep
     reasons: tuple[Reason, ...]
     diagnoses: tuple[str, ...]  # fingerprints of the diagnoses that counted
+    gpus: float = 0.0
 
     @property
     def disagrees(self) -> bool:
@@ -118,6 +135,8 @@ def _base(workload: Workload) -> tuple[str, str]:
         return "latency-critical", "serves latency-sensitive traffic on an internet path"
     if workload.serves_latency_sensitive:
         return "latency-sensitive", "serves latency-sensitive traffic (internal)"
+    if workload.inference:
+        return "latency-sensitive", f"an inference server ({workload.inference})"
     if workload.training:
         return "batch-training", "training or batch work"
     return "service", "a service that is neither latency-sensitive nor training"
@@ -188,7 +207,7 @@ def workload_priorities(
             declared_priority_class=workload.priority_class, declared_qos=workload.qos_class,
             score=round(score, 3), tier=tier, recommended_priority=recommended,
             recommended_qos=recommended_qos, direction=direction, reasons=tuple(reasons),
-            diagnoses=tuple(counted),
+            diagnoses=tuple(counted), gpus=workload.gpus,
         ))
     result.sort(key=lambda r: (not r.disagrees, -r.score, r.workload))
     return result
