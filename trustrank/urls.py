@@ -25,3 +25,6 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     path("admin/", admin.site.urls),
 ]
+
+handler404 = "trustrank.lib.error_pages.not_found"
+handler500 = "trustrank.lib.error_pages.server_error"

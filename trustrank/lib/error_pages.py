@@ -1,0 +1,31 @@
+"""The project's 404 and 500 handlers: a problem document (RFC 9457) under the API and the
+receivers, where a client parses JSON, and Django's pages for the site."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.views import defaults
+
+from trustrank.lib.api import problem_response
+
+
+def _is_api(path: str) -> bool:
+    return path.startswith(("/api/", "/v1/"))
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _is_api(request.path_info):
+        return problem_response(
+            404, "Not found",
+            f"No API resource at {request.path_info} (the routes are listed at /api/docs/).",
+        )
+    return defaults.page_not_found(request, exception)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    if _is_api(request.path_info):
+        return problem_response(
+            500, "Server error",
+            "The server failed to answer this request; it was logged. Nothing was stored.",
+        )
+    return defaults.server_error(request)
