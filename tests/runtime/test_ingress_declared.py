@@ -87,7 +87,8 @@ def test_scope_isolation_and_the_404_for_an_unknown_service(team, other_team, ap
     assert not Service.objects.filter(name="etcd-typo").exists()
 
 
-def test_the_mark_ranks_open_controlled_then_unknown_again(team, edge):
+def test_the_mark_ranks_open_controlled_then_unknown_again(team, edge, client, make_user):
+    client.force_login(make_user("viewer", team=team, role="viewer"))
     assert edge.put(URL, {"ingress": True}, format="json").status_code == 200
     run = rank_through_jobs(team)
     assert run.services["staging"]["etcd-edge"]["exposure"] == "open"
@@ -107,9 +108,13 @@ def test_the_mark_ranks_open_controlled_then_unknown_again(team, edge):
     assert exposure["source"].startswith("operator marked not an entry point via API by ")
     assert exposure["source"].endswith(
         "service declared in staging, sends no traces, so internal callers are possible")
+    # The finding page's sentence says why.
+    edge_finding = Finding.objects.get(team=team, cve_id=CVE, project__name="etcd-edge")
+    html = client.get(f"/findings/{edge_finding.pk}/").content.decode()
+    assert ("an operator marked etcd-edge not an entry point, and it sends no traces, so "
+            "internal callers are possible") in html
     # Controlled still sorts above the copy known to be small (SSVC level).
     small = Finding.objects.get(team=team, cve_id=CVE, project__name="etcd")
-    edge_finding = Finding.objects.get(team=team, cve_id=CVE, project__name="etcd-edge")
     assert edge_finding.rank < small.rank
 
     assert edge.put(URL, {"ingress": None}, format="json").status_code == 200

@@ -33,13 +33,13 @@ from trustrank.findings.services.due_dates import (
 )
 from trustrank.identity.models import Identity
 from trustrank.inventory.models import Component
-from trustrank.risk import inputs as ri
 from trustrank.ranking.entry_points import (
     declared_rows,
     declared_services,
     entry_points_read,
     routes_for,
 )
+from trustrank.risk import inputs as ri
 from trustrank.risk.libraries import (
     Evidence,
     component_key_from_purl,

@@ -103,12 +103,13 @@ def ingress_state(*, service: Service | None, declared: Deployment | None) -> di
     holder = ingress_mark_holder(service=service, declared=declared)
     assert holder is not None
     if service is not None:
-        evidence = _evidence(service)
+        evidence, name = _evidence(service), service.name
     else:
         assert declared is not None
         # No resource attributes say where it runs: a route naming it in any cluster counts.
         evidence = entry_point_routes(team_id=declared.environment.team_id,
                                       name=declared.service_name)
+        name = declared.service_name
     override = holder.ingress_override
     if override is not None:
         source = "operator"
@@ -130,7 +131,7 @@ def ingress_state(*, service: Service | None, declared: Deployment | None) -> di
     environment = holder.environment
     return {
         "environment": environment.name,
-        "service": service.name if service is not None else holder.service_name,  # type: ignore[union-attr]
+        "service": name,
         "namespace": holder.namespace,
         "team": environment.team.name,
         "ingress": override if override is not None else bool(evidence),
