@@ -123,7 +123,7 @@ def test_the_mark_ranks_open_controlled_then_unknown_again(team, edge, client, m
     assert _factor(team, "exposure")["value"] == "unknown"
 
 
-def test_a_mark_set_before_the_first_trace_counts_after_it(team, edge):
+def test_a_mark_set_before_the_first_trace_counts_after_it(team, edge, client, make_user):
     assert edge.put(URL, {"ingress": True}, format="json").status_code == 200
     f = SpanFactory(env="staging")
     f.span(service="etcd-edge", name="GET /v3/kv", kind=SpanKind.SERVER, trace_id=f.trace_id(),
@@ -133,6 +133,11 @@ def test_a_mark_set_before_the_first_trace_counts_after_it(team, edge):
     assert Service.objects.filter(name="etcd-edge").exists()
     got = edge.get(URL).json()
     assert (got["traced"], got["override"], got["source"]) == (True, True, "operator")
+    # The service page says so too.
+    client.force_login(make_user("viewer", team=team, role="viewer"))
+    row = Service.objects.get(name="etcd-edge")
+    html = client.get(f"/services/{row.pk}/").content.decode()
+    assert "set by an operator before its first trace" in html
     run = rank_through_jobs(team)
     assert run.services["staging"]["etcd-edge"]["exposure"] == "open"
     assert "operator marked ingress via API" in _factor(team, "exposure")["source"]
