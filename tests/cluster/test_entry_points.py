@@ -178,3 +178,32 @@ def test_a_service_in_another_cluster_is_not_matched(team, api):
     etcd.save()
     upload(api, team, service("etcd", type_="LoadBalancer"), app_pod("etcd-1", "etcd"))
     assert rerank(team).services["prod"]["etcd"]["exposure"] == "small"
+
+
+def test_a_load_balancer_makes_a_declared_untraced_service_open(team, api):
+    """A service a deployment declares that sends no traces: a LoadBalancer selecting its
+    pods makes it open (the route names it in any cluster: no resource attributes say
+    where it runs); the operator's false still wins."""
+    from tests.ranking.test_untraced_services import _declare_by_sbom
+
+    build(team)
+    _declare_by_sbom(api(team, "sbom:write"), team, project="etcd-edge", environment="staging",
+                     service="etcd-edge", human_impact="medium")
+    assert rerank(team).services["staging"]["etcd-edge"]["exposure"] == "unknown"
+    upload(api, team, service("edge-lb", type_="LoadBalancer", selector={"app": "etcd-edge"}),
+           app_pod("etcd-edge-7d9f8b6c5d-x1", "etcd-edge"))
+    run = rerank(team)
+    assert run.services["staging"]["etcd-edge"]["exposure"] == "open"
+    finding = Finding.objects.get(cve_id="CVE-2020-15115", project__name="etcd-edge")
+    factor = next(f for f in finding.rank_context.data["explanation"]
+                  if f["name"] == "exposure")
+    assert factor["source"] == (
+        "ingress path internet → etcd-edge: internet → etcd-edge: Kubernetes Service "
+        "shop/edge-lb type LoadBalancer at 203.0.113.10, node ports 31080 (cluster c1)")
+    assert not Service.objects.filter(name="etcd-edge").exists()
+    url = "/api/v1/environments/staging/services/etcd-edge/ingress"
+    state = api(team, "read").get(url).json()
+    assert (state["traced"], state["ingress"], state["source"]) == (False, True, "kubernetes")
+    # The operator's "not an entry point" wins over the route: controlled (no traces).
+    assert api(team, "triage").put(url, {"ingress": False}, format="json").status_code == 200
+    assert rerank(team).services["staging"]["etcd-edge"]["exposure"] == "controlled"

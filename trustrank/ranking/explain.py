@@ -68,6 +68,12 @@ def rank_sentence(*, finding: Finding, ctx: dict[str, Any], decision: str) -> st
         if exposure == "open":
             via = f" via {' → '.join(path)}" if path else ""
             parts.append(f"reachable from the internet{via}")
+        elif exposure == "controlled" and "sends no traces" in str(
+                (_factor(ctx, "exposure") or {}).get("source", "")):
+            parts.append(
+                f"an operator marked {ctx.get('service') or 'it'} not an entry point, and it "
+                "sends no traces, so internal callers are possible"
+            )
         elif exposure == "controlled":
             parts.append(f"only internal services call {ctx.get('service') or 'it'}")
         elif exposure == "small":

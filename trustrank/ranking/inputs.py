@@ -25,7 +25,6 @@ from django.db import connection, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from trustrank.cluster.models import ClusterEntryPoint
 from trustrank.findings.models import OPEN_STATES
 from trustrank.findings.services.due_dates import (
     PolicyDays,
@@ -34,6 +33,12 @@ from trustrank.findings.services.due_dates import (
 )
 from trustrank.identity.models import Identity
 from trustrank.inventory.models import Component
+from trustrank.ranking.entry_points import (
+    declared_rows,
+    declared_services,
+    entry_points_read,
+    routes_for,
+)
 from trustrank.risk import inputs as ri
 from trustrank.risk.libraries import (
     Evidence,
@@ -162,17 +167,28 @@ SELECT b.caller_id, b.callee_id, sum(b.calls)::bigint, sum(b.errors)::bigint,
 """
 
 
+# The ingress mark: the row's own, else the one set on its deployment before its first trace
+# (runtime.services.ingress.ingress_mark_holder).
 _SERVICES_SQL = """
-SELECT s.id, e.name, s.kind, s.namespace, s.name, s.ingress_override,
+SELECT s.id, e.name, s.kind, s.namespace, s.name,
+       COALESCE(s.ingress_override, d.ingress_override),
        (CASE WHEN jsonb_typeof(s.attributes) = 'object'
              THEN s.attributes -> 'trustrank.ingress' END)::text,
-       s.ingress_set_by_label, s.ingress_set_via, s.ingress_set_at,
+       CASE WHEN s.ingress_override IS NULL AND d.ingress_override IS NOT NULL
+            THEN d.ingress_set_by_label ELSE s.ingress_set_by_label END,
+       CASE WHEN s.ingress_override IS NULL AND d.ingress_override IS NOT NULL
+            THEN d.ingress_set_via ELSE s.ingress_set_via END,
+       CASE WHEN s.ingress_override IS NULL AND d.ingress_override IS NOT NULL
+            THEN d.ingress_set_at ELSE s.ingress_set_at END,
        (CASE WHEN jsonb_typeof(s.attributes) = 'object'
              THEN jsonb_build_array(s.attributes ->> 'trustrank.ingress.client',
                                     s.attributes ->> 'k8s.cluster.name',
                                     s.attributes ->> 'k8s.namespace.name') END)::text
   FROM runtime_service s
   JOIN runtime_environment e ON e.id = s.environment_id
+  LEFT JOIN runtime_deployment d
+    ON s.kind = 'service' AND d.environment_id = s.environment_id
+   AND d.namespace = s.namespace AND d.service_name = s.name
  WHERE e.team_id = %s
  ORDER BY s.kind, s.namespace, s.name
 """
@@ -208,8 +224,10 @@ def _graph(
         cur.execute(_EDGES_SQL, [rates.recent_since, team_id, since])
         agg = cur.fetchall()
     local = list(_local_origins(team_id, since))
-    entries = _entry_points(team_id)
-    key = (rows, identities, agg, local, entries, minutes, rates.enabled, rates.bucket_minutes)
+    entries = entry_points_read(team_id)
+    declared = declared_rows(team_id)
+    key = (rows, declared, identities, agg, local, entries, minutes, rates.enabled,
+           rates.bucket_minutes)
     if previous is not None and previous.key == key:
         return previous
     services: list[ri.Service] = []
@@ -228,7 +246,7 @@ def _graph(
                 clients[pk] = client
             # A Kubernetes Service of type LoadBalancer or NodePort, an Ingress or HTTPRoute
             # backend (cluster.ClusterEntryPoint), or the attribute that says so.
-            routes = _routes_for(entries, name=name, cluster=k8s_cluster,
+            routes = routes_for(entries, name=name, cluster=k8s_cluster,
                                  namespace=k8s_namespace)
             services.append(
                 ri.Service(
@@ -249,6 +267,7 @@ def _graph(
             )
         elif kind == NodeKind.EXTERNAL:
             peers.append(ri.ExternalPeer(environment=env, name=name, address_class="internet"))
+    services += declared_services(declared, entries=entries, identities=identities)
     edges: list[ri.CallEdge] = []
     origins: list[ri.RootSpanOrigin] = []
     for caller, callee, total, errors, mtls, recent, peak in agg:
@@ -298,32 +317,6 @@ def _graph(
             )
         )
     return GraphRead(key, tuple(services), tuple(edges), tuple(peers), tuple(origins), names)
-
-
-def _entry_points(team_id: int) -> tuple[tuple[str, str, tuple[str, ...], str], ...]:
-    """The team's Kubernetes entry points: (cluster, namespace, names, route)."""
-    return tuple(
-        (cluster, namespace, tuple(names), route)
-        for cluster, namespace, names, route in ClusterEntryPoint.objects.filter(
-            cluster__team_id=team_id
-        ).order_by("cluster__name", "namespace", "kind", "source", "id").values_list(
-            "cluster__name", "namespace", "names", "route"
-        )
-    )
-
-
-def _routes_for(
-    entries: Sequence[tuple[str, str, tuple[str, ...], str]], *, name: str,
-    cluster: str | None, namespace: str | None,
-) -> list[str]:
-    """Routes to a traced service: an entry point that names it, in the cluster and
-    namespace its resource attributes give (either unknown: any)."""
-    return [
-        route
-        for entry_cluster, entry_namespace, names, route in entries
-        if name in names and cluster in (None, "", entry_cluster)
-        and namespace in (None, "", entry_namespace)
-    ]
 
 
 def _local_origins(team_id: int, since: datetime) -> Iterator[tuple[str, str, Any, str]]:

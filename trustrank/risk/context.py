@@ -146,8 +146,10 @@ class ContextIndex(FactorSource):
     def untraced_service(
         self, environment: str, service: str, svc: ServiceContext | None = None
     ) -> ServiceContext:
-        """A declared service that sends no traces: exposure unknown. What the graph knows
-        of it otherwise (an attested identity, trust from callers) is kept."""
+        """A declared service that sends no traces: exposure unknown, or controlled when
+        the operator marked it not an entry point (nothing then reaches it from the
+        internet, but with no traces its internal callers cannot be ruled out). What the
+        graph knows of it otherwise (an attested identity, trust from callers) is kept."""
         key = (environment, service)
         got = self._untraced.get(key)
         if got is None:
@@ -156,10 +158,13 @@ class ContextIndex(FactorSource):
                 path=(), hops=(), identity_trust=0.0, trust_anchor="", trust_depth=0,
                 identity="",
             )
-            got = self._untraced[key] = replace(
-                base, exposure="unknown", observed=False,
-                exposure_reason=f"service declared in {environment}, sends no traces",
-            )
+            reason = f"service declared in {environment}, sends no traces"
+            if base.not_entry_point:
+                got = replace(base, exposure="controlled", observed=False, exposure_reason=(
+                    f"{base.not_entry_point}; {reason}, so internal callers are possible"))
+            else:
+                got = replace(base, exposure="unknown", observed=False, exposure_reason=reason)
+            self._untraced[key] = got
         return got
 
     def decisions_of(self, exposure: ExposureValue, impact: HumanImpact) -> tuple[int, ...]:

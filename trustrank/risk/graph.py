@@ -64,7 +64,9 @@ class ServiceContext:
     `observed` is False when the graph saw nothing of how the service is reached (no entry
     point, no caller, no root span): its "small" then only means that nothing was seen,
     and a deployed service that sends no traces has an unknown exposure instead (see
-    `context.ContextIndex`)."""
+    `context.ContextIndex`). `not_entry_point` is the operator's "not an entry point"
+    mark, said for people (empty when there is none): for a service that sends no traces
+    it makes the exposure controlled rather than unknown."""
 
     environment: str
     name: str
@@ -77,6 +79,7 @@ class ServiceContext:
     trust_depth: int
     identity: str
     observed: bool = True
+    not_entry_point: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,6 +309,8 @@ def analyse_environment(
             trust_depth=depth,
             identity=by_name[name].identity,
             observed=bool(hops or callers[name] or any(origins_of.values())),
+            not_entry_point=(by_name[name].ingress_detail or "operator: not an entry point")
+            if by_name[name].ingress_override is False else "",
         )
     return EnvironmentAnalysis(environment=environment, digest=digest, services=contexts)
 

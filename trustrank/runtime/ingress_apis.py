@@ -3,8 +3,11 @@ point from the internet, and why; an operator marks it one (true), not one (fals
 returns it to the evidence (null).
 
 The operator's word wins over the evidence both ways (`runtime.services.ingress`). Only a
-service TrustRank knows (from traces, or named by a caller's span) can be marked: an unknown
-one is a 404 that says so, and nothing is created, so a typo never adds a service.
+service TrustRank knows (from traces, named by a caller's span, or declared by a deployment)
+can be marked: an unknown one is a 404 that says so, and nothing is created, so a typo never
+adds a service. A declared service that sends no traces keeps its mark on its deployment, so
+the ranking still knows it sends no traces: true makes it open, false controlled (nothing
+says who calls it inside), null unknown again.
 """
 
 from __future__ import annotations
@@ -22,12 +25,20 @@ from trustrank.accounts.principal import principal_for_request
 from trustrank.cluster.selectors import entry_point_routes
 from trustrank.lib.api import problem
 from trustrank.runtime.engine import INGRESS_CLIENT_ATTRIBUTE
-from trustrank.runtime.models import Environment, IngressSetVia, NodeKind, Service
+from trustrank.runtime.models import Deployment, Environment, IngressSetVia, NodeKind, Service
 from trustrank.runtime.services import (
     IngressChangeDenied,
+    declared_of,
+    declared_service_ingress_set,
+    ingress_mark_holder,
     ingress_override_text,
     service_ingress_set,
 )
+
+UNTRACED_FALSE = ("; it sends no traces, so internal callers are possible: ranked as "
+                  "exposure controlled")
+UNTRACED_NONE = ("declared by a deployment but sends no traces: exposure unknown (ranked as "
+                 "if open)")
 
 
 class IngressOutSerializer(serializers.Serializer):
@@ -52,6 +63,9 @@ class IngressOutSerializer(serializers.Serializer):
     set_by = serializers.CharField(allow_blank=True)
     set_via = serializers.CharField(allow_blank=True, help_text="api or page, when marked")
     set_at = serializers.DateTimeField(allow_null=True)
+    traced = serializers.BooleanField(
+        help_text="false: a deployment declares the service but it sends no traces"
+    )
 
 
 INGRESS_BODY = inline_serializer(
@@ -83,35 +97,52 @@ def _evidence(service: Service) -> list[str]:
     return found
 
 
-def ingress_state(service: Service) -> dict[str, Any]:
-    evidence = _evidence(service)
-    override = service.ingress_override
+def ingress_state(*, service: Service | None, declared: Deployment | None) -> dict[str, Any]:
+    """The state of a traced service (`service`, and the deployment that declares it, if
+    any), or of a declared one that sends no traces (`declared` alone)."""
+    holder = ingress_mark_holder(service=service, declared=declared)
+    assert holder is not None
+    if service is not None:
+        evidence, name = _evidence(service), service.name
+    else:
+        assert declared is not None
+        # No resource attributes say where it runs: a route naming it in any cluster counts.
+        evidence = entry_point_routes(team_id=declared.environment.team_id,
+                                      name=declared.service_name)
+        name = declared.service_name
+    override = holder.ingress_override
     if override is not None:
         source = "operator"
         explanation = ingress_override_text(
-            value=override, by=service.ingress_set_by_label, via=service.ingress_set_via,
-            at=service.ingress_set_at,
+            value=override, by=holder.ingress_set_by_label, via=holder.ingress_set_via,
+            at=holder.ingress_set_at,
         )
         if not override and evidence:
             explanation += "; overrides: " + "; ".join(evidence)
+        if not override and service is None:
+            explanation += UNTRACED_FALSE
     elif evidence:
-        source = "traces" if service.ingress_candidate else "kubernetes"
+        source = "traces" if service is not None and service.ingress_candidate else "kubernetes"
         explanation = "; ".join(evidence)
     else:
-        source, explanation = "none", "no evidence that the internet reaches it"
+        source = "none"
+        explanation = ("no evidence that the internet reaches it" if service is not None
+                       else UNTRACED_NONE)
+    environment = holder.environment
     return {
-        "environment": service.environment.name,
-        "service": service.name,
-        "namespace": service.namespace,
-        "team": service.environment.team.name,
+        "environment": environment.name,
+        "service": name,
+        "namespace": holder.namespace,
+        "team": environment.team.name,
         "ingress": override if override is not None else bool(evidence),
         "override": override,
         "source": source,
         "explanation": explanation,
         "evidence": evidence,
-        "set_by": service.ingress_set_by_label,
-        "set_via": service.ingress_set_via,
-        "set_at": service.ingress_set_at,
+        "set_by": holder.ingress_set_by_label if override is not None else "",
+        "set_via": holder.ingress_set_via if override is not None else "",
+        "set_at": holder.ingress_set_at if override is not None else None,
+        "traced": service is not None,
     }
 
 
@@ -129,13 +160,18 @@ def _body_problem(data: object) -> str | None:
     return None
 
 
+Target = tuple[Service | None, Deployment | None]
+
+
 class ServiceIngressApi(APIView):
     """Whether a service is an entry point from the internet (`GET`, scope read), or the
     operator's mark (`PUT`, scope triage, as the service page's form)."""
 
     required_scopes = {"GET": Scope.READ, "PUT": Scope.TRIAGE}
 
-    def _service(self, request: Request, name: str, service: str) -> Service | Response:
+    def _target(self, request: Request, name: str, service: str) -> Target | Response:
+        """The traced service (and the deployment that declares it), else the deployment
+        of a declared service that sends no traces."""
         principal = principal_for_request(request)
         envs = Environment.objects.filter(team_id__in=principal.team_ids, name=name)
         team = request.query_params.get("team", "")
@@ -143,45 +179,67 @@ class ServiceIngressApi(APIView):
             envs = envs.filter(team__name=team)
         if not envs.exists():
             return problem(404, "Not found", f"no environment named {name!r}")
-        found = list(
+        namespace = request.query_params.get("namespace", "")
+        found: list[Service] | list[Deployment] = list(
             Service.objects.filter(
-                environment__in=envs, kind=NodeKind.SERVICE, name=service,
-                namespace=request.query_params.get("namespace", ""),
+                environment__in=envs, kind=NodeKind.SERVICE, name=service, namespace=namespace,
             ).select_related("environment__team")[:2]
         )
+        if not found:
+            found = list(Deployment.objects.filter(
+                environment__in=envs, service_name=service, namespace=namespace,
+            ).select_related("environment__team")[:2])
         if not found:
             return problem(
                 404, "Not found",
                 f"no service named {service!r} in environment {name!r}: TrustRank knows a "
-                "service once its traces arrive (or a caller's span names it); add "
-                "?namespace= if it sets service.namespace",
+                "service once its traces arrive (or a caller's span names it) or a "
+                "deployment declares it (an SBOM upload naming its environment and service, "
+                "or PUT .../deployment); add ?namespace= if it sets service.namespace",
             )
         if len(found) > 1:
             return problem(400, "Ambiguous", "several of your teams have this service: "
                            "name one with ?team=")
-        return found[0]
+        [one] = found
+        if isinstance(one, Deployment):
+            return None, one
+        return one, declared_of(one).select_related("environment__team").first()
 
     @extend_schema(parameters=PARAMS, responses=IngressOutSerializer)
     def get(self, request: Request, name: str, service: str) -> Response:
-        found = self._service(request, name, service)
+        found = self._target(request, name, service)
         if isinstance(found, Response):
             return found
-        return Response(IngressOutSerializer(ingress_state(found)).data)
+        traced, declared = found
+        return Response(IngressOutSerializer(
+            ingress_state(service=traced, declared=declared)).data)
 
     @extend_schema(parameters=PARAMS, request=INGRESS_BODY, responses=IngressOutSerializer)
     def put(self, request: Request, name: str, service: str) -> Response:
         wrong = _body_problem(request.data)
         if wrong is not None:
             return problem(400, "Invalid ingress", wrong)
-        found = self._service(request, name, service)
+        found = self._target(request, name, service)
         if isinstance(found, Response):
             return found
+        traced, declared = found
+        principal = principal_for_request(request)
+        value = request.data["ingress"]
         try:
-            updated = service_ingress_set(
-                service=found, principal=principal_for_request(request),
-                value=request.data["ingress"], via=IngressSetVia.API,
-            )
+            if traced is None:
+                assert declared is not None
+                declared = declared_service_ingress_set(
+                    deployment=declared, principal=principal, value=value,
+                    via=IngressSetVia.API)
+            else:
+                environment = traced.environment
+                traced = service_ingress_set(service=traced, principal=principal, value=value,
+                                             via=IngressSetVia.API)
+                traced.environment = environment
+                if declared is not None:
+                    declared.refresh_from_db()
+                    declared.environment = environment
         except IngressChangeDenied as exc:
             return problem(403, "Forbidden", str(exc))
-        updated.environment = found.environment
-        return Response(IngressOutSerializer(ingress_state(updated)).data)
+        return Response(IngressOutSerializer(
+            ingress_state(service=traced, declared=declared)).data)

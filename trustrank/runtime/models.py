@@ -291,6 +291,13 @@ class Deployment(models.Model):
     source = models.CharField(max_length=12, choices=DeploymentSource.choices)
     set_by = models.CharField(max_length=160, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # The operator's ingress mark for a declared service that sends no traces (there is no
+    # Service row to hold it; `runtime.services.ingress`). Once traces arrive it still
+    # counts until the Service row is marked itself.
+    ingress_override = models.BooleanField(null=True, blank=True)
+    ingress_set_by_label = models.CharField(max_length=160, blank=True, db_default="")
+    ingress_set_via = models.CharField(max_length=8, blank=True, db_default="")
+    ingress_set_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["environment", "namespace", "service_name"]

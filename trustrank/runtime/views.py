@@ -159,13 +159,18 @@ def _service_rank(service: Any) -> dict[str, Any]:
     result = ranking_selectors.service_result(
         team_id=env.team_id, environment=env.name, service=service.name
     )
+    deployment = selectors.deployment_for_service(service=service)
     return {
+        # An operator's mark set on the deployment before the service's first trace: it
+        # counts until the service's own mark is set (runtime.services.ingress).
+        "early_ingress_mark": deployment if service.ingress_override is None and deployment
+        is not None and deployment.ingress_override is not None else None,
         "rank_result": result,
         "rank_path_svg": (
             path_svg(path=list(result.get("path") or []), hops=list(result.get("hops") or []))
             if result else ""
         ),
-        "deployment": selectors.deployment_for_service(service=service),
+        "deployment": deployment,
         "human_impacts": HumanImpact.choices,
         "project_names": list(
             Project.objects.filter(team_id=env.team_id).order_by("name").values_list(

@@ -11,6 +11,9 @@ One module per aggregate; the public names are re-exported here.
 from trustrank.runtime.services.aggregation import span_window, traces_aggregate_store
 from trustrank.runtime.services.ingress import (
     IngressChangeDenied,
+    declared_of,
+    declared_service_ingress_set,
+    ingress_mark_holder,
     ingress_override_text,
     service_ingress_set,
 )
@@ -18,6 +21,9 @@ from trustrank.runtime.services.sweep import traces_sweep
 
 __all__ = [
     "IngressChangeDenied",
+    "declared_of",
+    "declared_service_ingress_set",
+    "ingress_mark_holder",
     "ingress_override_text",
     "service_ingress_set",
     "span_window",
