@@ -53,8 +53,9 @@ def test_person_exports_findings_and_opens_the_downloads(
     assert len(rows) == 40
     assert all(r["severity"] == "high" and r["title"].startswith("ours") for r in rows)
     export = Export.objects.get(format="csv")
-    # The filter form sends its "Show" control too: open findings of high severity.
-    assert export.filter_params == {"open": ["true"], "severity": ["high"]}
+    # The filter form sends its "Show" control and its sort too: open findings of high
+    # severity, in rank order (the list's default).
+    assert export.filter_params == {"open": ["true"], "severity": ["high"], "ordering": ["rank"]}
     assert AuditEvent.objects.filter(
         action="export", subject_id=str(export.pk), after__sha256=export.sha256
     ).exists()
