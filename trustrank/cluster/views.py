@@ -192,7 +192,7 @@ def cluster_charts(
 ) -> dict[str, Any]:
     """GPU use over the last CHART_HOURS and declared vs recommended priorities, the charts
     both the cluster page and the list's cards draw (templates/cluster/_gpu_use.html and
-    _priorities.html); None for a chart with nothing to draw."""
+    _priorities_summary.html); None for a chart with nothing to draw."""
     util, fi, gpus_seen = gpu_lines(
         cluster=cluster, since=timezone.now() - timedelta(hours=CHART_HOURS), limit=gpus
     )
