@@ -328,7 +328,7 @@ def _numbered_canvas(footer: str) -> type[Canvas]:
             super().__init__(*args, **kwargs)
             self._pages: list[dict[str, Any]] = []
 
-        def showPage(self) -> None:  # noqa: N802 - ReportLab's name
+        def showPage(self) -> None:
             self._pages.append(dict(self.__dict__))
             self._startPage()
 
