@@ -126,6 +126,16 @@ def test_long_words_are_broken_inside_their_column():
     assert all(stringWidth(line, report_pdf.FONT, report_pdf.SIZE) <= 96 for line in lines)
 
 
+def test_a_finding_too_long_for_a_page_is_cut_not_failed(api, team, data):
+    from trustrank.findings.models import Finding
+
+    Finding.objects.filter(pk=data["log4j"].pk).update(title="very long title " * 3000)
+    text = " ".join(" ".join(p.extract_text().split()) for p in _pdf(api, team).pages)
+    assert "very long title very long title" in text
+    assert "(cut here: the CSV and JSON exports have it whole)" in text
+    assert "End of the report: 2 of 2 findings listed" in text
+
+
 def test_pdf_progress_is_reported_while_the_rows_are_drawn(team, data, monkeypatch):
     from trustrank.exports.services.params import ExportRequest
     from trustrank.exports.services.rows import export_selection

@@ -62,6 +62,10 @@ BAD = colors.HexColor("#b3261e")
 # it; small tables keep that cheap.
 TABLE_ROWS = 50
 _PAD = 2.0  # pt, left and right of a cell's text
+# A table row cannot break across pages: a cell of more lines (a title of thousands of
+# characters) is cut, so that its row still fits on a page; the CSV and JSON carry it whole.
+MAX_CELL_LINES = 48
+CUT = "… (cut here: the CSV and JSON exports have it whole)"
 
 # Debian's fonts-dejavu-core (Unicode coverage), else Bitstream Vera, which ReportLab ships.
 _FONT_DIRS = (
@@ -132,6 +136,8 @@ def wrap(texts: Iterable[str], width: float) -> str:
                 out.extend(_break_word(line, inner))
             else:
                 out.append(line)
+    if len(out) > MAX_CELL_LINES:
+        out[MAX_CELL_LINES - 1 :] = simpleSplit(CUT, FONT, SIZE, inner)
     return "\n".join(out)
 
 
