@@ -5,8 +5,9 @@ finding (its cells wrapped to their columns), the column headings and a footer w
 Why ReportLab and not an HTML renderer: WeasyPrint laid a finding out in about 4 ms of CPU
 (CSS cascade, inline layout, painting: 43 s for 10,000 findings on two processes) and held
 about 2.4 MB a page until the end. Here a finding's cells are plain strings, wrapped once by
-font metrics and drawn as text (about 0.3 ms each), and a page is kept only as its drawing
-operators until the total is known: 10,000 findings in one process, about 10 s and 100 MB.
+font metrics and drawn as text (about 0.5 ms of CPU each), and a page is kept only as its
+drawing operators until the total is known: 10,000 findings in one process, 5 s of CPU and
+about 210 MB at the peak, Django and the rows included (bench/report.py).
 
 The text stays text: an embedded TrueType subset with its Unicode map, so it can be
 extracted, searched and copied.
