@@ -1,5 +1,6 @@
-"""In a real browser: the demo's GPU cluster page draws GPU use over time and declared vs
-recommended priorities, with data, and no legend over an axis label."""
+"""In a real browser: the cluster list's card and the demo's GPU cluster page draw GPU use
+over time and declared vs recommended priorities, with data, and no legend over an axis
+label."""
 
 from __future__ import annotations
 
@@ -54,7 +55,22 @@ def test_person_sees_gpu_use_and_priorities_drawn(
     page.fill("#id_username", "alice")
     page.fill("#id_password", "pw-alice")
     page.click("button[type=submit]")
-    page.click(f"text={demo_cluster.CLUSTER}")
+
+    # The list page: a card for the cluster with both charts drawn, linking to its page.
+    card = page.locator(f"section.cluster-card[aria-label='Cluster {demo_cluster.CLUSTER}']")
+    gpu_use = card.locator(".gpu-use svg")
+    card_lines = gpu_use.locator("polyline.line")
+    assert card_lines.count() == 4
+    for i in range(card_lines.count()):
+        assert len(card_lines.nth(i).get_attribute("points").split()) >= 2
+        assert _box(card_lines.nth(i))["width"] > 100
+    card_chart = card.locator("svg.priorities-chart")
+    assert card_chart.locator("circle.recommended").count() == 6
+    assert _box(card_chart.locator("g.workload").first)["height"] > 0
+    assert _box(gpu_use)["width"] > 300 and _box(card_chart)["width"] > 300
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1400
+    page.screenshot(path=str(tmp_path / "clusters.png"), full_page=True)
+    card.locator("h2 a").click()
     page.wait_for_selector(f"h1:has-text('{demo_cluster.CLUSTER}')")
 
     utilisation = page.locator("h3:has-text('Utilisation') + svg")

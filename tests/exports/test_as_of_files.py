@@ -11,7 +11,6 @@ from django.utils import timezone
 
 from tests.conftest import wait_for
 from tests.exports.helpers import body_of, csv_rows, ranked_scenario
-from tests.exports.test_formats import _pdf_renderer_required
 from trustrank.accounts.principal import principal_for_user
 from trustrank.exports.models import Export
 from trustrank.exports.services.run import export_run_execute
@@ -106,8 +105,6 @@ def _head_in_file(fmt: str, body: bytes, head: str) -> bool:
 def test_as_of_file_of_every_format_says_how_things_were(
     api, team, history, fmt, settings, tmp_path
 ):
-    if fmt == "pdf":
-        _pdf_renderer_required()
     settings.TRUSTRANK_EXPORT_STREAM_MAX_ROWS = 0
     settings.TRUSTRANK_EXPORT_DIR = tmp_path / "exports"
     client = api(team, "read")

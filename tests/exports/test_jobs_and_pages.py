@@ -54,6 +54,41 @@ def test_a_big_export_runs_as_a_job_with_progress_and_a_download(
     assert theirs.get(status["download_url"]).status_code == 404
 
 
+@pytest.mark.e2e
+@pytest.mark.django_db(transaction=True)
+def test_a_big_pdf_report_is_made_by_the_worker(api, team, start_worker, settings, tmp_path):
+    """A PDF above TRUSTRANK_EXPORT_PDF_STREAM_MAX_ROWS is never drawn in the request: the
+    export job draws it on a real worker, with progress, and the file is served."""
+    import io
+
+    from pypdf import PdfReader
+
+    settings.TRUSTRANK_EXPORT_PDF_STREAM_MAX_ROWS = 50
+    settings.TRUSTRANK_EXPORT_DIR = tmp_path / "exports"
+    bulk_findings(team, 120)
+    start_worker(TRUSTRANK_EXPORT_DIR=str(tmp_path / "exports"))
+    client = api(team, "read")
+    response = client.get("/api/v1/exports", {"format": "pdf"})
+    assert response.status_code == 202, response.content
+    body = response.json()
+
+    def finished():
+        status = client.get(body["status_url"]).json()
+        return status if status["status"] in ("done", "failed") else None
+
+    status = wait_for(finished, timeout=120, interval=0.3)
+    assert status["status"] == "done", status["error"]
+    assert status["progress_total"] == 120 and status["progress_done"] == 120
+    data = body_of(client.get(status["download_url"]))
+    assert hashlib.sha256(data).hexdigest() == status["sha256"]
+    reader = PdfReader(io.BytesIO(data))
+    total = len(reader.pages)
+    text = " ".join(p.extract_text() for p in reader.pages)
+    assert total >= 3 and f"page {total} of {total}" in text
+    assert "bulk finding 119" in text and "End of the report: 120 of 120 findings" in text
+    assert float(reader.pages[0].mediabox.width) > float(reader.pages[0].mediabox.height)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_streaming_never_holds_the_findings(api, team):
     """20,000 findings stream through a server-side cursor: peak Python memory stays far

@@ -11,8 +11,7 @@ import pytest
 from django.utils import timezone
 
 from tests.exports.helpers import body_of, bulk_findings, ranked_scenario, rerank
-from tests.exports.test_formats import _pdf_renderer_required
-from trustrank.exports.services import report
+from trustrank.exports.services import report, report_pdf
 from trustrank.exports.services.formats import explanation_text
 from trustrank.findings.models import FindingDue
 from trustrank.ranking.models import RankedFinding
@@ -35,7 +34,6 @@ def data(team):
 def _pdf(api, team, **params):
     from pypdf import PdfReader
 
-    _pdf_renderer_required()
     response = api(team, "read").get("/api/v1/exports", {"format": "pdf", **params})
     assert response.status_code == 200, body_of(response)[:2000]
     return PdfReader(io.BytesIO(body_of(response)))
@@ -54,8 +52,13 @@ def test_pdf_is_landscape_with_a_summary_first_and_explanations_as_text(api, tea
     assert "Findings report" in first and "SSVC decision" in first
     assert "in CISA KEV" in first and "overdue" in first and "intact" in first
     assert "Generated" in first and "As of" in first and "Filters" in first
-    # The summary stands alone: no finding on its page.
-    assert "Why:" not in first
+    # The summary stands alone: no finding, nor the findings' column headings, on its page.
+    assert "Why (explanation)" not in first and "#" not in first
+    second = reader.pages[1].extract_text()
+    for heading in ("Rank", "Decision", "Score", "Vulnerability #finding", "Title",
+                    "Component@version", "Project / version", "Service", "Environment",
+                    "KEV · EPSS · CVSS", "Status", "Due", "Why (explanation)"):
+        assert heading in second
     text = " ".join(" ".join(p.extract_text().split()) for p in reader.pages)
     # Explanations are text, wrapped lines joined back.
     expected = " ".join(_explanation_of(data["log4j"]).split())
@@ -88,21 +91,22 @@ def test_rows_are_in_rank_order(team, data):
     assert len(ranks) == 42 and ranks == sorted(ranks)
 
 
-def test_a_big_report_is_rendered_in_parts_and_numbered_through(api, team, data, monkeypatch):
-    from django.conf import settings
-
+def test_a_big_report_is_numbered_through_with_every_finding_once_in_rank_order(
+    api, team, data, monkeypatch
+):
     bulk_findings(team, 60)
     rerank(team)
-    monkeypatch.setattr(report, "PART_ROWS", 25)
-    monkeypatch.setattr(settings, "TRUSTRANK_EXPORT_PDF_PROCESSES", 2)
+    # Small tables: they break across pages and follow one another on a page.
+    monkeypatch.setattr(report_pdf, "TABLE_ROWS", 7)
     reader = _pdf(api, team)
     total = len(reader.pages)
     assert total >= 4
     texts = [p.extract_text() for p in reader.pages]
     for number, text in enumerate(texts, start=1):
         assert f"page {number} of {total}" in text
+        if number > 1:
+            assert "Why (explanation)" in text  # the headings on every page of findings
     joined = " ".join(texts)
-    # Every finding once, in rank order, across the parts.
     ids = RankedFinding.objects.filter(team=team).order_by("rank").values_list(
         "finding_id", flat=True
     )
@@ -110,6 +114,42 @@ def test_a_big_report_is_rendered_in_parts_and_numbered_through(api, team, data,
     assert all(len(p) == 1 for p in positions) and len(positions) == 62
     assert [p[0] for p in positions] == sorted(p[0] for p in positions)
     assert "End of the report: 62 of 62 findings listed" in joined
+
+
+def test_long_words_are_broken_inside_their_column():
+    from reportlab.pdfbase.pdfmetrics import stringWidth
+
+    report_pdf.fonts_register()
+    purl = "pkg:maven/org.apache.logging.log4j/log4j-core@2.14.1?type=jar&classifier=x" * 2
+    lines = report_pdf.wrap([purl, "a title with spaces " * 8], 100).split("\n")
+    assert len(lines) > 4 and "".join(lines).startswith(purl)
+    assert all(stringWidth(line, report_pdf.FONT, report_pdf.SIZE) <= 96 for line in lines)
+
+
+def test_a_finding_too_long_for_a_page_is_cut_not_failed(api, team, data):
+    from trustrank.findings.models import Finding
+
+    Finding.objects.filter(pk=data["log4j"].pk).update(title="very long title " * 3000)
+    text = " ".join(" ".join(p.extract_text().split()) for p in _pdf(api, team).pages)
+    assert "very long title very long title" in text
+    assert "(cut here: the CSV and JSON exports have it whole)" in text
+    assert "End of the report: 2 of 2 findings listed" in text
+
+
+def test_pdf_progress_is_reported_while_the_rows_are_drawn(team, data, monkeypatch):
+    from trustrank.exports.services.params import ExportRequest
+    from trustrank.exports.services.rows import export_selection
+
+    bulk_findings(team, 30)
+    rerank(team)
+    seen: list[int] = []
+    selection = export_selection(ExportRequest(format="pdf", team_id=team.pk))
+    meta = {"team": {"id": team.pk, "name": team.name}, "filter": {},
+            "audit_chain": {"intact": True, "events": 0}}
+    monkeypatch.setattr(report_pdf, "TABLE_ROWS", 10)
+    pdf = b"".join(report.report_pdf_chunks(selection, meta, seen.append))
+    assert pdf.startswith(b"%PDF")
+    assert seen == [10, 20, 30, 32, 32]
 
 
 def test_277_findings_fit_in_about_twenty_pages(api, team, data):
@@ -147,3 +187,19 @@ def test_html_report_has_every_field_and_the_checkpoint_line(api, team, data):
                   "Status", "Due", "Why"):
         assert label in html
     assert "Last checkpoint" in html and "audit_checkpoint" in html
+
+
+def test_a_pdf_above_its_stream_limit_is_a_job_not_made_in_the_request(api, team, data, settings):
+    from trustrank.exports.models import Export
+
+    settings.TRUSTRANK_EXPORT_PDF_STREAM_MAX_ROWS = 1
+    client = api(team, "read")
+    response = client.get("/api/v1/exports", {"format": "pdf"})
+    assert response.status_code == 202, body_of(response)[:500]
+    body = response.json()
+    assert body["status"] == "queued" and response["Location"] == body["status_url"]
+    export = Export.objects.get(pk=body["id"])
+    assert not export.streamed and export.format == "pdf" and not export.file_path
+    # The limit is the PDF's: the same findings as HTML or CSV still come straight back.
+    assert client.get("/api/v1/exports", {"format": "html"}).status_code == 200
+    assert client.get("/api/v1/exports", {"format": "csv"}).status_code == 200

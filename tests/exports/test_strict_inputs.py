@@ -9,7 +9,6 @@ import pytest
 from django.utils import timezone
 
 from tests.exports.helpers import body_of, ranked_scenario
-from tests.exports.test_formats import _pdf_renderer_required
 from trustrank.accounts.principal import principal_for_user
 from trustrank.findings.services.triage import finding_triage
 
@@ -44,7 +43,6 @@ def test_html_report_as_of_counts_the_states_of_that_time(api, team, data):
 def test_pdf_report_as_of_is_made(api, team, data):
     from pypdf import PdfReader
 
-    _pdf_renderer_required()
     response = api(team, "read").get(
         "/api/v1/exports", {"format": "pdf", "as_of": data["before"].isoformat()}
     )

@@ -91,6 +91,10 @@ def test_demo_load_sends_a_gpu_cluster_whose_pages_have_data(
     page = client.get("/clusters/demo-gpu/").content.decode()
     assert 'class="priorities-chart"' in page and page.count('class="line"') >= 2
     assert "9 pods stored, 7 request a GPU" in page
+    # Issue 24: the list a newcomer opens first draws both charts too.
+    listing = client.get("/clusters/").content.decode()
+    assert 'aria-label="Cluster demo-gpu"' in listing
+    assert 'class="priorities-chart"' in listing and listing.count('class="line"') >= 2
 
     again = StringIO()
     call_command("demo_load", "--url", live_server.url, "--key", key, "--data", str(data),

@@ -95,7 +95,7 @@ def test_a_first_run_gives_due_dates_without_writing_the_findings():
     the findings as they were (updated_at, version); the next, incremental run reads only
     what others wrote since, and leaves every due date as a full recomputation would."""
     from trustrank.findings.services.due_dates import finding_due_dates_apply
-    from trustrank.ranking import inputs
+    from trustrank.ranking.inputs import findings as inputs
 
     team_id = build(findings=600, services=60, edges=200, versions=30, seed=9)
     with connection.cursor() as cur:
@@ -120,7 +120,7 @@ def test_a_first_run_gives_due_dates_without_writing_the_findings():
             "UPDATE findings_finding SET epss = 0.99, updated_at = now() WHERE id = "
             "(SELECT min(id) FROM findings_finding WHERE team_id = %s) RETURNING id", [team_id])
         touched = cur.fetchone()[0]
-    delta, _ids, _closed = inputs._findings(
+    delta, _ids, _closed = inputs.findings_read(
         team_id, changed_since=cached.gathered_at - runs._CLOCK_SKEW)
     assert [f.id for f in delta] == [str(touched)]
     _set_impact(team_id, "svc-3", "very high")
@@ -137,7 +137,7 @@ def test_the_findings_read_column_by_column_gives_the_records_of_the_row_loop(mo
     """Chunks of open vulnerabilities become records column by column, read a chunk ahead
     by a thread; the records, ids and settled decisions are those the row loop makes."""
     from trustrank.findings.services.due_dates import triage_policy_for
-    from trustrank.ranking import inputs as gather
+    from trustrank.ranking.inputs import findings as gather
 
     team_id = build(findings=1200, services=60, edges=200, versions=30, seed=5)
     runs._PREVIOUS.clear()
@@ -159,8 +159,8 @@ def test_the_findings_read_column_by_column_gives_the_records_of_the_row_loop(mo
     def read() -> tuple[object, ...]:
         settled: dict[int, str] = {}
         unsettled: set[int] = set()
-        out = gather._findings(team_id, settled=settled, policy=policy,
-                               unsettled_rows=unsettled)
+        out = gather.findings_read(team_id, settled=settled, policy=policy,
+                                   unsettled_rows=unsettled)
         return (*out, settled, unsettled)
 
     by_columns = read()

@@ -14,7 +14,7 @@ from trustrank.accounts.principal import principal_for_request
 from trustrank.cluster import services
 from trustrank.cluster.charts import priorities_chart, time_chart, unallocated_chart
 from trustrank.cluster.forms import ReplayRunForm
-from trustrank.cluster.models import ReplayMode, ReplayRun
+from trustrank.cluster.models import Cluster, ReplayMode, ReplayRun
 from trustrank.cluster.selectors import (
     cluster_findings,
     cluster_get_for_principal,
@@ -182,10 +182,50 @@ def _parse_time(value: object) -> datetime | None:
 CHART_HOURS = 6
 
 
+# Clusters drawn as cards on the list page: each costs a handful of queries (GPU lines,
+# chart rows, pod counts), so the page draws only the most recently updated few.
+LIST_CARDS = 3
+
+
+def cluster_charts(
+    *, cluster: Cluster, gpus: int = 8, workloads: int = 20, width: int = 720
+) -> dict[str, Any]:
+    """GPU use over the last CHART_HOURS and declared vs recommended priorities, the charts
+    both the cluster page and the list's cards draw (templates/cluster/_gpu_use.html and
+    _priorities_summary.html); None for a chart with nothing to draw."""
+    util, fi, gpus_seen = gpu_lines(
+        cluster=cluster, since=timezone.now() - timedelta(hours=CHART_HOURS), limit=gpus
+    )
+    rows = workload_chart_rows(cluster=cluster, limit=workloads)
+    return {
+        "cluster": cluster,
+        "pod_counts": cluster_pod_counts(cluster=cluster),
+        "priorities_chart": priorities_chart(
+            [(w.key, w.declared_priority, w.recommended_priority, w.direction) for w in rows],
+            width=width,
+        ),
+        "util_chart": time_chart(util, y_label="GPU utilisation %", y_max=100.0, width=width),
+        "fi_chart": time_chart(fi, y_label="FI (1 − free/total)", y_max=1.0, width=width),
+        "gpus_seen": gpus_seen,
+        "gpus_charted": len(set(util) | set(fi)),
+        "chart_hours": CHART_HOURS,
+        "chart_workloads": workloads,
+    }
+
+
+def _updated_at(cluster: Cluster) -> datetime:
+    return max(t for t in (cluster.created_at, cluster.objects_at, cluster.metrics_at,
+                           cluster.diagnosed_at) if t is not None)
+
+
 @login_required
 def cluster_list_page(request: HtmxHttpRequest) -> HttpResponse:
     clusters = cluster_list(principal=principal_for_request(request)).order_by("name")
-    return render(request, "cluster/cluster_list.html", paginate(request, clusters))
+    context = paginate(request, clusters)
+    recent = sorted(context["page_obj"], key=_updated_at, reverse=True)[:LIST_CARDS]
+    context["cards"] = [cluster_charts(cluster=c, gpus=4, workloads=8, width=600)
+                        for c in recent]
+    return render(request, "cluster/cluster_list.html", context)
 
 
 @login_required
@@ -193,21 +233,8 @@ def cluster_detail(request: HtmxHttpRequest, cluster: str) -> HttpResponse:
     found = cluster_get_for_principal(
         principal=principal_for_request(request), name=cluster, team=request.GET.get("team", "")
     )
-    since = timezone.now() - timedelta(hours=CHART_HOURS)
-    util, fi, gpus_seen = gpu_lines(cluster=found, since=since)
-    chart_rows = workload_chart_rows(cluster=found)
     context = {
-        "cluster": found,
-        "pod_counts": cluster_pod_counts(cluster=found),
-        "priorities_chart": priorities_chart(
-            [(w.key, w.declared_priority, w.recommended_priority, w.direction)
-             for w in chart_rows]
-        ),
-        "util_chart": time_chart(util, y_label="GPU utilisation %", y_max=100.0),
-        "fi_chart": time_chart(fi, y_label="FI (1 − free/total)", y_max=1.0),
-        "gpus_seen": gpus_seen,
-        "gpus_charted": len(set(util) | set(fi)),
-        "chart_hours": CHART_HOURS,
+        **cluster_charts(cluster=found),
         "pending": pending_pods(cluster=found)[:50],
         "findings": cluster_findings(cluster=found)[:50],
         **paginate(request, workload_list(cluster=found, ordering=request.GET.get("ordering", ""))),

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.http import FileResponse, HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
@@ -35,6 +34,7 @@ from trustrank.exports.services.run import (
     export_path,
     export_selection_for,
     export_stream,
+    export_stream_cap,
 )
 from trustrank.exports.services.vex_cyclonedx import InvalidDocument
 from trustrank.inventory.models import ProjectVersion
@@ -80,7 +80,7 @@ def export_response(
     except ExportParamError as exc:
         detail = str(exc) if str(exc).startswith(exc.param) else f"{exc.param}: {exc}"
         return problem_plain(400, "Invalid export parameter", detail, param=exc.param)
-    cap = settings.TRUSTRANK_EXPORT_STREAM_MAX_ROWS
+    cap = export_stream_cap(req.format)
     matched = export_count(selection, cap=None if always_stream else cap)
     if matched > cap and not always_stream:
         try:

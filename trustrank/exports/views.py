@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
@@ -26,7 +25,11 @@ from trustrank.exports.services.params import (
     export_teams,
 )
 from trustrank.exports.services.rows import export_count
-from trustrank.exports.services.run import export_create, export_selection_for
+from trustrank.exports.services.run import (
+    export_create,
+    export_selection_for,
+    export_stream_cap,
+)
 from trustrank.findings.models import FindingKind, Severity, TriageState
 from trustrank.jobs.errors import JobsBusy
 from trustrank.jobs.models import JobClass
@@ -47,7 +50,7 @@ def export_page(request: HttpRequest) -> HttpResponse:
             messages.error(request, str(exc))
             return HttpResponseRedirect(reverse("exports:export-page"))
         # Small exports a person waits for are interactive; large ones are batch work.
-        cap = settings.TRUSTRANK_EXPORT_STREAM_MAX_ROWS
+        cap = export_stream_cap(req.format)
         large = export_count(selection, cap=cap) > cap
         try:
             with transaction.atomic():

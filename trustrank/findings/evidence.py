@@ -11,7 +11,7 @@ vulnerability
 identity (category = the certificate or identity problem)
     expired, expiring, weak_key, weak_signature, chain_invalid — CertificateEvidence;
     unmapped — UnmappedEvidence; policy_violation — PolicyViolationEvidence.
-    The keys are those the identity engine reports (`trustrank/identity/engine.py`), kept
+    The keys are those the identity engine reports (`trustrank/identity/engine/findings.py`), kept
     as they were in the former identity findings table.
 
 reliability

@@ -97,12 +97,6 @@ def export_request_parse(
         raise ExportParamError(
             "format", f"format must be one of {', '.join(ExportFormat.values)} (got {fmt!r})"
         )
-    if fmt == "pdf":
-        from trustrank.exports.services.report import pdf_renderer_problem
-
-        missing = pdf_renderer_problem()
-        if missing:
-            raise ExportParamError("format", missing)
     allowed = export_teams(principal)
     team_id: int | None = None
     raw_team = (params.get("team") or "").strip()

@@ -1,11 +1,10 @@
-"""The printable report: one template (templates/exports/report.html, with print CSS) served
-as HTML and rendered to PDF by WeasyPrint. A summary page (counts by SSVC decision, KEV,
-overdue, the audit chain and its last signed checkpoint, what was asked for), then one
-compact row per finding in rank order. Counts cover every matching finding; the table lists
-the first TRUSTRANK_EXPORT_REPORT_MAX_ROWS by rank (the CSV and JSON exports carry them all).
+"""The printable report: a summary page (counts by SSVC decision, KEV, overdue, the audit
+chain and its last signed checkpoint, what was asked for), then one compact row per finding
+in rank order. Counts cover every matching finding; the rows are the first
+TRUSTRANK_EXPORT_REPORT_MAX_ROWS by rank (the CSV and JSON exports carry them all).
 
-The PDF is rendered in parts of PART_ROWS findings, side by side, and joined
-(services/pdf_parts.py says why).
+The same summary and rows feed two renderers: the HTML page (templates/exports/report.html,
+with print CSS, for the browser) and the PDF (services/report_pdf.py, ReportLab).
 """
 
 from __future__ import annotations
@@ -23,14 +22,13 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from trustrank.exports.services.formats import Progress, explanation_text
-from trustrank.exports.services.pdf_parts import PartRenderer, pdf_join
+from trustrank.exports.services.report_pdf import report_pdf
 from trustrank.exports.services.rows import ExportSelection, export_rows
 from trustrank.findings.models import OPEN_STATES
 from trustrank.findings.services.audit_checkpoint import audit_checkpoint_summary
 from trustrank.risk.inputs import DECISIONS
 
-# Findings per table (and per PDF part): a table breaks across pages with its header
-# repeated; smaller tables keep WeasyPrint's per-table layout work and memory small.
+# Findings per block of the HTML page.
 PART_ROWS = 200
 TEMPLATE = "exports/report.html"
 
@@ -168,39 +166,14 @@ def report_html_chunks(
     yield report_html(selection, meta, progress).encode()
 
 
-def pdf_renderer_problem() -> str:
-    """Why a PDF cannot be made here ('' when it can): WeasyPrint needs Pango, a system
-    library (Debian: libpango-1.0-0 libpangoft2-1.0-0; the Docker image has it)."""
-    try:
-        import weasyprint  # noqa: F401
-    except (ImportError, OSError) as exc:
-        return (
-            "format=pdf needs WeasyPrint and the Pango library on the server "
-            f"({exc.__class__.__name__}: {str(exc)[:200]}); format=html gives the same "
-            "printable report"
-        )
-    return ""
-
-
 def report_pdf_chunks(
     selection: ExportSelection, meta: dict[str, Any], progress: Progress | None = None
 ) -> Iterator[bytes]:
     summary = report_summary(selection, meta)
     context = {**_context(meta, summary, timezone.now()), **_shown(summary)}
-    shown = context["shown"]
-    parts = -(-shown // PART_ROWS) or 1
-
-    def htmls() -> Iterator[str]:
-        for number, part in enumerate(_parts(report_rows(selection)) if shown else [[]]):
-            yield render_to_string(
-                TEMPLATE,
-                {**context, "summary": number == 0, "parts": [part], "end": number == parts - 1},
-            )
-
-    # One part is rendered here: starting a process costs more than it saves.
-    processes = min(settings.TRUSTRANK_EXPORT_PDF_PROCESSES, parts)
-    with PartRenderer(processes=processes, base_url=str(settings.BASE_DIR)) as renderer:
-        pdf, _pages = pdf_join(renderer.render(htmls()))
+    rows = report_rows(selection) if context["shown"] else iter(())
+    pdf = report_pdf(context, rows, progress)
     if progress is not None:
+        # As the HTML: the report covers every matching finding, though it may list fewer.
         progress(summary["total"])
     yield pdf

@@ -59,6 +59,16 @@ BUILT_FIRST = (
 _VEX = (ExportFormat.CYCLONEDX_VEX, ExportFormat.CSAF_VEX)
 
 
+def export_stream_cap(fmt: str) -> int:
+    """The most findings an export of `fmt` may match and still be made within the request;
+    more go to the export job. A PDF costs far more a finding than the other formats, so a
+    request makes only a small one."""
+    cap = settings.TRUSTRANK_EXPORT_STREAM_MAX_ROWS
+    if fmt == ExportFormat.PDF:
+        return min(cap, settings.TRUSTRANK_EXPORT_PDF_STREAM_MAX_ROWS)
+    return cap
+
+
 def export_selection_for(req: ExportRequest) -> ExportSelection:
     """The findings an export reads; ExportParamError when the format cannot take them
     (a CycloneDX VEX document that would span several project versions)."""

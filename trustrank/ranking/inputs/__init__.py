@@ -1,0 +1,146 @@
+"""Gather one team's evidence from PostgreSQL into the engine's plain inputs (RankInputs).
+
+Everything the engine reads comes through here, as frozen records keyed by names (no model
+instances cross into trustrank.risk). Volumes: findings are read with values_list in
+chunks (a million open findings is the design point); graph evidence (services, edges,
+library use) is aggregated over the ranking window in SQL.
+
+One module per input family: `graph` (services, call edges, peers, origins, identities),
+`libraries` (library evidence per service), `deployments` (deployments and the components
+of the deployed SBOMs) and `findings` (open findings with their advisory and EPSS facts).
+This module puts them together (`ranking_inputs_gather`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from trustrank.findings.services.due_dates import PolicyDays, triage_policy_for
+from trustrank.ranking.inputs.deployments import (
+    DEPLOYMENT_SOURCE_WORDS,
+    components_read,
+    deployments_read,
+)
+from trustrank.ranking.inputs.findings import CHUNK, findings_read
+from trustrank.ranking.inputs.graph import RECENT_MINUTES, GraphRead, Rates, graph_read
+from trustrank.ranking.inputs.libraries import libraries_read, sbom_packages_by_service
+from trustrank.risk import inputs as ri
+
+__all__ = [
+    "CHUNK",
+    "DEPLOYMENT_SOURCE_WORDS",
+    "RECENT_MINUTES",
+    "Gathered",
+    "GraphRead",
+    "rank_settings",
+    "ranking_inputs_gather",
+    "sbom_packages_by_service",
+]
+
+
+@dataclass(frozen=True)
+class Gathered:
+    inputs: ri.RankInputs
+    # finding id (text) -> database id, and the settings the inputs were made for.
+    finding_ids: dict[str, int]
+    window_minutes: float
+    # A full gather's open findings whose due date is settled for a decision (finding
+    # database id -> that decision) under `policy`, the team's policy when it read them:
+    # a ranking run recomputes due dates only where the new decision differs.
+    settled: dict[int, str] | None = None
+    policy: PolicyDays | None = None
+    # With `settled`: the open findings that have a due-date row not settled for any
+    # decision (few). A finding in neither has no row: its due date can be inserted.
+    unsettled_rows: frozenset[int] | None = None
+    # An incremental gather's findings that are new, read again or closed since the
+    # previous gather (every other record is the previous one, the same object).
+    touched: frozenset[str] | None = None
+    # The current records of those still open (read again or new).
+    delta: tuple[ri.Finding, ...] | None = None
+    graph: GraphRead | None = None
+
+
+def rank_settings() -> ri.RankSettings:
+    """The engine's settings from Django settings (weights are documented in
+    docs/ranking.md and versioned with every run)."""
+    w = settings.TRUSTRANK_RANKING_WEIGHTS
+    base = ri.ScoreWeights()
+    weights = ri.ScoreWeights(**{k: float(w.get(k, getattr(base, k))) for k in base.__slots__})
+    return ri.RankSettings(
+        version=settings.TRUSTRANK_RANKING_WEIGHTS_VERSION,
+        epss_poc_threshold=settings.TRUSTRANK_RANKING_EPSS_POC_THRESHOLD,
+        weights=weights,
+        library_map=tuple(
+            (table, name, key) for table, name, key in settings.TRUSTRANK_LIBRARY_MAP
+        ),
+        window_minutes=float(settings.TRUSTRANK_RANKING_WINDOW_MINUTES),
+    )
+
+
+def _window() -> tuple[datetime, float]:
+    minutes = settings.TRUSTRANK_RANKING_WINDOW_MINUTES
+    return timezone.now() - timedelta(minutes=minutes), float(minutes)
+
+
+def ranking_inputs_gather(
+    *, team_id: int, previous: Gathered | None = None, changed_since: datetime | None = None,
+) -> Gathered:
+    """The team's inputs. With `previous` and `changed_since`, findings are the previous
+    ones updated by what was written since; the graph evidence is always read anew, and
+    when its rows equal the previous gather's, the previous graph records are reused
+    (`GraphRead`)."""
+    since, minutes = _window()
+    rates = Rates.for_window(since, minutes)
+    rs = rank_settings()
+    graph = graph_read(team_id, since, minutes, rates,
+                   previous.graph if previous is not None else None)
+    deployments, version_ids = deployments_read(team_id)
+    versions, components = components_read(version_ids)
+    libraries = libraries_read(team_id, since, minutes, graph.names, rs, rates,
+                           sbom_packages_by_service(deployments, components))
+    if previous is not None and changed_since is not None:
+        delta, delta_ids, closed = findings_read(
+            team_id, changed_since=changed_since,
+        )
+        # The previous records less those read again or closed, then the ones read: one
+        # set lookup per finding rather than a dictionary of a million.
+        touched = {f.id for f in delta} | closed
+        findings: Sequence[ri.Finding]
+        if touched:
+            findings = [f for f in previous.inputs.findings if f.id not in touched]
+            findings.extend(delta)
+            ids = dict(previous.finding_ids)
+            for fid in closed:
+                ids.pop(fid, None)
+            ids.update(delta_ids)
+        else:
+            # No finding written since: the previous records and ids as they are (neither
+            # is changed after a gather), not a copy of a million of each.
+            findings, ids = previous.inputs.findings, previous.finding_ids
+        settled: dict[int, str] | None = None
+        policy: PolicyDays | None = None
+        unsettled_rows: set[int] | None = None
+    else:
+        touched = None
+        delta = None
+        policy = triage_policy_for(team_id=team_id)
+        settled, unsettled_rows = {}, set()
+        findings, ids, _closed = findings_read(team_id, settled=settled, policy=policy,
+                                           unsettled_rows=unsettled_rows)
+    inputs = ri.RankInputs(
+        services=graph.services, edges=graph.edges, peers=graph.peers,
+        origins=graph.origins, deployments=tuple(deployments),
+        project_versions=tuple(versions), components=tuple(components),
+        libraries=tuple(libraries), findings=tuple(findings),
+    )
+    return Gathered(inputs=inputs, finding_ids=ids, window_minutes=minutes, settled=settled,
+                    policy=policy,
+                    unsettled_rows=None if unsettled_rows is None
+                    else frozenset(unsettled_rows),
+                    touched=None if touched is None else frozenset(touched),
+                    delta=None if delta is None else tuple(delta), graph=graph)
