@@ -165,10 +165,17 @@ def _key_info(cert: x509.Certificate) -> tuple[str, int | None, str]:
 
 
 def _extension(cert: x509.Certificate, kind: type[Any]) -> Any:
+    """The value of one extension, None when absent. An extension present twice (RFC 5280
+    allows one) or a name form the library cannot read is a ValueError: the certificate is
+    refused with that reason instead of failing the upload with an unexpected error."""
     try:
         return cert.extensions.get_extension_for_class(kind).value
     except x509.ExtensionNotFound:
         return None
+    except x509.DuplicateExtension as exc:
+        raise ValueError(f"an extension appears twice ({exc.oid.dotted_string})") from exc
+    except x509.UnsupportedGeneralNameType as exc:
+        raise ValueError(f"an unsupported general name in an extension: {exc}") from exc
 
 
 def certificate_from_crypto(cert: x509.Certificate) -> ParsedCertificate:
