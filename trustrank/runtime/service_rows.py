@@ -9,7 +9,7 @@ needs in a fixed number of queries, whatever its length.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, overload
@@ -41,8 +41,9 @@ def declared_untraced_for_environments(
     )
 
 
-class ServiceListing(Sequence[Service | Deployment]):
-    """Traced services, then declared untraced ones, as one list a paginator slices."""
+class ServiceListing:
+    """Traced services, then declared untraced ones, as one list a paginator slices (it
+    needs `count()` and slices only)."""
 
     def __init__(self, traced: QuerySet[Service], declared: QuerySet[Deployment]) -> None:
         self.traced, self.declared = traced, declared

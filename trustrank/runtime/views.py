@@ -128,9 +128,9 @@ def service_map(request: HtmxHttpRequest) -> HttpResponse:
         context["ranked"] = bool(results)
         graph = selectors.graph_for_environment(environment=environment, since=since)
         # Unfiltered and none listed: none to draw, and no query to find them.
-        if listing.declared_count() or declared.is_bound and any(
+        if listing.declared_count() or (declared.is_bound and any(
             request.GET.get(name) for name in declared.filters
-        ):
+        )):
             graph["nodes"] += _declared_nodes(environment)
         context["graph"] = _with_trust(graph, results)
         context["broken"] = list(
