@@ -12,7 +12,8 @@
   var elements = [];
   graph.nodes.forEach(function (n) {
     var data = { id: n.id, label: n.label, kind: n.kind, url: n.url,
-      ingress: n.ingress ? "yes" : "no", exposure: n.exposure || "unknown" };
+      ingress: n.ingress ? "yes" : "no", exposure: n.exposure || "unknown",
+      untraced: n.untraced ? "yes" : "no" };
     // Trust from the latest ranking run (0-1); a node without it keeps the plain colour.
     if (typeof n.trust === "number") {
       data.trust = n.trust;
@@ -55,6 +56,9 @@
       { selector: "node[exposure = 'open']", style: { "border-width": 4,
         "border-color": "#b3261e" } },
       { selector: "node[exposure = 'open'][ingress = 'yes']", style: { "border-width": 6 } },
+      // Declared by a deployment, no traces: no calls to draw, so an isolated node.
+      { selector: "node[untraced = 'yes']", style: { "border-width": 3,
+        "border-style": "dashed", "border-color": "#5b6478" } },
       { selector: "edge", style: { "width": "data(width)", "curve-style": "bezier",
         "target-arrow-shape": "triangle", "line-color": "#9aa6bd",
         "target-arrow-color": "#9aa6bd", "label": "data(label)", "font-size": 9,

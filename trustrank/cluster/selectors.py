@@ -276,16 +276,35 @@ def workload_series_lines(
     return charts
 
 
-def entry_point_routes(
-    *, team_id: int, name: str, cluster: str | None = None, namespace: str | None = None
+# A Kubernetes entry point as reads match it: (cluster, namespace, service names, route).
+Entry = tuple[str, str, tuple[str, ...], str]
+
+
+def entry_points_by_team(team_ids: Iterable[int]) -> dict[int, tuple[Entry, ...]]:
+    """The Kubernetes entry points of several teams, in one query (a team with none: ())."""
+    found: dict[int, list[Entry]] = {team_id: [] for team_id in team_ids}
+    for team_id, cluster, namespace, names, route in (
+        ClusterEntryPoint.objects.filter(cluster__team_id__in=list(found))
+        .order_by("cluster__name", "namespace", "kind", "source", "id")
+        .values_list("cluster__team_id", "cluster__name", "namespace", "names", "route")
+    ):
+        found[team_id].append((cluster, namespace, tuple(names), route))
+    return {team_id: tuple(entries) for team_id, entries in found.items()}
+
+
+def entry_points_read(team_id: int) -> tuple[Entry, ...]:
+    """The team's Kubernetes entry points."""
+    return entry_points_by_team([team_id])[team_id]
+
+
+def routes_for(
+    entries: Iterable[Entry], *, name: str, cluster: str | None, namespace: str | None,
 ) -> list[str]:
-    """How the internet reaches a traced service by the team's Kubernetes routing objects
-    (`ClusterEntryPoint`): the routes that name it, in the cluster and namespace its resource
-    attributes give (either unknown: any)."""
-    rows = ClusterEntryPoint.objects.filter(cluster__team_id=team_id, names__contains=[name])
-    if cluster:
-        rows = rows.filter(cluster__name=cluster)
-    if namespace:
-        rows = rows.filter(namespace=namespace)
-    return list(rows.order_by("cluster__name", "namespace", "kind", "source", "id")
-                .values_list("route", flat=True))
+    """Routes to a service: an entry point that names it, in the cluster and namespace its
+    resource attributes give (either unknown: any)."""
+    return [
+        route
+        for entry_cluster, entry_namespace, names, route in entries
+        if name in names and cluster in (None, "", entry_cluster)
+        and namespace in (None, "", entry_namespace)
+    ]

@@ -16,37 +16,9 @@ from typing import Any
 
 from django.db import connection
 
-from trustrank.cluster.models import ClusterEntryPoint
+from trustrank.cluster.selectors import Entry, routes_for
 from trustrank.risk import inputs as ri
 from trustrank.runtime.services.ingress import ingress_override_text
-
-Entry = tuple[str, str, tuple[str, ...], str]
-
-
-def entry_points_read(team_id: int) -> tuple[Entry, ...]:
-    """The team's Kubernetes entry points: (cluster, namespace, names, route)."""
-    return tuple(
-        (cluster, namespace, tuple(names), route)
-        for cluster, namespace, names, route in ClusterEntryPoint.objects.filter(
-            cluster__team_id=team_id
-        ).order_by("cluster__name", "namespace", "kind", "source", "id").values_list(
-            "cluster__name", "namespace", "names", "route"
-        )
-    )
-
-
-def routes_for(
-    entries: Sequence[Entry], *, name: str, cluster: str | None, namespace: str | None,
-) -> list[str]:
-    """Routes to a service: an entry point that names it, in the cluster and namespace its
-    resource attributes give (either unknown: any)."""
-    return [
-        route
-        for entry_cluster, entry_namespace, names, route in entries
-        if name in names and cluster in (None, "", entry_cluster)
-        and namespace in (None, "", entry_namespace)
-    ]
-
 
 # Deployments of services with no Service row of their own (by name, as the ranking keys
 # services): declared, never traced. The namespace-less declaration first.

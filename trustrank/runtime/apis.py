@@ -29,8 +29,19 @@ from trustrank.runtime.deployment import (
     deployment_get_for_principal,
     deployment_set,
 )
-from trustrank.runtime.filters import CallEdgeFilterSet, ServiceFilterSet
-from trustrank.runtime.models import DeploymentSource, HumanImpact
+from trustrank.runtime.filters import (
+    CallEdgeFilterSet,
+    DeclaredServiceFilterSet,
+    ServiceFilterSet,
+    service_exposures,
+)
+from trustrank.runtime.models import Deployment, DeploymentSource, HumanImpact, NodeKind
+from trustrank.runtime.service_rows import (
+    ServiceListing,
+    ServiceRow,
+    declared_untraced_for_environments,
+    service_rows,
+)
 
 WINDOW_PARAM = OpenApiParameter(
     "window", OpenApiTypes.STR, description="15m, 1h (default), 24h, 7d … or 'all'"
@@ -75,13 +86,25 @@ class ServiceDeploymentSerializer(serializers.Serializer):
 
 
 class ServiceOutSerializer(serializers.Serializer):
-    id = serializers.IntegerField()
+    id = serializers.IntegerField(
+        allow_null=True, help_text="null: declared by a deployment, sends no traces"
+    )
     name = serializers.CharField()
     namespace = serializers.CharField()
     kind = serializers.CharField()
     version = serializers.CharField()
     team = serializers.CharField()
-    ingress = serializers.BooleanField()
+    traced = serializers.BooleanField(
+        help_text="false: a deployment declares the service but it sends no traces"
+    )
+    ingress = serializers.BooleanField(
+        help_text="Whether ranking treats it as an entry point (as the ingress API says)"
+    )
+    ingress_source = serializers.ChoiceField(
+        choices=["operator", "traces", "kubernetes", "none"],
+        help_text="What decides `ingress`: the operator's mark, root spans from public "
+        "clients, a Kubernetes entry point, or nothing",
+    )
     ingress_candidate = serializers.BooleanField()
     ingress_override = serializers.BooleanField(allow_null=True)
     calls_in = serializers.IntegerField()
@@ -91,14 +114,15 @@ class ServiceOutSerializer(serializers.Serializer):
     calls_out_per_minute = serializers.FloatField(allow_null=True)
     libraries = LibrarySerializer(many=True)
     attributes = serializers.DictField(child=serializers.CharField())
-    last_seen = serializers.DateTimeField()
+    last_seen = serializers.DateTimeField(allow_null=True)
     trust = serializers.FloatField(
         allow_null=True, help_text="0-1, from the latest ranking run (null before one)"
     )
     exposure = serializers.ChoiceField(
         choices=["open", "controlled", "small", "unknown"], allow_null=True,
-        help_text="SSVC System Exposure, from the latest ranking run (null before one); "
-        "unknown: a deployment declares it but it sends no traces (decides as open)",
+        help_text="SSVC System Exposure, from the latest ranking run (null before one for a "
+        "traced service); unknown: a deployment declares it but it sends no traces and "
+        "nothing says how it is reached (decides as open)",
     )
     deployment = ServiceDeploymentSerializer(
         allow_null=True, help_text="The project version it runs, if recorded"
@@ -137,13 +161,66 @@ class EnvironmentListApi(APIView):
         return paginator.get_paginated_response(EnvironmentSerializer(page, many=True).data)
 
 
+def _deployment_out(deployment: Deployment | None) -> dict[str, Any] | None:
+    if deployment is None:
+        return None
+    return {
+        "project": deployment.project_version.project.name,
+        "version": deployment.project_version.version,
+        "human_impact": deployment.human_impact,
+        "source": deployment.source,
+    }
+
+
+def _service_out(row: ServiceRow, window: timedelta | None) -> dict[str, Any]:
+    service, deployment, env = row.service, row.deployment, row.environment
+    out: dict[str, Any] = {
+        "name": row.name,
+        "team": env.team.name,
+        "traced": row.traced,
+        "ingress": row.ingress["ingress"],
+        "ingress_source": row.ingress["source"],
+        "calls_in": row.rates.calls_in,
+        "calls_out": row.rates.calls_out,
+        "errors_in": row.rates.errors_in,
+        "calls_in_per_minute": _per_minute(row.rates.calls_in, window),
+        "calls_out_per_minute": _per_minute(row.rates.calls_out, window),
+        "libraries": row.libraries,
+        "trust": row.result.get("trust"),
+        "exposure": row.exposure,
+        "deployment": _deployment_out(deployment),
+    }
+    if service is not None:
+        return {
+            **out, "id": service.pk, "namespace": service.namespace, "kind": service.kind,
+            "version": service.version, "ingress_candidate": service.ingress_candidate,
+            "ingress_override": service.ingress_override, "attributes": service.attributes,
+            "last_seen": service.last_seen,
+        }
+    assert deployment is not None
+    return {
+        **out, "id": None, "namespace": deployment.namespace, "kind": NodeKind.SERVICE,
+        "version": "", "ingress_candidate": False,
+        "ingress_override": deployment.ingress_override, "attributes": {}, "last_seen": None,
+    }
+
+
 class ServiceListApi(APIView):
+    """The environment's services: the traced ones, then those a deployment declares that
+    send no traces (`traced` false, `id` null)."""
+
     required_scope = "read"
     # Declared so the schema documents the paginated envelope the view answers with.
     pagination_class = Pagination
 
     @extend_schema(
-        parameters=[WINDOW_PARAM, OpenApiParameter("name", str), OpenApiParameter("kind", str)],
+        parameters=[
+            WINDOW_PARAM, OpenApiParameter("name", str), OpenApiParameter("kind", str),
+            OpenApiParameter("exposure", str, enum=["open", "controlled", "small", "unknown"],
+                             description="As the latest ranking run says; unknown also "
+                             "finds declared services that send no traces"),
+            OpenApiParameter("traced", bool, description="false: declared, no traces"),
+        ],
         responses=ServiceOutSerializer(many=True),
     )
     def get(self, request: Request, name: str) -> Response:
@@ -156,62 +233,29 @@ class ServiceListApi(APIView):
             known={*ServiceFilterSet.base_filters, "window", "page", "page_size", "format"},
             what="the services list",
         )
-        filterset = ServiceFilterSet(
-            request.query_params,
-            queryset=selectors.services_for_environments(environments=envs),
-        )
-        if not filterset.is_valid():
-            raise ValidationError(filterset.errors)
-        paginator = Pagination()
-        page = paginator.paginate_queryset(filterset.qs, request, view=self) or []
-        ids = [s.pk for s in page]
-        rates = selectors.service_rates(service_ids=ids, since=since)
-        libraries = selectors.service_libraries(service_ids=ids, since=since)
-        deployments = selectors.deployments_for_services(services=page)
-        on_page = {s.environment_id for s in page}
         # Trust and exposure as the latest ranking run of each team computed them.
-        ranked = {
+        results = {
             env.pk: ranking_selectors.service_results(team_id=env.team_id, environment=env.name)
             for env in envs
-            if env.pk in on_page
         }
-        rows: list[dict[str, Any]] = []
-        for service in page:
-            rate = rates[service.pk]
-            result = ranked.get(service.environment_id, {}).get(service.name) or {}
-            deployment = deployments.get(service.pk)
-            rows.append(
-                {
-                    "id": service.pk,
-                    "name": service.name,
-                    "namespace": service.namespace,
-                    "kind": service.kind,
-                    "version": service.version,
-                    "team": service.environment.team.name,
-                    "ingress": service.is_ingress,
-                    "ingress_candidate": service.ingress_candidate,
-                    "ingress_override": service.ingress_override,
-                    "calls_in": rate.calls_in,
-                    "calls_out": rate.calls_out,
-                    "errors_in": rate.errors_in,
-                    "calls_in_per_minute": _per_minute(rate.calls_in, window),
-                    "calls_out_per_minute": _per_minute(rate.calls_out, window),
-                    "libraries": libraries.get(service.pk, []),
-                    "attributes": service.attributes,
-                    "last_seen": service.last_seen,
-                    "trust": result.get("trust"),
-                    "exposure": result.get("exposure"),
-                    "deployment": (
-                        {
-                            "project": deployment.project_version.project.name,
-                            "version": deployment.project_version.version,
-                            "human_impact": deployment.human_impact,
-                            "source": deployment.source,
-                        }
-                        if deployment is not None else None
-                    ),
-                }
-            )
+        exposures = service_exposures(results)
+        traced = ServiceFilterSet(
+            request.query_params, exposures=exposures,
+            queryset=selectors.services_for_environments(environments=envs),
+        )
+        declared = DeclaredServiceFilterSet(
+            request.query_params, exposures=exposures,
+            queryset=declared_untraced_for_environments(environments=envs),
+        )
+        if not traced.is_valid():
+            raise ValidationError(traced.errors)
+        declared.is_valid()
+        paginator = Pagination()
+        page = paginator.paginate_queryset(
+            ServiceListing(traced.qs, declared.qs), request, view=self  # type: ignore[arg-type]
+        ) or []
+        rows = [_service_out(row, window)
+                for row in service_rows(page=page, since=since, results=results)]
         return paginator.get_paginated_response(ServiceOutSerializer(rows, many=True).data)
 
 

@@ -2,19 +2,90 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import django_filters
+from django.db.models import Q, QuerySet
 
-from trustrank.runtime.models import CallEdgeBucket, NodeKind, Service
+from trustrank.runtime.models import CallEdgeBucket, Deployment, NodeKind, Service
+
+EXPOSURES = [(v, v) for v in ("open", "controlled", "small", "unknown")]
+
+# Service name -> SSVC exposure, per environment id, as the latest ranking run says.
+Exposures = dict[int, dict[str, str]]
 
 
-class ServiceFilterSet(django_filters.FilterSet):
+def service_exposures(results: dict[int, dict[str, dict[str, Any]]]) -> Exposures:
+    """Exposures from the latest ranking run's service results (environment id -> name ->
+    result)."""
+    return {
+        env_id: {name: r["exposure"] for name, r in found.items()
+                 if isinstance(r, dict) and r.get("exposure")}
+        for env_id, found in results.items()
+    }
+
+
+class _Exposed(django_filters.FilterSet):
+    """Filters on what the latest ranking run says (`exposures`, given by the caller: the
+    runtime app does not read ranking runs) and on whether the service sends traces."""
+
+    exposure = django_filters.ChoiceFilter(choices=EXPOSURES, method="filter_exposure")
+    traced = django_filters.BooleanFilter(method="filter_traced")
+    name_field = "name"
+    is_traced = True
+
+    def __init__(self, *args: Any, exposures: Exposures | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.exposures = exposures or {}
+
+    def _names(self, wanted: Any) -> Q:
+        """The services whose exposure passes `wanted`, environment by environment."""
+        q = Q(pk__in=[])
+        for env_id, names in self.exposures.items():
+            chosen = [name for name, exposure in names.items() if wanted(exposure)]
+            if chosen:
+                q |= Q(environment_id=env_id, **{f"{self.name_field}__in": chosen})
+        return q
+
+    def filter_exposure(self, queryset: QuerySet[Any], name: str, value: str) -> QuerySet[Any]:
+        if value == "unknown" and not self.is_traced:
+            # A declared service that sends no traces is unknown until a run says otherwise.
+            return queryset.exclude(self._names(lambda exposure: exposure != "unknown"))
+        return queryset.filter(self._names(lambda exposure: exposure == value))
+
+    def filter_traced(self, queryset: QuerySet[Any], name: str, value: bool) -> QuerySet[Any]:
+        return queryset if value == self.is_traced else queryset.none()
+
+
+class ServiceFilterSet(_Exposed):
     name = django_filters.CharFilter(field_name="name", lookup_expr="icontains")
     kind = django_filters.ChoiceFilter(choices=NodeKind.choices)
     ingress_candidate = django_filters.BooleanFilter()
 
     class Meta:
         model = Service
-        fields = ["name", "kind", "ingress_candidate"]
+        fields = ["name", "kind", "ingress_candidate", "exposure", "traced"]
+
+
+class DeclaredServiceFilterSet(_Exposed):
+    """The same parameters as `ServiceFilterSet`, over the deployments of services that send
+    no traces: kind `service`, never an ingress candidate (no root spans seen)."""
+
+    name = django_filters.CharFilter(field_name="service_name", lookup_expr="icontains")
+    kind = django_filters.ChoiceFilter(choices=NodeKind.choices, method="filter_kind")
+    ingress_candidate = django_filters.BooleanFilter(method="filter_candidate")
+    name_field = "service_name"
+    is_traced = False
+
+    class Meta:
+        model = Deployment
+        fields = ["name", "kind", "ingress_candidate", "exposure", "traced"]
+
+    def filter_kind(self, queryset: QuerySet[Any], name: str, value: str) -> QuerySet[Any]:
+        return queryset if value == NodeKind.SERVICE else queryset.none()
+
+    def filter_candidate(self, queryset: QuerySet[Any], name: str, value: bool) -> QuerySet[Any]:
+        return queryset.none() if value else queryset
 
 
 class CallEdgeFilterSet(django_filters.FilterSet):

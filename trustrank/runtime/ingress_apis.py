@@ -12,8 +12,6 @@ says who calls it inside), null unknown again.
 
 from __future__ import annotations
 
-from typing import Any
-
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -22,23 +20,15 @@ from rest_framework.views import APIView
 
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_request
-from trustrank.cluster.selectors import entry_point_routes
 from trustrank.lib.api import problem
-from trustrank.runtime.engine import INGRESS_CLIENT_ATTRIBUTE
+from trustrank.runtime.ingress_state import ingress_state
 from trustrank.runtime.models import Deployment, Environment, IngressSetVia, NodeKind, Service
 from trustrank.runtime.services import (
     IngressChangeDenied,
     declared_of,
     declared_service_ingress_set,
-    ingress_mark_holder,
-    ingress_override_text,
     service_ingress_set,
 )
-
-UNTRACED_FALSE = ("; it sends no traces, so internal callers are possible: ranked as "
-                  "exposure controlled")
-UNTRACED_NONE = ("declared by a deployment but sends no traces: exposure unknown (ranked as "
-                 "if open)")
 
 
 class IngressOutSerializer(serializers.Serializer):
@@ -80,70 +70,6 @@ PARAMS = [
     OpenApiParameter("namespace", str, description="service.namespace, if any"),
     OpenApiParameter("team", str, description="Team name, when several of yours have the env"),
 ]
-
-
-def _evidence(service: Service) -> list[str]:
-    found = []
-    attributes = service.attributes if isinstance(service.attributes, dict) else {}
-    if service.ingress_candidate:
-        client = attributes.get(INGRESS_CLIENT_ATTRIBUTE)
-        found.append(f"root span from public client {client}" if client
-                     else "root spans from internet addresses")
-    found += entry_point_routes(
-        team_id=service.environment.team_id, name=service.name,
-        cluster=attributes.get("k8s.cluster.name"),
-        namespace=attributes.get("k8s.namespace.name"),
-    )
-    return found
-
-
-def ingress_state(*, service: Service | None, declared: Deployment | None) -> dict[str, Any]:
-    """The state of a traced service (`service`, and the deployment that declares it, if
-    any), or of a declared one that sends no traces (`declared` alone)."""
-    holder = ingress_mark_holder(service=service, declared=declared)
-    assert holder is not None
-    if service is not None:
-        evidence, name = _evidence(service), service.name
-    else:
-        assert declared is not None
-        # No resource attributes say where it runs: a route naming it in any cluster counts.
-        evidence = entry_point_routes(team_id=declared.environment.team_id,
-                                      name=declared.service_name)
-        name = declared.service_name
-    override = holder.ingress_override
-    if override is not None:
-        source = "operator"
-        explanation = ingress_override_text(
-            value=override, by=holder.ingress_set_by_label, via=holder.ingress_set_via,
-            at=holder.ingress_set_at,
-        )
-        if not override and evidence:
-            explanation += "; overrides: " + "; ".join(evidence)
-        if not override and service is None:
-            explanation += UNTRACED_FALSE
-    elif evidence:
-        source = "traces" if service is not None and service.ingress_candidate else "kubernetes"
-        explanation = "; ".join(evidence)
-    else:
-        source = "none"
-        explanation = ("no evidence that the internet reaches it" if service is not None
-                       else UNTRACED_NONE)
-    environment = holder.environment
-    return {
-        "environment": environment.name,
-        "service": name,
-        "namespace": holder.namespace,
-        "team": environment.team.name,
-        "ingress": override if override is not None else bool(evidence),
-        "override": override,
-        "source": source,
-        "explanation": explanation,
-        "evidence": evidence,
-        "set_by": holder.ingress_set_by_label if override is not None else "",
-        "set_via": holder.ingress_set_via if override is not None else "",
-        "set_at": holder.ingress_set_at if override is not None else None,
-        "traced": service is not None,
-    }
 
 
 def _body_problem(data: object) -> str | None:

@@ -26,8 +26,17 @@ from trustrank.runtime.deployment import (
     DeploymentRequest,
     deployment_set,
 )
-from trustrank.runtime.filters import ServiceFilterSet
+from trustrank.runtime.filters import (
+    DeclaredServiceFilterSet,
+    ServiceFilterSet,
+    service_exposures,
+)
 from trustrank.runtime.models import DeploymentSource, HumanImpact
+from trustrank.runtime.service_rows import (
+    ServiceListing,
+    declared_untraced_for_environments,
+    service_rows,
+)
 
 WINDOWS = ["15m", "1h", "6h", "24h", "7d", "30d", "all"]
 _KIND_NAMES = {1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
@@ -61,6 +70,17 @@ def _with_trust(graph: dict[str, Any], results: dict[str, dict[str, Any]]) -> di
     return graph
 
 
+def _declared_nodes(environment: Any) -> list[dict[str, Any]]:
+    """Services a deployment declares that send no traces: isolated nodes (no calls seen)."""
+    names = sorted(set(
+        declared_untraced_for_environments(environments=[environment])
+        .values_list("service_name", flat=True)[:500]
+    ))
+    return [{"id": f"declared-{name}", "name": name, "label": f"{name} (no traces)",
+             "kind": "service", "ingress": False, "untraced": True, "url": ""}
+            for name in names]
+
+
 @login_required
 @require_GET
 def service_map(request: HtmxHttpRequest) -> HttpResponse:
@@ -86,27 +106,33 @@ def service_map(request: HtmxHttpRequest) -> HttpResponse:
         "graph_library": _graph_library_url(),
     }
     if environment is not None:
-        filterset = ServiceFilterSet(
-            request.GET, queryset=selectors.services_for_environments(environments=[environment])
-        )
-        context.update(paginate(request, filterset.qs))
-        page = context["page_obj"].object_list  # type: ignore[attr-defined]
-        context["rates"] = selectors.service_rates(
-            service_ids=[s.pk for s in page], since=since
-        )
         # Trust and exposure as the latest ranking run computed them (none before a run).
         results = ranking_selectors.service_results(
             team_id=environment.team_id, environment=environment.name
         )
-        context["rows"] = [
-            (s, context["rates"][s.pk], results.get(s.name))  # type: ignore[index]
-            for s in page
-        ]
+        exposures = service_exposures({environment.pk: results})
+        filterset = ServiceFilterSet(
+            request.GET, exposures=exposures,
+            queryset=selectors.services_for_environments(environments=[environment]),
+        )
+        declared = DeclaredServiceFilterSet(
+            request.GET, exposures=exposures,
+            queryset=declared_untraced_for_environments(environments=[environment]),
+        )
+        listing = ServiceListing(filterset.qs, declared.qs)
+        context.update(paginate(request, listing))  # type: ignore[arg-type]
+        page = context["page_obj"].object_list  # type: ignore[attr-defined]
+        context["rows"] = service_rows(page=page, since=since, with_libraries=False,
+                                       results={environment.pk: results})
         context["filter"] = filterset
         context["ranked"] = bool(results)
-        context["graph"] = _with_trust(
-            selectors.graph_for_environment(environment=environment, since=since), results
-        )
+        graph = selectors.graph_for_environment(environment=environment, since=since)
+        # Unfiltered and none listed: none to draw, and no query to find them.
+        if listing.declared_count() or (declared.is_bound and any(
+            request.GET.get(name) for name in declared.filters
+        )):
+            graph["nodes"] += _declared_nodes(environment)
+        context["graph"] = _with_trust(graph, results)
         context["broken"] = list(
             selectors.broken_context_for_environment(environment=environment)[:50]
         )

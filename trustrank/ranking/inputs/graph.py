@@ -13,13 +13,9 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Sum
 
+from trustrank.cluster.selectors import entry_points_read, routes_for
 from trustrank.identity.models import Identity
-from trustrank.ranking.entry_points import (
-    declared_rows,
-    declared_services,
-    entry_points_read,
-    routes_for,
-)
+from trustrank.ranking.entry_points import declared_rows, declared_services
 from trustrank.risk import inputs as ri
 from trustrank.runtime.models import LibraryBucket, NodeKind
 from trustrank.runtime.services.ingress import ingress_override_text
