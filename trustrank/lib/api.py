@@ -22,6 +22,11 @@ class Pagination(PageNumberPagination):
     max_page_size = 1000
 
 
+def is_api_path(path: str) -> bool:
+    """Whether a request path is the API's or a receiver's: answered with problem documents."""
+    return path.startswith(("/api/", "/v1/"))
+
+
 def problem_response(status_code: int, title: str, detail: str, **extra: Any) -> HttpResponse:
     body = {"type": "about:blank", "title": title, "status": status_code, "detail": detail}
     body.update(extra)

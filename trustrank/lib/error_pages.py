@@ -6,15 +6,11 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse
 from django.views import defaults
 
-from trustrank.lib.api import problem_response
-
-
-def _is_api(path: str) -> bool:
-    return path.startswith(("/api/", "/v1/"))
+from trustrank.lib.api import is_api_path, problem_response
 
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-    if _is_api(request.path_info):
+    if is_api_path(request.path_info):
         return problem_response(
             404, "Not found",
             f"No API resource at {request.path_info} (the routes are listed at /api/docs/).",
@@ -23,7 +19,7 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
-    if _is_api(request.path_info):
+    if is_api_path(request.path_info):
         return problem_response(
             500, "Server error",
             "The server failed to answer this request; it was logged. Nothing was stored.",

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.utils.dateparse import parse_datetime
 
-from trustrank.lib.api import problem_response
+from trustrank.lib.api import is_api_path, problem_response
 
 
 class BodySizeLimitMiddleware:
@@ -162,10 +162,6 @@ def _is_ingest_body(path: str) -> bool:
     return bool(_INGEST_BODIES.match(path))
 
 
-def _is_api(path: str) -> bool:
-    return path.startswith(("/api/", "/v1/"))
-
-
 class InputCheckMiddleware:
     """Answer 400 naming the parameter, instead of a 500 from deep in a view or the database:
     a problem document for the API and the receivers, a plain page for the site."""
@@ -180,7 +176,7 @@ class InputCheckMiddleware:
             detail = f"The {exc.name!r} parameter {exc.reason}."
             if exc.name in ("URL path", "query parameter name", "form field name"):
                 detail = f"The {exc.name} {exc.reason}."
-            if _is_api(request.path_info):
+            if is_api_path(request.path_info):
                 return problem_response(
                     400, "Invalid parameter", detail, parameter=exc.name, param=exc.name
                 )
