@@ -35,8 +35,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.ranked_db import BENCH_TEAM, ranked_database_prepare  # noqa: E402
+
 BENCH_DB = "trustrank_bench_findings"
-BENCH_TEAM = "bench-rerank"  # the name bench/rerank.py's generator gives its team
 
 # (label, path): what analysts and their scripts ask for.
 SCENARIOS: list[tuple[str, str]] = [
@@ -90,42 +91,10 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def database_prepare(env: dict[str, str], *, findings: int, reuse: bool) -> None:
-    import psycopg
-
-    url = env["DATABASE_URL"].rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(url, autocommit=True) as conn:
-        exists = conn.execute(
-            "SELECT 1 FROM pg_database WHERE datname = %s", [BENCH_DB]
-        ).fetchone()
-        if exists and not reuse:
-            conn.execute(f'DROP DATABASE "{BENCH_DB}" WITH (FORCE)')
-        if not exists or not reuse:
-            conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True
+    ranked_database_prepare(
+        env, name=BENCH_DB, findings=findings, reuse=reuse,
+        services=10_000, edges=50_000, versions=2_000,
     )
-    os.environ.update(env)
-    import django
-
-    django.setup()
-    from trustrank.accounts.models import Team
-    from trustrank.findings.models import Finding
-
-    team = Team.objects.filter(name=BENCH_TEAM).first()
-    if reuse and team and Finding.objects.filter(team=team).count() == findings:
-        print(f"reusing {findings} findings of team {team.pk}")
-        return
-    from bench.rerank import build
-    from trustrank.ranking.services.requests import ranking_run_request
-    from trustrank.ranking.services.runs import ranking_run_execute
-
-    started = time.perf_counter()
-    team_id = build(findings=findings, services=10_000, edges=50_000, versions=2_000, seed=7)
-    print(f"built {findings} findings in {time.perf_counter() - started:.0f} s")
-    started = time.perf_counter()
-    run = ranking_run_request(team_id=team_id, trigger="bench", delay_seconds=0)
-    status = ranking_run_execute(run_id=run.pk)
-    print(f"ranking run {status} in {time.perf_counter() - started:.0f} s")
 
 
 def credentials() -> tuple[str, str]:

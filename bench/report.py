@@ -30,8 +30,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.ranked_db import BENCH_TEAM, admin_url, ranked_database_prepare  # noqa: E402
+
 BENCH_DB = "trustrank_bench_report"
-BENCH_TEAM = "bench-rerank"  # the name bench/rerank.py's generator gives its team
 
 
 def bench_env(findings: int) -> dict[str, str]:
@@ -54,54 +55,18 @@ def bench_env(findings: int) -> dict[str, str]:
     return env
 
 
-def _admin_url(env: dict[str, str]) -> str:
-    return env["DATABASE_URL"].rsplit("/", 1)[0] + "/postgres"
-
-
 def database_prepare(env: dict[str, str], *, findings: int, reuse: bool) -> None:
-    import psycopg
-
-    with psycopg.connect(_admin_url(env), autocommit=True) as conn:
-        exists = conn.execute(
-            "SELECT 1 FROM pg_database WHERE datname = %s", [BENCH_DB]
-        ).fetchone()
-        if exists and not reuse:
-            conn.execute(f'DROP DATABASE "{BENCH_DB}" WITH (FORCE)')
-        if not exists or not reuse:
-            conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True
-    )
-    os.environ.update(env)
-    import django
-
-    django.setup()
-    from trustrank.accounts.models import Team
-    from trustrank.findings.models import Finding
-
-    team = Team.objects.filter(name=BENCH_TEAM).first()
-    if reuse and team and Finding.objects.filter(team=team).count() == findings:
-        print(f"reusing {findings} findings of team {team.pk}")
-        return
-    from bench.rerank import build
-    from trustrank.ranking.services.requests import ranking_run_request
-    from trustrank.ranking.services.runs import ranking_run_execute
-
-    started = time.perf_counter()
     versions = max(1, min(2_000, findings // 5))
-    team_id = build(
-        findings=findings, services=max(versions, 1_000), edges=5 * max(versions, 1_000),
-        versions=versions, seed=7,
+    ranked_database_prepare(
+        env, name=BENCH_DB, findings=findings, reuse=reuse,
+        services=max(versions, 1_000), edges=5 * max(versions, 1_000), versions=versions,
     )
-    print(f"built {findings} findings in {time.perf_counter() - started:.0f} s")
-    run = ranking_run_request(team_id=team_id, trigger="bench", delay_seconds=0)
-    print(f"ranking run {ranking_run_execute(run_id=run.pk)}")
 
 
 def database_drop(env: dict[str, str]) -> None:
     import psycopg
 
-    with psycopg.connect(_admin_url(env), autocommit=True) as conn:
+    with psycopg.connect(admin_url(env), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
 
 

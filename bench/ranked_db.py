@@ -1,0 +1,59 @@
+"""A bench database of generated, ranked findings (bench/rerank.py's generator and one full
+ranking run), made once and reused with `--reuse` when it already holds as many findings.
+Shared by the benches that read such findings (findings_list.py, report.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH_TEAM = "bench-rerank"  # the name bench/rerank.py's generator gives its team
+
+
+def admin_url(env: dict[str, str]) -> str:
+    return env["DATABASE_URL"].rsplit("/", 1)[0] + "/postgres"
+
+
+def ranked_database_prepare(
+    env: dict[str, str], *, name: str, findings: int, reuse: bool,
+    services: int, edges: int, versions: int,
+) -> None:
+    """Create (or, with `reuse`, keep) database `name`, migrate it, set Django up in this
+    process on `env`, and fill it unless it already holds `findings` findings."""
+    import psycopg
+
+    with psycopg.connect(admin_url(env), autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+        if exists and not reuse:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        if not exists or not reuse:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True
+    )
+    os.environ.update(env)
+    import django
+
+    django.setup()
+    from trustrank.accounts.models import Team
+    from trustrank.findings.models import Finding
+
+    team = Team.objects.filter(name=BENCH_TEAM).first()
+    if reuse and team and Finding.objects.filter(team=team).count() == findings:
+        print(f"reusing {findings} findings of team {team.pk}")
+        return
+    from bench.rerank import build
+    from trustrank.ranking.services.requests import ranking_run_request
+    from trustrank.ranking.services.runs import ranking_run_execute
+
+    started = time.perf_counter()
+    team_id = build(findings=findings, services=services, edges=edges, versions=versions, seed=7)
+    print(f"built {findings} findings in {time.perf_counter() - started:.0f} s")
+    started = time.perf_counter()
+    run = ranking_run_request(team_id=team_id, trigger="bench", delay_seconds=0)
+    status = ranking_run_execute(run_id=run.pk)
+    print(f"ranking run {status} in {time.perf_counter() - started:.0f} s")
