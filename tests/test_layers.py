@@ -30,7 +30,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"findings"}),
     frozenset({"inventory", "vulns", "runtime", "identity", "cluster"}),
     frozenset({"ranking"}),
-    frozenset({"exports"}),
+    frozenset({"exports", "gate"}),
     frozenset({"ingest"}),
 )
 LAYER_OF = {app: level for level, apps in enumerate(LAYERS) for app in apps}

@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "trustrank.ranking",
     "trustrank.cluster",
     "trustrank.exports",
+    "trustrank.gate",
     "ingest",
 ]
 
