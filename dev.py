@@ -409,7 +409,9 @@ def run_demo() -> int:
             name="gunicorn",
             argv=[sys.executable, "-m", "gunicorn", "trustrank.wsgi:application",
                   "--bind", f"127.0.0.1:{port}", "--workers", env.get("WEB_CONCURRENCY", "2"),
-                  "--timeout", "120", "--access-logfile", "-"],
+                  # Threads: a request held by the build gate's `wait` takes a thread, not
+                  # a whole worker (and the worker timeout does not cut it short).
+                  "--threads", "4", "--timeout", "120", "--access-logfile", "-"],
             env=env, log=log_dir / "gunicorn.log",
         ))
         worker_log = log_dir / "worker.log"
