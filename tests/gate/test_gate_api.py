@@ -215,3 +215,19 @@ def test_an_unranked_finding_keeps_the_answer_pending(api, team):
     body = api(team, "read").get(URL, {"project": "shop", "version": "1.4"}).json()
     assert body["pending"] is True and body["pass"] is False
     assert "no ranking run since the upload finished" in body["reasons"][0]
+
+
+def test_the_answer_costs_a_fixed_number_of_queries(api, team, django_assert_max_num_queries):
+    advisories(team)
+    shop(team, "1.3", service="shop-old")
+    shop(team, "1.4", components=(LOG4J, SPRING), service="shop-new")
+    rerank(team)
+    for f in Finding.objects.filter(team=team, project_version__version="1.4"):
+        finding_triage(finding=f, principal=triager(team), state="false_positive",
+                       reason="test fixture")
+    GatePolicy.objects.create(team=team, new_only=True)
+    client = api(team, "read")
+    with django_assert_max_num_queries(20):
+        body = client.get(URL, {"project": "shop", "version": "1.4",
+                                "environment": "prod"}).json()
+    assert body["pass"] is True and len(body["waived"]) == 2

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.db.models import Q, QuerySet
+from django.utils import timezone
 
 from trustrank.accounts.models import Scope, Team
 from trustrank.accounts.principal import Principal
@@ -20,6 +22,7 @@ from trustrank.lib.numbers import int_or_none
 
 # A key that uploads a team's SBOMs (a CI pipeline's) may read that team's gate too.
 GATE_READ_SCOPES = (Scope.READ, Scope.SBOM_WRITE)
+FIRST_UPLOAD_LOOKBACK_DAYS = 7
 
 
 class GateNotFound(LookupError):
@@ -123,9 +126,13 @@ def gate_target_find(
         pv = versions[0]
         return GateTarget(team=by_id[pv.project.team_id], project=project, version=version,
                           project_version=pv)
-    # Not loaded yet: its first upload may still be queued or running.
+    # Not loaded yet: its first upload may still be queued or running (looked for among the
+    # last week's uploads: the walk of a busy team's jobs stays short).
+    since = timezone.now() - timedelta(days=FIRST_UPLOAD_LOOKBACK_DAYS)
     for team in teams:
-        job = sbom_jobs_of(team_id=team.pk, project=project, version=version).first()
+        job = sbom_jobs_of(
+            team_id=team.pk, project=project, version=version, since=since
+        ).first()
         if job is not None and job.status in (JobStatus.QUEUED, JobStatus.RUNNING):
             return GateTarget(team=team, project=project, version=version,
                               project_version=None, pending_job=job)
