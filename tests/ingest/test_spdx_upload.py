@@ -6,6 +6,7 @@ stored."""
 from __future__ import annotations
 
 import base64
+import io
 import json
 
 import pytest
@@ -100,6 +101,31 @@ def test_the_upload_route_documents_the_spdx_media_type(team, api):
     put = next(iter(schema["paths"]["/api/v1/bom"]["put"]["requestBody"]["content"].values()))
     ref = put["schema"]["$ref"].rsplit("/", 1)[-1]
     assert "SPDX" in schema["components"]["schemas"][ref]["properties"]["bom"]["description"]
+
+
+@pytest.mark.django_db
+def test_dependency_track_multipart_post_takes_an_spdx_file(team, api):
+    response = api(team, "sbom:write").post(
+        "/api/v1/bom",
+        {"projectName": "hello", "autoCreate": "true", "bom": io.BytesIO(HELLO_23)},
+        format="multipart",
+    )
+    assert response.status_code == 200, response.content
+    assert bytes(IngestJob.objects.get(pk=response.json()["token"]).payload.data) == HELLO_23
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("body", [APPBOMINATION_22, APPBOMINATION_3])
+def test_the_sbom_job_loads_spdx_and_matching_finds_the_vulnerable_package(team, body):
+    """The job handler in process (the worker's code path, without a worker)."""
+    from tests.vulns.helpers import import_osv, load_sbom
+    from trustrank.findings.models import Finding
+
+    assert import_osv(team, [json.loads(JUNIT_OSV)]).status == JobStatus.DONE
+    pv = load_sbom(team, body, project="appbomination", version="1.0")
+    assert pv.current_sbom is not None and pv.current_sbom.format == "spdx"
+    (finding,) = Finding.objects.filter(project_version=pv)
+    assert finding.component.purl == "pkg:maven/junit/junit@4.12"
 
 
 # --- end to end: gunicorn, PostgreSQL, a Celery worker -----------------------------------------
