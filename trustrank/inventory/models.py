@@ -47,8 +47,9 @@ class ProjectVersion(models.Model):
 
 
 class Sbom(models.Model):
-    """One uploaded SBOM (CycloneDX, or SPDX parsed to the same form). The newest per project version is its current
-    inventory (ProjectVersion.current_sbom); older ones stay as history."""
+    """One uploaded SBOM (CycloneDX, or SPDX parsed to the same form). The newest per project
+    version is its current inventory (ProjectVersion.current_sbom); older ones stay as
+    history."""
 
     project_version = models.ForeignKey(
         ProjectVersion, on_delete=models.CASCADE, related_name="sboms"
