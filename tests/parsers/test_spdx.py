@@ -128,6 +128,15 @@ def test_the_spdx_specification_example_parses_with_purls_hashes_and_licences(na
     assert bom.described_component["name"] == root["name"] == "glibc"
 
 
+def test_the_purl_category_may_be_spelled_with_an_underscore():
+    source = doc("spdx-2.3_cargo_k8s-bom-hello-server.spdx.json")
+    for package in source["packages"]:
+        for ref in package["externalRefs"]:
+            ref["referenceCategory"] = "PACKAGE_MANAGER"
+    bom = parse_spdx(orjson.dumps(source))
+    assert "pkg:cargo/tokio@1.19.2" in {c.purl for c in bom.components}
+
+
 def test_a_package_without_purl_is_kept_by_name_and_version():
     bom = parse_spdx(read("spdx-2.3_maven_examplemaven-enriched.spdx.json"))
     assert bom.described_component["name"] == "examplemaven"
@@ -156,6 +165,30 @@ def test_spdx_301_gives_the_same_inventory_as_its_spdx_2_twin(v2, v3):
     assert three.timestamp == two.timestamp
     graph = doc(v3)["@graph"]
     assert len(three.components) == sum(e["type"] == "software_Package" for e in graph) - 1
+
+
+def test_spdx_301_packages_take_purls_from_external_identifiers_and_the_sbom_root():
+    """A writer may give the purl as an externalIdentifier and root the document in an Sbom."""
+    source = doc("spdx-3.0.1_cargo_k8s-bom-hello-server.spdx3.json")
+    graph = source["@graph"]
+    for element in graph:
+        if element["type"] == "software_Package":
+            purl = element.pop("software_packageUrl")
+            element["externalIdentifier"] = [{"type": "ExternalIdentifier",
+                                              "externalIdentifierType": "packageUrl",
+                                              "identifier": purl}]
+    document = next(e for e in graph if e["type"] == "SpdxDocument")
+    sbom_id = document["spdxId"] + "-sbom"
+    graph.append({"type": "software_Sbom", "spdxId": sbom_id,
+                  "creationInfo": document["creationInfo"],
+                  "rootElement": document.pop("rootElement")})
+    document["rootElement"] = [sbom_id]
+    graph[:] = [e for e in graph if e.get("relationshipType") != "describes"]
+    bom = parse_spdx(orjson.dumps(source))
+    assert bom.described_component["name"] == "hello-server-src"
+    assert {c.purl for c in bom.components} == {
+        "pkg:cargo/hyper@0.14", "pkg:cargo/tokio@1.19.2", "pkg:cargo/pretty_env_logger@0.4.0"
+    }
 
 
 def test_spdx_301_licences_come_from_the_licence_relationships():

@@ -108,6 +108,9 @@ def read_spdx3(doc: dict[str, Any]) -> SpdxRead:
                     text = _licence(by_id.get(str(target), {}))
                     if text:
                         licences.setdefault(source, []).append(text)
+        elif kind == "software_Sbom":
+            # Some writers make the document's root an Sbom whose root is the product.
+            described.extend(str(r) for r in element.get("rootElement") or ())
         elif kind == "SpdxDocument":
             described.extend(str(r) for r in element.get("rootElement") or ())
             namespace = namespace or str(element.get("spdxId") or "")
