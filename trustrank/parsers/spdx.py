@@ -10,7 +10,6 @@ from typing import Any
 import orjson
 
 from trustrank.parsers.cyclonedx import ParsedBom
-from trustrank.parsers.spdx2 import read_spdx2
 from trustrank.parsers.spdx3 import context_version, read_spdx3
 from trustrank.parsers.spdx_graph import SpdxError, bom_from_read
 
@@ -61,6 +60,10 @@ def parse_spdx(data: bytes) -> ParsedBom:
         raise SpdxError("the document contains a NUL character (\\u0000), which cannot be stored")
     kind = spdx_kind(doc)
     if kind == "2":
+        # Imported on first use: spdx-tools and the licence list it loads add about 0.6 s to
+        # the start of every web and worker process, most of which never see SPDX 2.
+        from trustrank.parsers.spdx2 import read_spdx2
+
         read = read_spdx2(doc)
     elif kind == "3":
         read = read_spdx3(doc)
