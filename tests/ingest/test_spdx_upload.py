@@ -116,7 +116,9 @@ def test_dependency_track_multipart_post_takes_an_spdx_file(team, api):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("body", [APPBOMINATION_22, APPBOMINATION_3])
-def test_the_sbom_job_loads_spdx_and_matching_finds_the_vulnerable_package(team, body):
+def test_the_sbom_job_loads_spdx_and_matching_finds_the_vulnerable_package(
+    team, body, make_user, client
+):
     """The job handler in process (the worker's code path, without a worker)."""
     from tests.vulns.helpers import import_osv, load_sbom
     from trustrank.findings.models import Finding
@@ -126,6 +128,10 @@ def test_the_sbom_job_loads_spdx_and_matching_finds_the_vulnerable_package(team,
     assert pv.current_sbom is not None and pv.current_sbom.format == "spdx"
     (finding,) = Finding.objects.filter(project_version=pv)
     assert finding.component.purl == "pkg:maven/junit/junit@4.12"
+    client.force_login(make_user("alice", team=team))
+    page = client.get(f"/projects/{pv.project_id}/")
+    assert page.status_code == 200
+    assert f"SPDX {pv.current_sbom.spec_version} JSON".encode() in page.content
 
 
 # --- end to end: gunicorn, PostgreSQL, a Celery worker -----------------------------------------
