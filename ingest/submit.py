@@ -24,7 +24,7 @@ from trustrank.identity.services.environments import (
     strength_rules,
 )
 from trustrank.inventory.services import ProjectNotFound, project_version_resolve
-from trustrank.parsers.cyclonedx import parse_cyclonedx
+from trustrank.parsers.sbom import parse_sbom
 from trustrank.parsers.x509 import (
     CertificateParseError,
     certificates_count,
@@ -84,7 +84,8 @@ def sbom_submit(
         reason = SubmitRefused.TOO_LARGE if "limit" in str(exc) else SubmitRefused.INVALID
         raise SubmitRefused(reason, "The upload cannot be read", str(exc)) from exc
     try:
-        parse_cyclonedx(data)
+        # CycloneDX or SPDX: `application/spdx+json`, or JSON that is an SPDX document.
+        parse_sbom(data, content_type=content_type)
     except ValueError as exc:
         raise SubmitRefused(SubmitRefused.INVALID, "The uploaded BOM is invalid", str(exc)) from exc
     if not target.project_uuid and not target.project_name:

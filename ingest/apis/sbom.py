@@ -34,8 +34,9 @@ from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_request
 from trustrank.inventory.models import Project, ProjectVersion
 
-# What an SBOM may arrive as: CycloneDX JSON or XML under their generic or vendor types, a
-# form upload, or bytes whose type the client did not know (the parser decides).
+# What an SBOM may arrive as: CycloneDX JSON or XML under their generic or vendor types, SPDX
+# JSON (2.2/2.3, or 3.0.1 JSON-LD), a form upload, or bytes whose type the client did not know
+# (the parser decides: JSON that is an SPDX document goes to the SPDX parser).
 _SBOM_CONTENT_TYPES = frozenset(
     {
         "",
@@ -45,6 +46,7 @@ _SBOM_CONTENT_TYPES = frozenset(
         "application/xml",
         "text/xml",
         "application/vnd.cyclonedx+xml",
+        "application/spdx+json",
         "application/octet-stream",
         "application/gzip",
         "application/x-gzip",
@@ -170,7 +172,10 @@ def _target(request: Request) -> SbomTarget:
 
 
 @extend_schema(
-    summary="Upload a CycloneDX SBOM (JSON or XML, raw body or multipart `bom`/`file`)",
+    summary=(
+        "Upload an SBOM: CycloneDX (JSON or XML) or SPDX (2.2/2.3 JSON, 3.0.1 JSON-LD as "
+        "`application/spdx+json`), raw body or multipart `bom`/`file`"
+    ),
     parameters=[
         OpenApiParameter("projectName", str),
         OpenApiParameter("projectVersion", str),
@@ -189,7 +194,12 @@ def _target(request: Request) -> SbomTarget:
         OpenApiParameter("team", str, description="for people in several teams"),
         OpenApiParameter("X-Priority", int, location=OpenApiParameter.HEADER),
     ],
-    request={"application/json": {}, "application/xml": {}, "multipart/form-data": {}},
+    request={
+        "application/json": {},
+        "application/xml": {},
+        "application/spdx+json": {},
+        "multipart/form-data": {},
+    },
     responses={202: None},
 )
 class SbomUploadApi(_SbomReceiver):
@@ -210,7 +220,9 @@ _DT_PUT = inline_serializer(
         "projectName": serializers.CharField(required=False),
         "projectVersion": serializers.CharField(required=False),
         "autoCreate": serializers.BooleanField(required=False),
-        "bom": serializers.CharField(help_text="the BOM, base64-encoded"),
+        "bom": serializers.CharField(
+            help_text="the BOM, base64-encoded: CycloneDX JSON/XML or SPDX JSON (2.2, 2.3, 3.0.1)"
+        ),
     },
 )
 _DT_POST = inline_serializer(

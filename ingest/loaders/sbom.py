@@ -1,4 +1,4 @@
-"""Loading a CycloneDX SBOM into the inventory."""
+"""Loading an SBOM (CycloneDX, or SPDX in the same parsed form) into the inventory."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from ingest.models import IngestJob
 from ingest.services import ProgressFn
 from trustrank.accounts.principal import principal_for_system
 from trustrank.inventory.services import ProjectNotFound, project_version_resolve, sbom_store
-from trustrank.parsers.cyclonedx import BomError, parse_cyclonedx
+from trustrank.parsers.cyclonedx import BomError
+from trustrank.parsers.sbom import parse_sbom
 from trustrank.runtime.deployment import DeploymentError, DeploymentRequest, deployment_set
 from trustrank.runtime.models import DeploymentSource, HumanImpact
 
@@ -18,7 +19,7 @@ def sbom_load(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> dict[s
     """Validate, parse and store one SBOM (runs inside the job's transaction)."""
     progress(phase="validating and parsing")
     try:
-        parsed = parse_cyclonedx(payload)
+        parsed = parse_sbom(payload, content_type=job.content_type)
     except BomError as exc:
         raise IngestRejected(str(exc)) from exc
     params = job.params

@@ -29,6 +29,7 @@ from trustrank.parsers.epss import EpssError, parse_epss
 from trustrank.parsers.kev import KevError, parse_kev
 from trustrank.parsers.osv import OsvError, parse_osv
 from trustrank.parsers.otlp import JSON, PROTOBUF, OtlpDecodeError, otlp_decode, otlp_validate
+from trustrank.parsers.spdx import SpdxError, parse_spdx
 from trustrank.parsers.x509 import CertificateParseError, certificates_parse, trust_bundle_parse
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -40,8 +41,11 @@ FUZZ = settings(
 )
 
 
-def _files(folder: str, pattern: str, *, max_bytes: int = 60_000) -> list[bytes]:
-    found = [p.read_bytes() for p in sorted((DATA / folder).rglob(pattern))]
+def _files(folder: str, pattern: str, *, max_bytes: int = 60_000, skip: str = "") -> list[bytes]:
+    found = [
+        p.read_bytes() for p in sorted((DATA / folder).rglob(pattern))
+        if not skip or skip not in p.relative_to(DATA).parts
+    ]
     return [b for b in found if len(b) <= max_bytes]
 
 
@@ -57,7 +61,8 @@ def _otlp_protobuf() -> bytes:
 
 
 CORPUS: dict[str, list[bytes]] = {
-    "cyclonedx": _files("sbom", "*.json", max_bytes=30_000) + _files("sbom", "*.xml", max_bytes=30_000),
+    "cyclonedx": _files("sbom", "*.json", max_bytes=30_000, skip="spdx") + _files("sbom", "*.xml", max_bytes=30_000),
+    "spdx": _files("sbom/spdx", "*.json", max_bytes=60_000),
     "osv": _files("advisories/osv", "*.json", max_bytes=20_000),
     "kev": [orjson.dumps({**(doc := orjson.loads((DATA / "advisories/kev/known_exploited_vulnerabilities.json").read_bytes())), "vulnerabilities": doc["vulnerabilities"][:5]})],
     "epss": [b"\n".join((DATA / "advisories/epss/epss_scores_2026-09-29_first200rows.csv").read_bytes().splitlines()[:20])],
@@ -167,6 +172,7 @@ def _zip(members: list[bytes]) -> bytes:
 
 PARSERS: dict[str, tuple[Callable[[bytes], Any], type[Exception], str]] = {
     "cyclonedx": (parse_cyclonedx, BomError, "cyclonedx"),
+    "spdx": (parse_spdx, SpdxError, "spdx"),
     "osv": (lambda b: parse_osv(b, filename="records.json"), OsvError, "osv"),
     "kev": (parse_kev, KevError, "kev"),
     "epss": (parse_epss, EpssError, "epss"),

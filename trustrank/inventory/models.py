@@ -47,8 +47,9 @@ class ProjectVersion(models.Model):
 
 
 class Sbom(models.Model):
-    """One uploaded CycloneDX document. The newest per project version is its current
-    inventory (ProjectVersion.current_sbom); older ones stay as history."""
+    """One uploaded SBOM (CycloneDX, or SPDX parsed to the same form). The newest per project
+    version is its current inventory (ProjectVersion.current_sbom); older ones stay as
+    history."""
 
     project_version = models.ForeignKey(
         ProjectVersion, on_delete=models.CASCADE, related_name="sboms"
@@ -57,7 +58,7 @@ class Sbom(models.Model):
         "ingest.IngestJob", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     digest = models.CharField(max_length=64)
-    format = models.CharField(max_length=8)  # json | xml
+    format = models.CharField(max_length=8)  # json | xml (CycloneDX) | spdx
     spec_version = models.CharField(max_length=8)
     serial_number = models.CharField(max_length=255, blank=True)
     bom_version = models.PositiveIntegerField(default=1)
