@@ -24,7 +24,7 @@ class JiraConfigSerializer(serializers.Serializer[Any]):
     )
     token = serializers.CharField(write_only=True, required=False)
     token_set = serializers.BooleanField(read_only=True)
-    auth = serializers.ChoiceField(choices=["basic", "bearer"], read_only=True)
+    auth = serializers.ChoiceField(choices=["basic", "bearer"], read_only=True, allow_null=True)
     priorities = serializers.DictField(
         child=serializers.CharField(), required=False,
         help_text='SSVC decision to Jira priority name, e.g. {"immediate": "Highest"}',
