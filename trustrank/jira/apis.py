@@ -1,6 +1,7 @@
 """REST API of a team's Jira settings: `GET /api/v1/jira`, `PUT /api/v1/jira`,
 `DELETE /api/v1/jira`, all for the team's admins (`team`, a name or id, when you administer
-several). The token is accepted, never answered."""
+several; the token is accepted, never answered), and `POST /api/v1/findings/<id>/jira`,
+a finding's issue opened by hand (scope `triage`)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from rest_framework.views import APIView
 from trustrank.accounts.models import Scope, Team
 from trustrank.accounts.principal import principal_for_request
 from trustrank.accounts.selectors import TeamNotAllowed, TeamRequired, team_for_upload
+from trustrank.findings.selectors import finding_get_for_principal
 from trustrank.jira.serializers import JiraConfigSerializer
-from trustrank.jira.services import (
+from trustrank.jira.services.config import (
     JiraConfigError,
     JiraForbidden,
     jira_config_delete,
@@ -24,7 +26,9 @@ from trustrank.jira.services import (
     jira_config_public,
     jira_config_set,
 )
+from trustrank.jira.services.delivery import JiraNotConfigured, jira_issue_open
 from trustrank.lib.api import problem
+from trustrank.lib.outbound import OutboundError, OutboundRefused
 
 FIELDS = frozenset({"base_url", "project_key", "issue_type", "user", "token", "priorities"})
 TEAM_PARAM = OpenApiParameter("team", str, description="team name or id, if you admin several")
@@ -87,3 +91,29 @@ class JiraConfigApi(APIView):
         except JiraForbidden as exc:
             return problem(403, "Forbidden", str(exc))
         return Response(status=204)
+
+
+class FindingJiraApi(APIView):
+    """Open the finding's Jira issue with the team's Jira settings: 201 {key, url} when opened,
+    200 with the existing one when the finding has it, 409 when the team has no Jira
+    settings, 502 when Jira refuses (`jira_status` is its status) or does not answer."""
+
+    required_scope = Scope.TRIAGE
+
+    @extend_schema(request=None, responses={200: dict, 201: dict})
+    def post(self, request: Request, finding_id: int) -> Response:
+        principal = principal_for_request(request)
+        finding = finding_get_for_principal(principal=principal, finding_id=finding_id)
+        url = request.build_absolute_uri(f"/findings/{finding.pk}/")
+        try:
+            status, detail, link = jira_issue_open(principal=principal, finding=finding, url=url)
+        except JiraForbidden as exc:
+            return problem(403, "Forbidden", str(exc))
+        except JiraNotConfigured as exc:
+            return problem(409, "Jira is not set up", str(exc))
+        except (OutboundError, OutboundRefused) as exc:
+            return problem(502, "Jira did not answer", str(exc))
+        if link is None:
+            return problem(502, "Jira refused the issue", detail, jira_status=status)
+        return Response({"key": link.key, "url": link.url, "detail": detail},
+                        status=201 if status == 201 else 200)

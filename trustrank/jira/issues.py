@@ -80,7 +80,10 @@ def _factor_line(factor: Any) -> str:
 def issue_description(*, event: str, finding: dict[str, Any]) -> str:
     """The issue's body: what the finding is, where, its rank and every factor of it, and a
     link back to the finding in TrustRank."""
-    lines = [f"TrustRank reported this finding ({_wiki(event)})."]
+    lines = [
+        "Opened from TrustRank for this finding." if event == "manual"
+        else f"TrustRank reported this finding ({_wiki(event)})."
+    ]
     if finding.get("title"):
         lines += ["", _wiki(finding["title"])]
     lines.append("")

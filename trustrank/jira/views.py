@@ -1,5 +1,6 @@
 """The team admin page for Jira settings (`/settings/jira/`): one form per team the user
-administers. The token field is always empty: leaving it empty keeps the stored token."""
+administers; the token field is always empty, and leaving it empty keeps the stored token.
+And the finding page's "Open a Jira issue" button (`POST /findings/<id>/jira/`)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,21 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.views.decorators.http import require_POST
 
 from trustrank.accounts.models import Scope, Team
 from trustrank.accounts.principal import principal_for_request
-from trustrank.jira.services import (
+from trustrank.findings.selectors import finding_get_for_principal
+from trustrank.jira.services.config import (
     JiraConfigError,
     JiraForbidden,
     jira_config_get,
     jira_config_public,
     jira_config_set,
 )
+from trustrank.jira.services.delivery import JiraNotConfigured, jira_issue_open
 from trustrank.lib.numbers import int_or_none
+from trustrank.lib.outbound import OutboundError, OutboundRefused
 from trustrank.risk.inputs import DECISIONS
 
 
@@ -101,3 +106,27 @@ def jira_settings_page(request: HttpRequest) -> HttpResponse:
         rows.append({"team": team, "form": form, "public": public})
     invalid = posted_form is not None and bool(posted_form.errors)
     return render(request, "jira/settings.html", {"rows": rows}, status=400 if invalid else 200)
+
+
+@login_required
+@require_POST
+def finding_jira_open_submit(request: HttpRequest, finding_id: int) -> HttpResponse:
+    principal = principal_for_request(request)
+    finding = finding_get_for_principal(principal=principal, finding_id=finding_id)
+    page = reverse("findings:finding", args=[finding.pk])
+    try:
+        _status, detail, link = jira_issue_open(
+            principal=principal, finding=finding, url=request.build_absolute_uri(page)
+        )
+    except JiraForbidden as exc:
+        return HttpResponse(str(exc), status=403)
+    except JiraNotConfigured as exc:
+        messages.error(request, str(exc))
+    except (OutboundError, OutboundRefused) as exc:
+        messages.error(request, f"Jira did not answer: {exc}")
+    else:
+        if link is None:
+            messages.error(request, detail)
+        else:
+            messages.success(request, detail)
+    return HttpResponseRedirect(page)

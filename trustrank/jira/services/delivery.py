@@ -1,4 +1,4 @@
-"""Jira: a team's settings, and the issue a finding event opens there.
+"""The Jira issue a finding event opens, and the finding's link to it.
 
 `jira_deliver` is what the notification webhooks' delivery worker calls for a webhook of
 format "jira": it opens one Jira issue per finding and Jira project (REST API v2), links the
@@ -9,7 +9,6 @@ finding comments on that issue instead of opening another.
 from __future__ import annotations
 
 import base64
-import re
 from typing import Any
 
 import orjson
@@ -21,9 +20,9 @@ from trustrank.findings.models import Finding
 from trustrank.findings.services.audit import Actor, audit_event_record
 from trustrank.jira.issues import comment_body, finding_of, issue_fields
 from trustrank.jira.models import JiraConfig, JiraIssueLink
+from trustrank.jira.services.config import JiraForbidden, jira_config_get
 from trustrank.lib.locks import advisory_xact_lock
-from trustrank.lib.outbound import OutboundRefused, outbound_request, outbound_url_check
-from trustrank.risk.inputs import DECISIONS
+from trustrank.lib.outbound import outbound_request
 
 # Namespace of the (int, int) advisory lock held while a finding's issue is looked up and
 # made; the second key is the finding id.
@@ -33,163 +32,9 @@ JIRA_ISSUE_LOCK = 0x4A495241  # "JIRA"
 # the issue already says so).
 COMMENT_EVENTS = frozenset({"finding.decision_changed", "feed.kev_added"})
 
-# Jira project keys: an upper-case letter, then upper-case letters, digits or underscores.
-PROJECT_KEY = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
 NOT_A_FINDING_EVENT = "not a finding event; nothing sent"
 # How much of Jira's answer a failed delivery keeps in its detail.
 DETAIL_MAX = 500
-
-
-class JiraConfigError(ValueError):
-    """A Jira setting that cannot work; `field` names it."""
-
-    def __init__(self, message: str, *, field: str) -> None:
-        super().__init__(message)
-        self.field = field
-
-
-class JiraForbidden(PermissionError):
-    pass
-
-
-# --- settings -------------------------------------------------------------------------------
-
-
-def jira_config_get(*, team_id: int) -> JiraConfig | None:
-    return JiraConfig.objects.filter(team_id=team_id).first()
-
-
-def _clean_base_url(value: Any) -> str:
-    url = str(value or "").strip().rstrip("/")
-    if not url:
-        raise JiraConfigError("the Jira base URL is required", field="base_url")
-    if len(url) > 2048:
-        raise JiraConfigError("at most 2048 characters", field="base_url")
-    if "?" in url or "#" in url:
-        raise JiraConfigError("the base URL takes no query or fragment", field="base_url")
-    try:
-        outbound_url_check(url)
-    except OutboundRefused as exc:
-        raise JiraConfigError(str(exc), field="base_url") from exc
-    return url
-
-
-def _clean_text(value: Any, *, field: str, max_length: int, required: bool) -> str:
-    if value is not None and not isinstance(value, str):
-        raise JiraConfigError("a string", field=field)
-    text = (value or "").strip()
-    if required and not text:
-        raise JiraConfigError("required", field=field)
-    if len(text) > max_length:
-        raise JiraConfigError(f"at most {max_length} characters", field=field)
-    return text
-
-
-def _clean_priorities(value: Any) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise JiraConfigError(
-            'an object of SSVC decision to Jira priority name, e.g. {"immediate": "Highest"}',
-            field="priorities",
-        )
-    cleaned: dict[str, str] = {}
-    for decision, name in value.items():
-        if decision not in DECISIONS:
-            raise JiraConfigError(
-                f"{decision!r} is not a decision (one of {', '.join(DECISIONS)})",
-                field="priorities",
-            )
-        if name is None or name == "":
-            continue
-        if not isinstance(name, str) or len(name.strip()) > 64:
-            raise JiraConfigError(
-                f"the priority for {decision!r} is a Jira priority name", field="priorities"
-            )
-        cleaned[decision] = name.strip()
-    return cleaned
-
-
-def jira_config_set(*, principal: Principal, team_id: int, values: dict[str, Any]) -> JiraConfig:
-    """Create or change the team's Jira settings (the fields given; the token is kept when
-    none is given). Team admins only. Everything is checked before anything is stored."""
-    if not principal.can(Scope.ADMIN, team_id):
-        raise JiraForbidden("changing the Jira settings needs the 'admin' scope in this team")
-    current = jira_config_get(team_id=team_id)
-    config = current or JiraConfig(team_id=team_id)
-    creating = current is None
-    if "base_url" in values or creating:
-        config.base_url = _clean_base_url(values.get("base_url"))
-    if "project_key" in values or creating:
-        key = _clean_text(values.get("project_key"), field="project_key", max_length=64,
-                          required=True)
-        if not PROJECT_KEY.match(key):
-            raise JiraConfigError(
-                "a Jira project key: upper-case letters, digits and _, starting with a letter",
-                field="project_key",
-            )
-        config.project_key = key
-    if "issue_type" in values:
-        config.issue_type = _clean_text(
-            values["issue_type"], field="issue_type", max_length=64, required=False
-        ) or "Bug"
-    if "user" in values:
-        config.user = _clean_text(values["user"], field="user", max_length=254, required=False)
-    if values.get("token") not in (None, ""):
-        config.token = _clean_text(values["token"], field="token", max_length=4096,
-                                   required=True)
-    if creating and not config.token:
-        raise JiraConfigError("required: the Jira API token or personal access token",
-                              field="token")
-    if "priorities" in values:
-        config.priorities = _clean_priorities(values["priorities"])
-    config.updated_by = principal.label[:160]
-    with transaction.atomic():
-        config.save()
-        audit_event_record(
-            actor=Actor.of(principal),
-            action="jira_config_set",
-            team_id=team_id,
-            subject_type="jira_config",
-            subject_id=str(team_id),
-            after=jira_config_public(config),
-            reason="Jira settings created" if creating else "Jira settings changed",
-        )
-    return config
-
-
-def jira_config_delete(*, principal: Principal, team_id: int) -> bool:
-    if not principal.can(Scope.ADMIN, team_id):
-        raise JiraForbidden("removing the Jira settings needs the 'admin' scope in this team")
-    with transaction.atomic():
-        deleted, _ = JiraConfig.objects.filter(team_id=team_id).delete()
-        if deleted:
-            audit_event_record(
-                actor=Actor.of(principal), action="jira_config_deleted", team_id=team_id,
-                subject_type="jira_config", subject_id=str(team_id),
-                reason="Jira settings removed",
-            )
-    return bool(deleted)
-
-
-def jira_config_public(config: JiraConfig | None) -> dict[str, Any]:
-    """The settings as pages and the API show them: never the token, only whether it is set."""
-    if config is None:
-        return {"configured": False, "base_url": "", "project_key": "", "issue_type": "Bug",
-                "user": "", "auth": None, "token_set": False, "priorities": {}}
-    return {
-        "configured": True,
-        "base_url": config.base_url,
-        "project_key": config.project_key,
-        "issue_type": config.issue_type,
-        "user": config.user,
-        "auth": "basic" if config.user else "bearer",
-        "token_set": bool(config.token),
-        "priorities": dict(config.priorities or {}),
-    }
-
-
-# --- delivery -------------------------------------------------------------------------------
 
 
 def jira_auth_header(*, user: str, token: str) -> str:
@@ -269,7 +114,8 @@ def jira_deliver(*, webhook: Any, event: str, payload: dict[str, Any]) -> tuple[
     them in). Returns (HTTP status, detail): Jira's status and words when it refuses, 204 for
     an event about no finding (job.failed, gate.failed: nothing is sent), 4xx without a call
     when the settings are incomplete or the finding is not the team's. Network failures
-    raise `trustrank.lib.outbound.OutboundError` (the caller retries those)."""
+    raise `trustrank.lib.outbound.OutboundError` (the caller retries those); a URL outbound
+    calls may not reach raises `OutboundRefused`, as for every other webhook format."""
     finding_data = finding_of(payload)
     if finding_data is None:
         return 204, NOT_A_FINDING_EVENT
@@ -280,6 +126,14 @@ def jira_deliver(*, webhook: Any, event: str, payload: dict[str, Any]) -> tuple[
     if problem:
         return 400, f"{problem}; nothing sent"
     actor = Actor.system(f"jira webhook {getattr(webhook, 'pk', '') or ''}".strip())
+    status, detail, _ = _issue_for(finding=finding, setup=setup, event=event,
+                                   finding_data=finding_data, actor=actor)
+    return status, detail
+
+
+def _issue_for(*, finding: Finding, setup: dict[str, Any], event: str,
+               finding_data: dict[str, Any], actor: Actor
+               ) -> tuple[int, str, JiraIssueLink | None]:
     # The lock makes "look for the issue, else open one" one step per finding: two workers
     # delivering two events about the same finding at once must not open two issues. It is
     # held across Jira's answer (a 10 s timeout at most), which only delays the other one.
@@ -289,14 +143,16 @@ def jira_deliver(*, webhook: Any, event: str, payload: dict[str, Any]) -> tuple[
             finding=finding, base_url=setup["base_url"], project_key=setup["project_key"]
         ).first()
         if link is not None:
-            return _comment(link=link, finding=finding, setup=setup, event=event,
-                            finding_data=finding_data, actor=actor)
+            status, detail = _comment(link=link, finding=finding, setup=setup, event=event,
+                                      finding_data=finding_data, actor=actor)
+            return status, detail, link
         return _create(finding=finding, setup=setup, event=event, finding_data=finding_data,
                        actor=actor)
 
 
 def _create(*, finding: Finding, setup: dict[str, Any], event: str,
-            finding_data: dict[str, Any], actor: Actor) -> tuple[int, str]:
+            finding_data: dict[str, Any], actor: Actor
+            ) -> tuple[int, str, JiraIssueLink | None]:
     fields = issue_fields(
         event=event, finding=finding_data, project_key=setup["project_key"],
         issue_type=setup["issue_type"], priorities=setup["priorities"],
@@ -305,12 +161,12 @@ def _create(*, finding: Finding, setup: dict[str, Any], event: str,
         f"{setup['base_url']}/rest/api/2/issue", auth=setup["auth"], body={"fields": fields}
     )
     if not 200 <= status < 300:
-        return status, _jira_errors(status, data, raw)[:DETAIL_MAX]
+        return status, _jira_errors(status, data, raw)[:DETAIL_MAX], None
     key = data.get("key") if isinstance(data, dict) else None
     if not isinstance(key, str) or not key:
         # Created or not, nothing tells which issue: a retry may open a second one, which
         # is better than losing the event. Jira's 201 always carries the key.
-        return 502, "Jira answered without an issue key"
+        return 502, "Jira answered without an issue key", None
     link = JiraIssueLink.objects.create(
         finding=finding,
         team_id=finding.team_id,
@@ -328,7 +184,7 @@ def _create(*, finding: Finding, setup: dict[str, Any], event: str,
         after={"jira_key": link.key, "jira_url": link.url, "event": event},
         reason=detail,
     )
-    return status, detail
+    return status, detail, link
 
 
 def _comment(*, link: JiraIssueLink, finding: Finding, setup: dict[str, Any], event: str,
@@ -351,3 +207,62 @@ def _comment(*, link: JiraIssueLink, finding: Finding, setup: dict[str, Any], ev
         reason=detail,
     )
     return status, detail
+
+
+# --- opened by hand -------------------------------------------------------------------------
+
+
+class JiraNotConfigured(LookupError):
+    """The team has no Jira settings (or no token in them)."""
+
+
+def finding_event_data(*, finding: Finding, url: str) -> dict[str, Any]:
+    """A finding as the events' JSON carries it, for an issue opened by hand. Reads what
+    `finding_get_for_principal` loads with it (project, version, service, rank)."""
+    context = finding.rank_context
+    data = context.data if context is not None else {}
+    project, version, service = finding.project, finding.project_version, finding.service
+    return {
+        "id": finding.pk,
+        "vuln_id": finding.vuln_id,
+        "title": finding.display_title,
+        "component": finding.component_name,
+        "version": finding.component_version,
+        "project": project.name if project is not None else "",
+        "project_version": version.version if version is not None else "",
+        "service": service.name if service is not None else "",
+        "environment": finding.environment,
+        "rank": finding.rank,
+        "decision": finding.decision or None,
+        "score": finding.score,
+        "explanation": data.get("explanation", []) if isinstance(data, dict) else [],
+        "url": url,
+    }
+
+
+def _config_settings(config: JiraConfig) -> dict[str, Any]:
+    return {
+        "base_url": config.base_url.rstrip("/"),
+        "project_key": config.project_key,
+        "auth": jira_auth_header(user=config.user, token=config.token),
+        "issue_type": config.issue_type or "Bug",
+        "priorities": dict(config.priorities or {}),
+    }
+
+
+def jira_issue_open(
+    *, principal: Principal, finding: Finding, url: str
+) -> tuple[int, str, JiraIssueLink | None]:
+    """Open the finding's Jira issue with the team's Jira settings, as a person asked (the
+    finding page's button, `POST /api/v1/findings/<id>/jira`). The same one issue per finding
+    and project as the webhook: a finding that has one gets (200, …, that link). Returns
+    Jira's status, a detail and the link (None when Jira refused)."""
+    if not principal.can(Scope.TRIAGE, finding.team_id):
+        raise JiraForbidden("opening a Jira issue needs the 'triage' scope in this team")
+    config = jira_config_get(team_id=finding.team_id)
+    if config is None or not config.token:
+        raise JiraNotConfigured("the team has no Jira settings: an admin sets them first")
+    return _issue_for(
+        finding=finding, setup=_config_settings(config), event="manual",
+        finding_data=finding_event_data(finding=finding, url=url), actor=Actor.of(principal),
+    )
