@@ -222,3 +222,21 @@ def test_two_deliveries_at_once_open_one_issue(team, fake_jira):
     assert sorted(s for s, _ in results) == [200, 201]
     assert len(fake_jira.issue_creations()) == 1
     assert JiraIssueLink.objects.filter(finding=finding).count() == 1
+
+
+def test_a_webhook_url_copied_from_further_in_still_means_the_site(team, fake_jira):
+    finding = log4j_finding(team)
+    hook = Webhook(team_id=team.pk, url=f"{fake_jira.base_url}/rest/api/2/issue/",
+                   secret="pat", jira_project_key="SEC")
+    assert jira_deliver(webhook=hook, event="finding.immediate",
+                        payload=event_payload(finding))[0] == 201
+    assert [r.path for r in fake_jira.requests] == ["/rest/api/2/issue"]
+    assert JiraIssueLink.objects.get().url == f"{fake_jira.base_url}/browse/SEC-1"
+
+
+@pytest.mark.parametrize("bad_id", ["abc", -1, True, None, 2**70])
+def test_a_finding_id_that_is_no_id_sends_nothing(team, fake_jira, bad_id):
+    hook = Webhook(team_id=team.pk, url=fake_jira.base_url, secret="pat", jira_project_key="SEC")
+    payload = {"event": "finding.immediate", "finding": {"id": bad_id, "vuln_id": "CVE-1"}}
+    status, _ = jira_deliver(webhook=hook, event="finding.immediate", payload=payload)
+    assert status in (204, 404) and fake_jira.requests == []

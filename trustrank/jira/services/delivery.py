@@ -22,6 +22,7 @@ from trustrank.jira.issues import comment_body, finding_of, issue_fields
 from trustrank.jira.models import JiraConfig, JiraIssueLink
 from trustrank.jira.services.config import JiraForbidden, jira_config_get
 from trustrank.lib.locks import advisory_xact_lock
+from trustrank.lib.numbers import int_or_none
 from trustrank.lib.outbound import outbound_request
 
 # Namespace of the (int, int) advisory lock held while a finding's issue is looked up and
@@ -42,6 +43,16 @@ def jira_auth_header(*, user: str, token: str) -> str:
     if user:
         return "Basic " + base64.b64encode(f"{user}:{token}".encode()).decode("ascii")
     return f"Bearer {token}"
+
+
+def jira_base_url(url: str) -> str:
+    """The Jira site of a URL someone may have copied from further in: a webhook's `url` of
+    `https://x.atlassian.net/rest/api/2/issue` or `…/browse/SEC-1` means the site."""
+    url = url.strip().rstrip("/")
+    for marker in ("/rest/api/", "/browse/"):
+        if marker in url:
+            url = url[: url.index(marker)]
+    return url.rstrip("/")
 
 
 def jira_issue_page(*, base_url: str, key: str) -> str:
@@ -97,7 +108,7 @@ def _delivery_settings(webhook: Any) -> tuple[dict[str, Any], str | None]:
     if not token:
         return {}, "no Jira token: set the webhook's secret or the team's Jira settings"
     return {
-        "base_url": base_url.rstrip("/"),
+        "base_url": jira_base_url(base_url),
         "project_key": project_key,
         "auth": jira_auth_header(user=user, token=token),
         "issue_type": (config.issue_type if config else "") or "Bug",
@@ -119,7 +130,11 @@ def jira_deliver(*, webhook: Any, event: str, payload: dict[str, Any]) -> tuple[
     finding_data = finding_of(payload)
     if finding_data is None:
         return 204, NOT_A_FINDING_EVENT
-    finding = Finding.objects.filter(pk=finding_data["id"], team_id=webhook.team_id).first()
+    finding_id = int_or_none(finding_data["id"], minimum=1)
+    finding = (
+        Finding.objects.filter(pk=finding_id, team_id=webhook.team_id).first()
+        if finding_id is not None else None
+    )
     if finding is None:
         return 404, f"finding {finding_data['id']} is not one of the team's; nothing sent"
     setup, problem = _delivery_settings(webhook)
