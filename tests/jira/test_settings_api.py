@@ -148,3 +148,15 @@ def test_delete_removes_the_settings(team, api, public_dns):
     client.put("/api/v1/jira", VALID, format="json")
     assert client.delete("/api/v1/jira").status_code == 204
     assert client.get("/api/v1/jira").json()["configured"] is False
+
+
+def test_decisions_may_be_spelt_with_underscores_and_a_form_body_works(team, api, public_dns):
+    client = api(team, "admin")
+    client.put("/api/v1/jira", VALID, format="json")
+    response = client.put("/api/v1/jira", {"priorities": {"OUT_OF_CYCLE": "High"}},
+                          format="json")
+    assert response.json()["priorities"] == {"out-of-cycle": "High"}
+    form = client.put("/api/v1/jira", "project_key=OPS&issue_type=Task",
+                      content_type="application/x-www-form-urlencoded")
+    assert form.status_code == 200, form.content
+    assert (form.json()["project_key"], form.json()["issue_type"]) == ("OPS", "Task")

@@ -73,8 +73,10 @@ class JiraConfigApi(APIView):
                 errors={name: ["not a Jira setting"] for name in unknown},
             )
         try:
+            # A form-encoded body (QueryDict) gives one value per field, as JSON does.
+            values = data.dict() if hasattr(data, "dict") else dict(data)
             jira_config_set(
-                principal=principal_for_request(request), team_id=team.pk, values=dict(data)
+                principal=principal_for_request(request), team_id=team.pk, values=values
             )
         except JiraForbidden as exc:
             return problem(403, "Forbidden", str(exc))

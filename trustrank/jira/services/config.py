@@ -70,10 +70,12 @@ def _clean_priorities(value: Any) -> dict[str, str]:
             field="priorities",
         )
     cleaned: dict[str, str] = {}
-    for decision, name in value.items():
+    for given, name in value.items():
+        # "out_of_cycle" (as the triage policy's field names spell it) means "out-of-cycle".
+        decision = str(given).strip().lower().replace("_", "-")
         if decision not in DECISIONS:
             raise JiraConfigError(
-                f"{decision!r} is not a decision (one of {', '.join(DECISIONS)})",
+                f"{given!r} is not a decision (one of {', '.join(DECISIONS)})",
                 field="priorities",
             )
         if name is None or name == "":
