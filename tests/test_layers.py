@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"lib", "accounts", "jobs"}),
     frozenset({"findings"}),
-    frozenset({"inventory", "vulns", "runtime", "identity", "cluster"}),
+    frozenset({"inventory", "vulns", "runtime", "identity", "cluster", "jira"}),
     frozenset({"ranking"}),
     frozenset({"exports", "gate"}),
     frozenset({"ingest"}),

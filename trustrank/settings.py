@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "trustrank.cluster",
     "trustrank.exports",
     "trustrank.gate",
+    "trustrank.jira",
     "ingest",
 ]
 
@@ -562,6 +563,11 @@ CACHES = {
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
     )
 }
+
+# Outbound calls to addresses teams configure (Jira, webhooks; trustrank/lib/outbound.py)
+# refuse private, loopback and link-local addresses unless this is true (tests, a Jira on
+# the same private network).
+TRUSTRANK_OUTBOUND_ALLOW_PRIVATE = envbool("TRUSTRANK_OUTBOUND_ALLOW_PRIVATE", False)
 
 LOGGING = {
     "version": 1,

@@ -57,7 +57,10 @@ class FindingListApi(ListAPIView[Finding]):
     required_scope = Scope.READ
 
     def get_queryset(self) -> Any:
-        return selectors.finding_list(principal=principal_for_request(self.request))
+        # The Jira links of a page in one query (the serializer's `jira`).
+        return selectors.finding_list(
+            principal=principal_for_request(self.request)
+        ).prefetch_related("jira_links")
 
     def paginate_queryset(self, queryset: Any) -> Any:
         """Totals from the generation-keyed count cache; the contextual order (the default)

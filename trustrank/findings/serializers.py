@@ -30,6 +30,8 @@ class FindingSerializer(serializers.ModelSerializer[Finding]):
     # Read from the finding's FindingDue (None until ranked or set by hand).
     due_date = serializers.DateField(read_only=True, allow_null=True)
     due_date_manual = serializers.BooleanField(read_only=True)
+    # The finding's Jira issue, {key, url}, null when none (trustrank/jira).
+    jira = serializers.SerializerMethodField()
 
     class Meta:
         model = Finding
@@ -74,6 +76,7 @@ class FindingSerializer(serializers.ModelSerializer[Finding]):
             "due_date_manual",
             "overdue",
             "version",
+            "jira",
         ]
         # Present on every finding (blank for kinds other than vulnerability).
         extra_kwargs = {"vuln_id": {"required": True}, "match_status": {"required": True}}
@@ -89,6 +92,11 @@ class FindingSerializer(serializers.ModelSerializer[Finding]):
         data["rank_service"] = ranking.pop("service")
         data.update(ranking)
         return data
+
+    def get_jira(self, obj: Finding) -> dict[str, str] | None:
+        from trustrank.jira.serializers import jira_link_data
+
+        return jira_link_data(obj)
 
     def get_assignee_name(self, obj: Finding) -> str | None:
         user = obj.assignee if obj.assignee_id is not None else None

@@ -277,6 +277,8 @@ def _finding_page_render(
         "members": _members([finding.team_id]),
         "conflict": conflict,
         "today": timezone.localdate(),
+        # The Jira issues opened for it (trustrank/jira), oldest first.
+        "jira_links": list(finding.jira_links.all()),
     }
     return render(request, "findings/finding.html", context, status=status)
 
