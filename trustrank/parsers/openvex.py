@@ -13,6 +13,8 @@ exports use (CISA's status justifications against CycloneDX's):
     inline_mitigations_already_exist                   → protected_by_mitigating_control
 
 Detail: the statement's impact_statement, action_statement and status_notes, in that order.
+A not_affected statement without a justification whose impact statement starts with "False
+positive" (how TrustRank's own OpenVEX export writes one) is read as false_positive.
 Products: a product's `subcomponents` when it has them (the product is then the container
 they are in: an image, an application), else the product itself; each by its `@id` and its
 `identifiers.purl`.
@@ -38,6 +40,31 @@ STATE_OF_STATUS = {
     "fixed": "resolved",
     "under_investigation": "in_triage",
 }
+# The other way, for documents TrustRank writes (exports): several CycloneDX justifications
+# share one OpenVEX justification, so a round trip keeps the state but may name the nearest.
+OPENVEX_JUSTIFICATION = {
+    "code_not_present": "vulnerable_code_not_present",
+    "code_not_reachable": "vulnerable_code_not_in_execute_path",
+    "requires_configuration": "vulnerable_code_cannot_be_controlled_by_adversary",
+    "requires_dependency": "component_not_present",
+    "requires_environment": "vulnerable_code_cannot_be_controlled_by_adversary",
+    "protected_by_compiler": "inline_mitigations_already_exist",
+    "protected_at_runtime": "inline_mitigations_already_exist",
+    "protected_at_perimeter": "inline_mitigations_already_exist",
+    "protected_by_mitigating_control": "inline_mitigations_already_exist",
+}
+OPENVEX_STATUS = {
+    "in_triage": "under_investigation",
+    "exploitable": "affected",
+    "resolved": "fixed",
+    "resolved_with_pedigree": "fixed",
+    "not_affected": "not_affected",
+    "false_positive": "not_affected",
+}
+# OpenVEX has no "false positive": TrustRank writes one as not_affected whose impact
+# statement starts with this, and reads such a statement back as false_positive.
+FALSE_POSITIVE = "False positive"
+
 JUSTIFICATION_OF = {
     "component_not_present": "requires_dependency",
     "vulnerable_code_not_present": "code_not_present",
@@ -107,16 +134,21 @@ def openvex_parse(doc: Any) -> VexDocument:
         vuln = s["vulnerability"]
         status = s["status"]
         justification = str(s.get("justification") or "")
+        state = STATE_OF_STATUS[status]
+        detail = _detail(s)
+        if status == "not_affected" and not justification and detail.startswith(FALSE_POSITIVE):
+            state = "false_positive"
+            detail = detail.removeprefix(FALSE_POSITIVE).lstrip(":").strip()
         statements.append(
             VexStatement(
                 index=index,
                 vulnerability=str(vuln["name"]),
                 aliases=tuple(str(a) for a in vuln.get("aliases") or () if a != vuln["name"]),
                 products=_products(s),
-                state=STATE_OF_STATUS[status],
+                state=state,
                 justification=JUSTIFICATION_OF.get(justification, "")
                 if status == "not_affected" else "",
-                detail=_detail(s),
+                detail=detail,
                 source_status=status,
                 source_justification=justification,
             )
