@@ -84,7 +84,7 @@ def _decoded(doc: dict[str, Any]) -> bytes:
 
 def _wrapped(body: bytes) -> dict[str, Any] | None:
     """Dependency-Track's JSON form ({"project"…, "vex": base64}), else None (a document)."""
-    if not body.lstrip()[:1] == b"{" or b'"vex"' not in body:
+    if body.lstrip()[:1] != b"{" or b'"vex"' not in body:
         return None
     try:
         doc = orjson.loads(body)

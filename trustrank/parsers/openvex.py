@@ -89,6 +89,18 @@ def _path(parts: Any) -> str:
 def openvex_validate(doc: Any) -> None:
     """VexError listing the first schema errors, each with where it is."""
     errors = []
+    # The schema's two conditional rules, said plainly (its own message is an anyOf failure).
+    statements = doc.get("statements") if isinstance(doc, dict) else None
+    for i, s in enumerate(statements if isinstance(statements, list) else ()):
+        if not isinstance(s, dict):
+            continue
+        if s.get("status") == "not_affected" and not (
+            "justification" in s or "impact_statement" in s
+        ):
+            errors.append(f"at /statements/{i}: not_affected needs a justification or an "
+                          "impact_statement")
+        if s.get("status") == "affected" and "action_statement" not in s:
+            errors.append(f"at /statements/{i}: affected needs an action_statement")
     for error in openvex_validator().iter_errors(doc):
         errors.append(f"at {_path(error.instance_path)}: {error.message}")
         if len(errors) >= _MAX_ERRORS:

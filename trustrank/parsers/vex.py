@@ -109,7 +109,7 @@ def _cyclonedx(parsed: ParsedBom) -> VexDocument:
     statements: list[VexStatement] = []
     skipped: list[VexStatement] = []
     for index, v in enumerate(parsed.vulnerabilities):
-        products = []
+        products: list[VexProduct] = []
         for ref in dict.fromkeys(v.affects):
             if ref == product_ref:
                 # The document's own product: every component of it.

@@ -84,7 +84,8 @@ def _project_refs(pv: ProjectVersion, doc: VexDocument) -> tuple[set[str], set[P
     """The refs and purls that name the project version itself."""
     refs = {f"urn:uuid:{pv.uuid}", *doc.product_refs}
     keys: set[PurlKey] = set()
-    described = (pv.current_sbom.described_component or {}) if pv.current_sbom_id else {}
+    sbom = pv.current_sbom
+    described = (sbom.described_component or {}) if sbom is not None else {}
     for value in (described.get("bom-ref"), described.get("purl")):
         if value:
             refs.add(str(value))
