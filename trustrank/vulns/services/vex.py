@@ -22,13 +22,16 @@ in TrustRank, which must give one.
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
+from django.db import connection
 from django.utils import timezone
-from packageurl import PackageURL
 
 from trustrank.findings.models import Finding, FindingKind
 from trustrank.findings.services.audit import Actor, audit_events_record_bulk
@@ -66,18 +69,28 @@ class VexApplyResult:
 PurlKey = tuple[str, str, str, str | None]
 
 
+@functools.lru_cache(maxsize=65536)
 def purl_key(purl: str) -> PurlKey | None:
-    """What two purls must share to name one package version (None for a bad purl)."""
-    if not purl:
+    """What two purls must share to name one package version (None for what is no purl).
+    Read by the purl spec's own steps (scheme, then `#subpath`, `?qualifiers`, `@version`
+    split off from the right); packageurl's full parse cost 150 µs a purl, and a document of
+    thousands of statements is read against thousands of findings."""
+    if not purl.startswith("pkg:"):
         return None
-    try:
-        p = PackageURL.from_string(purl)
-    except ValueError:
+    rest = purl[4:].lstrip("/").split("#", 1)[0].split("?", 1)[0].rstrip("/")
+    version: str | None = None
+    if "@" in rest.rsplit("/", 1)[-1]:
+        rest, raw = rest.rsplit("@", 1)
+        version = unquote(raw) or None
+    parts = rest.split("/")
+    if len(parts) < 2 or not parts[0] or not parts[-1]:
         return None
-    name = p.name.lower()
-    if p.type.lower() == "pypi":
+    kind = parts[0].lower()
+    name = unquote(parts[-1]).lower()
+    if kind == "pypi":
         name = re.sub(r"[-_.]+", "-", name)
-    return (p.type.lower(), (p.namespace or "").lower(), name, p.version or None)
+    namespace = "/".join(unquote(p) for p in parts[1:-1]).lower()
+    return (kind, namespace, name, version)
 
 
 def _project_refs(pv: ProjectVersion, doc: VexDocument) -> tuple[set[str], set[PurlKey]]:
@@ -269,6 +282,32 @@ def _apply_batch(
             )
         )
     if changed:
-        Finding.objects.bulk_update(changed, _TRIAGE_COLUMNS, batch_size=BATCH_SIZE)
+        _update(changed, now=now)
         audit_events_record_bulk(events)
     return len(changed)
+
+
+def _update(changed: list[Finding], *, now: Any) -> None:
+    """One UPDATE … FROM unnest(…) for the batch: each row gets its own values (Django's
+    bulk_update builds a CASE per column and row, 45 s of Python for 5,000 findings)."""
+    table = connection.ops.quote_name(Finding._meta.db_table)
+    sql = (
+        f"UPDATE {table} AS f SET state = v.state, justification = v.justification, "  # noqa: S608 - the table's own name
+        "response = v.response::jsonb, detail = v.detail, auto_resolved = false, "
+        "resolved_at = v.resolved_at, updated_at = %s, version = v.version "
+        "FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[], "
+        "%s::timestamptz[], %s::integer[]) "
+        "AS v(id, state, justification, response, detail, resolved_at, version) "
+        "WHERE f.id = v.id"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [
+            now,
+            [f.pk for f in changed],
+            [f.state for f in changed],
+            [f.justification for f in changed],
+            [json.dumps(list(f.response or [])) for f in changed],
+            [f.detail for f in changed],
+            [f.resolved_at for f in changed],
+            [f.version for f in changed],
+        ])
