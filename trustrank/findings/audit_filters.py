@@ -32,6 +32,7 @@ KNOWN_ACTIONS = (
     "mapping_set",
     "policy_created",
     "feed_imported",
+    "vex_imported",
 )
 
 _ACTION = re.compile(r"^[a-z0-9_.:-]{1,40}$")
