@@ -5,9 +5,9 @@ A document is stored as an ingest job (kind "vex") before anything is answered, 
 statements are applied in one transaction by the job. `POST` runs a document of up to
 TRUSTRANK_VEX_SYNC_MAX_STATEMENTS statements within the request (5,000 statements took
 6.4 s on a loaded 2-core machine, tests/vex/test_vex_volume.py) and answers 200 with what
-it did; a bigger one, or one a worker took first, is answered 202 with the job's status URL. `PUT` answers `{"token": …}` at once, as
-Dependency-Track does; the token is pollable at `/api/v1/event/token/{token}` and is the job
-id (`/api/v1/jobs/{token}` has the counts).
+it did; a bigger one, or one a worker took first, is answered 202 with the job's status
+URL. `PUT` answers `{"token": …}` at once, as Dependency-Track does; the token is the job
+id, pollable at `/api/v1/event/token/{token}` (`/api/v1/jobs/{token}` has the counts).
 """
 
 from __future__ import annotations
