@@ -9,4 +9,5 @@ urlpatterns = [
     path("", include("ingest.apis.feeds")),
     path("", include("ingest.apis.certs")),
     path("", include("ingest.apis.metrics")),
+    path("", include("ingest.apis.vex")),
 ]

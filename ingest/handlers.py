@@ -31,4 +31,6 @@ HANDLERS: dict[str, Handler] = {
     "trust_bundle": Handler("ingest.loaders.trust_bundle.trust_bundle_load"),
     # Cluster metrics and Kubernetes objects; params["format"] picks the loader.
     "telemetry": Handler("ingest.loaders.cluster.telemetry_load"),
+    # All statements of a document in one transaction: applied together or not at all.
+    "vex": Handler("ingest.loaders.vex.vex_load"),
 }

@@ -20,6 +20,7 @@ class JobKind(models.TextChoices):
     CERTIFICATES = "certificates", "Certificates"
     TRUST_BUNDLE = "trust_bundle", "Trust bundle"
     TELEMETRY = "telemetry", "Cluster and GPU telemetry"
+    VEX = "vex", "VEX document"
 
 
 class IngestJob(Job):

@@ -25,6 +25,7 @@ from trustrank.identity.services.environments import (
 )
 from trustrank.inventory.services import ProjectNotFound, project_version_resolve
 from trustrank.parsers.sbom import parse_sbom
+from trustrank.parsers.vex import VexError, vex_parse
 from trustrank.parsers.x509 import (
     CertificateParseError,
     certificates_count,
@@ -321,3 +322,72 @@ def feed_scheduled_submit(*, kind: str) -> IngestJob | None:
         kind=kind, payload=payload, principal=principal, team=team, filename=filename
     )
 
+
+
+# --- VEX --------------------------------------------------------------------------------------
+
+
+def vex_submit(
+    *,
+    principal: Principal,
+    team: Team,
+    body: bytes,
+    content_encoding: str,
+    target: SbomTarget,
+    priority: int | None,
+    content_type: str = "",
+    filename: str = "",
+) -> IngestJob:
+    """Read the whole document (schema included) and find its project version, so a bad
+    document or an unknown project is refused at once with nothing stored; then the job."""
+    if not principal.can(Scope.TRIAGE, team.pk):
+        raise SubmitRefused(
+            SubmitRefused.FORBIDDEN, "Forbidden",
+            "Uploading VEX changes triage: it needs the 'triage' scope in this team.",
+        )
+    if not body:
+        raise SubmitRefused(SubmitRefused.INVALID, "The VEX document is invalid",
+                            "The VEX document is empty.")
+    try:
+        data = decode_body(body, content_encoding=content_encoding,
+                           limit=settings.TRUSTRANK_MAX_UPLOAD_BYTES)
+    except ValueError as exc:
+        reason = SubmitRefused.TOO_LARGE if "limit" in str(exc) else SubmitRefused.INVALID
+        raise SubmitRefused(reason, "The upload cannot be read", str(exc)) from exc
+    try:
+        doc = vex_parse(data)
+    except VexError as exc:
+        raise SubmitRefused(
+            SubmitRefused.INVALID, "The VEX document is invalid", str(exc)
+        ) from exc
+    if not target.project_uuid and not target.project_name:
+        raise SubmitRefused(
+            SubmitRefused.INVALID, "Project required",
+            "Name the project version: projectName and projectVersion, or project (uuid).",
+        )
+    try:
+        project_version_resolve(
+            team=team, name=target.project_name, version=target.project_version,
+            version_uuid=target.project_uuid, auto_create=False,
+        )
+    except ProjectNotFound as exc:
+        # Without the SBOM upload's hint: a VEX document never creates a project.
+        detail = str(exc).split("; create it", 1)[0]
+        raise SubmitRefused(SubmitRefused.NOT_FOUND, "Project not found", detail) from exc
+    return job_create(
+        team=team,
+        kind=JobKind.VEX,
+        payload=data,
+        principal=principal,
+        params={
+            "projectName": target.project_name,
+            "projectVersion": target.project_version,
+            "project": target.project_uuid,
+            "format": doc.format,
+            "document": doc.id[:500],
+            "statements": len(doc.statements) + len(doc.skipped),
+        },
+        priority=priority,
+        content_type=content_type,
+        filename=filename,
+    )

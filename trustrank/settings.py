@@ -438,6 +438,9 @@ TRUSTRANK_RANKING_DEBOUNCE_SECONDS = envint("TRUSTRANK_RANKING_DEBOUNCE_SECONDS"
 # Bulk triage of up to this many findings is applied within the request (200); more becomes a
 # job run by the findings_bulk_triage task (202).
 TRUSTRANK_BULK_TRIAGE_SYNC_MAX = envint("TRUSTRANK_BULK_TRIAGE_SYNC_MAX", 500, minimum=1)
+# A VEX document (POST /api/v1/vex) of at most this many statements is applied within the
+# request and answered with its counts; a bigger one is answered 202 and applied by a worker.
+TRUSTRANK_VEX_SYNC_MAX_STATEMENTS = envint("TRUSTRANK_VEX_SYNC_MAX_STATEMENTS", 5000, minimum=0)
 # Extra library-evidence rules (table, name, component key): see trustrank/risk/libraries.py.
 TRUSTRANK_LIBRARY_MAP: list[tuple[str, str, str]] = []
 # Evidence ages while nothing is uploaded (certificates expire, telemetry leaves the window):

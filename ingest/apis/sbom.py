@@ -289,7 +289,8 @@ class DependencyTrackBomApi(_SbomReceiver):
     },
 )
 class DependencyTrackTokenApi(APIView):
-    required_scope = (Scope.READ, Scope.SBOM_WRITE)
+    # `triage`: the token of a VEX upload (PUT /api/v1/vex) is polled here too.
+    required_scope = (Scope.READ, Scope.SBOM_WRITE, Scope.TRIAGE)
 
     def get(self, request: Request, token: str) -> Response:
         job: IngestJob = job_get(principal=principal_for_request(request), job_id=token)

@@ -14,6 +14,7 @@ class ExportFormat(models.TextChoices):
     JSON = "json", "JSON"
     CYCLONEDX_VEX = "cyclonedx-vex", "CycloneDX 1.6 VEX"
     CSAF_VEX = "csaf-vex", "CSAF 2.0 VEX"
+    OPENVEX = "openvex", "OpenVEX 0.2"
     PDF = "pdf", "PDF report"
     HTML = "html", "HTML report"
 
@@ -57,6 +58,7 @@ class Export(Job):
             ExportFormat.JSON: "json",
             ExportFormat.CYCLONEDX_VEX: "cdx.json",
             ExportFormat.CSAF_VEX: "csaf.json",
+            ExportFormat.OPENVEX: "openvex.json",
             ExportFormat.PDF: "pdf",
             ExportFormat.HTML: "html",
         }[ExportFormat(self.format)]
@@ -72,6 +74,7 @@ class Export(Job):
             ExportFormat.JSON: "application/json",
             ExportFormat.CYCLONEDX_VEX: "application/vnd.cyclonedx+json",
             ExportFormat.CSAF_VEX: "application/json",
+            ExportFormat.OPENVEX: "application/json",
             ExportFormat.PDF: "application/pdf",
             ExportFormat.HTML: "text/html; charset=utf-8",
         }[ExportFormat(self.format)]

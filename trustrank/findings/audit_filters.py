@@ -33,6 +33,7 @@ KNOWN_ACTIONS = (
     "policy_created",
     "feed_imported",
     "jira_issue_created",
+    "vex_imported",
 )
 
 _ACTION = re.compile(r"^[a-z0-9_.:-]{1,40}$")

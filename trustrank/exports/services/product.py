@@ -102,3 +102,17 @@ def csaf_products_of(qs: QuerySet[Finding]) -> tuple[list[dict[str, Any]], list[
         .order_by("project_version_id", "component_purl", "component_name", "component_version")
     ]
     return versions, pairs
+
+
+def products_by_version(qs: QuerySet[Finding]) -> dict[int, dict[str, Any]]:
+    """product_data of every project version the findings belong to, by its id (one
+    DISTINCT query and one read of the versions)."""
+    pv_ids = (
+        qs.order_by().exclude(project_version_id=None)
+        .values_list("project_version_id", flat=True).distinct()
+    )
+    return {
+        pv.pk: product_data(pv)
+        for pv in ProjectVersion.objects.select_related("project", "current_sbom")
+        .filter(pk__in=list(pv_ids))
+    }

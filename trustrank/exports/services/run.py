@@ -31,8 +31,12 @@ from trustrank.exports.models import Export, ExportFormat, ExportStatus
 from trustrank.exports.services.csaf import csaf_vex_chunks
 from trustrank.exports.services.csv_copy import csv_copy_chunks
 from trustrank.exports.services.formats import Progress, json_chunks
-from trustrank.exports.services.params import ExportRequest
-from trustrank.exports.services.product import csaf_products_of, vex_product_of
+from trustrank.exports.services.params import ExportParamError, ExportRequest
+from trustrank.exports.services.product import (
+    csaf_products_of,
+    products_by_version,
+    vex_product_of,
+)
 from trustrank.exports.services.report import report_html_chunks, report_pdf_chunks
 from trustrank.exports.services.rows import (
     ExportSelection,
@@ -41,6 +45,7 @@ from trustrank.exports.services.rows import (
     export_selection,
 )
 from trustrank.exports.services.vex_cyclonedx import cyclonedx_vex_chunks
+from trustrank.exports.services.vex_openvex import openvex_chunks
 from trustrank.findings.models import ActorKind, FindingKind
 from trustrank.findings.services.audit import Actor, audit_event_record
 from trustrank.findings.services.audit_chain import audit_chain_verify
@@ -53,10 +58,11 @@ from trustrank.jobs.send import job_enqueue_on_commit
 BUILT_FIRST = (
     ExportFormat.CYCLONEDX_VEX,
     ExportFormat.CSAF_VEX,
+    ExportFormat.OPENVEX,
     ExportFormat.PDF,
     ExportFormat.HTML,
 )
-_VEX = (ExportFormat.CYCLONEDX_VEX, ExportFormat.CSAF_VEX)
+_VEX = (ExportFormat.CYCLONEDX_VEX, ExportFormat.CSAF_VEX, ExportFormat.OPENVEX)
 
 
 def export_stream_cap(fmt: str) -> int:
@@ -79,6 +85,12 @@ def export_selection_for(req: ExportRequest) -> ExportSelection:
         selection.notes.append("only vulnerability findings are in a VEX document")
     if req.format == ExportFormat.CYCLONEDX_VEX:
         selection.product = vex_product_of(req, selection.queryset)
+    if req.format == ExportFormat.OPENVEX and not selection.queryset.exists():
+        raise ExportParamError(
+            "format",
+            "format=openvex: an OpenVEX document needs at least one statement, and this "
+            "selection has no vulnerability finding",
+        )
     if req.format == ExportFormat.CSAF_VEX:
         # One CSAF vulnerability per advisory id: its findings must come together.
         selection.queryset = selection.queryset.order_by("vuln_id", "cve_id", "id")
@@ -179,6 +191,10 @@ def export_chunks(
     rows = export_rows(selection)
     if fmt == ExportFormat.CSAF_VEX:
         return csaf_vex_chunks(rows, meta, progress, products=csaf_products_of(selection.queryset))
+    if fmt == ExportFormat.OPENVEX:
+        return openvex_chunks(
+            rows, meta, progress, products=products_by_version(selection.queryset)
+        )
     writer: Callable[..., Iterator[bytes]] = {
         ExportFormat.JSON: json_chunks,
         ExportFormat.CYCLONEDX_VEX: cyclonedx_vex_chunks,

@@ -55,6 +55,18 @@ class Actor:
             return cls(label=principal.label[:160], kind=ActorKind.USER, user=principal.user)
         return cls.system(principal.label)
 
+    @classmethod
+    def of_job(cls, job: Any, *, what: str = "job") -> Actor:
+        """Who asked for a job (its `requested_by_*` columns): what the job changes is theirs,
+        though a worker does it."""
+        if job.requested_by_key_id is not None:
+            return cls(label=job.requested_by_label, kind=ActorKind.API_KEY,
+                       api_key_id=job.requested_by_key_id)
+        if job.requested_by_user_id is not None:
+            return cls(label=job.requested_by_label, kind=ActorKind.USER,
+                       user=job.requested_by_user)
+        return cls.system(job.requested_by_label or what)
+
     def event(
         self,
         *,
