@@ -48,6 +48,9 @@ def sbom_load(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> dict[s
             "project_version_uuid": str(pv.uuid),
             **({"deployment": deployed} if deployed else {}),
             "duplicate": not created,
+            # Accepted with these problems (the first SBOM_WARNINGS_KEPT, and how many).
+            "warnings": sbom.warnings,
+            "warning_count": sbom.warning_count,
         },
     }
 

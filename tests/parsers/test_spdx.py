@@ -228,17 +228,96 @@ def test_a_document_spdx_tools_cannot_read_is_refused_naming_the_field():
     assert "SetterError" not in message  # the library's internals are said shortly
 
 
-def test_fractional_seconds_in_created_are_refused_with_the_value():
-    message = refused(read("bad/spdx-2.2_syft_alpine-3.10-fractional-created.spdx.json"))
-    assert "2022-01-20T21:40:24.439211Z" in message and "File checksums" in message
+def test_a_package_that_contains_files_missing_from_the_document_is_refused_naming_them():
+    """Syft 2022 put the fractional seconds and the files without checksums right (tolerated),
+    but its package CONTAINS four files the document does not hold: an edge to nothing."""
+    message = refused(read("bad/spdx-2.2_syft_alpine-3.10-dangling-contains.spdx.json"))
+    assert message.startswith("the document is not valid SPDX-2.2: relationship ")
+    assert 'did not find the referenced spdx_id "SPDXRef-499bb68237b0f2b8"' in message
+    assert "2022-01-20T21:40:24.439211Z" not in message and "checksums" not in message
 
 
-def test_an_invalid_document_is_refused_with_the_validators_messages_and_their_elements():
+def test_an_invalid_document_is_refused_with_its_fatal_messages_and_their_elements():
     message = refused(read("bad/spdx-2.2_syft_alpine-3.10-vendor.spdx.json"))
     assert message.startswith("the document is not valid SPDX-2.2: ")
-    assert "SPDXRef-ssl_client-1.30.1-r5 (package): spdx_id must only contain" in message
     assert 'did not find the referenced spdx_id "SPDXRef-9fb3aa2f8b"' in message
     assert "relationship SPDXRef-9fb3aa2f8b CONTAINS SPDXRef-busybox-1.30.1-r5" in message
+    # An id spelled with "_" breaks no edge: a warning, not a reason to refuse.
+    assert "spdx_id must only contain" not in message
+
+
+def test_duplicate_spdx_ids_are_refused_naming_the_id():
+    source = doc("spdx-2.3_cargo_k8s-bom-hello-server.spdx.json")
+    source["packages"][2]["SPDXID"] = source["packages"][1]["SPDXID"]
+    message = refused(orjson.dumps(source))
+    assert "must be unique" in message and source["packages"][1]["SPDXID"] in message
+
+
+def test_a_package_without_spdxid_is_refused():
+    source = doc("spdx-2.3_cargo_k8s-bom-hello-server.spdx.json")
+    del source["packages"][1]["SPDXID"]
+    assert "Package spdx_id" in refused(orjson.dumps(source))
+
+
+def test_a_relationship_from_a_missing_element_is_refused_naming_it():
+    source = doc("spdx-2.3_cargo_k8s-bom-hello-server.spdx.json")
+    source["relationships"].append({
+        "spdxElementId": "SPDXRef-ghost", "relationshipType": "CONTAINS",
+        "relatedSpdxElement": "SPDXRef-Package-hello-server-src",
+    })
+    message = refused(orjson.dumps(source))
+    assert "relationship SPDXRef-ghost CONTAINS SPDXRef-Package-hello-server-src" in message
+
+
+def test_a_relationship_to_another_document_is_not_refused():
+    source = doc("spdx-2.3_tools-python-example.spdx.json")
+    assert any(":" in r["relatedSpdxElement"] for r in source["relationships"])
+    assert parse_spdx(orjson.dumps(source)).components
+
+
+# --- real generators' output: accepted, with warnings -------------------------------------------
+
+REAL = {
+    # file: (components, with purl, dependencies, warnings, a warning that must be there)
+    "spdx-2.2_syft-0.58_alpine-oci.spdx.json": (
+        15, 15, 0, 249, "(file): file name must not be an absolute path"),
+    "spdx-2.2_syft-0.58_kubectl-linux-amd64.spdx.json": (
+        88, 88, 0, 90, "copyright_text is mandatory in SPDX-2.2"),
+    "spdx-2.2_ko-0.12_go-multi-arch.spdx.json": (
+        2, 2, 1, 1, "SPDXRef-Package-- (package): package download_location must be a valid URL"),
+    "spdx-2.2_trivy_centos-7.spdx.json": (
+        3, 2, 3, 12, "4 packages have no downloadLocation (read as NOASSERTION)"),
+    "spdx-2.2_trivy_happy-bom.spdx.json": (
+        11, 6, 11, 26, "12 packages have no downloadLocation"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REAL))
+def test_real_generator_output_is_accepted_with_its_warnings(name):
+    components, purls, dependencies, warnings, warning = REAL[name]
+    bom = parse_spdx(read(f"real/{name}"))
+    assert len(bom.components) == components
+    assert sum(1 for c in bom.components if c.purl) == purls
+    assert len(bom.dependencies) == dependencies
+    assert len(bom.warnings) == warnings
+    assert any(warning in w for w in bom.warnings), bom.warnings[:5]
+
+
+def test_fractional_seconds_in_created_are_read_as_whole_seconds_with_a_warning():
+    bom = parse_spdx(read("real/spdx-2.2_syft-0.58_kubectl-linux-amd64.spdx.json"))
+    assert bom.timestamp is not None
+    assert bom.timestamp.isoformat() == "2023-08-29T23:44:36+00:00"
+    assert bom.warnings[0].startswith("creationInfo.created '2023-08-29T23:44:36.856125332Z'")
+
+
+def test_files_without_checksums_are_a_warning_and_no_file_is_a_component():
+    bom = parse_spdx(read("real/spdx-2.2_syft-0.58_alpine-oci.spdx.json"))
+    assert "77 files have no checksums (the first: SPDXRef-43490cf90e799459)" in bom.warnings
+    assert all(c.purl.startswith("pkg:alpine/") for c in bom.components)
+
+
+def test_documents_without_problems_have_no_warnings():
+    assert parse_spdx(read("spdx-2.3_cargo_k8s-bom-hello-server.spdx.json")).warnings == ()
 
 
 def test_a_relationship_to_a_missing_package_is_refused():
@@ -335,6 +414,7 @@ def test_a_5000_package_document_parses_in_seconds_not_minutes():
     elapsed = time.perf_counter() - started
     assert len(bom.components) == 5000 and len(bom.dependencies) == 5000
     assert bom.components[0].supplier == "Acme" and bom.components[0].group == ""
+    assert bom.warnings == ()
     assert elapsed < 10, f"{elapsed:.1f} s"
 
 

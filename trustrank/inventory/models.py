@@ -73,6 +73,10 @@ class Sbom(models.Model):
     vulnerabilities = models.JSONField(default=list, blank=True)
     # The services the BOM declares (ParsedService.as_dict).
     services = models.JSONField(default=list, blank=True)
+    # What was wrong in the document but did not refuse it (ParsedBom.warnings; a CycloneDX
+    # BOM's unreadable vulnerability section): the first SBOM_WARNINGS_KEPT, and how many.
+    warnings = models.JSONField(default=list, blank=True)
+    warning_count = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -62,6 +62,11 @@ def project_version_resolve(
     return pv
 
 
+# How many of an SBOM's warnings are kept (with their count): a container image's SPDX can
+# carry thousands of the same complaint about its files.
+SBOM_WARNINGS_KEPT = 20
+
+
 def sbom_store(
     *,
     project_version: ProjectVersion,
@@ -79,6 +84,9 @@ def sbom_store(
     existing = Sbom.objects.filter(project_version=pv, digest=digest).first()
     if existing is not None:
         return existing, False
+    warnings = list(parsed.warnings)
+    if parsed.vulnerabilities_error:
+        warnings.append(f"vulnerabilities not read: {parsed.vulnerabilities_error}")
     sbom = Sbom.objects.create(
         project_version=pv,
         job_id=job_id,
@@ -95,6 +103,8 @@ def sbom_store(
         vulnerability_count=parsed.vulnerability_count,
         vulnerabilities=[vulnerability_to_json(v) for v in parsed.vulnerabilities],
         services=[s.as_dict() for s in parsed.services],
+        warnings=warnings[:SBOM_WARNINGS_KEPT],
+        warning_count=len(warnings),
     )
     if parsed.vulnerabilities_error:
         # The inventory is good; only the embedded VEX is unusable, so the advisory feeds

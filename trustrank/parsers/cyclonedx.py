@@ -102,6 +102,9 @@ class ParsedBom:
     # not refuse the BOM (its inventory is still good): it is left out and explained here.
     vulnerabilities: tuple[EmbeddedVulnerability, ...] = ()
     vulnerabilities_error: str = ""
+    # Problems in the document that do not spoil its inventory (an SPDX field TrustRank does
+    # not read, in a form the specification does not allow): kept and shown, not refused.
+    warnings: tuple[str, ...] = ()
 
 
 def parse_cyclonedx(data: bytes) -> ParsedBom:

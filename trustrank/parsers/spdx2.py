@@ -1,8 +1,11 @@
 """SPDX 2.2 / 2.3 JSON, read and validated with spdx-tools (the SPDX project's Python library).
 
-`JsonLikeDictParser` builds the spdx-tools document model (it refuses missing required fields
-and wrong types); `spdx_validate` runs that library's validators over it. What the model holds
-is then turned into components (`spdx_graph`).
+`spdx2_quirks` first puts right what real generators commonly get wrong in a way spdx-tools'
+parser would refuse (fractional seconds in `created`, files without checksums…).
+`JsonLikeDictParser` then builds the spdx-tools document model (it refuses missing required
+fields and wrong types: fatal); `spdx_validate` runs that library's validators over it and
+sorts their messages into fatal ones and warnings (its docstring says which are which). What
+the model holds is then turned into components (`spdx_graph`), with the warnings.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from spdx_tools.spdx.parser.error import SPDXParsingError
 from spdx_tools.spdx.parser.jsonlikedict.json_like_dict_parser import JsonLikeDictParser
 
 from trustrank.parsers.cyclonedx import ParsedComponent
+from trustrank.parsers.spdx2_quirks import quirks_normalise
 from trustrank.parsers.spdx_graph import (
     EDGES_2,
     SpdxError,
@@ -56,12 +60,12 @@ def read_spdx2(doc: dict[str, Any]) -> SpdxRead:
             f"unsupported spdxVersion {version!r}; supported: {', '.join(SUPPORTED_2)} "
             "(JSON) and SPDX 3.0.1 (JSON-LD)"
         )
+    doc, warnings = quirks_normalise(doc)
     document = _parse(doc)
-    problems = validation_problems(document)
-    if problems:
-        raise SpdxError(
-            f"the document is not valid {version}: " + message_list(problems)
-        )
+    fatal, tolerated = validation_problems(document)
+    if fatal:
+        raise SpdxError(f"the document is not valid {version}: " + message_list(fatal))
+    warnings += tolerated
     info = document.creation_info
     described = [
         r.related_spdx_element_id
@@ -92,6 +96,7 @@ def read_spdx2(doc: dict[str, Any]) -> SpdxRead:
         ),
         described=tuple(str(d) for d in described),
         edge_kinds=EDGES_2,
+        warnings=tuple(warnings),
     )
 
 

@@ -111,6 +111,8 @@ class SpdxRead:
     relationships: tuple[tuple[str, str, str, bool], ...]
     described: tuple[str, ...]
     edge_kinds: dict[str, str]
+    # What is wrong in the document but tolerated (spdx_validate), "where: what".
+    warnings: tuple[str, ...] = ()
 
 
 def hash_name(algorithm: str) -> str:
@@ -161,6 +163,7 @@ def bom_from_read(read: SpdxRead) -> ParsedBom:
         components=components,
         dependencies=tuple(edges),
         vulnerability_count=0,
+        warnings=read.warnings,
     )
 
 

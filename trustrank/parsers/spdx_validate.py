@@ -13,6 +13,27 @@ files_analyzed is False". Generators (and the SPDX project's own examples) commo
 it says nothing about the inventory TrustRank reads, and refusing those SBOMs would refuse
 real pipelines' uploads. `tests/parsers/test_spdx.py` checks that apart from it, this finds
 what the full validator finds on the committed documents.
+
+**Fatal or tolerated.** Real generators (syft, Trivy, ko, the Kubernetes `bom` tool, GitHub's
+dependency graph export) write documents the validator objects to in fields TrustRank does not
+read: fractional seconds in `created`, files without checksums, absolute file names, no
+`copyrightText`, `https://` as a download location, licence expressions off the SPDX list…
+Dependency-Track and GUAC take them; refusing them would refuse those pipelines. So a message
+is decided by the field it names, not by an allowlist of message texts:
+
+- *fatal* — what the inventory is built from: every SPDX id unique, and every element a
+  relationship names present in the document (or in another one, through an external
+  document reference). A broken id or edge would silently lose packages or dependencies.
+  What spdx-tools' parser cannot read at all (no package name or SPDXID, wrong types) is
+  fatal before this runs (`spdx2`).
+- *tolerated* (a warning) — every message of spdx-tools' per-element validators (creation
+  info, package, file, snippet, licence expressions, extracted licences, external
+  references, actors) and the document-wide rules about describing, annotations and
+  snippets. These fields are either not read, or read best-effort (a licence string, a
+  hash) where a wrong value misleads no match.
+
+A new validator message therefore lands on the side of the element it is about, with no code
+change here.
 """
 
 from __future__ import annotations
@@ -37,16 +58,27 @@ from spdx_tools.spdx.validation.validation_message import (
 )
 
 
-def validation_problems(document: Document) -> list[str]:
-    """Every problem as "where: what", where naming the SPDX id or the kind of element."""
-    return [_where(m) + m.validation_message for m in validation_messages(document)]
+def validation_problems(document: Document) -> tuple[list[str], list[str]]:
+    """(fatal, tolerated): every problem as "where: what", where naming the SPDX id or the
+    kind of element (see the module docstring for which is which)."""
+    tolerated, fatal = _messages(document)
+    return [_where(m) + m.validation_message for m in fatal], [
+        _where(m) + m.validation_message for m in tolerated
+    ]
 
 
 def validation_messages(document: Document) -> list[ValidationMessage]:
+    """All messages, fatal and tolerated, as spdx-tools' full validator gives them."""
+    tolerated, fatal = _messages(document)
+    return tolerated + fatal
+
+
+def _messages(document: Document) -> tuple[list[ValidationMessage], list[ValidationMessage]]:
     info = document.creation_info
     version = info.spdx_version
     doc_id = info.spdx_id
     out: list[ValidationMessage] = list(validate_creation_info(info, version))
+    fatal: list[ValidationMessage] = []
     ids = [doc_id]
     ids += [p.spdx_id for p in document.packages]
     ids += [f.spdx_id for f in document.files]
@@ -93,12 +125,17 @@ def validation_messages(document: Document) -> list[ValidationMessage]:
     for annotation in document.annotations:
         ctx = ValidationContext(element_type=SpdxElementType.ANNOTATION, full_element=annotation)
         out += validate_actor(annotation.annotator, "annotation")
-        out += _reference_messages(annotation.spdx_id, document, known, ctx)
+        form, missing = _reference_messages(annotation.spdx_id, document, known, ctx)
+        out += form + missing
     for rel in document.relationships:
         ctx = ValidationContext(element_type=SpdxElementType.RELATIONSHIP, full_element=rel)
-        out += _reference_messages(rel.spdx_element_id, document, known, ctx)
+        ends = [rel.spdx_element_id]
         if not isinstance(rel.related_spdx_element_id, SpdxNone | SpdxNoAssertion):
-            out += _reference_messages(rel.related_spdx_element_id, document, known, ctx)
+            ends.append(rel.related_spdx_element_id)
+        for end in ends:
+            form, missing = _reference_messages(end, document, known, ctx)
+            out += form
+            fatal += missing
         if version == "SPDX-2.2" and rel.relationship_type in (
             RelationshipType.SPECIFICATION_FOR,
             RelationshipType.REQUIREMENT_DESCRIPTION_FOR,
@@ -123,10 +160,10 @@ def validation_messages(document: Document) -> list[ValidationMessage]:
     seen: set[str] = set()
     duplicates = sorted({i for i in ids if i in seen or seen.add(i)})  # type: ignore[func-returns-value]
     if duplicates:
-        out.append(ValidationMessage(
+        fatal.append(ValidationMessage(
             "every spdx_id must be unique within the document, but found the following "
             f"duplicates: {duplicates}", doc_ctx))
-    return out
+    return out, fatal
 
 
 class _LicenceCheck:
@@ -168,13 +205,13 @@ def _id_messages(
 
 def _reference_messages(
     spdx_id: str, document: Document, known: set[str], ctx: ValidationContext
-) -> list[ValidationMessage]:
-    """The id's form (and its external document, if it names one), then its presence."""
-    messages = _id_messages(spdx_id, document, ctx)
+) -> tuple[list[ValidationMessage], list[ValidationMessage]]:
+    """The id's form (and its external document, if it names one); its absence."""
+    missing = []
     if ":" not in spdx_id and spdx_id not in known:
-        messages.append(ValidationMessage(
+        missing.append(ValidationMessage(
             f'did not find the referenced spdx_id "{spdx_id}" in the SPDX document', ctx))
-    return messages
+    return _id_messages(spdx_id, document, ctx), missing
 
 
 def _where(message: ValidationMessage) -> str:
