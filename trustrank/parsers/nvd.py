@@ -1,0 +1,272 @@
+"""NVD CVE API 2.0 pages -> one CVSS severity per CVE, streamed. No database access.
+
+A page (`{"format": "NVD_CVE", "version": "2.0", "vulnerabilities": [{"cve": {...}}]}`, as
+the API answers and as the yearly feed files hold it) is read event by event with ijson, so
+a feed file of hundreds of megabytes is never held whole: per CVE only its id, dates and
+`metrics` object are built. Plain JSON or gzip (told by its magic bytes).
+
+Which metric a CVE gets: CVSS v3.1, else v3.0, else v4.0, else v2 (v3.x first, as KEV, EPSS
+and most tools quote it, and as `parsers.cvss.best_score` orders an advisory's scores).
+Within a version the `Primary` metric (NVD's own, source nvd@nist.gov) wins over a
+`Secondary` one (the CNA's). The vector is checked with the `cvss` library and its score is
+the one taken; where NVD's `baseScore` differs, the record says so (`score_mismatch`)
+rather than failing the page. A vector the library refuses fails the page, naming the CVE.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import IO, Any
+
+import ijson
+from cvss import CVSS2, CVSS3, CVSS4
+from cvss.exceptions import CVSSError
+
+from trustrank.parsers.cvss import severity_label
+from trustrank.parsers.errors import ParserError
+
+CVE_RE = re.compile(r"^CVE-\d{4}-\d{4,}$")
+GZIP_MAGIC = b"\x1f\x8b"
+# Metric lists in the order they are preferred, and the CVSS version each holds.
+METRIC_KEYS = (
+    ("cvssMetricV31", "3.1"),
+    ("cvssMetricV30", "3.0"),
+    ("cvssMetricV40", "4.0"),
+    ("cvssMetricV2", "2.0"),
+)
+_ITEM = "vulnerabilities.item"
+_CVE = "vulnerabilities.item.cve"
+_METRICS = "vulnerabilities.item.cve.metrics"
+_SCALARS = {"string", "number", "boolean", "null"}
+
+
+class NvdError(ParserError):
+    """Not an NVD CVE API 2.0 page, or a page with a record that cannot be used."""
+
+
+@dataclass(frozen=True, slots=True)
+class NvdSeverity:
+    """The CVSS score NVD gives one CVE (its preferred metric, see the module docstring)."""
+
+    cve_id: str
+    version: str  # "3.1" | "3.0" | "4.0" | "2.0"
+    vector: str
+    score: float
+    severity: str  # critical | high | medium | low | none
+    source: str  # who scored it: nvd@nist.gov, or the CNA's address or id
+    source_type: str  # Primary | Secondary
+    published: datetime | None
+    last_modified: datetime | None
+    # NVD's own baseScore when it differs from the score the vector gives.
+    stated_score: float | None = None
+
+    @property
+    def score_mismatch(self) -> bool:
+        return self.stated_score is not None
+
+
+@dataclass(frozen=True, slots=True)
+class NvdCve:
+    """One CVE of the page; `severity` is None when NVD has no CVSS metric for it yet."""
+
+    cve_id: str
+    severity: NvdSeverity | None
+
+
+def nvd_time(value: object) -> datetime | None:
+    """NVD's timestamps (`2023-10-11T22:15:09.880`) are UTC without an offset."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _v2_label(score: float) -> str:
+    # CVSS v2 has three ratings (NVD's): low < 4.0 <= medium < 7.0 <= high.
+    if score >= 7.0:
+        return "high"
+    return "medium" if score >= 4.0 else "low"
+
+
+def _score(version: str, vector: str) -> float:
+    if version == "4.0":
+        return float(CVSS4(vector).base_score)
+    if version in ("3.1", "3.0"):
+        return float(CVSS3(vector).base_score)
+    return float(CVSS2(vector).base_score)
+
+
+def _pick(metrics: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """(version, metric) NVD's preferred metric: by version order, Primary before
+    Secondary, then the first listed."""
+    for key, version in METRIC_KEYS:
+        entries = [m for m in metrics.get(key) or () if isinstance(m, dict)]
+        entries = [m for m in entries if isinstance(m.get("cvssData"), dict)]
+        if not entries:
+            continue
+        primary = [m for m in entries if m.get("type") == "Primary"]
+        return version, (primary or entries)[0]
+    return None
+
+
+def severity_from_metrics(
+    cve_id: str,
+    metrics: dict[str, Any],
+    *,
+    published: datetime | None = None,
+    last_modified: datetime | None = None,
+) -> NvdSeverity | None:
+    """The CVE's severity from its `metrics` object; None without a usable metric.
+    Raises NvdError for a vector the `cvss` library refuses."""
+    picked = _pick(metrics)
+    if picked is None:
+        return None
+    version, metric = picked
+    data = metric["cvssData"]
+    vector = str(data.get("vectorString") or "").strip()
+    if not vector:
+        raise NvdError(f"{cve_id}: the CVSS v{version} metric has no vectorString")
+    try:
+        score = _score(version, vector)
+    except (CVSSError, ValueError, KeyError, IndexError) as exc:
+        raise NvdError(f"bad CVSS v{version} vector at {cve_id}: {vector!r} ({exc})") from exc
+    stated = data.get("baseScore")
+    mismatch = (
+        float(stated)
+        if isinstance(stated, int | float) and abs(float(stated) - score) > 0.05
+        else None
+    )
+    return NvdSeverity(
+        cve_id=cve_id,
+        version=version,
+        vector=vector,
+        score=score,
+        severity=_v2_label(score) if version == "2.0" else severity_label(score),
+        source=str(metric.get("source") or "")[:128],
+        source_type=str(metric.get("type") or "")[:16],
+        published=published,
+        last_modified=last_modified,
+        stated_score=mismatch,
+    )
+
+
+def open_payload(payload: bytes | IO[bytes]) -> IO[bytes]:
+    """A binary stream of the page's JSON: gzip is told by its magic bytes, not a name."""
+    stream: IO[bytes] = io.BytesIO(payload) if isinstance(payload, bytes | bytearray) else payload
+    head = stream.read(2)
+    stream.seek(0)
+    if head == GZIP_MAGIC:
+        return gzip.GzipFile(fileobj=stream, mode="rb")
+    return stream
+
+
+class NvdPage:
+    """Iterate a page's CVEs (`NvdCve`), streamed; the header is checked as it is read.
+
+    After the iteration: `header` (resultsPerPage, startIndex, totalResults, format,
+    version, timestamp) and `cves` (how many records were read). Raises NvdError, naming
+    `filename`, for input that is not JSON, not an NVD_CVE 2.0 page or has a bad record.
+    """
+
+    def __init__(self, payload: bytes | IO[bytes], *, filename: str = "payload") -> None:
+        self.payload = payload
+        self.filename = filename or "payload"
+        self.header: dict[str, Any] = {}
+        self.cves = 0
+
+    def _fail(self, message: str) -> NvdError:
+        return NvdError(f"{self.filename}: {message}")
+
+    def _check_header(self, key: str, value: Any) -> None:
+        if key == "format" and value != "NVD_CVE":
+            raise self._fail(f"not an NVD CVE API page (format {value!r}, expected 'NVD_CVE')")
+        if key == "version" and str(value) != "2.0":
+            raise self._fail(f"NVD CVE API version {value!r} is not supported (only 2.0)")
+
+    def __iter__(self) -> Iterator[NvdCve]:
+        try:
+            stream = open_payload(self.payload)
+            yield from self._records(stream)
+        except (ijson.JSONError, ijson.IncompleteJSONError) as exc:
+            # yajl's messages run over several lines with a caret drawing.
+            detail = " ".join(str(exc).split())[:160]
+            raise self._fail(f"not JSON ({detail})") from exc
+        except (gzip.BadGzipFile, EOFError, OSError) as exc:
+            raise self._fail(f"not a readable gzip file ({exc})") from exc
+        except UnicodeDecodeError as exc:
+            raise self._fail(f"not UTF-8 JSON ({exc})") from exc
+        if self.header.get("format") != "NVD_CVE" or "vulnerabilities" not in self.header:
+            raise self._fail(
+                "not an NVD CVE API 2.0 page (needs \"format\": \"NVD_CVE\" and "
+                "\"vulnerabilities\")"
+            )
+        if str(self.header.get("version")) != "2.0":
+            raise self._fail("not an NVD CVE API 2.0 page (no \"version\": \"2.0\")")
+
+    def _records(self, stream: IO[bytes]) -> Iterator[NvdCve]:
+        events = ijson.parse(stream, use_float=True)
+        started = False
+        for prefix, event, value in events:
+            if not started:
+                started = True
+                if event != "start_map":
+                    raise self._fail("not an NVD CVE API 2.0 page (the top level is no object)")
+                continue
+            if "." not in prefix and prefix and event in _SCALARS:
+                self._check_header(prefix, value)
+                self.header[prefix] = value
+            elif prefix == "vulnerabilities" and event == "start_array":
+                self.header["vulnerabilities"] = True
+            elif prefix == _ITEM and event == "start_map":
+                self.cves += 1
+                yield self._record(events)
+
+    def _record(self, events: Iterator[tuple[str, str, Any]]) -> NvdCve:
+        """One `vulnerabilities[]` item, read up to its end; only the fields used are built."""
+        fields: dict[str, Any] = {}
+        metrics: dict[str, Any] = {}
+        for prefix, event, value in events:
+            if prefix == _ITEM and event == "end_map":
+                break
+            if prefix.startswith(_CVE + ".") and prefix.count(".") == 3 and event in _SCALARS:
+                fields[prefix.rsplit(".", 1)[1]] = value
+            elif prefix == _METRICS and event == "start_map":
+                metrics = self._build(events, prefix)
+        cve_id = str(fields.get("id") or "").strip().upper()
+        if not CVE_RE.match(cve_id):
+            raise self._fail(
+                f"record {self.cves} has no CVE id (cve.id {fields.get('id')!r})"
+            )
+        if str(fields.get("vulnStatus") or "") == "Rejected":
+            return NvdCve(cve_id, None)
+        severity = severity_from_metrics(
+            cve_id,
+            metrics,
+            published=nvd_time(fields.get("published")),
+            last_modified=nvd_time(fields.get("lastModified")),
+        )
+        return NvdCve(cve_id, severity)
+
+    def _build(self, events: Iterator[tuple[str, str, Any]], at: str) -> dict[str, Any]:
+        builder = ijson.ObjectBuilder()
+        builder.event("start_map", None)
+        for prefix, event, value in events:
+            if prefix == at and event == "end_map":
+                break
+            builder.event(event, value)
+        builder.event("end_map", None)
+        value = builder.value
+        return value if isinstance(value, dict) else {}
+
+
+def parse_nvd(payload: bytes, *, filename: str = "payload") -> list[NvdCve]:
+    """The whole page at once (tests, small pages): the CVEs, after the header is checked."""
+    return list(NvdPage(payload, filename=filename))
