@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import ijson
 from cvss import CVSS2, CVSS3, CVSS4
@@ -164,7 +164,7 @@ def open_payload(payload: bytes | IO[bytes]) -> IO[bytes]:
     head = stream.read(2)
     stream.seek(0)
     if head == GZIP_MAGIC:
-        return gzip.GzipFile(fileobj=stream, mode="rb")
+        return cast(IO[bytes], gzip.GzipFile(fileobj=stream, mode="rb"))
     return stream
 
 

@@ -101,7 +101,9 @@ def _copy_rows(
     return mismatches
 
 
-def nvd_severities_import(*, pages: Iterable[Iterable[NvdCve]], progress: ProgressFn) -> dict[str, Any]:
+def nvd_severities_import(
+    *, pages: Iterable[Iterable[NvdCve]], progress: ProgressFn
+) -> dict[str, Any]:
     """Upsert NVD's severity per CVE from one or more pages (a newer `lastModified` wins, an
     older record is ignored), then bring the findings of those CVEs in line.
 
