@@ -241,12 +241,15 @@ class NvdPage:
         if str(fields.get("vulnStatus") or "") == "Rejected":
             return NvdCve(cve_id, None)
         metrics = fields.get("metrics")
-        severity = severity_from_metrics(
-            cve_id,
-            metrics if isinstance(metrics, dict) else {},
-            published=nvd_time(fields.get("published")),
-            last_modified=nvd_time(fields.get("lastModified")),
-        )
+        try:
+            severity = severity_from_metrics(
+                cve_id,
+                metrics if isinstance(metrics, dict) else {},
+                published=nvd_time(fields.get("published")),
+                last_modified=nvd_time(fields.get("lastModified")),
+            )
+        except NvdError as exc:
+            raise self._fail(str(exc)) from exc
         return NvdCve(cve_id, severity)
 
 

@@ -14,7 +14,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ingest.management.commands._common import run_here
 from ingest.models import IngestJob, JobStatus
-from ingest.submit import feed_submit
+from ingest.submit import feed_submit, nvd_page_check
 from trustrank.accounts.models import SITE_SCOPES, Team
 from trustrank.accounts.principal import principal_for_system
 from trustrank.parsers.nvd import GZIP_MAGIC
@@ -45,8 +45,14 @@ class Command(BaseCommand):
         parser.add_argument("--team", default="", help="team that owns the jobs (default: feeds)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        # Every file is read (and checked, in feed_submit) before any job is queued.
+        # Every file is read and checked before any job is queued: one bad file of several
+        # queues none (feed_submit checks each again).
         payloads = [(name, _read(name)) for name in options["files"]]
+        for name, payload in payloads:
+            try:
+                nvd_page_check(payload, filename=Path(name).name)
+            except FeedSourceError as exc:
+                raise CommandError(f"{name}: {exc}") from exc
         if options["team"]:
             team = Team.objects.filter(name=options["team"]).first()
             if team is None:
