@@ -200,7 +200,7 @@ def test_import_nvd_refuses_a_bad_file_before_queueing_anything(team, tmp_path):
         call_command("import_nvd", str(good), str(bad), stdout=io.StringIO())
     not_gzip = tmp_path / "page.json.gz"
     not_gzip.write_bytes(PAGE_FILE.read_bytes())
-    with pytest.raises(CommandError, match="named .gz but not a gzip file"):
+    with pytest.raises(CommandError, match=r"named \.gz but not a gzip file"):
         call_command("import_nvd", str(not_gzip), stdout=io.StringIO())
     with pytest.raises(CommandError, match="No such file"):
         call_command("import_nvd", str(Path(tmp_path / "missing.json")), stdout=io.StringIO())
