@@ -131,6 +131,18 @@ def test_a_newer_nvd_record_replaces_the_stored_one_and_an_older_one_does_not(te
         5.9, "medium", "CVSS:3.1/AV:N/AC:H/PR:N/UI:N/S:U/C:N/I:N/A:H")
 
 
+def test_importing_the_same_page_again_changes_nothing(team):
+    """A job run again after a dead worker (the sweep) leaves the state as one run did."""
+    import_osv(team, [_go_advisory()])
+    load_sbom(team, bom([XNET]))
+    assert _import_nvd(team).counts["findings_updated"] == 1
+    stamp = _finding(team).updated_at
+    again = _import_nvd(team)
+    assert again.status == "done" and again.counts["findings_updated"] == 0
+    assert _finding(team).updated_at == stamp
+    assert NvdSeverity.objects.count() == 6
+
+
 def test_a_page_bad_half_way_fails_the_job_and_stores_nothing(team):
     import_osv(team, [_go_advisory()])
     load_sbom(team, bom([XNET]))
