@@ -253,3 +253,17 @@ def test_a_good_page_is_accepted_as_an_nvd_job(team, api):
     assert response.status_code == 202, response.content
     job = IngestJob.objects.get(pk=response.json()["id"])
     assert (job.kind, job.status) == ("nvd", "queued")
+
+
+def test_a_configured_nvd_source_is_imported_on_schedule(settings, tmp_path):
+    from ingest.services import job_run
+    from ingest.submit import feed_scheduled_submit
+
+    page = tmp_path / "nvdcve-2.0-recent.json.gz"
+    page.write_bytes(gzip.compress(PAGE_FILE.read_bytes()))
+    settings.TRUSTRANK_FEED_SOURCES = {**settings.TRUSTRANK_FEED_SOURCES, "nvd": str(page)}
+    job = feed_scheduled_submit(kind="nvd")
+    assert job is not None and job.kind == "nvd" and job.filename == page.name
+    job_run(job_id=str(job.pk))
+    job.refresh_from_db()
+    assert job.status == "done" and job.counts["with_cvss"] == 6
