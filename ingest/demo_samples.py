@@ -185,7 +185,7 @@ class SampleLoader:
         folder = self.data / "advisories"
         if not folder.is_dir() or self.stalled:
             return
-        # One OSV import per ecosystem folder, one KEV / EPSS import per file.
+        # One OSV import per ecosystem folder, one KEV / EPSS / NVD import per file.
         imports: list[tuple[str, Path]] = []
         osv = folder / "osv"
         if osv.is_dir():
@@ -197,7 +197,8 @@ class SampleLoader:
                     if d.is_dir() and d.name != "edge"
                     and not any(m in d.name.lower() for m in REJECT_MARKERS)
                 ]
-        for feed in ("kev", "epss"):
+        # NVD last: its severities go to the findings of advisories without CVSS.
+        for feed in ("kev", "epss", "nvd"):
             imports += [(feed, f) for f in sample_files(folder / feed, (".json", ".csv", ".gz"))]
         if imports:
             say(f"importing {len(imports)} sample feeds through POST /api/v1/feeds/<kind> ...")

@@ -26,6 +26,9 @@ HANDLERS: dict[str, Handler] = {
     "osv": Handler("ingest.loaders.feeds.osv_load", atomic=False),
     "kev": Handler("ingest.loaders.feeds.kev_load"),
     "epss": Handler("ingest.loaders.feeds.epss_load"),
+    # All-or-nothing too, though streamed: the page's CVEs go through COPY in the job's
+    # transaction, so a page bad half-way stores nothing.
+    "nvd": Handler("ingest.loaders.feeds.nvd_load"),
     "traces": Handler("ingest.loaders.traces.traces_load"),
     "certificates": Handler("ingest.loaders.certificates.certificates_load"),
     "trust_bundle": Handler("ingest.loaders.trust_bundle.trust_bundle_load"),

@@ -16,6 +16,7 @@ class JobKind(models.TextChoices):
     OSV = "osv", "OSV advisories"
     KEV = "kev", "CISA KEV catalog"
     EPSS = "epss", "FIRST EPSS scores"
+    NVD = "nvd", "NVD CVE severities"
     TRACES = "traces", "OTLP traces"
     CERTIFICATES = "certificates", "Certificates"
     TRUST_BUNDLE = "trust_bundle", "Trust bundle"

@@ -10,7 +10,7 @@ from trustrank.accounts.principal import Principal
 
 # Advisory feeds are shared reference data: every signed-in principal may see how and when
 # they were last imported, whichever team started the import.
-FEED_KINDS = (JobKind.OSV, JobKind.KEV, JobKind.EPSS)
+FEED_KINDS = (JobKind.OSV, JobKind.KEV, JobKind.EPSS, JobKind.NVD)
 
 
 def job_list(*, principal: Principal) -> QuerySet[IngestJob]:

@@ -128,7 +128,7 @@ def _payload_load(*, job_id: Any) -> bytes:
 
 # SBOM loads rank again after their matching task (trustrank.vulns.tasks), not here.
 _RERANK_AFTER_TEAM_LOAD = {JobKind.TRACES, JobKind.CERTIFICATES, JobKind.TRUST_BUNDLE}
-_RERANK_AFTER_FEED = {JobKind.OSV, JobKind.KEV, JobKind.EPSS}
+_RERANK_AFTER_FEED = {JobKind.OSV, JobKind.KEV, JobKind.EPSS, JobKind.NVD}
 
 
 def _rerank_after(job: IngestJob) -> None:

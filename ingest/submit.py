@@ -24,6 +24,7 @@ from trustrank.identity.services.environments import (
     strength_rules,
 )
 from trustrank.inventory.services import ProjectNotFound, project_version_resolve
+from trustrank.parsers.nvd import NvdError, NvdPage
 from trustrank.parsers.sbom import parse_sbom
 from trustrank.parsers.vex import VexError, vex_parse
 from trustrank.parsers.x509 import (
@@ -283,7 +284,7 @@ def feed_submit(
     content_type: str = "",
     allow_shrink: bool = False,
 ) -> IngestJob:
-    """Queue one feed import (OSV, KEV, EPSS) as an ingest job. Feeds are shared by every
+    """Queue one feed import (OSV, KEV, EPSS, NVD) as an ingest job. Feeds are shared by every
     team, so this needs the site-wide `feeds:write` scope, which only the command line grants.
 
     Raises FeedSourceError for an unknown kind or an empty payload, PermissionError without
@@ -296,6 +297,8 @@ def feed_submit(
         )
     if not payload:
         raise FeedSourceError("the feed payload is empty")
+    if kind == "nvd":
+        nvd_page_check(payload, filename=filename)
     return job_create(
         team=team,
         kind=kind,
@@ -305,6 +308,16 @@ def feed_submit(
         content_type=content_type,
         filename=filename,
     )
+
+
+def nvd_page_check(payload: bytes, *, filename: str = "") -> None:
+    """Read the whole page once, streamed, so that a bad one is refused (400, the CVE or
+    the part named) before a job exists; the worker reads it again."""
+    try:
+        for _cve in NvdPage(payload, filename=filename or "payload"):
+            pass
+    except NvdError as exc:
+        raise FeedSourceError(str(exc)) from exc
 
 
 def feed_scheduled_submit(*, kind: str) -> IngestJob | None:

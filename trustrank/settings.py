@@ -397,6 +397,8 @@ TRUSTRANK_FEED_SOURCES = {
     "osv": envstr("TRUSTRANK_FEED_OSV_SOURCE"),
     "kev": envstr("TRUSTRANK_FEED_KEV_SOURCE"),
     "epss": envstr("TRUSTRANK_FEED_EPSS_SOURCE"),
+    # One NVD CVE API 2.0 page: a yearly feed file (path or URL) or an API URL.
+    "nvd": envstr("TRUSTRANK_FEED_NVD_SOURCE"),
 }
 # Feed records dated later than now plus this are refused (OSV modified/published, a KEV
 # catalog's version or release date, an EPSS score date): a future date would win over every

@@ -1,5 +1,6 @@
-"""Feed import receivers: POST /api/v1/feeds/{osv|kev|epss} with the raw file as the body
-(OSV: one JSON record, a JSON array or a zip; KEV: the catalog JSON; EPSS: CSV or .csv.gz).
+"""Feed import receivers: POST /api/v1/feeds/{osv|kev|epss|nvd} with the raw file as the body
+(OSV: one JSON record, a JSON array or a zip; KEV: the catalog JSON; EPSS: CSV or .csv.gz;
+NVD: one NVD CVE API 2.0 page, JSON or gzip).
 Feeds are reference data every team shares, so this needs the site-wide `feeds:write` scope,
 which only an operator grants (`manage.py issue_api_key --scope feeds:write`): a team admin
 must not be able to withdraw advisories or replace the KEV catalog for every other team."""
@@ -27,7 +28,7 @@ from trustrank.vulns.services.feeds import FEED_KINDS, FeedSourceError
 
 
 @extend_schema(
-    summary="Import a vulnerability feed (OSV, CISA KEV or FIRST EPSS) as an ingest job",
+    summary="Import a vulnerability feed (OSV, CISA KEV, FIRST EPSS or NVD) as an ingest job",
     parameters=[
         OpenApiParameter(
             "allow_shrink", bool, description="accept a KEV catalog that drops most entries"

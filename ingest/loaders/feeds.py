@@ -1,4 +1,4 @@
-"""Loading vulnerability feeds (OSV, CISA KEV, FIRST EPSS) into the vulns app.
+"""Loading vulnerability feeds (OSV, CISA KEV, FIRST EPSS, NVD severities) into the vulns app.
 
 Each loader parses the whole payload before anything is written, so bad input stores
 nothing; the writes are idempotent upserts, so a re-run after a dead worker is harmless.
@@ -17,6 +17,7 @@ from trustrank.findings.models import ActorKind
 from trustrank.findings.services.audit import Actor, audit_event_record
 from trustrank.parsers.epss import EpssError, parse_epss
 from trustrank.parsers.kev import KevError, parse_kev
+from trustrank.parsers.nvd import NvdError, NvdPage
 from trustrank.parsers.osv import OsvError, parse_osv
 from trustrank.vulns.services.feeds import (
     FeedRefused,
@@ -24,6 +25,7 @@ from trustrank.vulns.services.feeds import (
     epss_scores_import,
     kev_catalog_import,
 )
+from trustrank.vulns.services.nvd import nvd_severities_import
 
 
 def _audit(job: IngestJob, counts: dict[str, Any]) -> None:
@@ -81,5 +83,19 @@ def epss_load(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> dict[s
         counts = epss_scores_import(parsed=parsed, progress=progress)
     except FeedRefused as exc:
         raise IngestRejected(str(exc)) from exc
+    _audit(job, counts)
+    return counts
+
+
+def nvd_load(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> dict[str, Any]:
+    """One NVD CVE API 2.0 page (plain or gzip), streamed into the store in the job's
+    transaction: a page found bad half-way stores nothing."""
+    page = NvdPage(payload, filename=job.filename or "payload")
+    try:
+        counts = nvd_severities_import(pages=[page], progress=progress)
+    except NvdError as exc:
+        raise IngestRejected(f"NVD import refused: {exc}") from exc
+    result = counts.setdefault("_result", {})
+    result.update({k: page.header.get(k) for k in ("totalResults", "startIndex", "timestamp")})
     _audit(job, counts)
     return counts

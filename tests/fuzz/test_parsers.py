@@ -27,6 +27,7 @@ from tests.runtime.helpers import SpanFactory
 from trustrank.parsers.cyclonedx import BomError, parse_cyclonedx
 from trustrank.parsers.epss import EpssError, parse_epss
 from trustrank.parsers.kev import KevError, parse_kev
+from trustrank.parsers.nvd import NvdError, parse_nvd
 from trustrank.parsers.osv import OsvError, parse_osv
 from trustrank.parsers.otlp import JSON, PROTOBUF, OtlpDecodeError, otlp_decode, otlp_validate
 from trustrank.parsers.spdx import SpdxError, parse_spdx
@@ -66,6 +67,7 @@ CORPUS: dict[str, list[bytes]] = {
     "osv": _files("advisories/osv", "*.json", max_bytes=20_000),
     "kev": [orjson.dumps({**(doc := orjson.loads((DATA / "advisories/kev/known_exploited_vulnerabilities.json").read_bytes())), "vulnerabilities": doc["vulnerabilities"][:5]})],
     "epss": [b"\n".join((DATA / "advisories/epss/epss_scores_2026-09-29_first200rows.csv").read_bytes().splitlines()[:20])],
+    "nvd": _files("nvd", "*.json"),
     "otlp_json": _files("traces", "*.json"),
     "otlp_protobuf": [_otlp_protobuf()],
     "x509": _files("certs", "*.pem") + _files("certs", "*.crt"),
@@ -176,6 +178,7 @@ PARSERS: dict[str, tuple[Callable[[bytes], Any], type[Exception], str]] = {
     "osv": (lambda b: parse_osv(b, filename="records.json"), OsvError, "osv"),
     "kev": (parse_kev, KevError, "kev"),
     "epss": (parse_epss, EpssError, "epss"),
+    "nvd": (parse_nvd, NvdError, "nvd"),
     "otlp_json": (lambda b: otlp_decode(b, encoding=JSON), OtlpDecodeError, "otlp_json"),
     "otlp_protobuf": (lambda b: otlp_validate(b, encoding=PROTOBUF), OtlpDecodeError,
                       "otlp_protobuf"),

@@ -206,7 +206,7 @@ def test_feed_import_api_needs_the_site_wide_feeds_scope(api, team):
     assert job.kind == "osv" and job.team_id == team.pk
     assert (
         api(team, "feeds:write")
-        .post("/api/v1/feeds/nvd", body, content_type="application/json")
+        .post("/api/v1/feeds/ghsa", body, content_type="application/json")
         .status_code
         == 404
     )

@@ -75,6 +75,16 @@ class Severity(models.TextChoices):
     UNKNOWN = "unknown", "Unknown"
 
 
+class SeveritySource(models.TextChoices):
+    """Where a vulnerability finding's severity and CVSS come from."""
+
+    ADVISORY = "advisory", "the advisory's CVSS"
+    SBOM = "sbom", "the SBOM's CVSS"
+    NVD = "nvd", "NVD"
+    LABEL = "label", "the advisory's severity label"
+    NONE = "", "unknown"
+
+
 class FindingSource(models.TextChoices):
     OSV = "osv", "OSV advisory match"
     SBOM = "sbom", "Reported in the SBOM (VDR/VEX)"
@@ -292,6 +302,13 @@ class Finding(models.Model):
     match_reason = models.TextField(blank=True)
     fixed_versions = models.JSONField(default=list, blank=True)
     cvss_score = models.FloatField(null=True, blank=True)
+    # The CVSS vector behind cvss_score, and where the severity came from: the advisory,
+    # the SBOM, NVD (the advisory has no CVSS; trustrank.vulns.services.nvd) or a label.
+    # Database defaults: bulk COPY and raw INSERTs that predate these columns keep working.
+    cvss_vector = models.CharField(max_length=255, blank=True, default="", db_default="")
+    severity_source = models.CharField(
+        max_length=16, choices=SeveritySource.choices, blank=True, default="", db_default=""
+    )
     in_kev = models.BooleanField(default=False)
     kev_date_added = models.DateField(null=True, blank=True)
     epss = models.FloatField(null=True, blank=True)

@@ -56,6 +56,8 @@ class FindingSerializer(serializers.ModelSerializer[Finding]):
             "project_version",
             "severity",
             "cvss_score",
+            "cvss_vector",
+            "severity_source",
             "kev",
             "epss",
             "baseline_priority",

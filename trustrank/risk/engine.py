@@ -137,7 +137,7 @@ class _Scorer:
         """(sort key, the ranked finding's fields after `rank`)."""
         if f.kind == "vulnerability":
             vkey = (f.vuln_id, f.in_kev, f.kev_date, f.epss, f.epss_percentile, f.epss_date,
-                    f.cvss_score, f.cvss_vector, f.severity)
+                    f.cvss_score, f.cvss_vector, f.severity, f.severity_source)
             facts = self.vuln_cache.get(vkey)
             if facts is None:
                 facts = self.vuln_cache[vkey] = vuln_facts(f, self.settings)
@@ -268,7 +268,8 @@ class _Scorer:
 # What a vulnerability's advisory facts and its contexts are looked up by (the keys of
 # `_Scorer.vuln_cache` and `ContextIndex.cache`).
 _VULN_KEY = attrgetter("vuln_id", "in_kev", "kev_date", "epss", "epss_percentile",
-                       "epss_date", "cvss_score", "cvss_vector", "severity")
+                       "epss_date", "cvss_score", "cvss_vector", "severity",
+                       "severity_source")
 _CONTEXT_KEY = attrgetter("project_version", "component_key", "environment", "service")
 _KIND = attrgetter("kind")
 

@@ -187,7 +187,8 @@ class Finding:
     with `environment` + `service`); identity and reliability findings name `environment` +
     `service` and a `sub_kind` (`expired`, `broken_context`, …; see `scoring.KIND_TABLE`).
     `severity` is the label (critical/high/medium/low/none/unknown); `cvss_score` and
-    `cvss_vector` (CVSS v3.x or v4.0 string) come from the advisory. `baseline` is the static
+    `cvss_vector` (CVSS v3.x or v4.0 string) come from the advisory, else from NVD
+    (`severity_source` "nvd"). `baseline` is the static
     0-100 score the findings list shows without context. `subject` names the evidence of a
     non-vulnerability finding (a certificate fingerprint, a call edge)."""
 
@@ -209,6 +210,9 @@ class Finding:
     service: str = ""
     baseline: float = 0.0
     subject: str = ""
+    # Where severity and CVSS come from: "advisory", "sbom", "nvd" (the advisory has no
+    # CVSS; NVD's score of its CVE), "label" or "" (unknown).
+    severity_source: str = ""
 
 
 def findings_from_columns(n: int, columns: Mapping[str, Iterable[Any]]) -> list[Finding]:

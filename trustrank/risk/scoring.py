@@ -189,7 +189,9 @@ def vuln_facts(f: Finding, settings: RankSettings) -> VulnFacts:
     auto = is_automatable(f.cvss_vector)
     if f.cvss_score is not None:
         sev_value = max(0.0, min(1.0, f.cvss_score / 10.0))
-        sev_source = f"CVSS {f.cvss_score:g}" + (f" {f.cvss_vector}" if f.cvss_vector else "")
+        sev_source = f"CVSS {f.cvss_score:g}" + (f" ({f.cvss_vector})" if f.cvss_vector else "")
+        if f.severity_source == "nvd":
+            sev_source += " severity from NVD"
         sev_conf: Confidence = "high"
     else:
         sev_value = SEVERITY_LABELS.get(f.severity.lower(), 0.5)

@@ -138,3 +138,24 @@ class ComponentPackage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.ecosystem}/{self.name}"
+
+
+class NvdSeverity(models.Model):
+    """NVD's CVSS score of one CVE (trustrank.parsers.nvd picks the metric: v3.1, else
+    v3.0, else v4.0, else v2; NVD's own before the CNA's). Site-wide reference data like
+    KevEntry: a vulnerability finding whose advisory carries no CVSS takes it."""
+
+    cve_id = models.CharField(max_length=32, primary_key=True)
+    version = models.CharField(max_length=8)
+    vector = models.CharField(max_length=255)
+    score = models.FloatField()
+    severity = models.CharField(max_length=16)
+    # Who scored it (nvd@nist.gov, or the CNA) and whether NVD lists it as Primary.
+    source = models.CharField(max_length=128, blank=True)
+    source_type = models.CharField(max_length=16, blank=True)
+    published = models.DateTimeField(null=True, blank=True)
+    last_modified = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.cve_id}: CVSS {self.score:g} ({self.vector})"

@@ -1,4 +1,4 @@
-"""python manage.py import_feed {osv|kev|epss} PATH [--wait] [--team NAME]"""
+"""python manage.py import_feed {osv|kev|epss|nvd} PATH [--wait] [--team NAME]"""
 
 from __future__ import annotations
 

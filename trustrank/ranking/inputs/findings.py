@@ -52,7 +52,10 @@ SELECT f.id, f.kind, f.vuln_id, f.severity, f.cvss_score, f.in_kev, f.kev_date_a
        f.baseline_priority,
        {subject},
        f.state IN ('in_triage', 'exploitable'),
-       {settled}
+       {settled},
+       -- Last, so the positions above stay put: a vector of the finding's own (NVD's,
+       -- when the advisory has none) and where its severity came from.
+       f.cvss_vector, f.severity_source
   FROM findings_finding f
   {joins}
   {due_join}
@@ -164,7 +167,7 @@ def findings_read(
             )
             for (pk, kind, vuln_id, severity, cvss, in_kev, kev_date, epss, pct, cve,
                  advisory_id, pv_id, purl, ckey, cname, category, env, service, baseline,
-                 subject, is_open, settled_decision) in chunk:
+                 subject, is_open, settled_decision, own_vector, severity_source) in chunk:
                 if not is_open:
                     continue
                 fid = str(pk)
@@ -189,9 +192,10 @@ def findings_read(
                         vuln(
                             fid, "vulnerability", "", share(vuln_id, vuln_id),
                             share(severity, severity), cvss,
-                            vectors.get(advisory_id or "", ""), in_kev,
+                            _vector(own_vector, advisory_id, vectors), in_kev,
                             share(kev_date, kev_date), epss, pct, epss_dates.get(cve), pv, key,
                             "", "", float(baseline or 0.0), "",
+                            share(severity_source, severity_source),
                         )
                     )
                 else:
@@ -281,7 +285,7 @@ def _add_vulnerabilities(
     row, each column a pass in C (a million rows through a Python loop cost seconds)."""
     (pks, _kind, vuln_ids, severities, cvss, in_kev, kev_dates, epss, pct, cves, advisories,
      pv_ids, purls, _ckey, _cname, _category, _env, _service, baselines, _subject, _open,
-     decisions) = zip(*chunk, strict=True)
+     decisions, own_vectors, sources) = zip(*chunk, strict=True)
     n = len(chunk)
     _lookups(set(advisories), set(cves), vectors=vectors, epss_dates=epss_dates,
              advisories_seen=advisories_seen, cves_seen=cves_seen)
@@ -301,10 +305,18 @@ def _add_vulnerabilities(
         "id": fids, "kind": repeat("vulnerability"), "sub_kind": repeat(""),
         "vuln_id": map(share, vuln_ids, vuln_ids),
         "severity": map(share, severities, severities), "cvss_score": cvss,
-        "cvss_vector": map(vectors.get, advisories, repeat("")), "in_kev": in_kev,
+        "cvss_vector": map(_vector, own_vectors, advisories, repeat(vectors)),
+        "in_kev": in_kev,
         "kev_date": map(share, kev_dates, kev_dates), "epss": epss, "epss_percentile": pct,
         "epss_date": map(epss_dates.get, cves), "project_version": map(versions.__getitem__,
                                                                        pv_ids),
         "component_key": map(keys.__getitem__, purls), "environment": repeat(""),
         "service": repeat(""), "baseline": map(float, baselines), "subject": repeat(""),
+        "severity_source": map(share, sources, sources),
     }))
+
+
+def _vector(own: str | None, advisory_id: str | None, vectors: dict[str, str]) -> str:
+    """The finding's own vector (set at matching since NVD severities), else its advisory's
+    (findings matched before that)."""
+    return own or vectors.get(advisory_id or "", "")

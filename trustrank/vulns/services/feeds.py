@@ -1,5 +1,6 @@
-"""Feed imports (OSV, CISA KEV, FIRST EPSS) from parsed records (ingest/loaders/feeds.py
-parses the job's payload and calls these), and reading feed sources.
+"""Feed imports (OSV, CISA KEV, FIRST EPSS; NVD severities are in services/nvd.py) from
+parsed records (ingest/loaders/feeds.py parses the job's payload and calls these), and
+reading feed sources.
 
 Feeds are global reference data: the job belongs to the team that started it, the data to
 everyone. Each handler validates the whole payload before writing anything, so bad input
@@ -380,7 +381,7 @@ def epss_scores_import(*, parsed: EpssFile, progress: ProgressFn) -> dict[str, A
 
 # --- starting imports ----------------------------------------------------------------------------
 
-FEED_KINDS = ("osv", "kev", "epss")
+FEED_KINDS = ("osv", "kev", "epss", "nvd")
 
 
 class FeedSourceError(ValueError):

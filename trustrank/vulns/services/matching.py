@@ -33,6 +33,7 @@ from trustrank.vulns.engine.matching import (
     canonical_id,
 )
 from trustrank.vulns.models import Advisory, AdvisoryPackage, ComponentPackage, EpssLatest, KevEntry
+from trustrank.vulns.services.nvd import nvd_severities_for
 from trustrank.vulns.services.reasons import (
     _FINDING_UPDATE_FIELDS,
     _created_reason,
@@ -108,6 +109,7 @@ def _advisories_for(keys: set[PackageKey]) -> list[dict[str, Any]]:
         "summary",
         "cvss_score",
         "severity_label",
+        "severity",
         "modified",
     )
     ordered = sorted(ids)
@@ -240,6 +242,7 @@ def findings_match_project_version(
 
         all_cves = {canonical_id(d.ids) for d in desired.values()}
         kev, epss = _exploit_data({c for c in all_cves if c.startswith("CVE-")})
+        nvd = nvd_severities_for({c for c in all_cves if c.startswith("CVE-")})
 
         # Filtered here rather than in SQL: a big feed import changes tens of thousands of
         # packages, far more than one query may carry as parameters.
@@ -251,7 +254,7 @@ def findings_match_project_version(
 
         specs = []
         for fp, d in desired.items():
-            values = _finding_values(d, adv_by_id=adv_by_id, kev=kev, epss=epss)
+            values = _finding_values(d, adv_by_id=adv_by_id, kev=kev, epss=epss, nvd=nvd)
             title = values.pop("title")
             source = values.pop("source")
             analysis = _vex_analysis(d)

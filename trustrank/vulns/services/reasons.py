@@ -12,6 +12,7 @@ from trustrank.findings.models import (
     Finding,
     FindingSource,
     MatchStatus,
+    SeveritySource,
     title_line,
 )
 from trustrank.inventory.models import ProjectVersion, Sbom
@@ -35,6 +36,8 @@ _FINDING_UPDATE_FIELDS = [
     "match_reason",
     "fixed_versions",
     "cvss_score",
+    "cvss_vector",
+    "severity_source",
     "in_kev",
     "kev_date_added",
     "epss",
@@ -80,9 +83,28 @@ def _title(adv: dict[str, Any] | None, embedded: EmbeddedVulnerability | None) -
     )
 
 
+def advisory_vector(adv: dict[str, Any] | None, score: float | None) -> str:
+    """The advisory's vector behind `score` (`parsers.cvss.best_score` took v3, then v4,
+    then v2)."""
+    if adv is None or score is None:
+        return ""
+    for wanted in ("CVSS_V3", "CVSS_V4", "CVSS_V2"):
+        for s in adv.get("severity") or ():
+            if s.get("type") == wanted and s.get("base_score") == score:
+                return str(s.get("vector") or "")[:255]
+    return ""
+
+
 def _finding_values(
-    d: _Desired, *, adv_by_id: dict[str, dict[str, Any]], kev: dict[str, Any], epss: dict[str, Any]
+    d: _Desired,
+    *,
+    adv_by_id: dict[str, dict[str, Any]],
+    kev: dict[str, Any],
+    epss: dict[str, Any],
+    nvd: dict[str, tuple[float, str, str]] | None = None,
 ) -> dict[str, Any]:
+    """`nvd`: CVE -> (score, vector, label) of NVD (`nvd_severities_for`), taken when
+    neither the advisory nor the SBOM gives a CVSS score."""
     ids = sorted(d.ids)
     vuln_key = canonical_id(ids)
     affected = [m for m in d.matches if m.verdict is Verdict.AFFECTED]
@@ -96,10 +118,18 @@ def _finding_values(
     embedded = d.embedded[0] if d.embedded else None
     cvss = adv["cvss_score"] if adv else None
     label = adv["severity_label"] if adv else ""
+    vector = advisory_vector(adv, cvss)
+    source = SeveritySource.ADVISORY if cvss is not None else SeveritySource.NONE
     if cvss is None and embedded is not None and embedded.best_score is not None:
-        cvss = embedded.best_score
+        cvss, source = embedded.best_score, SeveritySource.SBOM
+    from_nvd = (nvd or {}).get(vuln_key) if cvss is None else None
+    if from_nvd is not None:
+        cvss, vector, label = from_nvd
+        source = SeveritySource.NVD
     if not label or label == "unknown":
         label = severity_label(cvss, embedded.best_severity if embedded else "")
+    if source == SeveritySource.NONE and label not in ("", "unknown"):
+        source = SeveritySource.LABEL
     if chosen is not None:
         status = MatchStatus.AFFECTED if affected else MatchStatus.UNKNOWN
         reason = (affected[0] if affected else chosen).reason
@@ -127,6 +157,8 @@ def _finding_values(
         "match_reason": reason,
         "fixed_versions": fixed,
         "cvss_score": cvss,
+        "cvss_vector": vector,
+        "severity_source": source.value,
         "severity": label or "unknown",
         "severity_score": cvss if cvss is not None else LABEL_SCORES.get(label, UNKNOWN_SCORE),
         "in_kev": kev_date is not None,
