@@ -73,6 +73,10 @@ class Sbom(models.Model):
     # The services the BOM declares (ParsedService.as_dict).
     services = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # When vulnerability matching last covered this SBOM whole (after its load): until then
+    # Dependency-Track's token answers `processing: true`, so a CI plugin that polls the
+    # token and then reads findings sees them (matching is a task of its own, after the job).
+    matched_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
