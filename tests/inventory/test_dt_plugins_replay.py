@@ -19,7 +19,7 @@ from urllib.parse import quote
 import pytest
 import requests
 
-from tests.conftest import DATA
+from tests.conftest import DATA, wait_for
 from tests.vulns.helpers import ADVISORIES, run_job
 from tests.vulns.test_real_data import EXPECTED
 from trustrank.accounts.services import api_key_issue
@@ -42,9 +42,16 @@ MAVEN_DEFAULTS = {
 
 @pytest.fixture
 def feeds(team):
+    """The real OSV records, imported before the plugin uploads. Asked for before the worker
+    starts; if a worker claims the import first, it is waited for."""
     payload, filename = feed_payload_read(kind="osv", path=str(ADVISORIES / "osv"))
     job = run_job(team, "osv", payload, filename=filename)
-    assert job.status == "done", job.error
+
+    def status() -> str | None:
+        job.refresh_from_db()
+        return job.status if job.status in ("done", "failed") else None
+
+    assert wait_for(status, timeout=POLL_TIMEOUT) == "done", job.error
 
 
 @pytest.fixture
@@ -76,9 +83,16 @@ def jenkins_alias_ids(finding: dict[str, Any]) -> list[str]:
             if v.lower() != vuln["vulnId"].lower()]
 
 
-def test_jenkins_plugin_sequence(web_server, celery_worker, feeds, ci_key):
+def test_jenkins_plugin_sequence(feeds, ci_key, web_server, celery_worker):
     base = web_server.url
     headers = {"X-Api-Key": ci_key, "Accept": "application/json"}  # ApiClient.createRequest
+    # DescriptorImpl.testConnection (the job configuration's button): who answers, which
+    # version, which permissions.
+    r = requests.get(f"{base}/api/v1/project?pageNumber=1&pageSize=500&excludeInactive=true"
+                     "&sortName=name&sortOrder=asc", headers=headers, timeout=30)
+    assert r.status_code == 200 and r.headers["X-Powered-By"].startswith("Dependency-Track v")
+    version = requests.get(f"{base}/api/version", headers=headers, timeout=30).json()["version"]
+    assert tuple(int(p) for p in version.split(".")) >= (4, 12, 0)
     bom = (DATA / "sbom" / JUICE_SHOP).read_text()
     # uploadBom: multipart, the BOM as a plain form field, project by name and version.
     r = requests.post(
@@ -136,7 +150,7 @@ def test_jenkins_plugin_sequence(web_server, celery_worker, feeds, ci_key):
     assert violations.status_code == 200 and violations.json() == []
 
 
-def test_maven_plugin_sequence(web_server, celery_worker, feeds, ci_key):
+def test_maven_plugin_sequence(feeds, ci_key, web_server, celery_worker):
     base = web_server.url
     headers = {**MAVEN_DEFAULTS, "X-Api-Key": ci_key}
     bom = (DATA / "sbom" / DROPWIZARD).read_bytes()

@@ -283,3 +283,18 @@ def test_unknown_token_is_not_processing_and_a_malformed_one_is_a_400(api, team,
     assert client.get(f"/api/v1/event/token/{uuid.uuid4()}").json() == {"processing": False}
     r = client.get("/api/v1/event/token/not-a-token")
     assert r.status_code == 400 and r.json()["param"] == "token"
+
+
+def test_version_and_powered_by_pass_the_jenkins_connection_test(api, team):
+    client = api(team, "read", "sbom:write")
+    assert client.get("/api/version").json()["version"] == "4.12.0"
+    listed = client.get("/api/v1/project?pageNumber=1&pageSize=500&excludeInactive=true"
+                        "&sortName=name&sortOrder=asc")
+    assert listed["X-Powered-By"].startswith("Dependency-Track v")
+    names = {p["name"] for p in client.get("/api/v1/team/self").json()["permissions"]}
+    # PluginUtil.buildRequiredPermissions(synchronous=true, projectProperties=false).
+    assert {"BOM_UPLOAD", "VIEW_PORTFOLIO", "VULNERABILITY_ANALYSIS", "VIEW_VULNERABILITY",
+            "VIEW_POLICY_VIOLATION"} <= names
+    from rest_framework.test import APIClient
+
+    assert APIClient().get("/api/version").status_code in (401, 403)

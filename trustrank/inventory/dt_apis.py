@@ -12,7 +12,13 @@ import uuid as uuid_module
 from typing import Any
 
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    inline_serializer,
+)
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -41,6 +47,10 @@ from trustrank.lib.filters import ParamRefused, unknown_params_refuse
 from trustrank.lib.numbers import INT_MAX, NumberInvalid, int_parse
 
 TOTAL_COUNT_HEADER = "X-Total-Count"
+# The Dependency-Track API version these routes speak (the Jenkins plugin's connection test
+# asks for 4.12 or later, and an X-Powered-By that names Dependency-Track).
+DT_API_VERSION = "4.12.0"
+POWERED_BY = f"Dependency-Track v{DT_API_VERSION} (TrustRank compatible API)"
 # Dependency-Track's paging parameters (Alpine's): pageNumber from 1 with pageSize, or
 # offset with limit. Without them the whole list.
 PAGING_PARAMS = ("pageNumber", "pageSize", "offset", "limit")
@@ -52,7 +62,8 @@ _TEXT_MAX = 1024
 # The Dependency-Track permissions a key's TrustRank scopes amount to (team/self).
 SCOPE_PERMISSIONS: dict[str, tuple[str, ...]] = {
     Scope.READ: ("VIEW_PORTFOLIO", "VIEW_VULNERABILITY", "VIEW_POLICY_VIOLATION"),
-    Scope.SBOM_WRITE: ("BOM_UPLOAD", "PROJECT_CREATION_UPLOAD"),
+    # An upload is always analysed here: Dependency-Track asks VULNERABILITY_ANALYSIS for it.
+    Scope.SBOM_WRITE: ("BOM_UPLOAD", "PROJECT_CREATION_UPLOAD", "VULNERABILITY_ANALYSIS"),
     Scope.TRIAGE: ("VULNERABILITY_ANALYSIS",),
     Scope.ADMIN: ("PORTFOLIO_MANAGEMENT", "ACCESS_MANAGEMENT"),
 }
@@ -139,6 +150,12 @@ class _DtApi(APIView):
         super().initial(request, *args, **kwargs)
         unknown_params_refuse(request.query_params.keys(), known=(*self.params, "format"),
                               what="this Dependency-Track route")
+
+    def finalize_response(self, request: Request, response: Any, *args: Any,
+                          **kwargs: Any) -> Any:
+        response = super().finalize_response(request, response, *args, **kwargs)
+        response["X-Powered-By"] = POWERED_BY
+        return response
 
     def project(self, request: Request, uuid: str) -> ProjectVersion:
         return dt_project_get(principal=principal_for_request(request), uuid=_project_uuid(uuid))
@@ -299,3 +316,15 @@ class DependencyTrackTeamSelfApi(_DtApi):
             "name": team.name,
             "permissions": [{"name": p} for p in permissions],
         })
+
+
+@extend_schema(
+    summary="Dependency-Track compatible: the API version (the Jenkins plugin's connection test)",
+    responses={200: inline_serializer("DtVersion", fields={
+        "version": serializers.CharField(), "application": serializers.CharField()})},
+)
+class DependencyTrackVersionApi(_DtApi):
+    required_scope = (Scope.READ, Scope.SBOM_WRITE)
+
+    def get(self, request: Request) -> Response:
+        return Response({"version": DT_API_VERSION, "application": "TrustRank"})
