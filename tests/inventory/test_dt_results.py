@@ -273,8 +273,8 @@ def test_token_is_processing_until_the_sbom_is_matched(api, team):
         assert client.get(f"{prefix}{job.pk}").json() == {"processing": True}
     from trustrank.vulns.services.matching import findings_match_project_version
 
-    findings_match_project_version(project_version_id=job.result and
-                                   Sbom.objects.get(pk=job.result["sbom_id"]).project_version_id)
+    sbom = Sbom.objects.get(pk=job.result["sbom_id"])
+    findings_match_project_version(project_version_id=sbom.project_version_id)
     assert client.get(f"/api/v1/event/token/{job.pk}").json() == {"processing": False}
 
 
