@@ -2,6 +2,8 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from trustrank.inventory import dt_apis
+
 urlpatterns = [
     path("", include("trustrank.accounts.urls")),
     path("", include("trustrank.ranking.urls")),
@@ -17,6 +19,7 @@ urlpatterns = [
     # Receivers (REST under api/v1/, OTLP at v1/traces).
     path("", include("ingest.api_urls")),
     path("api/v1/", include("trustrank.inventory.api_urls")),
+    path("api/version", dt_apis.DependencyTrackVersionApi.as_view(), name="api-dt-version"),
     path("api/v1/", include("trustrank.findings.api_urls")),
     path("api/v1/", include("trustrank.runtime.api_urls")),
     path("api/v1/", include("trustrank.identity.api_urls")),

@@ -28,11 +28,14 @@ from ingest.receivers import (
     priority_from,
     team_for_write,
 )
-from ingest.selectors import job_get
+from ingest.selectors import job_list
 from ingest.submit import SbomTarget, parse_bool, sbom_submit
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_request
+from trustrank.inventory.dt_selectors import sbom_analysis_pending
 from trustrank.inventory.models import Project, ProjectVersion
+from trustrank.lib.api import problem
+from trustrank.lib.numbers import int_or_none
 
 # What an SBOM may arrive as: CycloneDX JSON or XML under their generic or vendor types, SPDX
 # JSON (2.2/2.3, or 3.0.1 JSON-LD), a form upload, or bytes whose type the client did not know
@@ -284,6 +287,9 @@ class DependencyTrackBomApi(_SbomReceiver):
 
 @extend_schema(
     summary="Dependency-Track compatible: is the upload with this token still processing?",
+    description="True until the SBOM is stored and its vulnerabilities matched (findings and "
+    "metrics then show it). As Dependency-Track answers: false for a token it does not "
+    "know (another team's job included), 400 for one that is not a UUID.",
     responses={
         200: inline_serializer("BomProcessing", fields={"processing": serializers.BooleanField()})
     },
@@ -293,8 +299,23 @@ class DependencyTrackTokenApi(APIView):
     required_scope = (Scope.READ, Scope.SBOM_WRITE, Scope.TRIAGE)
 
     def get(self, request: Request, token: str) -> Response:
-        job: IngestJob = job_get(principal=principal_for_request(request), job_id=token)
-        return Response({"processing": not job.is_finished})
+        try:
+            key = uuid_module.UUID(token)
+        except ValueError:
+            return problem(400, "Invalid token", f"The token must be a UUID, not {token[:80]!r}.",
+                           param="token")
+        job: IngestJob | None = (
+            job_list(principal=principal_for_request(request)).filter(pk=key).first()
+        )
+        if job is None:
+            return Response({"processing": False})
+        if not job.is_finished:
+            return Response({"processing": True})
+        # The job is done once the SBOM is stored; matching its vulnerabilities is a task of
+        # its own, and a CI plugin reads findings as soon as this says false.
+        sbom_id = int_or_none((job.result or {}).get("sbom_id"), minimum=1)
+        return Response({"processing": sbom_id is not None
+                         and sbom_analysis_pending(sbom_id=sbom_id)})
 
 
 urlpatterns = [

@@ -169,7 +169,11 @@ def _bulk_triage_job(team: Any) -> int:
 
 
 # Operations that answer 400 without a query parameter they document as required.
-REQUIRED_QUERY: dict[str, dict[str, str]] = {"/api/v1/exports": {"format": "csv"}}
+REQUIRED_QUERY: dict[str, dict[str, str]] = {
+    "/api/v1/exports": {"format": "csv"},
+    # Dependency-Track's lookup: the seeded project (load_sbom's defaults).
+    "/api/v1/project/lookup": {"name": "app", "version": "1.0"},
+}
 
 
 def _export(team: Any) -> int:

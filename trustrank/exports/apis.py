@@ -125,11 +125,12 @@ class ExportsApi(APIView):
             OpenApiParameter("format", OpenApiTypes.STR, enum=ExportFormat.values, required=True),
             OpenApiParameter("as_of", OpenApiTypes.DATETIME),
             OpenApiParameter("ranking_run", OpenApiTypes.INT),
-            OpenApiParameter("team", OpenApiTypes.INT),
+            OpenApiParameter("team", OpenApiTypes.STR, description="a team id or name"),
             OpenApiParameter(
-                "project_version", OpenApiTypes.INT,
-                description="A findings filter; format=cyclonedx-vex describes one project "
-                "version and needs it when the other filters leave several.",
+                "project_version", OpenApiTypes.STR,
+                description="A findings filter (an id or a uuid); format=cyclonedx-vex "
+                "describes one project version and needs it when the other filters leave "
+                "several.",
             ),
         ],
         responses={

@@ -19,6 +19,7 @@ from django import forms
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
+from trustrank.accounts.models import Team
 from trustrank.findings.models import (
     OPEN_STATES,
     Finding,
@@ -33,7 +34,8 @@ from trustrank.findings.search import (
     search_value,
     substring_condition,
 )
-from trustrank.lib.numbers import IdFilter, int_or_none
+from trustrank.lib.filters import RefFilter, ref_condition
+from trustrank.lib.numbers import int_or_none
 from trustrank.vulns.engine.ecosystems import normalize_name
 
 DECISIONS = [
@@ -157,6 +159,11 @@ def _request_user_id(request: Any) -> int | None:
     return None
 
 
+def team_refs_within(value: str, team_ids: Iterable[int]) -> bool:
+    """Whether the team `value` names (id or name) is one of `team_ids`."""
+    return Team.objects.filter(ref_condition(value), pk__in=list(team_ids)).exists()
+
+
 class FindingFilterSet(django_filters.FilterSet):
     """The findings list's filters, for the page and the API alike.
 
@@ -169,8 +176,9 @@ class FindingFilterSet(django_filters.FilterSet):
         method="filter_open", choices=OPEN_CHOICES, empty_label=None, label="Show"
     )
     kind = django_filters.MultipleChoiceFilter(choices=FindingKind.choices, distinct=False)
-    project = IdFilter(field_name="project_id")
-    team = IdFilter(field_name="team_id", label="Team")
+    # Ids, or names (and a project version's uuid) as Dependency-Track clients send them.
+    project = RefFilter(field_name="project", label="Project")
+    team = RefFilter(field_name="team", label="Team")
     severity = django_filters.MultipleChoiceFilter(choices=Severity.choices, distinct=False)
     state = django_filters.MultipleChoiceFilter(choices=TriageState.choices, distinct=False)
     kev = StrictBooleanFilter(field_name="in_kev", label="KEV")
@@ -178,8 +186,9 @@ class FindingFilterSet(django_filters.FilterSet):
     overdue = StrictBooleanFilter(method="filter_overdue", label="Overdue")
     category = django_filters.CharFilter()
     environment = django_filters.CharFilter()
-    service = IdFilter(field_name="service_id")
-    project_version = IdFilter(field_name="project_version_id")
+    service = RefFilter(field_name="service", label="Service")
+    project_version = RefFilter(field_name="project_version", name_field=None,
+                                uuid_field="uuid", label="Project version")
     match_status = django_filters.MultipleChoiceFilter(
         choices=MatchStatus.choices, distinct=False
     )
@@ -226,7 +235,7 @@ class FindingFilterSet(django_filters.FilterSet):
         valid = super().is_valid()
         if valid and self.team_ids is not None:
             team = self.form.cleaned_data.get("team")
-            if team is not None and team not in self.team_ids:
+            if team and not team_refs_within(team, self.team_ids):
                 self.form.add_error("team", f"you are not a member of team {team}")
                 return False
         return valid

@@ -78,6 +78,10 @@ class Sbom(models.Model):
     warnings = models.JSONField(default=list, blank=True)
     warning_count = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
+    # When vulnerability matching last covered this SBOM whole (after its load): until then
+    # Dependency-Track's token answers `processing: true`, so a CI plugin that polls the
+    # token and then reads findings sees them (matching is a task of its own, after the job).
+    matched_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

@@ -10,12 +10,21 @@ paginator's `page` / `page_size`, DRF's `format`, or a name the view lists in
 
 from __future__ import annotations
 
+import contextlib
+import uuid
 from collections.abc import Iterable
 from typing import Any
 
+import django_filters
+from django import forms
+from django.db.models import Q
 from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import exceptions
 from rest_framework.settings import api_settings
+
+from trustrank.lib.numbers import int_or_none
 
 
 class ParamRefused(exceptions.ValidationError):
@@ -77,3 +86,65 @@ class StrictFilterBackend(DjangoFilterBackend):
             errors = {k: [str(e) for e in v] for k, v in filterset.errors.items()}
             raise ParamRefused(next(iter(errors), ""), errors)
         return filterset.qs
+
+
+# --- references by id, uuid or name ---
+
+REF_MAX_CHARS = 512
+
+
+def ref_condition(value: str, *, name_field: str | None = "name",
+                  uuid_field: str | None = None) -> Q:
+    """Which rows `value` names: the row with that id (ASCII digits), with that uuid, or with
+    that name. A name made of digits matches by name as well as by id."""
+    cond = Q(pk__in=[])
+    if name_field:
+        cond |= Q(**{name_field: value})
+    number = int_or_none(value, minimum=1)
+    if number is not None:
+        cond |= Q(pk=number)
+    if uuid_field:
+        with contextlib.suppress(ValueError):
+            cond |= Q(**{uuid_field: uuid.UUID(value)})
+    return cond
+
+
+class RefField(forms.CharField):
+    """An id, a uuid or a name: text without NUL, at most REF_MAX_CHARS characters."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", REF_MAX_CHARS)
+        super().__init__(*args, **kwargs)
+
+    def clean(self, value: Any) -> Any:
+        value = super().clean(value)
+        if isinstance(value, str) and "\x00" in value:
+            raise forms.ValidationError("must not contain a NUL character")
+        return value
+
+
+@extend_schema_field(OpenApiTypes.STR)
+class RefFilter(django_filters.Filter):
+    """An exact filter on a foreign key that takes the referenced row's id, uuid or name, as
+    Dependency-Track clients name projects: `project=12` and `project=shop` alike. The names
+    are resolved in a subquery over the referenced table, so the filtered list keeps its
+    index on the key; the caller's queryset already limits the rows to the caller's teams,
+    so a name another team uses matches nothing here. An unknown name matches nothing, as an
+    unknown id does."""
+
+    field_class = RefField
+
+    def __init__(self, *args: Any, name_field: str | None = "name",
+                 uuid_field: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.name_field, self.uuid_field = name_field, uuid_field
+
+    def filter(self, qs: Any, value: Any) -> Any:
+        if value in (None, ""):
+            return qs
+        value = str(value).strip()
+        related = qs.model._meta.get_field(self.field_name).related_model
+        refs = related.objects.filter(
+            ref_condition(value, name_field=self.name_field, uuid_field=self.uuid_field)
+        ).values("pk")
+        return qs.filter(**{f"{self.field_name}__in": refs})

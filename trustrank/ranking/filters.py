@@ -10,6 +10,7 @@ from drf_spectacular.utils import OpenApiParameter
 
 from trustrank.findings.filters import OPEN_CHOICES, OpenFilter, StrictBooleanFilter
 from trustrank.findings.models import OPEN_STATES, Finding, FindingKind, TriageState
+from trustrank.lib.filters import RefFilter
 
 DECISIONS = [
     ("immediate", "Immediate"),
@@ -49,6 +50,8 @@ class PriorityFilterSet(django_filters.FilterSet):
         field_name="ranked__context__data__reachability", choices=REACHABILITY, distinct=False
     )
     kev = StrictBooleanFilter(field_name="in_kev")
+    # An id or a name, as on the findings list.
+    project = RefFilter(field_name="project", label="Project")
 
     class Meta:
         model = Finding

@@ -15,6 +15,7 @@ from django.utils import timezone
 from trustrank.accounts.principal import Principal
 from trustrank.findings.evidence import BROKEN_CONTEXT
 from trustrank.findings.models import OPEN_STATES, Finding, FindingKind
+from trustrank.lib.numbers import int_or_none
 from trustrank.runtime import engine
 from trustrank.runtime.models import (
     CallEdgeBucket,
@@ -41,12 +42,14 @@ def environments_for_principal(*, principal: Principal) -> QuerySet[Environment]
 
 
 def environments_by_name(*, principal: Principal, name: str) -> list[Environment]:
-    """The principal's environments called `name` (one per team it can see); 404 if none."""
-    envs = list(
-        Environment.objects.filter(team_id__in=principal.team_ids, name=name).select_related(
-            "team"
-        )
-    )
+    """The principal's environments called `name` (one per team it can see); failing that,
+    the one whose id `name` spells (a name always wins: an environment may be called "7").
+    404 if none."""
+    mine = Environment.objects.filter(team_id__in=principal.team_ids).select_related("team")
+    envs = list(mine.filter(name=name))
+    number = int_or_none(name, minimum=1)
+    if not envs and number is not None:
+        envs = list(mine.filter(pk=number))
     if not envs:
         raise Http404(f"no environment named {name!r}")
     return envs

@@ -11,12 +11,14 @@ from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from trustrank.accounts.models import Scope
+from trustrank.accounts.models import Scope, Team
 from trustrank.accounts.principal import Principal
 from trustrank.exports.models import ExportFormat
 from trustrank.findings.filters import FindingFilterSet
 from trustrank.findings.models import Finding
-from trustrank.lib.numbers import NumberInvalid, int_parse
+from trustrank.inventory.models import ProjectVersion
+from trustrank.lib.filters import REF_MAX_CHARS, ref_condition
+from trustrank.lib.numbers import NumberInvalid, int_or_none, int_parse
 from trustrank.ranking.models import RankingRun, RunStatus
 
 # Either scope lets a caller export: auditors take exports away without reading the rest.
@@ -71,6 +73,31 @@ def export_teams(principal: Principal) -> list[int]:
     return sorted({t for s in EXPORT_SCOPES for t in principal.teams_with(s)})
 
 
+def _team_ref(raw: str, allowed: list[int]) -> int:
+    """The team `raw` names, by id or by name, among those the caller may export from."""
+    if "\x00" in raw or len(raw) > REF_MAX_CHARS:
+        raise ExportParamError("team", "team must be a team id or name")
+    ids = list(
+        Team.objects.filter(ref_condition(raw), pk__in=allowed).values_list("pk", flat=True)
+    )
+    if len(ids) != 1:
+        raise ExportParamError("team", f"no team {raw} you may export from")
+    return int(ids[0])
+
+
+def _project_version_ref(raw: str, team_id: int) -> str:
+    """A project version filter as an id: the VEX product and a queued export read ids, and
+    a Dependency-Track client names a version by its uuid. An id is kept as given."""
+    if int_or_none(raw, minimum=1) is not None:
+        return raw
+    pv = ProjectVersion.objects.filter(
+        ref_condition(raw, name_field=None, uuid_field="uuid"), project__team_id=team_id
+    ).values_list("pk", flat=True).first()
+    if pv is None:
+        raise ExportParamError("project_version", f"no project version {raw} of your team")
+    return str(pv)
+
+
 def filter_params_check(filters: dict[str, list[str]]) -> None:
     """Raise ExportParamError naming the first unknown or invalid findings filter."""
     for name in FindingFilterSet.unknown_params(filters):
@@ -101,12 +128,7 @@ def export_request_parse(
     team_id: int | None = None
     raw_team = (params.get("team") or "").strip()
     if raw_team:
-        try:
-            team_id = int_parse(raw_team, minimum=1)
-        except NumberInvalid as exc:
-            raise ExportParamError("team", "team must be a team id") from exc
-        if team_id not in allowed:
-            raise ExportParamError("team", f"no team {team_id} you may export from")
+        team_id = _team_ref(raw_team, allowed)
     run_id: int | None = None
     raw_run = (params.get("ranking_run") or "").strip()
     if raw_run:
@@ -157,6 +179,10 @@ def export_request_parse(
             raise ExportParamError("assignee", "assignee=me needs a signed-in user or their key")
         filters["assignee"] = [str(me)]
     filter_params_check(filters)
+    if "project_version" in filters:
+        filters["project_version"] = [
+            _project_version_ref(v, team_id) for v in filters["project_version"]
+        ]
     return ExportRequest(
         format=fmt, team_id=team_id, filters=filters, as_of=as_of, ranking_run_id=run_id
     )

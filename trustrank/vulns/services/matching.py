@@ -309,6 +309,8 @@ def findings_match_project_version(
         counts.updated = result.updated
         counts.reopened = result.reopened
         counts.resolved = result.resolved
+        if only_packages is None and sbom is not None:
+            Sbom.objects.filter(pk=sbom.pk).update(matched_at=now)
     return counts.as_dict()
 
 

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('inventory', '0003_component_packages'),
+        ('inventory', '0004_sbom_matched_at'),
     ]
 
     operations = [
