@@ -42,6 +42,9 @@ def _finding_lines(doc: dict[str, Any]) -> tuple[str, list[str]]:
     previous = doc.get("previous_decision")
     headline = f"{_DECISION_EMOJI.get(decision, '')} *{link}*".strip()
     facts = [
+        *([f"*Vulnerability:* {_escape(doc['vuln_id'])}"] if doc.get("vuln_id") else []),
+        *([f"*Added to CISA KEV:* {_escape(doc['kev_cve_id'])}"] if doc.get("kev_cve_id")
+          else []),
         f"*Rank:* {doc.get('rank', '—')}",
         f"*Decision:* {_escape(decision)}"
         + (f" (was {_escape(previous)})" if previous else ""),
