@@ -63,7 +63,7 @@ def test_a_name_that_resolves_to_loopback_is_refused_at_send_time(settings, monk
         return real(host, *args, **kwargs)
 
     monkeypatch.setattr(socket, "getaddrinfo", rebinding)
-    with pytest.raises(OutboundRefused, match="hooks.example.test resolves to 127.0.0.1"):
+    with pytest.raises(OutboundRefused, match=r"hooks\.example\.test resolves to 127\.0\.0\.1"):
         outbound_request("POST", "http://hooks.example.test/hook", body=b"{}")
 
 
