@@ -18,9 +18,11 @@ deliveries to one endpoint reuses its keep-alive connections; the pools are thre
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,6 +80,7 @@ def _address_refusal(address: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1024)
 def _split(url: str) -> tuple[str, str, int, str]:
     """(scheme, host, port, path with query) of an http(s) URL, or OutboundRefused."""
     if not isinstance(url, str) or not url:
@@ -111,9 +114,20 @@ def _is_ip(host: str) -> bool:
     return True
 
 
+# Answers kept this long per process: a worker sending thousands of deliveries to one host
+# asks the resolver once, not each time. The addresses are checked again at every use, and
+# the connection goes to the address checked, so a short cache opens no rebinding window.
+_RESOLVED_SECONDS = 10.0
+_resolved: dict[tuple[str, int], tuple[float, list[str]]] = {}
+
+
 def _resolve(host: str, port: int) -> list[str]:
     if _is_ip(host):
         return [host]
+    now = time.monotonic()
+    cached = _resolved.get((host, port))
+    if cached is not None and now - cached[0] < _RESOLVED_SECONDS:
+        return cached[1]
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as exc:
@@ -121,6 +135,9 @@ def _resolve(host: str, port: int) -> list[str]:
     addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
     if not addresses:
         raise OutboundError(f"cannot resolve {host}: no address")
+    if len(_resolved) > 1024:
+        _resolved.clear()
+    _resolved[(host, port)] = (now, addresses)
     return addresses
 
 

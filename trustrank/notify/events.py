@@ -42,11 +42,19 @@ def _listened(*, team_id: int | None, events: Iterable[str]) -> bool:
 
 
 def _batch_write(**fields: Any) -> None:
-    from trustrank.jobs.send import job_enqueue_on_commit
+    from trustrank.jobs.send import job_send
     from trustrank.notify.models import NotifyBatch
 
     batch = NotifyBatch.objects.create(enqueued_at=timezone.now(), **fields)
-    job_enqueue_on_commit(batch)
+    batch_id, job_class, priority = batch.pk, batch.job_class, batch.priority
+
+    def send() -> None:
+        job_send(kind="notify_dispatch", job_id=batch_id, job_class=job_class,
+                 priority=priority)
+
+    # Robust: a broker away must not fail the caller after its commit (the job sweep sends
+    # a queued job's message again after TRUSTRANK_JOB_REQUEUE_SECONDS).
+    transaction.on_commit(send, robust=True)
 
 
 def _safely(what: str, write: Any) -> None:

@@ -66,6 +66,7 @@ class BatchSource(models.TextChoices):
     RANKING_RUN = "ranking_run", "Decision changes of a ranking run"
     KEV = "kev", "KEV additions"
     PING = "ping", "A test ping"
+    DELIVER = "deliver", "Deliveries to one webhook"
     RETRY = "retry", "Deliveries to try again"
 
 

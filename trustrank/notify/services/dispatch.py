@@ -4,7 +4,9 @@
 row). Safe to run again from the start after a worker died anywhere in it:
 
 1. Fan-out (one transaction, with the row's `fanned_out`): the batch's events become
-   NotifyEvent rows, and one INSERT … SELECT makes a Delivery per event and listening webhook.
+   NotifyEvent rows, and one INSERT … SELECT makes a Delivery per event and listening
+   webhook; each webhook's deliveries are a round (a row of the kind) of their own, so
+   several workers send them at once and a slow endpoint holds up no other.
 2. Send: deliveries of this round that are due are claimed in chunks (`FOR UPDATE SKIP
    LOCKED`, status `sending`, attempts + 1) and sent from a thread pool over pooled
    connections; the outcomes are written back in one statement per chunk. A worker killed
@@ -63,15 +65,29 @@ def _events_of(batch: NotifyBatch) -> list[tuple[int, str, dict[str, Any]]]:
 _DELIVERIES_INSERT = """
 INSERT INTO notify_delivery (uuid, webhook_id, notify_event_id, round_id, event, status,
                              attempts, next_attempt_at, error, created_at)
-SELECT gen_random_uuid(), w.id, e.id, %(round)s, e.event, 'pending', 0, %(now)s, '', %(now)s
+SELECT gen_random_uuid(), w.id, e.id, r.round_id, e.event, 'pending', 0, %(now)s, '', %(now)s
 FROM notify_notifyevent e
 JOIN notify_webhook w ON w.team_id = e.team_id AND w.enabled
+JOIN unnest(%(hooks)s::bigint[], %(rounds)s::bigint[]) AS r(hook_id, round_id)
+  ON r.hook_id = w.id
 WHERE e.batch_id = %(batch)s AND {match}
 ORDER BY e.id, w.id
 """
 
 
+def _listeners(batch: NotifyBatch, events: list[tuple[int, str, dict[str, Any]]]) -> list[int]:
+    """The webhooks that get deliveries from this batch."""
+    if batch.source == BatchSource.PING:
+        return [batch.ref_id] if batch.ref_id else []
+    wanted = {(team_id, event) for team_id, event, _payload in events}
+    hooks = Webhook.objects.filter(enabled=True, team_id__in={t for t, _e in wanted})
+    return sorted(pk for pk, team_id, names in hooks.values_list("pk", "team_id", "events")
+                  if any((team_id, name) in wanted for name in names))
+
+
 def _fan_out(batch: NotifyBatch) -> dict[str, int]:
+    """Events and deliveries in one transaction. The first webhook's deliveries stay in this
+    batch; each other webhook's go to a `deliver` row of their own, sent on commit."""
     events = _events_of(batch)
     now = timezone.now()
     with transaction.atomic():
@@ -80,13 +96,24 @@ def _fan_out(batch: NotifyBatch) -> dict[str, int]:
                          occurred_at=now) for team_id, event, payload in events],
             batch_size=2000,
         )
+        hooks = _listeners(batch, events)
+        rounds = [batch.pk]
+        for _hook in hooks[1:]:
+            own = NotifyBatch.objects.create(
+                team_id=batch.team_id, source=BatchSource.DELIVER, event=batch.event,
+                fanned_out=True, enqueued_at=now, ready_at=now,
+            )
+            job_enqueue_on_commit(own)
+            rounds.append(own.pk)
         match = ("w.id = %(hook)s" if batch.source == BatchSource.PING
                  else "w.events @> jsonb_build_array(e.event)")
         with connection.cursor() as cur:
-            cur.execute(_DELIVERIES_INSERT.format(match=match),
-                        {"round": batch.pk, "now": now, "batch": batch.pk, "hook": batch.ref_id})
+            cur.execute(_DELIVERIES_INSERT.format(match=match), {
+                "now": now, "batch": batch.pk, "hook": batch.ref_id,
+                "hooks": hooks, "rounds": rounds[: len(hooks)],
+            })
             deliveries = cur.rowcount
-        counts = {"events": len(events), "deliveries": deliveries}
+        counts = {"events": len(events), "deliveries": deliveries, "webhooks": len(hooks)}
         NotifyBatch.objects.filter(pk=batch.pk).update(fanned_out=True, counts=counts)
     return counts
 
