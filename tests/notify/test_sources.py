@@ -92,3 +92,12 @@ def test_a_failed_job_emits_job_failed_for_its_team(team):
     assert batch.items == [{"job": {"kind": "ranking_run", "id": str(run.pk),
                                     "error": "boom", "attempts": 1}}]
     assert not NotifyEvent.objects.exists()  # fanned out by the worker, not here
+
+
+def test_a_ranking_run_that_changes_nothing_writes_no_row(team):
+    build(team)
+    Webhook.objects.create(team=team, url=URL, secret="x", events=["finding.decision_changed"])
+    rerank(team)
+    assert NotifyBatch.objects.count() == 1
+    rerank(team)
+    assert NotifyBatch.objects.count() == 1
