@@ -101,3 +101,20 @@ def test_a_ranking_run_that_changes_nothing_writes_no_row(team):
     assert NotifyBatch.objects.count() == 1
     rerank(team)
     assert NotifyBatch.objects.count() == 1
+
+
+def test_a_delivery_job_that_fails_for_good_fails_its_open_deliveries(team):
+    from trustrank.notify.events import notify
+    from trustrank.notify.models import Delivery
+    from trustrank.notify.services.dispatch import _fan_out
+
+    Webhook.objects.create(team=team, url=URL, events=["gate.failed"], secret="x")
+    notify(team_id=team.pk, event="gate.failed", payload={"gate": "g"})
+    batch = NotifyBatch.objects.get()
+    _fan_out(batch)
+    NotifyBatch.objects.filter(pk=batch.pk).update(status="running", attempts=5)
+    batch.refresh_from_db()
+    assert job_fail(job_kind("notify_dispatch"), batch, message="the worker stopped")
+    delivery = Delivery.objects.get()
+    assert delivery.status == "failed" and "the worker stopped" in delivery.error
+    assert NotifyBatch.objects.count() == 1  # no job.failed about itself

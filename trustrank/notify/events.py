@@ -116,8 +116,11 @@ def notify_gate_failed(*, team_id: int, payload: dict[str, Any]) -> None:
 def notify_job_failed(*, kind: str, job: Any, message: str) -> None:
     """For the job runner and sweep: a job of the team ended failed (`job.failed`). The
     notify jobs themselves are left out: a broken receiver must not feed itself."""
+    if kind == "notify_dispatch":
+        _round_failed(job=job, message=message)
+        return
     team_id = getattr(job, "team_id", None)
-    if team_id is None or kind == "notify_dispatch":
+    if team_id is None:
         return
     notify(team_id=int(team_id), event="job.failed", payload={
         "job": {
@@ -127,6 +130,20 @@ def notify_job_failed(*, kind: str, job: Any, message: str) -> None:
             "attempts": int(getattr(job, "attempts", 0) or 0),
         },
     })
+
+
+def _round_failed(*, job: Any, message: str) -> None:
+    """A delivery job that failed for good (its worker died every time): its open
+    deliveries end failed, saying why, instead of staying open for ever."""
+    from trustrank.notify.models import OPEN_STATUSES, Delivery, DeliveryStatus
+
+    def write() -> None:
+        Delivery.objects.filter(round_id=job.pk, status__in=OPEN_STATUSES).update(
+            status=DeliveryStatus.FAILED, next_attempt_at=None,
+            error=f"its delivery job failed: {message}"[:2000],
+        )
+
+    _safely("the failure of a delivery job", write)
 
 
 def notify_ping(*, webhook: Any) -> None:
