@@ -589,3 +589,9 @@ TRUSTRANK_WEBHOOK_TIMEOUT_SECONDS = envfloat("TRUSTRANK_WEBHOOK_TIMEOUT_SECONDS"
 # it claims per round trip to the database.
 TRUSTRANK_WEBHOOK_CONCURRENCY = envint("TRUSTRANK_WEBHOOK_CONCURRENCY", 32, minimum=1)
 TRUSTRANK_WEBHOOK_CHUNK = envint("TRUSTRANK_WEBHOOK_CHUNK", 256, minimum=1)
+# Finished deliveries older than this are deleted (beat, every few hours).
+TRUSTRANK_WEBHOOK_RETENTION_DAYS = envint("TRUSTRANK_WEBHOOK_RETENTION_DAYS", 30, minimum=1)
+CELERY_BEAT_SCHEDULE["notify-retention"] = {
+    "task": "trustrank.notify.tasks.notify_retention",
+    "schedule": timedelta(hours=6),
+}

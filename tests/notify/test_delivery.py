@@ -62,6 +62,7 @@ def test_a_delivery_is_signed_json_naming_the_finding(team, receiver):
     body = got.json
     assert body["event"] == "finding.immediate"
     assert {k: body[k] for k in FINDING} == FINDING
+    assert body["team"] == {"id": team.pk, "name": team.name} and body["occurred_at"]
     delivery = Delivery.objects.get()
     assert body["delivery_id"] == str(delivery.uuid)
     assert got.headers["X-TrustRank-Event"] == "finding.immediate"

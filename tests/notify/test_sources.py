@@ -118,3 +118,27 @@ def test_a_delivery_job_that_fails_for_good_fails_its_open_deliveries(team):
     delivery = Delivery.objects.get()
     assert delivery.status == "failed" and "the worker stopped" in delivery.error
     assert NotifyBatch.objects.count() == 1  # no job.failed about itself
+
+
+def test_retention_deletes_old_finished_deliveries_and_keeps_open_ones(team, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from trustrank.notify.models import Delivery
+    from trustrank.notify.services.retention import notify_retention_apply
+
+    settings.TRUSTRANK_WEBHOOK_RETENTION_DAYS = 30
+    hook = Webhook.objects.create(team=team, url=URL, events=["gate.failed"], secret="x")
+    old = timezone.now() - timedelta(days=31)
+    batches = [NotifyBatch.objects.create(team=team, source="events", status="done",
+                                          created_at=old) for _ in range(2)]
+    events = [NotifyEvent.objects.create(batch=b, team=team, event="gate.failed", payload={},
+                                         occurred_at=old) for b in batches]
+    Delivery.objects.create(webhook=hook, notify_event=events[0], event="gate.failed",
+                            status="delivered", created_at=old)
+    kept = Delivery.objects.create(webhook=hook, notify_event=events[1], event="gate.failed",
+                                   status="retrying", created_at=old)
+    assert notify_retention_apply() == {"deliveries": 1, "events": 1, "batches": 1}
+    assert list(Delivery.objects.all()) == [kept]
+    assert list(NotifyBatch.objects.all()) == [batches[1]]

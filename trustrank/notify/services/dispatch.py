@@ -31,6 +31,7 @@ from django.db import connection, transaction
 from django.db.models import Min
 from django.utils import timezone
 
+from trustrank.accounts.models import Team
 from trustrank.jobs.send import job_enqueue_on_commit
 from trustrank.lib.outbound import OutboundError, OutboundRefused, outbound_request
 from trustrank.notify.formats import request_of
@@ -54,7 +55,11 @@ log = logging.getLogger(__name__)
 def _events_of(batch: NotifyBatch) -> list[tuple[int, str, dict[str, Any]]]:
     if batch.source in (BatchSource.EVENTS, BatchSource.PING):
         assert batch.team_id is not None
-        return [(batch.team_id, batch.event, dict(p)) for p in batch.items]
+        name = Team.objects.filter(pk=batch.team_id).values_list("name", flat=True).first()
+        # Every delivery says whose it is and when it happened, whatever the emitter gave.
+        common = {"team": {"id": batch.team_id, "name": name or ""},
+                  "occurred_at": batch.created_at.isoformat()}
+        return [(batch.team_id, batch.event, {**common, **p}) for p in batch.items]
     listening: set[tuple[int, str]] = set()
     for team_id, events in Webhook.objects.filter(enabled=True).values_list("team_id", "events"):
         listening.update((team_id, e) for e in events)
