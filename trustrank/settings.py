@@ -577,6 +577,8 @@ LOGGING = {
 # Webhook URLs may point at private, loopback and link-local addresses (an internal receiver).
 # Off by default, so a team admin's URL cannot probe the site's own network.
 TRUSTRANK_OUTBOUND_ALLOW_PRIVATE = envbool("TRUSTRANK_OUTBOUND_ALLOW_PRIVATE", False)
+# The CA certificates (a PEM file) https webhooks are verified against; certifi's by default.
+TRUSTRANK_OUTBOUND_CA_BUNDLE = envstr("TRUSTRANK_OUTBOUND_CA_BUNDLE", "")
 # The site's address as people reach it: the links in deliveries (finding pages).
 TRUSTRANK_SITE_URL = envstr("TRUSTRANK_SITE_URL", "http://127.0.0.1:8000").rstrip("/")
 # A delivery that failed (network error, 5xx, 408, 429) is tried again after base · 2^(n−1)

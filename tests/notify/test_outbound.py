@@ -109,3 +109,65 @@ def test_a_network_error_is_an_outbound_error(settings):
         port = s.getsockname()[1]
     with pytest.raises(OutboundError):
         outbound_request("POST", f"http://127.0.0.1:{port}/", body=b"{}", timeout=2)
+
+
+def _https_server(tmp_path, leaf):
+    """An https receiver with `leaf`'s certificate, recording the SNI name it is asked for."""
+    import ssl
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    (tmp_path / "leaf.pem").write_bytes(leaf.pem)
+    (tmp_path / "leaf.key").write_bytes(leaf.key_pem)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "leaf.pem", tmp_path / "leaf.key")
+    seen: list[str | None] = []
+    context.sni_callback = lambda sock, name, ctx: seen.append(name)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append(f"Host: {self.headers['Host']}")
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, seen
+
+
+@pytest.mark.parametrize("cert_name", ["tls.example.test", "someone-else.example.test"])
+def test_https_goes_to_the_checked_address_with_the_hosts_sni_and_certificate(
+    settings, monkeypatch, tmp_path, cert_name
+):
+    from tests.identity.pki import issue
+
+    root = issue("Webhook test CA", ca=True, days=30)
+    leaf = issue(cert_name, issuer=root, dns=(cert_name,))
+    (tmp_path / "ca.pem").write_bytes(root.pem)
+    settings.TRUSTRANK_OUTBOUND_ALLOW_PRIVATE = True
+    settings.TRUSTRANK_OUTBOUND_CA_BUNDLE = str(tmp_path / "ca.pem")
+    server, seen = _https_server(tmp_path, leaf)
+    port = server.server_address[1]
+    real = socket.getaddrinfo
+
+    def resolve(host, *args, **kwargs):
+        if host == "tls.example.test":
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", 0))]
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    url = f"https://tls.example.test:{port}/hook"
+    try:
+        if cert_name == "tls.example.test":
+            assert outbound_request("POST", url, body=b"{}").status == 204
+            assert seen == ["tls.example.test", f"Host: tls.example.test:{port}"]
+        else:  # the certificate must name the configured host
+            with pytest.raises(OutboundError):
+                outbound_request("POST", url, body=b"{}")
+    finally:
+        server.shutdown()

@@ -182,7 +182,9 @@ def _pool(scheme: str, address: str, port: int, host: str, timeout: float) -> An
         if scheme == "https":
             pool = urllib3.HTTPSConnectionPool(
                 address, port, server_hostname=host, assert_hostname=host,
-                cert_reqs="CERT_REQUIRED", ca_certs=certifi.where(), **common,
+                cert_reqs="CERT_REQUIRED",
+                ca_certs=getattr(settings, "TRUSTRANK_OUTBOUND_CA_BUNDLE", "") or certifi.where(),
+                **common,
             )
         else:
             pool = urllib3.HTTPConnectionPool(address, port, **common)
