@@ -183,3 +183,43 @@ def test_an_address_refused_at_send_time_fails_the_delivery_at_once(team, receiv
     delivery = Delivery.objects.get()
     assert receiver.count == 0 and delivery.status == "failed"
     assert "loopback" in delivery.error
+
+
+def test_gate_failed_is_delivered_with_the_gates_payload(team, receiver):
+    from trustrank.notify.events import notify_gate_failed
+
+    hook_for(team, receiver, events=("gate.failed",))
+    notify_gate_failed(team_id=team.pk, payload={"gate": "release", "project": "shop"})
+    drain()
+    (got,) = receiver.requests
+    assert got.signed_by("top-secret") and got.json["gate"] == "release"
+    assert got.json["event"] == "gate.failed" and got.json["team"]["id"] == team.pk
+
+
+
+def test_a_jira_webhook_is_delivered_through_jira_deliver(team, receiver, monkeypatch):
+    """The contract with the Jira side (trustrank.jira, another part, imported when a
+    delivery needs it): `jira_deliver(webhook=, event=, payload=) -> (status, detail)`, its
+    status deciding as an HTTP answer would. A stand-in module records the calls here."""
+    import sys
+    import types
+
+    calls = []
+    answers = [(503, "Jira is away"), (201, "SEC-1")]
+
+    def jira_deliver(*, webhook, event, payload):
+        calls.append((webhook.pk, event, payload))
+        return answers.pop(0)
+
+    stand_in = types.ModuleType("trustrank.jira.services")
+    stand_in.jira_deliver = jira_deliver  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "trustrank.jira.services", stand_in)
+    hook = hook_for(team, receiver, format="jira", jira_project_key="SEC")
+    notify(team_id=team.pk, event="finding.immediate", payload=FINDING)
+    drain()
+    delivery = Delivery.objects.get()
+    assert (delivery.status, delivery.response_code, delivery.attempts) == ("delivered", 201, 2)
+    assert receiver.count == 0 and len(calls) == 2
+    webhook_id, event, payload = calls[0]
+    assert (webhook_id, event) == (hook.pk, "finding.immediate")
+    assert payload["finding_id"] == 7 and payload["delivery_id"] == str(delivery.uuid)

@@ -53,6 +53,10 @@ def test_a_ranking_run_writes_one_row_and_its_changes_become_events(team):
     assert log4j["decision"] == "immediate" and log4j["previous_decision"] is None
     assert log4j["rank"] == 1 and log4j["explanation"] and log4j["team"]["id"] == team.pk
     assert log4j["service"] == "payment-gateway" and "log4j-core" in log4j["component"]
+    nested = log4j["finding"]
+    assert (nested["id"], nested["component"], nested["version"], nested["decision"]) == (
+        log4j["finding_id"], "log4j-core", "2.14.1", "immediate")
+    assert nested["url"] == log4j["finding_url"] and nested["rank"] == 1
 
     # The next run moves a decision: Log4Shell resolved and reopened is ranked again; a
     # finding whose decision did not change emits nothing.

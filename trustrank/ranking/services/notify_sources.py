@@ -72,9 +72,12 @@ def finding_payloads(finding_ids: list[int]) -> dict[int, dict[str, Any]]:
                 "vuln_id": f["vuln_id"],
                 "cve_id": f["cve_id"],
                 "component": component,
+                "component_name": f["component_name"],
+                "component_version": f["component_version"],
                 "component_purl": f["component_purl"],
                 "project": f["project__name"] or "",
                 "version": f["project_version__version"] or "",
+                "project_version": f["project_version__version"] or "",
                 "service": f["service__name"] or data.get("service") or "",
                 "environment": f["environment"] or data.get("environment") or "",
                 "severity": f["severity"],
@@ -85,6 +88,22 @@ def finding_payloads(finding_ids: list[int]) -> dict[int, dict[str, Any]]:
                 "explanation": data.get("explanation", []),
             }
     return out
+
+
+def with_finding(payload: dict[str, Any]) -> dict[str, Any]:
+    """The payload with its `finding` object: the finding's facts in one place, as the Jira
+    delivery reads them (there `component` is the name and `version` the component's version;
+    the project's version is `project_version`)."""
+    finding = {
+        "id": payload["finding_id"], "url": payload["finding_url"],
+        **{k: payload.get(k) for k in (
+            "title", "kind", "vuln_id", "cve_id", "component_purl", "project",
+            "project_version", "service", "environment", "severity", "state", "rank", "score",
+            "decision", "previous_decision", "explanation")},
+        "component": payload.get("component_name") or payload.get("component"),
+        "version": payload.get("component_version", ""),
+    }
+    return {**payload, "finding": finding}
 
 
 def _team_block(team_id: int) -> dict[str, Any]:
@@ -114,6 +133,7 @@ def ranking_run_events(*, batch: Any) -> Iterator[tuple[int, str, dict[str, Any]
             "score": score if score is not None else finding["score"],
             "decision": decision, "previous_decision": previous,
         }
+        payload = with_finding(payload)
         yield run.team_id, "finding.decision_changed", payload
         if decision == IMMEDIATE:
             yield run.team_id, "finding.immediate", payload
@@ -139,6 +159,6 @@ def kev_added_events(*, batch: Any) -> Iterator[tuple[int, str, dict[str, Any]]]
         if team_id not in teams:
             teams[team_id] = _team_block(team_id)
         kev = next((c for c in (cve_id, vuln_id, *(aliases or [])) if c in wanted), cve_id)
-        yield team_id, "feed.kev_added", {
+        yield team_id, "feed.kev_added", with_finding({
             **finding, "team": teams[team_id], "occurred_at": occurred, "kev_cve_id": kev,
-        }
+        })
