@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Lower first. Apps of one layer are peers and may use one another; none may import an app
 # of a higher layer. Update docs/architecture.md with this list.
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"lib", "accounts", "jobs"}),
+    frozenset({"lib", "accounts", "jobs", "notify"}),
     frozenset({"findings"}),
     frozenset({"inventory", "vulns", "runtime", "identity", "cluster", "jira"}),
     frozenset({"ranking"}),

@@ -22,6 +22,7 @@ NEW_NAMES = (
     "trustrank.cluster.tasks.replay_run",
     "trustrank.exports.tasks.exports_run",
     "trustrank.findings.tasks.findings_bulk_triage",
+    "trustrank.notify.tasks.notify_retention",
 )
 
 

@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "trustrank.exports",
     "trustrank.gate",
     "trustrank.jira",
+    "trustrank.notify",
     "ingest",
 ]
 
@@ -569,11 +570,6 @@ CACHES = {
     )
 }
 
-# Outbound calls to addresses teams configure (Jira, webhooks; trustrank/lib/outbound.py)
-# refuse private, loopback and link-local addresses unless this is true (tests, a Jira on
-# the same private network).
-TRUSTRANK_OUTBOUND_ALLOW_PRIVATE = envbool("TRUSTRANK_OUTBOUND_ALLOW_PRIVATE", False)
-
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -582,4 +578,30 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     # pgserver logs every process exit at INFO (the embedded database; see lib/embedded.py).
     "loggers": {"django.db.backends": {"level": "WARNING"}, "pgserver": {"level": "WARNING"}},
+}
+
+# --- Outbound notifications (webhooks, Jira; trustrank/lib/outbound.py) ----------------------
+# Webhook and Jira URLs may point at private, loopback and link-local addresses (an internal
+# receiver, a Jira on the same private network). Off by default, so a team admin's URL cannot
+# probe the site's own network.
+TRUSTRANK_OUTBOUND_ALLOW_PRIVATE = envbool("TRUSTRANK_OUTBOUND_ALLOW_PRIVATE", False)
+# The CA certificates (a PEM file) https webhooks are verified against; certifi's by default.
+TRUSTRANK_OUTBOUND_CA_BUNDLE = envstr("TRUSTRANK_OUTBOUND_CA_BUNDLE", "")
+# The site's address as people reach it: the links in deliveries (finding pages).
+TRUSTRANK_SITE_URL = envstr("TRUSTRANK_SITE_URL", "http://127.0.0.1:8000").rstrip("/")
+# A delivery that failed (network error, 5xx, 408, 429) is tried again after base · 2^(n−1)
+# seconds (capped), up to this many attempts in all; other 4xx fail at once.
+TRUSTRANK_WEBHOOK_MAX_ATTEMPTS = envint("TRUSTRANK_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1)
+TRUSTRANK_WEBHOOK_RETRY_BASE_SECONDS = envfloat("TRUSTRANK_WEBHOOK_RETRY_BASE_SECONDS", 10.0)
+TRUSTRANK_WEBHOOK_RETRY_MAX_SECONDS = envfloat("TRUSTRANK_WEBHOOK_RETRY_MAX_SECONDS", 3600.0)
+TRUSTRANK_WEBHOOK_TIMEOUT_SECONDS = envfloat("TRUSTRANK_WEBHOOK_TIMEOUT_SECONDS", 10.0)
+# Deliveries a worker sends at once (threads over pooled keep-alive connections), and how many
+# it claims per round trip to the database.
+TRUSTRANK_WEBHOOK_CONCURRENCY = envint("TRUSTRANK_WEBHOOK_CONCURRENCY", 32, minimum=1)
+TRUSTRANK_WEBHOOK_CHUNK = envint("TRUSTRANK_WEBHOOK_CHUNK", 256, minimum=1)
+# Finished deliveries older than this are deleted (beat, every few hours).
+TRUSTRANK_WEBHOOK_RETENTION_DAYS = envint("TRUSTRANK_WEBHOOK_RETENTION_DAYS", 30, minimum=1)
+CELERY_BEAT_SCHEDULE["notify-retention"] = {
+    "task": "trustrank.notify.tasks.notify_retention",
+    "schedule": timedelta(hours=6),
 }

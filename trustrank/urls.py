@@ -16,6 +16,7 @@ urlpatterns = [
     path("", include("trustrank.exports.urls")),
     path("", include("trustrank.gate.urls")),
     path("", include("trustrank.jira.urls")),
+    path("", include("trustrank.notify.urls")),
     # Receivers (REST under api/v1/, OTLP at v1/traces).
     path("", include("ingest.api_urls")),
     path("api/v1/", include("trustrank.inventory.api_urls")),
@@ -28,6 +29,7 @@ urlpatterns = [
     path("api/v1/", include("trustrank.exports.api_urls")),
     path("api/v1/", include("trustrank.gate.api_urls")),
     path("api/v1/", include("trustrank.jira.api_urls")),
+    path("api/v1/", include("trustrank.notify.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     path("admin/", admin.site.urls),

@@ -34,6 +34,7 @@ from trustrank.cluster.services.objects import (
     cluster_get_or_create,
     objects_load,
 )
+from trustrank.notify.events import notify_job_failed
 from trustrank.parsers.errors import ParserError
 from trustrank.parsers.kubernetes import kubernetes_parse
 from trustrank.parsers.otlp_columns import columns_unpack, otlp_metrics_raw_columns
@@ -286,6 +287,7 @@ def otlp_metrics_load(*, job: IngestJob, payload: bytes, progress: Progress) -> 
                 status=JobStatus.FAILED, error=str(exc)[:10000], finished_at=timezone.now(),
                 lease_until=None, phase="failed",
             )
+            notify_job_failed(kind="ingest", job=other, message=str(exc))
     minutes = new_series = dropped = 0
     for name, points in sorted(batches.items()):
         progress(phase=f"storing {name}")

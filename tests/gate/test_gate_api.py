@@ -231,3 +231,19 @@ def test_the_answer_costs_a_fixed_number_of_queries(api, team, django_assert_max
         body = client.get(URL, {"project": "shop", "version": "1.4",
                                 "environment": "prod"}).json()
     assert body["pass"] is True and len(body["waived"]) == 2
+
+
+def test_a_failing_answer_queues_one_gate_failed_event_per_ranking_run(api, team):
+    from trustrank.notify.models import NotifyBatch, Webhook
+
+    Webhook.objects.create(team=team, url="https://hooks.example.com/ci", secret="s",
+                           events=["gate.failed"])
+    advisories(team)
+    shop(team)
+    rerank(team)
+    for _ in range(2):
+        assert api(team, "read").get(URL, {"project": "shop", "version": "1.4"}).json()[
+            "pass"] is False
+    (batch,) = NotifyBatch.objects.filter(team=team, event="gate.failed")
+    (item,) = batch.items
+    assert "shop" in str(item) and "1.4" in str(item)

@@ -25,8 +25,15 @@ from trustrank.gate.selectors import (
     gate_target_find,
 )
 from trustrank.gate.serializers import GatePolicySerializer, GateResultSerializer
-from trustrank.gate.services import GatePolicyForbidden, GatePolicyInvalid, gate_policy_set
+from trustrank.gate.services import (
+    GatePolicyForbidden,
+    GatePolicyInvalid,
+    gate_failed_payload,
+    gate_failure_record,
+    gate_policy_set,
+)
 from trustrank.lib.api import problem
+from trustrank.notify.events import notify_gate_failed
 
 # `wait` is capped so a held request stays well inside a proxy's usual read timeout.
 WAIT_MAX_SECONDS = 300
@@ -140,12 +147,9 @@ class GateApi(APIView):
         except GateTeamRequired as exc:
             return problem(400, "Bad request", str(exc), param="team",
                            errors={"team": [str(exc)]})
-        # Integration point of the `gate.failed` webhook (trustrank.notify, not in this app):
-        #     if gate_failure_record(result=result):
-        #         notify(team_id=result.team_id, event="gate.failed",
-        #                payload=gate_failed_payload(result))
-        # gate_failure_record is True only for a failing, complete answer, once per
-        # (project version, ranking run).
+        # `gate.failed` once per (project version, ranking run), for a complete failing answer.
+        if gate_failure_record(result=result):
+            notify_gate_failed(team_id=result.team_id, payload=gate_failed_payload(result))
         return Response(result.as_json())
 
 

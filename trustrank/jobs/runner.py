@@ -178,7 +178,15 @@ def job_fail(kind: JobKind, job: Any, *, message: str) -> bool:
         kind.call(kind.cleanup, job=job)
     except Exception:
         log.exception("job %s %s: cleanup failed", kind.name, job.pk)
+    job_failed_notify(kind, job, message=message)
     return True
+
+
+def job_failed_notify(kind: JobKind, job: Any, *, message: str) -> None:
+    """`job.failed` for the job's team (webhooks); never fails the caller."""
+    from trustrank.notify.events import notify_job_failed
+
+    notify_job_failed(kind=kind.name, job=job, message=message)
 
 
 def _requeue(kind: JobKind, job: Any, *, message: str) -> float | None:

@@ -22,6 +22,7 @@ from django.utils import timezone
 from trustrank.jobs.claim import backend_end, batch_running
 from trustrank.jobs.models import JobClass, JobStatus
 from trustrank.jobs.registry import job_kinds
+from trustrank.jobs.runner import job_failed_notify
 from trustrank.jobs.send import batch_wake, job_send
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ def jobs_sweep() -> dict[str, int]:
                 totals["gave_up"] += gave_up
                 if gave_up:
                     _cleanup(kind, job)
+                    job_failed_notify(kind, job, message="the worker stopped each time")
                 continue
             if mine.update(
                 status=JobStatus.QUEUED, enqueued_at=now, lease_until=None,

@@ -18,3 +18,10 @@ class RankingConfig(AppConfig):
                 batch_capable=True,
             )
         )
+        from trustrank.notify.sources import notify_source_register
+
+        # The notify worker expands these batches (a run's decision changes, KEV additions).
+        notify_source_register(
+            "ranking_run", "trustrank.ranking.services.notify_sources.ranking_run_events"
+        )
+        notify_source_register("kev", "trustrank.ranking.services.notify_sources.kev_added_events")

@@ -22,6 +22,7 @@ from trustrank.findings.services.due_dates import (
     PolicyDays,
     triage_policy_for,
 )
+from trustrank.notify.events import notify_ranking_run
 from trustrank.ranking.inputs import Gathered, rank_settings, ranking_inputs_gather
 from trustrank.ranking.models import RankingRun, RunStatus
 from trustrank.ranking.services.due import (
@@ -310,6 +311,9 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any =
         )
         if not finished:
             raise RankingError(f"ranking run {run.pk} was taken over by another attempt")
+        if changed:  # one row (when a webhook listens), committed with the run; the
+            # worker reads the run's decision changes and fans them out (trustrank/notify)
+            notify_ranking_run(team_id=run.team_id, run_id=run.pk)
     _PREVIOUS[run.team_id] = _Cached(
         # The due dates just written settled what `settled` said: it is not kept; nor are
         # the queue's columns, which only a store of the whole queue reads.

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from trustrank.findings.services.audit import Actor
 from trustrank.lib.locks import advisory_xact_lock
+from trustrank.notify.events import notify_kev_added
 from trustrank.parsers.cvss import best_score, severity_label
 from trustrank.parsers.epss import EpssFile
 from trustrank.parsers.kev import KevCatalog
@@ -312,9 +313,11 @@ def kev_catalog_import(
     removed, _ = KevEntry.objects.exclude(cve_id__in=list(objs)).delete()
     progress(done=len(objs), total=len(objs), phase="findings")
     refreshed = findings_refresh_exploit_data()
+    added = sorted(set(objs) - known)
+    notify_kev_added(cve_ids=added)  # one row; the worker finds the teams they hit
     return {
         "entries": len(objs),
-        "added": len(set(objs) - known),
+        "added": len(added),
         "removed": removed,
         **refreshed,
         "_result": {"catalog_version": catalog.catalog_version},
