@@ -48,7 +48,7 @@ def test_a_bad_value_is_shown_on_its_field_and_nothing_is_stored(
     client.login(username="alice", password="pw-alice")
     response = client.post("/settings/jira/", _form(team, base_url="http://127.0.0.1/"))
     assert response.status_code == 400
-    assert "non-public address" in response.content.decode()
+    assert "is a loopback address" in response.content.decode()
     settings.TRUSTRANK_OUTBOUND_ALLOW_PRIVATE = True
     response = client.post("/settings/jira/", _form(team, project_key="lower"))
     assert response.status_code == 400 and "project key" in response.content.decode()
