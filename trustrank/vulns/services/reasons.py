@@ -95,6 +95,13 @@ def advisory_vector(adv: dict[str, Any] | None, score: float | None) -> str:
     return ""
 
 
+def _severity_rank(adv: dict[str, Any]) -> int:
+    """2: the advisory has a CVSS score, 1: only a severity label, 0: neither."""
+    if adv["cvss_score"] is not None:
+        return 2
+    return 1 if adv["severity_label"] not in ("", "unknown") else 0
+
+
 def _finding_values(
     d: _Desired,
     *,
@@ -110,10 +117,12 @@ def _finding_values(
     affected = [m for m in d.matches if m.verdict is Verdict.AFFECTED]
     chosen: Match | None = (affected or d.matches)[0] if (affected or d.matches) else None
     adv = adv_by_id.get(chosen.advisory_id) if chosen is not None else None
-    # The advisory with a score beats one without, for what the finding shows.
+    # The advisory with a score beats one without, for what the finding shows; failing that,
+    # one with a severity label (a reviewed GHSA's `database_specific.severity`) beats one
+    # with none (a Go or PyPA record aliasing it).
     for m in d.matches:
         other = adv_by_id[m.advisory_id]
-        if adv is None or (adv["cvss_score"] is None and other["cvss_score"] is not None):
+        if adv is None or _severity_rank(other) > _severity_rank(adv):
             adv = other
     embedded = d.embedded[0] if d.embedded else None
     cvss = adv["cvss_score"] if adv else None
