@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from tests.vulns.helpers import CVSS_CRITICAL, CVSS_MEDIUM, bom, import_osv, load_sbom, osv
+from tests.vulns.helpers import CVSS_CRITICAL, CVSS_MEDIUM, DATA, bom, import_osv, load_sbom, osv
 from trustrank.findings.models import Finding
 from trustrank.inventory.models import Sbom
 
@@ -298,3 +298,11 @@ def test_version_and_powered_by_pass_the_jenkins_connection_test(api, team):
     from rest_framework.test import APIClient
 
     assert APIClient().get("/api/version").status_code in (401, 403)
+
+
+def test_lookup_names_an_spdx_upload_as_spdx(api, team):
+    spdx = (DATA / "sbom" / "spdx" / "real" / "spdx-2.2_trivy_centos-7.spdx.json").read_bytes()
+    load_sbom(team, spdx, project="centos", version="7", match=False)
+    r = api(team, "read").get("/api/v1/project/lookup?name=centos&version=7")
+    assert r.status_code == 200, r.content
+    assert r.json()["lastBomImportFormat"] == "SPDX 2.2"

@@ -16,7 +16,7 @@ from rest_framework import serializers
 
 from trustrank.findings.models import OPEN_STATES, TriageState, title_line
 from trustrank.inventory.dt_selectors import vuln_source
-from trustrank.inventory.models import ProjectVersion
+from trustrank.inventory.models import ProjectVersion, Sbom
 
 _NAMESPACE = uuid_module.UUID("6f1c2a5e-3b0d-5d7a-9c44-1f0e7b2d8a61")
 
@@ -196,6 +196,12 @@ def dt_metrics_data(
     }
 
 
+def _bom_format(sbom: Sbom) -> str:
+    """Dependency-Track's name of the uploaded format ("CycloneDX 1.5", "SPDX 2.3")."""
+    family = "SPDX" if sbom.format == "spdx" else "CycloneDX"
+    return f"{family} {sbom.spec_version}"
+
+
 def dt_project_data(
     project_version: ProjectVersion, *, metrics: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -212,7 +218,7 @@ def dt_project_data(
         "isLatest": bool(getattr(project_version, "is_latest", False)),
         "tags": [],
         "lastBomImport": millis(sbom.created_at) if sbom is not None else None,
-        "lastBomImportFormat": f"CycloneDX {sbom.spec_version}" if sbom is not None else None,
+        "lastBomImportFormat": _bom_format(sbom) if sbom is not None else None,
         "lastVulnerabilityAnalysis": millis(sbom.matched_at) if sbom is not None else None,
     }
     if metrics is not None:
