@@ -77,7 +77,11 @@ def test_lookup_of_an_unknown_or_another_teams_project_is_a_404(api, team, other
         f"/api/v1/metrics/project/{shop.uuid}/refresh",
         f"/api/v1/violation/project/{shop.uuid}",
     ):
-        assert intruder.get(path).status_code == 404, path
+        r = intruder.get(path)
+        assert r.status_code == 404, path
+        # The problem's detail says what is missing (not "invalid fields").
+        assert r.json()["detail"] == "The project could not be found.", r.content
+        assert "errors" not in r.json()
         assert api(team, "read").get(path).status_code == 200, path
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from django.http import HttpResponse
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponse
 from rest_framework import exceptions, status
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
@@ -66,7 +67,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         status.HTTP_415_UNSUPPORTED_MEDIA_TYPE: "Unsupported media type",
     }.get(response.status_code, "Error")
     data = response.data
-    if isinstance(exc, exceptions.APIException) and isinstance(data, dict) and "detail" in data:
+    # Django's Http404 / PermissionDenied reach here too (DRF answers them as NotFound /
+    # PermissionDenied): their message is the problem's detail, not a field error.
+    plain = (exceptions.APIException, Http404, PermissionDenied)
+    if isinstance(exc, plain) and isinstance(data, dict) and "detail" in data:
         detail = str(data["detail"])
         errors = None
     else:
