@@ -301,6 +301,8 @@ def demo_env() -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     # The demo is served over plain http://127.0.0.1: secure-only cookies would never come back.
     env.setdefault("SESSION_COOKIE_SECURE", "false")
+    # Links in webhooks, Jira issues and e-mails point at the demo's own port.
+    env.setdefault("TRUSTRANK_SITE_URL", f"http://127.0.0.1:{env.get('PORT') or 8000}")
     if env.get("DATABASE_URL") and not (env.get("SECRET_KEY") or env.get("SECRET_KEY_FILE")):
         # An external database makes the settings insist on a key; the demo keeps one in var/.
         key_file = var_dir() / "secret_key"

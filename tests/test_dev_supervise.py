@@ -72,3 +72,14 @@ def test_a_worker_that_keeps_dying_stops_the_demo_with_its_log(tmp_path):
         assert len(child.starts) == dev.CRASH_LOOP_RESTARTS + 1
     finally:
         child.stop()
+
+
+def test_the_demos_links_point_at_its_own_port(monkeypatch):
+    monkeypatch.setenv("SECRET_KEY", "x" * 50)
+    monkeypatch.delenv("TRUSTRANK_SITE_URL", raising=False)
+    monkeypatch.setenv("PORT", "8731")
+    assert dev.demo_env()["TRUSTRANK_SITE_URL"] == "http://127.0.0.1:8731"
+    monkeypatch.delenv("PORT")
+    assert dev.demo_env()["TRUSTRANK_SITE_URL"] == "http://127.0.0.1:8000"
+    monkeypatch.setenv("TRUSTRANK_SITE_URL", "https://trustrank.example")
+    assert dev.demo_env()["TRUSTRANK_SITE_URL"] == "https://trustrank.example"
