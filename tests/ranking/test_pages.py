@@ -246,3 +246,20 @@ def test_filters_never_make_the_queue_distinct(team):
             "reachability": ["observed"], "kev": "true"}
     qs = PriorityFilterSet(data, queryset=priority_list(principal=principal)).qs
     assert "DISTINCT" not in str(qs.query).upper()
+
+
+def test_a_factor_without_a_value_shows_a_dash_not_none(client, make_user, team):
+    from trustrank.vulns.models import EpssLatest
+
+    build(team)
+    # etcd's flaw without an EPSS score.
+    EpssLatest.objects.filter(cve_id="CVE-2020-15115").delete()
+    Finding.objects.filter(team=team, cve_id="CVE-2020-15115").update(epss=None,
+                                                                     epss_percentile=None)
+    rerank(team)
+    login(client, make_user, team)
+    pages = [client.get(f"/findings/{f.pk}/").content.decode()
+             for f in Finding.objects.filter(team=team, kind="vulnerability")]
+    tables = [html.split('class="factors"', 1)[1].split("</table>", 1)[0] for html in pages]
+    assert any("<td>epss</td><td>–</td>" in t for t in tables)  # an advisory without EPSS
+    assert not any("<td>None</td>" in t for t in tables)
