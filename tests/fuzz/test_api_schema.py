@@ -173,6 +173,8 @@ REQUIRED_QUERY: dict[str, dict[str, str]] = {
     "/api/v1/exports": {"format": "csv"},
     # Dependency-Track's lookup: the seeded project (load_sbom's defaults).
     "/api/v1/project/lookup": {"name": "app", "version": "1.0"},
+    # The build gate of that same project version.
+    "/api/v1/gate": {"project": "app", "version": "1.0"},
 }
 
 
@@ -212,6 +214,10 @@ def _real_path_parameters(team: Any) -> dict[str, Any]:
     from trustrank.cluster.models import Cluster
 
     Cluster.objects.get_or_create(team=team, name="gpu-a")
+    from trustrank.notify.models import Webhook
+
+    webhook = Webhook.objects.create(team=team, url="https://hooks.example.com/t", secret="s",
+                                     events=["finding.immediate"])
     deployment_set(
         team=team, environment="production", service="api",
         request=DeploymentRequest(project="app", version="1.0"), source="api",
@@ -235,6 +241,7 @@ def _real_path_parameters(team: Any) -> dict[str, Any]:
             .values_list("project_version__uuid", flat=True).first()
         ),
         "kind": "osv",
+        "webhook_id": webhook.pk,
         "id": {
             "certificates": Certificate.objects.filter(team=team).first().pk,  # type: ignore[union-attr]
             "identities": identity.pk if identity else 0,
