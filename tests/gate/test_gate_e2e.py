@@ -25,15 +25,17 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 def readme_recipe() -> str:
     text = (ROOT / "README.md").read_text()
     section = text[text.index("### Build gate"):]
-    (line,) = re.findall(r"^curl -fsS .*$", section[: section.index("\n### ")], re.M)
+    (line,) = re.findall(r"^curl -sS .*$", section[: section.index("\n### ")], re.M)
     return line
 
 
-def run_recipe(*, url: str, key: str, project: str, version: str) -> int:
+def run_recipe(*, url: str, key: str, project: str, version: str, says: str = "") -> int:
+    """The recipe's exit code; `says`: text its output must hold (a reason, an error)."""
     command = readme_recipe().replace("project=shop&version=1.4", f"project={project}&"
                                       f"version={version}")
     done = subprocess.run(["bash", "-c", command], env={**os.environ, "URL": url, "KEY": key},
                           capture_output=True, text=True, timeout=320, check=False)
+    assert says in done.stdout, done.stdout + done.stderr
     return done.returncode
 
 
@@ -79,7 +81,8 @@ def test_a_pipeline_gates_on_decisions_waivers_and_policy(
     assert body["pass"] is False and body["counts"]["immediate"] == 1
     assert body["reasons"][0].startswith(f"{LOG4SHELL} in log4j-core@2.14.1 is immediate (rank ")
     assert body["deployed_in_environment"] is True and body["upload"]["status"] == "done"
-    assert run_recipe(url=web_server.url, key=key, project="shop", version="1.4") == 1
+    assert run_recipe(url=web_server.url, key=key, project="shop", version="1.4",
+                      says=f"{LOG4SHELL} in log4j-core@2.14.1 is immediate") == 1
 
     # Triaged not affected: the same version passes, and says who waived what.
     finding = Finding.objects.get(team=team, cve_id=LOG4SHELL, project_version__version="1.4")
@@ -90,7 +93,8 @@ def test_a_pipeline_gates_on_decisions_waivers_and_policy(
     body = ci.gate("1.4")
     assert body["pass"] is True and body["counts"]["immediate"] == 0
     assert "waived: not_affected (code_not_reachable) by api-key:test" in body["reasons"][1]
-    assert run_recipe(url=web_server.url, key=key, project="shop", version="1.4") == 0
+    assert run_recipe(url=web_server.url, key=key, project="shop", version="1.4",
+                      says="waived: not_affected") == 0
 
     # 1.5 with medium impact: out-of-cycle passes the default policy, not the stricter one.
     ci.upload("1.5", [LOG4J], impact="medium")
@@ -129,7 +133,7 @@ def test_a_pipeline_gates_on_decisions_waivers_and_policy(
                      timeout=30)
     assert r.status_code == 404 and "no project 'shop'" in r.json()["detail"]
     assert run_recipe(url=web_server.url, key=make_key(other_team, "read"), project="shop",
-                      version="1.4") == 1
+                      version="1.4", says="no project 'shop'") == 1
 
 
 def test_held_requests_time_out_pending_and_do_not_starve_the_server(
