@@ -159,3 +159,17 @@ def test_a_title_is_the_first_non_blank_line_cut_to_length():
     assert title_line("") == ""
     long = title_line("x" * 500)
     assert len(long) == 160 and long.endswith("…")
+
+
+def test_an_advisory_dated_year_one_shows_a_dash_not_0001_01_01(team, world, client, make_user):
+    """Go's vulnerability database writes `published: 0001-01-01T00:00:00Z` when it does not
+    know the date; the page says it does not know either."""
+    from datetime import UTC, datetime
+
+    from trustrank.vulns.models import Advisory
+
+    client = _signed_in(client, make_user, team)
+    Advisory.objects.filter(id="PYSEC-2099-2").update(published=datetime(1, 1, 1, tzinfo=UTC))
+    bare = Finding.objects.get(team=team, vuln_id="PYSEC-2099-2")
+    html = client.get(f"/findings/{bare.pk}/").content.decode()
+    assert "0001-01-01" not in html and "<dd>– / 2024-01-01</dd>" in html
