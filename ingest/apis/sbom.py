@@ -105,7 +105,7 @@ _TEXT_LIMITS = {
 }
 
 
-def _target_checked(
+def target_checked(
     *, name: object, version: object, uuid: object, auto_create: object
 ) -> SbomTarget:
     """The upload's target with JSON types, lengths and the uuid checked: a wrong type is
@@ -148,7 +148,7 @@ def _target_checked(
 
 
 def _target(request: Request) -> SbomTarget:
-    target = _target_checked(
+    target = target_checked(
         name=param(request, "projectName"),
         version=param(request, "projectVersion"),
         uuid=param(request, "project"),
@@ -269,7 +269,7 @@ class DependencyTrackBomApi(_SbomReceiver):
             raise UploadRefused(
                 400, "The uploaded BOM is invalid", f"bom is not base64: {exc}"
             ) from exc
-        target = _target_checked(
+        target = target_checked(
             name=doc.get("projectName"),
             version=doc.get("projectVersion"),
             uuid=doc.get("project"),

@@ -27,7 +27,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ingest.apis.sbom import _target_checked
+from ingest.apis.sbom import target_checked
 from ingest.models import IngestJob, JobStatus
 from ingest.receivers import (
     RawBodyParser,
@@ -96,14 +96,14 @@ def _wrapped(body: bytes) -> dict[str, Any] | None:
 
 
 def _target_of(doc: dict[str, Any]) -> SbomTarget:
-    return _target_checked(
+    return target_checked(
         name=doc.get("projectName"), version=doc.get("projectVersion"),
         uuid=doc.get("project"), auto_create=None,
     )
 
 
 def _target(request: Request) -> SbomTarget:
-    return _target_checked(
+    return target_checked(
         name=param(request, "projectName"), version=param(request, "projectVersion"),
         uuid=param(request, "project"), auto_create=None,
     )
