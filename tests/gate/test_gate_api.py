@@ -247,3 +247,16 @@ def test_a_failing_answer_queues_one_gate_failed_event_per_ranking_run(api, team
     (batch,) = NotifyBatch.objects.filter(team=team, event="gate.failed")
     (item,) = batch.items
     assert "shop" in str(item) and "1.4" in str(item)
+
+
+def test_an_sbom_not_yet_matched_keeps_the_answer_pending(api, team):
+    from trustrank.inventory.models import ProjectVersion, Sbom
+
+    advisories(team)
+    shop(team)
+    rerank(team)
+    pv = ProjectVersion.objects.get(project__team=team, version="1.4")
+    Sbom.objects.filter(pk=pv.current_sbom_id).update(matched_at=None)
+    body = api(team, "read").get(URL, {"project": "shop", "version": "1.4"}).json()
+    assert body["pending"] is True and body["pass"] is False
+    assert "being matched against the advisories" in body["reasons"][0]

@@ -2,14 +2,13 @@
 
 An upload is ranked in three steps, none of which the gate can ask to be told about: the
 SBOM ingest job loads it (a job row); then a plain Celery task matches it against the
-advisories (it leaves ComponentPackage rows for the SBOM, and records an evidence change);
+advisories (it stamps the SBOM's `matched_at`, and records an evidence change);
 then the ranking sweep turns that change into a debounced ranking run (a job row). So the
 answer is complete when
 
 1. the version's latest SBOM upload job is finished (a failed one is final too: the gate
    fails on it rather than judge the SBOM before);
-2. the version's current SBOM has been matched (its ComponentPackage rows exist, or it has
-   no component with a package URL the matcher reads, so there is nothing to write);
+2. the version's current SBOM has been matched (`Sbom.matched_at`);
 3. a ranking run of the team that started after that upload finished is done; and
 4. every open vulnerability finding of the version has a rank. A run that started after the
    upload but before the match committed (a deployment's own evidence change can start one)
@@ -24,11 +23,9 @@ from typing import Any
 
 from trustrank.findings.models import OPEN_STATES, Finding, FindingKind
 from trustrank.gate.selectors import GateTarget, sbom_jobs_of
-from trustrank.inventory.models import Component, ProjectVersion, Sbom
+from trustrank.inventory.models import ProjectVersion, Sbom
 from trustrank.jobs.models import JobStatus
 from trustrank.ranking.models import RankingRun
-from trustrank.vulns.engine.ecosystems import component_package
-from trustrank.vulns.models import ComponentPackage
 
 
 @dataclass(frozen=True)
@@ -82,14 +79,9 @@ def latest_upload(pv: ProjectVersion) -> Upload | None:
 
 
 def _sbom_matched(sbom_id: int) -> bool:
-    if ComponentPackage.objects.filter(sbom_id=sbom_id).exists():
-        return True
-    # No package rows: either not matched yet, or none of its components has a purl the
-    # matcher reads (then matching writes none). Usually the first purl settles it.
-    purls = Component.objects.filter(sbom_id=sbom_id).exclude(purl="").values_list(
-        "purl", flat=True
-    )
-    return not any(component_package(p) is not None for p in purls.iterator(chunk_size=2000))
+    # Set by every whole match of the version's current SBOM (vulns.services.matching), even
+    # one that found no package to look up; the upload token's `processing` reads it too.
+    return Sbom.objects.filter(pk=sbom_id, matched_at__isnull=False).exists()
 
 
 def _run_state(team_id: int) -> str:
