@@ -26,13 +26,9 @@ from trustrank.identity.services.environments import (
 from trustrank.inventory.services import ProjectNotFound, project_version_resolve
 from trustrank.parsers.nvd import NvdError, NvdPage
 from trustrank.parsers.sbom import parse_sbom
+from trustrank.parsers.trust_bundle import trust_bundle_parse
 from trustrank.parsers.vex import VexError, vex_parse
-from trustrank.parsers.x509 import (
-    CertificateParseError,
-    certificates_count,
-    certificates_parse,
-    trust_bundle_parse,
-)
+from trustrank.parsers.x509 import CertificateParseError, certificates_count, certificates_parse
 from trustrank.runtime.models import HumanImpact
 from trustrank.vulns.services.feeds import FEED_KINDS, FeedSourceError
 

@@ -9,7 +9,7 @@ from ingest.models import IngestJob
 from ingest.services import ProgressFn
 from trustrank.accounts.principal import principal_for_system
 from trustrank.inventory.services import ProjectNotFound, project_version_resolve, sbom_store
-from trustrank.parsers.cyclonedx import BomError
+from trustrank.parsers.bom import BomError
 from trustrank.parsers.sbom import parse_sbom
 from trustrank.runtime.deployment import DeploymentError, DeploymentRequest, deployment_set
 from trustrank.runtime.models import DeploymentSource, HumanImpact

@@ -8,7 +8,8 @@ from ingest.errors import IngestRejected
 from ingest.models import IngestJob
 from ingest.services import ProgressFn
 from trustrank.identity.services.certificates import trust_bundle_replace
-from trustrank.parsers.x509 import CertificateParseError, trust_bundle_parse
+from trustrank.parsers.trust_bundle import trust_bundle_parse
+from trustrank.parsers.x509 import CertificateParseError
 
 
 def trust_bundle_load(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> dict[str, Any]:

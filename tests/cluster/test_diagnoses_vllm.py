@@ -9,18 +9,20 @@ from trustrank.risk.cluster.settings import ClusterThresholds
 from trustrank.risk.cluster.vllm import (
     CounterSeries,
     HistogramSnapshot,
-    KvCacheSeries,
     LatencySeries,
-    QueueSeries,
     histogram_quantile,
-    kv_cache_diagnose,
     latency_diagnose,
     latency_series_from,
     latency_windows,
-    queue_diagnose,
-    queue_intervals,
     throughput_diagnose,
     throughput_instability,
+)
+from trustrank.risk.cluster.vllm_queues import (
+    KvCacheSeries,
+    QueueSeries,
+    kv_cache_diagnose,
+    queue_diagnose,
+    queue_intervals,
 )
 
 BOUNDS = (0.1, 0.2, 0.5, 1.0, 2.0, math.inf)

@@ -10,12 +10,9 @@ import pytest
 
 from tests.cluster.k8s_build import event, listing, node, pod
 from trustrank.parsers.errors import ParserError
-from trustrank.parsers.kubernetes import (
-    KubernetesError,
-    kubernetes_parse,
-    pod_history_diff,
-    quantity_parse,
-)
+from trustrank.parsers.kubernetes import KubernetesError, kubernetes_parse
+from trustrank.parsers.kubernetes_history import pod_history_diff
+from trustrank.parsers.kubernetes_objects import quantity_parse
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "telemetry"
 

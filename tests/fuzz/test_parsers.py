@@ -24,14 +24,16 @@ from hypothesis import strategies as st
 
 from tests.fuzz import stats
 from tests.runtime.helpers import SpanFactory
-from trustrank.parsers.cyclonedx import BomError, parse_cyclonedx
+from trustrank.parsers.bom import BomError
+from trustrank.parsers.cyclonedx import parse_cyclonedx
 from trustrank.parsers.epss import EpssError, parse_epss
 from trustrank.parsers.kev import KevError, parse_kev
 from trustrank.parsers.nvd import NvdError, parse_nvd
 from trustrank.parsers.osv import OsvError, parse_osv
 from trustrank.parsers.otlp import JSON, PROTOBUF, OtlpDecodeError, otlp_decode, otlp_validate
 from trustrank.parsers.spdx import SpdxError, parse_spdx
-from trustrank.parsers.x509 import CertificateParseError, certificates_parse, trust_bundle_parse
+from trustrank.parsers.trust_bundle import trust_bundle_parse
+from trustrank.parsers.x509 import CertificateParseError, certificates_parse
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 FUZZ = settings(

@@ -8,13 +8,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from tests.identity.pki import data, issue, make_pki, rsa_key
-from trustrank.parsers.x509 import (
-    CertificateParseError,
-    PrivateKeyRefused,
-    certificates_parse,
-    spiffe_id_parse,
-    trust_bundle_parse,
-)
+from trustrank.parsers.spiffe import spiffe_id_parse
+from trustrank.parsers.trust_bundle import trust_bundle_parse
+from trustrank.parsers.x509 import CertificateParseError, PrivateKeyRefused, certificates_parse
 
 
 def test_pem_chain_parses_every_field() -> None:

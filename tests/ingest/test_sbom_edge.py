@@ -12,7 +12,8 @@ import pytest
 
 from ingest.models import IngestJob
 from tests.conftest import DATA
-from trustrank.parsers.cyclonedx import BomError, parse_cyclonedx
+from trustrank.parsers.bom import BomError
+from trustrank.parsers.cyclonedx import parse_cyclonedx
 
 SMALL = (DATA / "sbom" / "cdx-1.6_pypi_torch-nvidia-cuda.json").read_bytes()
 

@@ -8,7 +8,8 @@ import orjson
 import pytest
 
 from tests.conftest import DATA
-from trustrank.parsers.cyclonedx import BomError, parse_cyclonedx
+from trustrank.parsers.bom import BomError
+from trustrank.parsers.cyclonedx import parse_cyclonedx
 from trustrank.parsers.cyclonedx_vulns import vulnerability_from_json, vulnerability_to_json
 
 SBOMS = DATA / "sbom"

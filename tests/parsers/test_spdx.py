@@ -13,7 +13,7 @@ import pytest
 from spdx_tools.spdx.parser.jsonlikedict.json_like_dict_parser import JsonLikeDictParser
 from spdx_tools.spdx.validation.document_validator import validate_full_spdx_document
 
-from trustrank.parsers.cyclonedx import BomError
+from trustrank.parsers.bom import BomError
 from trustrank.parsers.sbom import parse_sbom, sbom_format
 from trustrank.parsers.spdx import SpdxError, is_spdx, parse_spdx
 from trustrank.parsers.spdx_validate import validation_messages

@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.cluster import k8s_build as k8s
-from trustrank.parsers.kubernetes import GpuRequest, kubernetes_parse
+from trustrank.parsers.kubernetes import kubernetes_parse
+from trustrank.parsers.kubernetes_objects import GpuRequest
 from trustrank.risk.scheduling.snapshot import (
     PhaseStep,
     SnapshotError,

@@ -12,7 +12,7 @@ from django.utils import timezone
 from trustrank.accounts.models import Team
 from trustrank.inventory.models import Component, ComponentDependency, Project, ProjectVersion, Sbom
 from trustrank.lib.db import copy_rows
-from trustrank.parsers.cyclonedx import ParsedBom
+from trustrank.parsers.bom import ParsedBom
 from trustrank.parsers.cyclonedx_vulns import vulnerability_to_json
 
 log = logging.getLogger(__name__)

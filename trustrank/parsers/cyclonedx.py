@@ -14,7 +14,6 @@ import functools
 import json
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import jsonschema_rs
 import orjson
 from lxml import etree
 
+from trustrank.parsers.bom import BomError, ParsedBom, ParsedComponent, ParsedService
 from trustrank.parsers.cyclonedx_packages import packages_from_json, packages_from_xml
 from trustrank.parsers.cyclonedx_vulns import (
     CycloneDxVulnsError,
@@ -37,74 +37,6 @@ _SUPPORTED = ", ".join(SUPPORTED_VERSIONS)
 _SCHEMA_DIR = Path(cdx_resources.__file__).parent
 _XML_NS = re.compile(r"^\{http://cyclonedx\.org/schema/bom/(\d+\.\d+)\}bom$")
 _MAX_ERRORS = 10
-
-
-class BomError(ValueError):
-    """The document is not an acceptable CycloneDX BOM; the message says why and where."""
-
-
-@dataclass(frozen=True, slots=True)
-class ParsedComponent:
-    name: str
-    bom_ref: str = ""
-    parent_ref: str = ""
-    type: str = ""
-    group: str = ""
-    version: str = ""
-    purl: str = ""
-    cpe: str = ""
-    hashes: dict[str, str] = field(default_factory=dict)
-    licenses: tuple[str, ...] = ()
-    supplier: str = ""
-    scope: str = ""
-    # Code packages the component says it holds (`cyclonedx_packages`).
-    packages: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class ParsedService:
-    """A service the BOM declares (CycloneDX `services`); nested services are flattened."""
-
-    name: str
-    bom_ref: str = ""
-    group: str = ""
-    version: str = ""
-    endpoints: tuple[str, ...] = ()
-    authenticated: bool | None = None
-    trust_boundary: bool | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "bom_ref": self.bom_ref,
-            "group": self.group,
-            "name": self.name,
-            "version": self.version,
-            "endpoints": list(self.endpoints),
-            "authenticated": self.authenticated,
-            "trust_boundary": self.trust_boundary,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class ParsedBom:
-    format: str
-    spec_version: str
-    serial_number: str
-    version: int
-    timestamp: datetime | None
-    tools: tuple[dict[str, str], ...]
-    described_component: dict[str, Any]
-    components: tuple[ParsedComponent, ...]
-    dependencies: tuple[tuple[str, str], ...]
-    vulnerability_count: int
-    services: tuple[ParsedService, ...] = ()
-    # The embedded VDR/VEX, parsed in the same pass. A malformed vulnerability section does
-    # not refuse the BOM (its inventory is still good): it is left out and explained here.
-    vulnerabilities: tuple[EmbeddedVulnerability, ...] = ()
-    vulnerabilities_error: str = ""
-    # Problems in the document that do not spoil its inventory (an SPDX field TrustRank does
-    # not read, in a form the specification does not allow): kept and shown, not refused.
-    warnings: tuple[str, ...] = ()
 
 
 def parse_cyclonedx(data: bytes) -> ParsedBom:

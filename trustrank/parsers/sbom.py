@@ -4,7 +4,8 @@ the JSON is an SPDX document, CycloneDX otherwise. Both give the same `ParsedBom
 
 from __future__ import annotations
 
-from trustrank.parsers.cyclonedx import ParsedBom, parse_cyclonedx
+from trustrank.parsers.bom import ParsedBom
+from trustrank.parsers.cyclonedx import parse_cyclonedx
 from trustrank.parsers.spdx import is_spdx, parse_spdx
 
 SPDX_JSON = "application/spdx+json"

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from trustrank.parsers.cyclonedx import ParsedBom
+from trustrank.parsers.bom import ParsedBom
 from trustrank.parsers.spdx3 import context_version, read_spdx3
 from trustrank.parsers.spdx_graph import SpdxError, bom_from_read
 

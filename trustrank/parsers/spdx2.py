@@ -26,7 +26,7 @@ from spdx_tools.spdx.model import (
 from spdx_tools.spdx.parser.error import SPDXParsingError
 from spdx_tools.spdx.parser.jsonlikedict.json_like_dict_parser import JsonLikeDictParser
 
-from trustrank.parsers.cyclonedx import ParsedComponent
+from trustrank.parsers.bom import ParsedComponent
 from trustrank.parsers.spdx2_quirks import quirks_normalise
 from trustrank.parsers.spdx_graph import (
     EDGES_2,

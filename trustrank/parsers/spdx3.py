@@ -20,7 +20,7 @@ from typing import Any
 import jsonschema_rs
 import orjson
 
-from trustrank.parsers.cyclonedx import ParsedComponent
+from trustrank.parsers.bom import ParsedComponent
 from trustrank.parsers.spdx_graph import (
     EDGES_3,
     SpdxError,

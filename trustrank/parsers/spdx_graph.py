@@ -40,7 +40,7 @@ from typing import Any
 
 from packageurl import PackageURL
 
-from trustrank.parsers.cyclonedx import BomError, ParsedBom, ParsedComponent
+from trustrank.parsers.bom import BomError, ParsedBom, ParsedComponent
 
 FORWARD = "forward"
 REVERSE = "reverse"

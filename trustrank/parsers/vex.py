@@ -16,7 +16,8 @@ from typing import Any
 
 import orjson
 
-from trustrank.parsers.cyclonedx import BomError, ParsedBom, parse_cyclonedx
+from trustrank.parsers.bom import BomError, ParsedBom
+from trustrank.parsers.cyclonedx import parse_cyclonedx
 
 
 class VexError(ValueError):

@@ -1,8 +1,7 @@
-"""X.509 certificates and trust bundles: bytes -> frozen dataclasses. No Django, no ORM.
+"""X.509 certificates: bytes -> frozen dataclasses. No Django, no ORM.
 
 Accepted certificate input: one or many PEM `CERTIFICATE` blocks (a chain, a bundle), or one
-DER certificate. Accepted trust bundles: PEM CA certificates, or a SPIFFE bundle (a JWKS
-whose `x509-svid` keys carry the CA certificate in `x5c`).
+DER certificate. Trust bundles are read by `trust_bundle`.
 
 A private key is refused wherever it appears (PEM block or DER body), before anything else
 is parsed: uploading one by mistake must not leave a copy behind.
@@ -18,21 +17,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import orjson
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from trustrank.parsers.spiffe import spiffe_id_parse
+
 # Anything that ends in "PRIVATE KEY": RSA/EC/DSA/ENCRYPTED/OPENSSH/plain PKCS#8.
 _PRIVATE_KEY_RE = re.compile(rb"-----BEGIN ([A-Z0-9 ]*PRIVATE KEY)-----")
 _BEGIN_RE = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----")
 _BLOCK_RE = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END ([A-Z0-9 ]+)-----", re.DOTALL)
-# SPIFFE ID grammar (SPIFFE-ID spec §2): lowercase trust domain, path segments of
-# [A-Za-z0-9.-_], no empty, "." or ".." segment, no trailing slash, no query or fragment.
-_TRUST_DOMAIN_RE = re.compile(r"^[a-z0-9._-]+$")
-_SEGMENT_RE = re.compile(r"^[A-Za-z0-9._-]+$")
-_SPIFFE_MAX_BYTES = 2048
 
 _EKU_NAMES = {
     ExtendedKeyUsageOID.SERVER_AUTH: "serverAuth",
@@ -97,52 +92,6 @@ class ParsedCertificate:
 
     def to_cryptography(self) -> x509.Certificate:
         return x509.load_der_x509_certificate(self.der)
-
-
-@dataclass(frozen=True)
-class ParsedBundle:
-    format: str  # "pem" or "spiffe"
-    anchors: tuple[ParsedCertificate, ...]
-    trust_domains: tuple[str, ...]
-    refresh_hint: int | None
-    sequence: int | None
-    jwt_key_count: int
-
-
-@dataclass(frozen=True)
-class SpiffeId:
-    trust_domain: str
-    path: str
-
-    def __str__(self) -> str:
-        return f"spiffe://{self.trust_domain}{self.path}"
-
-
-def spiffe_id_parse(value: str) -> SpiffeId:
-    """Parse a SPIFFE ID or raise ValueError naming the rule it breaks."""
-    if len(value.encode()) > _SPIFFE_MAX_BYTES:
-        raise ValueError(f"SPIFFE ID longer than {_SPIFFE_MAX_BYTES} bytes")
-    if not value.startswith("spiffe://"):
-        raise ValueError(f"{value!r} does not start with spiffe://")
-    rest = value[len("spiffe://") :]
-    if "?" in rest or "#" in rest:
-        raise ValueError(f"{value!r} has a query or fragment")
-    domain, slash, path = rest.partition("/")
-    if not domain:
-        raise ValueError(f"{value!r} has an empty trust domain")
-    if not _TRUST_DOMAIN_RE.match(domain):
-        raise ValueError(
-            f"{value!r}: trust domain {domain!r} may only hold lowercase letters, digits, '.', "
-            "'-' and '_' (no port or user info)"
-        )
-    if not slash:
-        return SpiffeId(trust_domain=domain, path="")
-    for segment in path.split("/"):
-        if segment in ("", ".", ".."):
-            raise ValueError(f"{value!r} has an empty, '.' or '..' path segment")
-        if not _SEGMENT_RE.match(segment):
-            raise ValueError(f"{value!r}: path segment {segment!r} has a forbidden character")
-    return SpiffeId(trust_domain=domain, path="/" + path)
 
 
 def _hex(data: bytes) -> str:
@@ -288,7 +237,7 @@ def _storable_check(cert: ParsedCertificate, *, where: str) -> None:
         raise CertificateParseError(f"{where}: the path length constraint is out of range")
 
 
-def _certificate_from_der(der: bytes, *, where: str) -> ParsedCertificate:
+def certificate_from_der(der: bytes, *, where: str) -> ParsedCertificate:
     try:
         cert = x509.load_der_x509_certificate(der)
         parsed = certificate_from_crypto(cert)
@@ -353,7 +302,7 @@ def certificates_parse(data: bytes) -> list[ParsedCertificate]:
                 "the upload is neither PEM (no '-----BEGIN CERTIFICATE-----' line) nor a DER "
                 "certificate"
             )
-        return [_certificate_from_der(data, where="the DER body")]
+        return [certificate_from_der(data, where="the DER body")]
     blocks = list(_BLOCK_RE.finditer(data))
     begins = list(_BEGIN_RE.finditer(data))
     if len(begins) != len(blocks):
@@ -392,83 +341,5 @@ def certificates_parse(data: bytes) -> list[ParsedCertificate]:
         if digest in seen:
             continue
         seen.add(digest)
-        certs.append(_certificate_from_der(der, where=where))
+        certs.append(certificate_from_der(der, where=where))
     return certs
-
-
-def trust_bundle_parse(data: bytes, *, trust_domain: str = "") -> ParsedBundle:
-    """A PEM bundle of CA certificates, or a SPIFFE bundle (JWKS with x509-svid keys).
-
-    Trust domains: the one named by the caller (a SPIFFE bundle does not name its own) plus
-    any path-less SPIFFE ID in an anchor's URI SAN (SPIRE puts `spiffe://<td>` in its CAs).
-    """
-    private_key_check(data)
-    domains: list[str] = []
-    if trust_domain:
-        try:
-            parsed = spiffe_id_parse(f"spiffe://{trust_domain}")
-        except ValueError as exc:
-            raise CertificateParseError(f"trust_domain: {exc}") from exc
-        domains.append(parsed.trust_domain)
-    stripped = data.lstrip()
-    refresh_hint: int | None = None
-    sequence: int | None = None
-    jwt_keys = 0
-    if stripped[:1] == b"{":
-        try:
-            doc = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            raise CertificateParseError(f"the SPIFFE bundle is not valid JSON: {exc}") from exc
-        keys = doc.get("keys") if isinstance(doc, dict) else None
-        if not isinstance(keys, list):
-            raise CertificateParseError(
-                "the SPIFFE bundle has no 'keys' array (a JWKS document is expected)"
-            )
-        anchors: list[ParsedCertificate] = []
-        for index, key in enumerate(keys):
-            if not isinstance(key, dict):
-                raise CertificateParseError(f"keys[{index}] is not a JSON object")
-            use = key.get("use")
-            if use == "jwt-svid":
-                jwt_keys += 1
-                continue
-            if use != "x509-svid":
-                continue  # the spec says to ignore keys of unknown use
-            x5c = key.get("x5c")
-            if not isinstance(x5c, list) or len(x5c) != 1 or not isinstance(x5c[0], str):
-                raise CertificateParseError(
-                    f"keys[{index}] (x509-svid) must carry exactly one certificate in 'x5c'"
-                )
-            try:
-                der = base64.b64decode(x5c[0], validate=True)
-            except (binascii.Error, ValueError) as exc:
-                raise CertificateParseError(f"keys[{index}].x5c[0] is not base64: {exc}") from exc
-            anchors.append(_certificate_from_der(der, where=f"keys[{index}].x5c[0]"))
-        if not anchors:
-            raise CertificateParseError(
-                "the SPIFFE bundle has no x509-svid key: nothing to verify X.509 SVIDs with"
-            )
-        hint, seq = doc.get("spiffe_refresh_hint"), doc.get("spiffe_sequence")
-        refresh_hint = hint if isinstance(hint, int) else None
-        sequence = seq if isinstance(seq, int) else None
-        bundle_format = "spiffe"
-    else:
-        anchors = certificates_parse(data)
-        bundle_format = "pem"
-    unique: dict[str, ParsedCertificate] = {a.fingerprint_sha256: a for a in anchors}
-    for anchor in unique.values():
-        for uri in anchor.san_uri:
-            try:
-                sid = spiffe_id_parse(uri)
-            except ValueError:
-                continue
-            if not sid.path and sid.trust_domain not in domains:
-                domains.append(sid.trust_domain)
-    return ParsedBundle(
-        format=bundle_format,
-        anchors=tuple(unique.values()),
-        trust_domains=tuple(domains),
-        refresh_hint=refresh_hint,
-        sequence=sequence,
-        jwt_key_count=jwt_keys,
-    )

@@ -29,9 +29,9 @@ from trustrank.findings.services.reconcile import (
     finding_fingerprint,
     findings_reconcile,
 )
-from trustrank.parsers.kubernetes import Pod
+from trustrank.parsers.kubernetes_objects import Pod
 from trustrank.parsers.series import Series
-from trustrank.risk.cluster import gpu, inputs, io, priorities, rdma, scheduling, vllm
+from trustrank.risk.cluster import gpu, inputs, io, priorities, rdma, scheduling, vllm, vllm_queues
 from trustrank.risk.cluster.findings import Diagnosis, workload_key
 from trustrank.risk.cluster.gpu import UTILISATION_METRICS
 from trustrank.runtime.models import NodeKind, Service
@@ -43,7 +43,7 @@ DIAGNOSIS_METRICS = (
     "vllm:generation_tokens_total", "vllm:generation_tokens",
     "vllm:num_requests_waiting", "vllm:num_requests_running",
     "vllm:request_success_total", "vllm:request_success",
-    *vllm.KV_CACHE_METRICS, "vllm:num_preemptions_total", "vllm:num_preemptions",
+    *vllm_queues.KV_CACHE_METRICS, "vllm:num_preemptions_total", "vllm:num_preemptions",
     *inputs.IO_METRICS,
 )
 LATENCY_METRICS = ("vllm:e2e_request_latency_seconds", "vllm:time_to_first_token_seconds")
@@ -94,8 +94,8 @@ def cluster_diagnoses_compute(
     found += vllm.throughput_diagnose(
         series=inputs.counter_series(series=series, metric="vllm:generation_tokens_total")
     )
-    found += vllm.queue_diagnose(series=inputs.queue_series(series=series))
-    found += vllm.kv_cache_diagnose(series=inputs.kv_cache_series(series=series))
+    found += vllm_queues.queue_diagnose(series=inputs.queue_series(series=series))
+    found += vllm_queues.kv_cache_diagnose(series=inputs.kv_cache_series(series=series))
     found += scheduling.preemption_diagnose(snapshot=snapshot, now=at)
     inversions, _quality = scheduling.priority_inversion_diagnose(
         pods=snapshot.pods, nodes=snapshot.nodes

@@ -19,7 +19,6 @@ from django.db.models import Q
 
 from trustrank.cluster.models import Cluster, ClusterEntryPoint, ClusterNetworkObject
 from trustrank.findings.services.evidence import evidence_change_record
-from trustrank.parsers.kubernetes import ClusterSnapshot, Pod
 from trustrank.parsers.kubernetes_network import (
     Backend,
     Gateway,
@@ -27,6 +26,7 @@ from trustrank.parsers.kubernetes_network import (
     KubeIngress,
     KubeService,
 )
+from trustrank.parsers.kubernetes_objects import ClusterSnapshot, Pod
 from trustrank.risk.cluster.entry_points import entry_points_resolve
 
 

@@ -25,7 +25,8 @@ from trustrank.cluster.models import (
     ClusterPriorityClass,
 )
 from trustrank.cluster.services.entry_points import network_objects_load
-from trustrank.parsers.kubernetes import (
+from trustrank.parsers.kubernetes_history import pod_history_diff
+from trustrank.parsers.kubernetes_objects import (
     ClusterSnapshot,
     Condition,
     Event,
@@ -34,7 +35,6 @@ from trustrank.parsers.kubernetes import (
     Owner,
     Pod,
     PriorityClass,
-    pod_history_diff,
 )
 from trustrank.risk.cluster.findings import workload_key
 

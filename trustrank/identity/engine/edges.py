@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from trustrank.parsers.x509 import spiffe_id_parse
+from trustrank.parsers.spiffe import spiffe_id_parse
 
 # --- Mapping identities to services ---------------------------------------------------------
 

@@ -18,7 +18,8 @@ from trustrank.identity.models import Certificate, Role, TrustAnchor, TrustBundl
 from trustrank.identity.services.environments import environment_lock, strength_rules
 from trustrank.identity.services.findings import findings_sync
 from trustrank.identity.services.identities import identities_refresh
-from trustrank.parsers.x509 import ParsedBundle, ParsedCertificate, certificate_from_crypto
+from trustrank.parsers.trust_bundle import ParsedBundle
+from trustrank.parsers.x509 import ParsedCertificate, certificate_from_crypto
 
 
 def certificates_import(

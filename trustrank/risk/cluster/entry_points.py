@@ -22,7 +22,6 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from trustrank.parsers.kubernetes import Pod
 from trustrank.parsers.kubernetes_network import (
     Backend,
     Gateway,
@@ -30,6 +29,7 @@ from trustrank.parsers.kubernetes_network import (
     KubeIngress,
     KubeService,
 )
+from trustrank.parsers.kubernetes_objects import Pod
 from trustrank.risk.cluster.findings import workload_key
 
 EXPOSING_TYPES = ("LoadBalancer", "NodePort")

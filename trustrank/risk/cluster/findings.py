@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from trustrank.parsers.kubernetes import Pod
+from trustrank.parsers.kubernetes_objects import Pod
 
 # (unix seconds, value), in time order. Counters are raw cumulative values.
 Samples = Sequence[tuple[float, float]]

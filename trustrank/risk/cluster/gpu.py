@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from trustrank.parsers.kubernetes import Node, Pod
+from trustrank.parsers.kubernetes_objects import Node, Pod
 from trustrank.risk.cluster.findings import (
     Diagnosis,
     Samples,

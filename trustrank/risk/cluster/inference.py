@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 
-from trustrank.parsers.kubernetes import Pod
+from trustrank.parsers.kubernetes_objects import Pod
 
 # A word of the image's repository path (registry and tag aside): vllm/vllm-openai,
 # ghcr.io/huggingface/text-generation-inference, nvcr.io/nvidia/tritonserver, lmsysorg/sglang.

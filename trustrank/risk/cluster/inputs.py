@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from trustrank.parsers.kubernetes import Pod
+from trustrank.parsers.kubernetes_objects import Pod
 from trustrank.parsers.series import Series
 from trustrank.risk.cluster.findings import Samples, workload_key
 from trustrank.risk.cluster.gpu import (
@@ -24,7 +24,8 @@ from trustrank.risk.cluster.gpu import (
 )
 from trustrank.risk.cluster.io import IoDevice
 from trustrank.risk.cluster.rdma import TrafficClassCounters
-from trustrank.risk.cluster.vllm import KV_CACHE_METRICS, CounterSeries, KvCacheSeries, QueueSeries
+from trustrank.risk.cluster.vllm import CounterSeries
+from trustrank.risk.cluster.vllm_queues import KV_CACHE_METRICS, KvCacheSeries, QueueSeries
 
 
 def series_pod(series: Series) -> str:

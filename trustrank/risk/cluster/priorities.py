@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from trustrank.parsers.kubernetes import Pod
+from trustrank.parsers.kubernetes_objects import Pod
 from trustrank.risk.cluster.findings import Diagnosis, workload_key
 from trustrank.risk.cluster.gpu import training_signals
 from trustrank.risk.cluster.inference import inference_signals

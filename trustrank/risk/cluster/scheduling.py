@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from trustrank.parsers.kubernetes import ClusterSnapshot, Node, Pod
+from trustrank.parsers.kubernetes_objects import ClusterSnapshot, Node, Pod
 from trustrank.risk.cluster.findings import (
     Diagnosis,
     Severity,

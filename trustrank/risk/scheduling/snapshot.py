@@ -43,7 +43,7 @@ from datetime import datetime
 
 import numpy as np
 
-from trustrank.parsers.kubernetes import GpuRequest, Node, Pod
+from trustrank.parsers.kubernetes_objects import GpuRequest, Node, Pod
 from trustrank.risk.scheduling.state import (
     MILLI,
     ClusterSpec,
