@@ -57,7 +57,7 @@ from trustrank.lib.api import problem, problem_response
 from trustrank.parsers.kubernetes import KubernetesError, kubernetes_parse
 from trustrank.parsers.otlp import media_type, status_encode
 from trustrank.parsers.otlp_columns import columns_pack, otlp_metrics_check_columns
-from trustrank.parsers.otlp_metrics import JSON, PROTOBUF, OtlpMetricsError
+from trustrank.parsers.otlp_metrics_model import JSON, PROTOBUF, OtlpMetricsError
 from trustrank.parsers.prometheus_text import (
     OPENMETRICS,
     TEXT,

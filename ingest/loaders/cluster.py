@@ -38,13 +38,8 @@ from trustrank.notify.events import notify_job_failed
 from trustrank.parsers.errors import ParserError
 from trustrank.parsers.kubernetes import kubernetes_parse
 from trustrank.parsers.otlp_columns import columns_unpack, otlp_metrics_raw_columns
-from trustrank.parsers.otlp_metrics import (
-    JSON,
-    PROTOBUF,
-    OtlpLimits,
-    ResourceMetrics,
-    otlp_metrics_parse,
-)
+from trustrank.parsers.otlp_metrics import otlp_metrics_parse
+from trustrank.parsers.otlp_metrics_model import JSON, PROTOBUF, OtlpLimits, ResourceMetrics
 from trustrank.parsers.prometheus_text import TEXT, prometheus_text_parse
 from trustrank.parsers.remote_write import remote_write_parse
 from trustrank.parsers.series import Series

@@ -12,12 +12,8 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 from tests.cluster.otlp_build import attributes, dcgm_request, number_point, request
 from trustrank.parsers.errors import ParserError
-from trustrank.parsers.otlp_metrics import (
-    JSON,
-    OtlpLimits,
-    OtlpMetricsError,
-    otlp_metrics_parse,
-)
+from trustrank.parsers.otlp_metrics import otlp_metrics_parse
+from trustrank.parsers.otlp_metrics_model import JSON, OtlpLimits, OtlpMetricsError
 from trustrank.parsers.series import MetricKind
 
 NOW = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z in ns

@@ -16,13 +16,8 @@ from tests.cluster.test_otlp_metrics import NOW, _gauge, _histograms, _len_field
 from trustrank.parsers import otlp_metrics
 from trustrank.parsers.errors import ParserError
 from trustrank.parsers.otlp_columns import otlp_metrics_raw_columns
-from trustrank.parsers.otlp_metrics import (
-    JSON,
-    OtlpLimits,
-    OtlpMetricsError,
-    otlp_metrics_check,
-    otlp_metrics_parse,
-)
+from trustrank.parsers.otlp_metrics import otlp_metrics_check, otlp_metrics_parse
+from trustrank.parsers.otlp_metrics_model import JSON, OtlpLimits, OtlpMetricsError
 
 
 def _expected(body: bytes, **kwargs: object) -> tuple[object, ...]:
@@ -159,11 +154,11 @@ def test_arbitrary_bytes_give_the_parse_answer_or_its_error():
 
 
 def test_label_sets_found_good_are_remembered_and_bad_ones_never():
-    otlp_metrics._CLEAN_RESTS.clear()
+    otlp_metrics.CLEAN_RESTS.clear()
     for _ in range(2):
         assert _checked(BODIES["dcgm"]) == _expected(BODIES["dcgm"])
         assert _checked(BODIES["nul label"]) == _expected(BODIES["nul label"])
-    assert len(otlp_metrics._CLEAN_RESTS[OtlpLimits()]) == 3 * 2  # one per GPU (3 nodes)
+    assert len(otlp_metrics.CLEAN_RESTS[OtlpLimits()]) == 3 * 2  # one per GPU (3 nodes)
     # Another limit is another verdict: a label set good under one may be too long here.
     tight = OtlpLimits(max_label_length=4)
     assert _checked(BODIES["dcgm"], limits=tight) == _expected(BODIES["dcgm"], limits=tight)

@@ -33,7 +33,8 @@ from trustrank.cluster.services.metrics import series_store
 from trustrank.cluster.services.metrics_read import minute_rows
 from trustrank.parsers.kubernetes import kubernetes_parse
 from trustrank.parsers.otlp_columns import otlp_metrics_check_columns
-from trustrank.parsers.otlp_metrics import PROTOBUF, otlp_metrics_parse
+from trustrank.parsers.otlp_metrics import otlp_metrics_parse
+from trustrank.parsers.otlp_metrics_model import PROTOBUF
 from trustrank.parsers.prometheus_text import OPENMETRICS, prometheus_text_parse
 from trustrank.parsers.remote_write import remote_write_parse
 from trustrank.parsers.series import MetricKind, Series

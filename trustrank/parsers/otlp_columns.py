@@ -32,27 +32,26 @@ import numpy as np
 import orjson
 
 from trustrank.parsers.otlp_metrics import (
-    _CLEAN_RESTS,
-    _CLEAN_RESTS_MAX,
-    _LEAD,
-    _LONG_POINT,
-    _PREFIX_18,
-    _PREFIX_27,
-    _REST_18,
-    _REST_27,
-    _SHORT_POINT,
-    _TEMPORALITY,
-    PROTOBUF,
-    MetricsCheck,
-    OtlpLimits,
-    _any_str,
-    _Labeler,
-    _rest_entry,
+    CLEAN_RESTS,
+    CLEAN_RESTS_MAX,
+    LEAD,
+    LONG_POINT,
+    SHORT_POINT,
     _shadow_request,
     _window,
     otlp_metrics_parse,
     resource_labels_problem,
 )
+from trustrank.parsers.otlp_metrics_model import PROTOBUF, MetricsCheck, OtlpLimits
+from trustrank.parsers.otlp_metrics_points import (
+    PREFIX_18,
+    PREFIX_27,
+    REST_18,
+    REST_27,
+    TEMPORALITY,
+    rest_entry,
+)
+from trustrank.parsers.otlp_metrics_shadow import Labeler, any_str
 from trustrank.parsers.series import Labels, MetricKind
 
 # Attribute bytes -> decoded labels, kept across requests by a worker (a Collector sends
@@ -62,14 +61,14 @@ _LABELS_CACHE_MAX = 100_000
 # One labeler per limits, kept across requests: its cache of single KeyValues decodes a
 # GPU model, a namespace or a driver version once for thousands of label sets. Replaced
 # when its caches grow past the bound.
-_LABELERS: dict[OtlpLimits, _Labeler] = {}
+_LABELERS: dict[OtlpLimits, Labeler] = {}
 _LABELER_MAX = 200_000
 
 
-def _labeler(limits: OtlpLimits) -> _Labeler:
+def _labeler(limits: OtlpLimits) -> Labeler:
     labeler = _LABELERS.get(limits)
     if labeler is None or len(labeler.pairs) + len(labeler.cache) > _LABELER_MAX:
-        labeler = _LABELERS[limits] = _Labeler(limits)
+        labeler = _LABELERS[limits] = Labeler(limits)
     return labeler
 
 
@@ -111,7 +110,7 @@ def _kind(kind: str, data: Any) -> MetricKind:
     """As `Metric.kind` for gauges and sums."""
     if kind == "gauge":
         return MetricKind.GAUGE
-    if _TEMPORALITY.get(data.aggregation_temporality, "") == "delta":
+    if TEMPORALITY.get(data.aggregation_temporality, "") == "delta":
         return MetricKind.DELTA
     return MetricKind.COUNTER if data.is_monotonic else MetricKind.GAUGE
 
@@ -123,7 +122,7 @@ def _layout(
     `width` (27: start, time, double; 18: time, double) with times in the window and
     finite values; None when any is not."""
     count = len(raws)
-    prefix, rest = (_PREFIX_27, _REST_27) if width == 27 else (_PREFIX_18, _REST_18)
+    prefix, rest = (PREFIX_27, REST_27) if width == 27 else (PREFIX_18, REST_18)
     prefixes = b"".join(map(prefix, raws))
     if len(prefixes) != width * count:
         return None
@@ -131,7 +130,7 @@ def _layout(
     for offset, tag in zip((0, 9, 18), tags, strict=False):
         if prefixes[offset::width] != tag * count:
             return None
-    columns = np.frombuffer(prefixes, dtype=_LONG_POINT if width == 27 else _SHORT_POINT)
+    columns = np.frombuffer(prefixes, dtype=LONG_POINT if width == 27 else SHORT_POINT)
     times = columns["time"]
     if int(times.min()) < window[0] or int(times.max()) > window[1]:
         return None
@@ -191,7 +190,7 @@ def otlp_metrics_raw_columns(
             raws.extend(chain.from_iterable(points))
         if holds_metrics:
             attributes = {
-                kv.key: _any_str(kv.value) for kv in resource_metrics.resource.attributes
+                kv.key: any_str(kv.value) for kv in resource_metrics.resource.attributes
             }
             if resource_labels_problem(attributes, _labeler(limits)) is not None:
                 return None  # the full parse rejects its points and says why
@@ -206,7 +205,7 @@ def otlp_metrics_raw_columns(
     distinct: dict[bytes, int] = {}
     if count:
         try:
-            leads = np.frombuffer(bytes(map(_LEAD, raws)), dtype=np.uint8)
+            leads = np.frombuffer(bytes(map(LEAD, raws)), dtype=np.uint8)
         except IndexError:
             return None  # an empty point: no value
         longs = leads == 0x11
@@ -231,14 +230,14 @@ def otlp_metrics_raw_columns(
                 distinct[rest] = len(distinct)
             point_labels[spots] = np.fromiter(map(distinct.__getitem__, rests),
                                               dtype=np.int32, count=len(rests))
-    known = _CLEAN_RESTS.setdefault(limits, set())
+    known = CLEAN_RESTS.setdefault(limits, set())
     unknown = distinct.keys() - known
     if unknown:
         labeler = _labeler(limits)
         for rest in unknown:
-            if _rest_entry(rest, labeler).__class__ is not tuple:
+            if rest_entry(rest, labeler).__class__ is not tuple:
                 return None
-        if len(known) + len(unknown) > _CLEAN_RESTS_MAX:
+        if len(known) + len(unknown) > CLEAN_RESTS_MAX:
             known.clear()
         known |= unknown
     return RawColumns(
@@ -277,7 +276,7 @@ def rest_labels(rest: bytes, *, limits: OtlpLimits | None = None) -> Labels | No
     cache = _LABELS_CACHE.setdefault(limits, {})
     labels = cache.get(rest)
     if labels is None:
-        entry = _rest_entry(rest, _labeler(limits))
+        entry = rest_entry(rest, _labeler(limits))
         if entry.__class__ is not tuple:
             return None
         if len(cache) >= _LABELS_CACHE_MAX:

@@ -30,7 +30,7 @@ from prometheus_client.openmetrics import parser as openmetrics_parser
 from prometheus_client.parser import text_string_to_metric_families
 
 from trustrank.parsers.errors import ParserError
-from trustrank.parsers.otlp_metrics import OtlpLimits
+from trustrank.parsers.otlp_metrics_model import OtlpLimits
 from trustrank.parsers.series import Labels, MetricKind, Series
 from trustrank.parsers.series_checks import (
     labels_problem,

@@ -45,7 +45,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError, Message
 
 from trustrank.parsers.errors import ParserError
-from trustrank.parsers.otlp_metrics import OtlpLimits
+from trustrank.parsers.otlp_metrics_model import OtlpLimits
 from trustrank.parsers.series import MetricKind, Series
 from trustrank.parsers.series_checks import (
     labels_problem,

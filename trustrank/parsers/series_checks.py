@@ -11,7 +11,7 @@ infinite values are legal in Prometheus and are the parsers' own business.
 
 from __future__ import annotations
 
-from trustrank.parsers.otlp_metrics import OtlpLimits
+from trustrank.parsers.otlp_metrics_model import OtlpLimits
 from trustrank.parsers.series import Labels
 
 # 1970-01-01T00:00:00Z .. 9999-12-31T23:59:59.999Z: a minute outside this has no

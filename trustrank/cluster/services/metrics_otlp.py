@@ -27,12 +27,12 @@ from trustrank.cluster.models import Cluster
 from trustrank.cluster.services.metrics import MetricsLoaded, items_series_ids, minutes_store
 from trustrank.cluster.services.metrics_ids import NAME_BITS, SeriesIds, sorted_unique
 from trustrank.parsers.otlp_columns import RawColumns, rest_labels
-from trustrank.parsers.otlp_metrics import (
+from trustrank.parsers.otlp_metrics_model import (
     RESOURCE_LABELS,
     OtlpMetricsError,
     ParsedMetrics,
     ResourceMetrics,
-    _with,
+    labels_with,
 )
 from trustrank.parsers.series import Labels
 
@@ -46,7 +46,7 @@ def _merged(key: tuple[Labels, bytes]) -> Labels:
     if labels is None:
         # The receiver (or the worker's read of the body) found them good already.
         raise OtlpMetricsError("a data point's attributes do not decode to a label set")
-    return _with(dict(extra), labels)
+    return labels_with(dict(extra), labels)
 
 
 class OtlpPoints:
