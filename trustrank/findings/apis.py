@@ -28,11 +28,8 @@ from trustrank.findings.serializers import (
     TriagePolicySerializer,
     TriageSerializer,
 )
-from trustrank.findings.services.bulk import (
-    BulkFilterError,
-    BulkSelectionError,
-    bulk_triage_submit,
-)
+from trustrank.findings.services.bulk import bulk_triage_submit
+from trustrank.findings.services.bulk_selection import BulkFilterError, BulkSelectionError
 from trustrank.findings.services.due_dates import triage_policy_for, triage_policy_set
 from trustrank.findings.services.triage import (
     UNSET,

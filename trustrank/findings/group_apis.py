@@ -15,14 +15,8 @@ from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_request
 from trustrank.findings import selectors
 from trustrank.findings.filters import FindingFilterSet
-from trustrank.findings.groups import (
-    GROUP_BY_CHOICES,
-    FixGroup,
-    GroupByError,
-    GroupPage,
-    VulnerabilityGroup,
-    finding_groups,
-)
+from trustrank.findings.group_shapes import FixGroup, GroupPage, VulnerabilityGroup
+from trustrank.findings.groups import GROUP_BY_CHOICES, GroupByError, finding_groups
 from trustrank.lib.api import Pagination, problem
 from trustrank.lib.filters import unknown_params_refuse
 from trustrank.lib.numbers import BIGINT_MAX, NumberInvalid, int_parse

@@ -15,20 +15,22 @@ same comparison the OSV matcher uses.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import F, QuerySet
 
-from trustrank.findings.models import (
-    OPEN_STATES,
-    Finding,
-    FindingKind,
-    Severity,
-    TriageState,
-    title_line,
+from trustrank.findings.group_shapes import (
+    SEVERITY_ORDER,
+    Bucket,
+    FixGroup,
+    GroupPage,
+    ProjectRef,
+    VulnerabilityGroup,
+    decision_for_level,
+    severity_for_level,
 )
+from trustrank.findings.models import OPEN_STATES, Finding, FindingKind, TriageState
 from trustrank.risk.inputs import DECISIONS
 from trustrank.vulns.engine.versions import parse, scheme_for
 
@@ -42,11 +44,10 @@ _LEVEL_SQL = (
     + " ".join(f"WHEN '{d}' THEN {i + 1}" for i, d in enumerate(DECISIONS))
     + " ELSE 0 END"
 )
-_SEVERITY_ORDER = [s.value for s in Severity]  # critical first
 _SEVERITY_LEVEL_SQL = (
     "CASE {col} "
     + " ".join(
-        f"WHEN '{s}' THEN {len(_SEVERITY_ORDER) - i}" for i, s in enumerate(_SEVERITY_ORDER)
+        f"WHEN '{s}' THEN {len(SEVERITY_ORDER) - i}" for i, s in enumerate(SEVERITY_ORDER)
     )
     + " ELSE 0 END"
 )
@@ -54,127 +55,6 @@ _SEVERITY_LEVEL_SQL = (
 
 class GroupByError(ValueError):
     """An unknown `by`."""
-
-
-def decision_for_level(level: int | None) -> str | None:
-    if not level:
-        return None
-    return DECISIONS[level - 1]
-
-
-def _severity_for_level(level: int | None) -> str:
-    if not level:
-        return Severity.UNKNOWN.value
-    return _SEVERITY_ORDER[len(_SEVERITY_ORDER) - level]
-
-
-@dataclass(frozen=True)
-class ProjectRef:
-    id: int
-    name: str
-
-
-@dataclass
-class _Bucket:
-    """Findings of one group that share an outcome (closed by the target, or not)."""
-
-    count: int = 0
-    kev: int = 0
-    level: int = 0
-    best_rank: int | None = None
-    project_ids: set[int] = field(default_factory=set)
-    ids: list[int] = field(default_factory=list)
-
-    def add(self, row: dict[str, Any]) -> None:
-        self.count += row["n"]
-        self.kev += row["kev"]
-        self.level = max(self.level, row["level"] or 0)
-        if row["rank"] is not None:
-            self.best_rank = (
-                row["rank"] if self.best_rank is None else min(self.best_rank, row["rank"])
-            )
-        self.project_ids.update(p for p in row["projects"] or [] if p is not None)
-        self.ids.extend(row["ids"] or [])
-
-
-@dataclass(frozen=True)
-class FixGroup:
-    ecosystem: str
-    package: str
-    # The smallest version that fixes every finding of the group that has a fix; None when
-    # none has one.
-    target_version: str | None
-    findings_closed: int
-    projects: tuple[ProjectRef, ...]
-    highest_decision: str | None
-    best_rank: int | None
-    kev_count: int
-    finding_ids: tuple[int, ...]
-    # Findings of the package no fixed version above the installed one closes ("no fix yet"),
-    # or whose versions this ecosystem's scheme cannot compare.
-    no_fix_count: int
-    no_fix_projects: tuple[ProjectRef, ...]
-    no_fix_finding_ids: tuple[int, ...]
-    findings_total: int
-
-    @property
-    def sentence(self) -> str:
-        if self.target_version is None:
-            return (
-                f"no fix yet for {_n(self.no_fix_count, 'finding')} of {self.package} in "
-                f"{_n(len(self.no_fix_projects), 'project')}"
-            )
-        return (
-            f"upgrade {self.package} to {self.target_version} closes "
-            f"{_n(self.findings_closed, 'finding')} in {_n(len(self.projects), 'project')}"
-        )
-
-    @property
-    def finding_ids_truncated(self) -> bool:
-        return len(self.finding_ids) < self.findings_closed
-
-
-@dataclass(frozen=True)
-class VulnerabilityGroup:
-    vuln_id: str
-    aliases: tuple[str, ...]
-    cve_id: str
-    severity: str
-    in_kev: bool
-    findings_count: int
-    open_count: int
-    states: dict[str, int]
-    projects: tuple[ProjectRef, ...]
-    components: tuple[str, ...]  # "name@version", distinct
-    versions: tuple[str, ...]  # installed versions, distinct
-    packages: tuple[str, ...]
-    highest_decision: str | None
-    best_rank: int | None
-    finding_ids: tuple[int, ...]
-    # The advisory's summary (or its details' first line), as its findings carry it.
-    title: str = ""
-
-    @property
-    def display_title(self) -> str:
-        return title_line(self.title) or self.vuln_id
-
-    @property
-    def sentence(self) -> str:
-        return (
-            f"{self.vuln_id} affects {_n(self.findings_count, 'finding')} in "
-            f"{_n(len(self.projects), 'project')}"
-        )
-
-
-@dataclass(frozen=True)
-class GroupPage:
-    by: str
-    count: int  # groups in all, not just this page
-    groups: list[Any]
-
-
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 # --- version math --------------------------------------------------------------------------
@@ -332,7 +212,7 @@ def fix_groups(*, qs: QuerySet[Finding], limit: int, offset: int) -> GroupPage:
 def _fix_group(
     ecosystem: str, package: str, total: int, variants: list[dict[str, Any]]
 ) -> FixGroup:
-    closed, open_ = _Bucket(), _Bucket()
+    closed, open_ = Bucket(), Bucket()
     targets: set[str] = set()
     for row in variants:
         fixed = json.loads(row["fixed"]) if row["fixed"] else []
@@ -351,7 +231,7 @@ def _fix_group(
         # Cannot happen (every target parsed), but never claim a fix we cannot name.
         for row in variants:
             open_.add(row)
-        closed = _Bucket()
+        closed = Bucket()
     return FixGroup(
         ecosystem=ecosystem,
         # SBOM-reported findings without a purl name no package.
@@ -462,7 +342,7 @@ def vulnerability_groups(*, qs: QuerySet[Finding], limit: int, offset: int) -> G
                 vuln_id=vuln_id,
                 aliases=tuple(sorted({a for text in aliases or [] for a in (text or "").split()})),
                 cve_id=cve_id or "",
-                severity=_severity_for_level(sev),
+                severity=severity_for_level(sev),
                 in_kev=bool(in_kev),
                 findings_count=n,
                 open_count=n_open,

@@ -19,7 +19,8 @@ from trustrank.accounts.principal import principal_for_request
 from trustrank.findings import selectors
 from trustrank.findings.filters import FindingFilterSet
 from trustrank.findings.models import Justification, TriageState
-from trustrank.findings.services.bulk import BulkFilterError, BulkSelectionError, bulk_triage_submit
+from trustrank.findings.services.bulk import bulk_triage_submit
+from trustrank.findings.services.bulk_selection import BulkFilterError, BulkSelectionError
 from trustrank.findings.services.due_dates import (
     DECISION_FIELDS,
     triage_policy_for,

@@ -20,7 +20,6 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F
-from django.http import QueryDict
 from django.utils import timezone
 
 from trustrank.accounts.models import Scope
@@ -28,6 +27,7 @@ from trustrank.accounts.principal import Principal
 from trustrank.findings.filters import FindingFilterSet
 from trustrank.findings.models import ActorKind, BulkTriageJob, Finding, TriageState
 from trustrank.findings.services.audit import Actor, audit_events_record_bulk
+from trustrank.findings.services.bulk_selection import bulk_selection, filter_querydict
 from trustrank.findings.services.reconcile import state_of
 from trustrank.findings.services.triage import (
     TriageError,
@@ -45,20 +45,6 @@ from trustrank.jobs.send import job_enqueue_on_commit
 
 BATCH_SIZE = 500
 CHANGE_FIELDS = ("state", "justification", "response", "detail", "assignee", "due_date")
-
-
-class BulkSelectionError(TriageError):
-    """Ids that are not the caller's findings (unknown, or another team's)."""
-
-    def __init__(self, message: str, *, ids: list[int], field: str = "ids") -> None:
-        super().__init__(message, field=field)
-        self.ids = ids
-
-
-class BulkFilterError(TriageError):
-    def __init__(self, errors: dict[str, Any]) -> None:
-        super().__init__("the filter has invalid fields", field="filter")
-        self.errors = errors
 
 
 @dataclass
@@ -250,81 +236,6 @@ class BulkSubmitted:
     ref: str = ""
 
 
-def filter_querydict(params: Any) -> QueryDict:
-    """A filter given as JSON ({"kind": "identity"}, {"state": ["a", "b"]}, {"kev": true}) as
-    the query string the FilterSet reads on the page and the API."""
-    if isinstance(params, QueryDict):
-        return params
-    query = QueryDict(mutable=True)
-    for key, value in (params or {}).items():
-        values = value if isinstance(value, list | tuple) else [value]
-        query.setlist(
-            str(key),
-            ["true" if v is True else "false" if v is False else "" if v is None else str(v)
-             for v in values],
-        )
-    return query
-
-
-def filter_params_check(params: Any) -> None:
-    """BulkFilterError for a filter that is not an object of the findings list's filter names
-    with text, number, boolean or null values (or lists of them): an unknown key would
-    otherwise be no filter at all, and the change would reach every finding."""
-    if not isinstance(params, dict):
-        raise BulkFilterError({"": ["the filter must be an object of findings list filters"]})
-    unknown = FindingFilterSet.unknown_params(params)
-    if unknown:
-        known = ", ".join(sorted(FindingFilterSet.base_filters))
-        raise BulkFilterError(
-            {name: [f"{name!r} is not a findings filter (use one of {known})"]
-             for name in unknown}
-        )
-    for name, value in params.items():
-        values = value if isinstance(value, list) else [value]
-        if not all(v is None or isinstance(v, str | int | float | bool) for v in values):
-            raise BulkFilterError({name: ["give a value or a list of values"]})
-
-
-def _selection(
-    *, principal: Principal, ids: list[int] | None, filter_params: dict[str, Any] | None,
-    user_id: int | None,
-) -> tuple[Any, list[int] | None, dict[str, Any] | None, list[int]]:
-    """(queryset of the selection, explicit ids or None, normalised filter or None,
-    team ids the change may touch)."""
-    triage_teams = principal.teams_with(Scope.TRIAGE)
-    if ids is not None:
-        wanted = sorted(set(ids))
-        visible = dict(
-            Finding.objects.filter(pk__in=wanted, team_id__in=principal.team_ids)
-            .values_list("pk", "team_id")
-        )
-        unknown = [i for i in wanted if i not in visible]
-        if unknown:
-            raise BulkSelectionError(
-                "no such finding in your teams: " + ", ".join(map(str, unknown[:50])),
-                ids=unknown,
-            )
-        forbidden = [i for i in wanted if visible[i] not in triage_teams]
-        if forbidden:
-            raise TriageForbidden(
-                "changing triage state needs the 'triage' scope in the team of findings "
-                + ", ".join(map(str, forbidden[:50]))
-            )
-        teams = sorted(set(visible.values()))
-        return Finding.objects.filter(pk__in=wanted), wanted, None, teams
-    if not triage_teams:
-        raise TriageForbidden("changing triage state needs the 'triage' scope")
-    filter_params_check(filter_params)
-    filterset = FindingFilterSet(
-        filter_querydict(filter_params),
-        queryset=Finding.objects.filter(team_id__in=triage_teams), user_id=user_id,
-        team_ids=triage_teams,
-    )
-    if not filterset.is_valid():
-        raise BulkFilterError({k: list(v) for k, v in filterset.errors.items()})
-    return filterset.qs, None, filterset.cleaned_params(), triage_teams
-
-
 def bulk_triage_submit(
     *,
     principal: Principal,
@@ -342,7 +253,7 @@ def bulk_triage_submit(
         raise TriageForbidden("changing triage state needs the 'triage' scope")
     reason = reason.strip()
     given = bulk_changes_validate(changes=changes, reason=reason)
-    qs, wanted, cleaned, teams = _selection(
+    qs, wanted, cleaned, teams = bulk_selection(
         principal=principal, ids=ids, filter_params=filter_params, user_id=user_id
     )
     assignee = None
