@@ -372,7 +372,10 @@ def bulk_triage_job_handle(*, job: BulkTriageJob, progress: Any) -> None:
             BulkTriageJob.objects.filter(pk=job.pk).update(
                 cursor=batch[-1], progress_done=done, progress_total=total, counts=counts,
             )
-        progress(done=done, total=total, phase="applying")
+        # The batch's own transaction wrote done/total with the cursor. Handing them to the
+        # heartbeat too would make a second writer: its UPDATE, blocked on this row's lock,
+        # lands after a later batch's commit and puts an older count back.
+        progress(phase="applying")
 
 
 def bulk_triage_job_run(*, job_id: int) -> str:
