@@ -303,10 +303,10 @@ def round_check(env: dict[str, str], sent: dict[str, Any], seeded: dict[str, Any
         window = conn.execute(
             "SELECT min(s), max(f), sum(n) FROM ("
             + " UNION ALL ".join(
-                f"SELECT min(started_at) AS s, max(finished_at) AS f, count(*) AS n "  # noqa: S608
+                f"SELECT min(started_at) AS s, max(finished_at) AS f, count(*) AS n "
                 f"FROM {t} WHERE status = 'done' AND started_at >= %s" for t in JOB_TABLES)
             + ") AS x", [sent["pushed_at"]] * len(JOB_TABLES)).fetchone()
-        retried = sum(_scalar(conn, f"SELECT count(*) FROM {t} WHERE attempts > 1")  # noqa: S608
+        retried = sum(_scalar(conn, f"SELECT count(*) FROM {t} WHERE attempts > 1")
                       for t in JOB_TABLES)
     seconds = (window[1] - window[0]).total_seconds()
     return {"jobs": int(window[2]), "seconds": seconds, "lost": lost,
@@ -317,10 +317,10 @@ def all_done(env: dict[str, str], sent: dict[str, Any]) -> bool:
     total = (len(sent["sbom"]) + sent["traces"] + sent["metrics"] + len(sent["ranking"])
              + len(sent["export"]))
     with _db(env) as conn:
-        finished = sum(_scalar(conn, f"SELECT count(*) FROM {t} WHERE started_at >= %s "  # noqa: S608
+        finished = sum(_scalar(conn, f"SELECT count(*) FROM {t} WHERE started_at >= %s "
                                      "AND status IN ('done', 'failed')", [sent["pushed_at"]])
                        for t in JOB_TABLES)
-        failed = sum(_scalar(conn, f"SELECT count(*) FROM {t} WHERE status = 'failed'")  # noqa: S608
+        failed = sum(_scalar(conn, f"SELECT count(*) FROM {t} WHERE status = 'failed'")
                      for t in JOB_TABLES)
     if failed:
         raise SystemExit(f"{failed} jobs failed: see the worker logs under {HOSTS_DIR}")
@@ -345,7 +345,7 @@ def queues_drop(env: dict[str, str]) -> None:
             for name in ("ingest_high", "ingest", "batch"):
                 try:
                     channel.queue_delete(f"{prefix}{name}")
-                except Exception:  # noqa: S112 - a queue never declared
+                except Exception:
                     continue
 
 

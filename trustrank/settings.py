@@ -563,21 +563,20 @@ if _CACHE_KIND not in ("file", "locmem", "redis"):
 _CACHE_URL = envstr("TRUSTRANK_CACHE_URL", "")
 if _CACHE_KIND == "redis" and not _CACHE_URL.startswith(("redis://", "rediss://", "unix://")):
     raise ImproperlyConfigured("TRUSTRANK_CACHE=redis needs TRUSTRANK_CACHE_URL=redis://...")
-CACHES: dict[str, dict[str, Any]] = {
-    "default": {
-        "file": {
-            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
-            "LOCATION": str(VAR_DIR / "cache"),
-            "OPTIONS": {"MAX_ENTRIES": 20_000},
-        },
-        "redis": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": _CACHE_URL,
-            "KEY_PREFIX": "trustrank",
-        },
-        "locmem": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-    }[_CACHE_KIND]
+_CACHE_BACKENDS: dict[str, dict[str, Any]] = {
+    "file": {
+        "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+        "LOCATION": str(VAR_DIR / "cache"),
+        "OPTIONS": {"MAX_ENTRIES": 20_000},
+    },
+    "redis": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": _CACHE_URL,
+        "KEY_PREFIX": "trustrank",
+    },
+    "locmem": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
 }
+CACHES = {"default": _CACHE_BACKENDS[_CACHE_KIND]}
 
 LOGGING = {
     "version": 1,
