@@ -34,6 +34,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -373,10 +374,7 @@ def run_round(workers: int, hosts: list[tuple[Path, Path]], env: dict[str, str],
     procs = [web]
     try:
         fl.wait_http(base + "/login/", web)
-        sent = {"pushed_at": None}
-        import datetime as dt
-
-        sent["pushed_at"] = dt.datetime.now(dt.UTC)
+        sent: dict[str, Any] = {"pushed_at": datetime.now(UTC)}
         pushed = time.perf_counter()
         sent.update(push(base, seeded, data, args))
         print(f"  {workers} workers: load pushed in {time.perf_counter() - pushed:.1f} s",
