@@ -554,21 +554,29 @@ if not re.match(r"^[a-z][a-z0-9+.-]*://\S+$", TRUSTRANK_CSAF_PUBLISHER_NAMESPACE
 TRUSTRANK_FINDINGS_COUNT_TTL = envint("TRUSTRANK_FINDINGS_COUNT_TTL", 3600, minimum=0)
 # What the totals (and nothing else yet) are kept in. "file": one directory every web worker
 # of this host shares, so a total is counted once per host rather than once per process;
-# "locmem": per process (the tests' default: no state outlives a test database).
+# "redis": one Redis every host shares (TRUSTRANK_CACHE_URL), counted once for the site;
+# "locmem": per process (the tests' default: no state outlives a test database). Totals are
+# keyed by the findings generation, so none of them can serve a stale total.
 _CACHE_KIND = envstr("TRUSTRANK_CACHE", "locmem" if TESTING else "file")
-if _CACHE_KIND not in ("file", "locmem"):
-    raise ImproperlyConfigured("TRUSTRANK_CACHE must be 'file' or 'locmem'")
-CACHES = {
-    "default": (
-        {
-            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
-            "LOCATION": str(VAR_DIR / "cache"),
-            "OPTIONS": {"MAX_ENTRIES": 20_000},
-        }
-        if _CACHE_KIND == "file"
-        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
-    )
+if _CACHE_KIND not in ("file", "locmem", "redis"):
+    raise ImproperlyConfigured("TRUSTRANK_CACHE must be 'file', 'locmem' or 'redis'")
+_CACHE_URL = envstr("TRUSTRANK_CACHE_URL", "")
+if _CACHE_KIND == "redis" and not _CACHE_URL.startswith(("redis://", "rediss://", "unix://")):
+    raise ImproperlyConfigured("TRUSTRANK_CACHE=redis needs TRUSTRANK_CACHE_URL=redis://...")
+_CACHE_BACKENDS: dict[str, dict[str, Any]] = {
+    "file": {
+        "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+        "LOCATION": str(VAR_DIR / "cache"),
+        "OPTIONS": {"MAX_ENTRIES": 20_000},
+    },
+    "redis": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": _CACHE_URL,
+        "KEY_PREFIX": "trustrank",
+    },
+    "locmem": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
 }
+CACHES = {"default": _CACHE_BACKENDS[_CACHE_KIND]}
 
 LOGGING = {
     "version": 1,

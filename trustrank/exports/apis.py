@@ -4,6 +4,7 @@ job's status, `GET /api/v1/exports/<id>/download` its file. Scope `read` or `aud
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.db import transaction
@@ -40,6 +41,8 @@ from trustrank.exports.services.vex_cyclonedx import InvalidDocument
 from trustrank.inventory.models import ProjectVersion
 from trustrank.jobs.errors import JobsBusy
 from trustrank.lib.api import jobs_busy_response, problem_response
+
+log = logging.getLogger(__name__)
 
 
 class _Settings:
@@ -187,6 +190,10 @@ def export_file_response(export: Any) -> HttpResponseBase:
         return problem_plain(409, "Not ready", f"export {export.pk} has no file to download")
     path = export_path(export)
     if not path.is_file():
+        # Files are never removed while their row says done: a missing one is a web host that
+        # does not see the workers' TRUSTRANK_EXPORT_DIR (README: more than one host).
+        log.error("export %s is done but its file %s is not here: TRUSTRANK_EXPORT_DIR must "
+                  "be storage every web and worker host shares", export.pk, path)
         return problem_plain(410, "Gone", f"the file of export {export.pk} is no longer kept")
     response = FileResponse(
         path.open("rb"), as_attachment=True, filename=export.filename,

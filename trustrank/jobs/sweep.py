@@ -7,6 +7,10 @@
   restart): it is sent again. A job's claim is a conditional UPDATE, so a second message
   is harmless.
 - Batch slots left free are offered to the queued batch jobs.
+
+One sweep at a time on the whole site (an advisory lock): a second beat started by mistake on
+another host, or a sweep that outlasts its period, finds the lock held and skips. Its claims
+would make an overlapping sweep harmless, but it would send every message twice.
 """
 
 from __future__ import annotations
@@ -24,14 +28,22 @@ from trustrank.jobs.models import JobClass, JobStatus
 from trustrank.jobs.registry import job_kinds
 from trustrank.jobs.runner import job_failed_notify
 from trustrank.jobs.send import batch_wake, job_send
+from trustrank.lib.locks import advisory_lock_try
 
 log = logging.getLogger(__name__)
 
 
 def jobs_sweep() -> dict[str, int]:
+    with advisory_lock_try("jobs:sweep") as mine:
+        if not mine:
+            return {"requeued": 0, "resent": 0, "gave_up": 0, "backends_ended": 0, "skipped": 1}
+        return _sweep()
+
+
+def _sweep() -> dict[str, int]:
     now = timezone.now()
     max_attempts = settings.TRUSTRANK_JOB_MAX_ATTEMPTS
-    totals = {"requeued": 0, "resent": 0, "gave_up": 0, "backends_ended": 0}
+    totals = {"requeued": 0, "resent": 0, "gave_up": 0, "backends_ended": 0, "skipped": 0}
     batch_waiting = 0
     for kind in job_kinds():
         model = kind.model

@@ -3,6 +3,9 @@ or `pg_advisory_xact_lock`, never a look at live workers)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 from django.db import connection
 
 
@@ -20,3 +23,20 @@ def advisory_xact_lock(key: int | str, key2: int | None = None) -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [key, key2])
         else:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+
+
+@contextlib.contextmanager
+def advisory_lock_try(name: str) -> Iterator[bool]:
+    """Take the session-level lock `name` if no one holds it; yield whether it was taken,
+    and release it afterwards. For work that must not run twice at once but cannot sit in
+    one transaction (it sends messages as it goes, which must follow its commits). A dead
+    holder's lock goes with its connection."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", [name])
+        taken = bool(cursor.fetchone()[0])
+    try:
+        yield taken
+    finally:
+        if taken:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [name])

@@ -50,7 +50,6 @@ _EPOCH = date(1970, 1, 1)
 CHUNK = np.dtype([("labels_id", ">i8"), ("min", ">f8"), ("max", ">f8"), ("sum", ">f8"),
                   ("count", ">i4"), ("last", ">f8"), ("last_ms", ">i8")])
 
-_PARTITIONS: set[date] = set()
 # A chunk's `data` is the packed array compressed by zstd (level 1: about 300 MB/s): a
 # tenth or less of the bytes to write, TOAST and keep for fourteen days. Chunks that
 # migration 0007 built in SQL are the packed array as it is; a frame's magic number cannot
@@ -91,8 +90,20 @@ def partition_name(day: date) -> str:
 
 def minutes_partition_ensure(*, days: Iterable[date]) -> None:
     """Create the day partitions the points need. Concurrent loads serialise on an
-    advisory lock so two never race on CREATE TABLE of the same day."""
-    missing = sorted(set(days) - _PARTITIONS)
+    advisory lock so two never race on CREATE TABLE of the same day.
+
+    Which partitions exist is read from the catalog on every load (one cheap query), not
+    remembered by the process: retention on another worker host may have dropped a day
+    this process once created, and a remembered day would make the load fail."""
+    wanted = {partition_name(day): day for day in set(days)}
+    if not wanted:
+        return
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT name FROM unnest(%s::text[]) AS name WHERE to_regclass(name) IS NULL",
+            [sorted(wanted)],
+        )
+        missing = sorted(wanted[row[0]] for row in cur.fetchall())
     if not missing:
         return
     with transaction.atomic(), connection.cursor() as cur:
@@ -108,7 +119,6 @@ def minutes_partition_ensure(*, days: Iterable[date]) -> None:
             # would spend its time trying (EXTERNAL stores them out of line as they are).
             cur.execute(f"ALTER TABLE {partition_name(day)} ALTER COLUMN data SET STORAGE "
                         "EXTERNAL")
-    transaction.on_commit(lambda: _PARTITIONS.update(missing))
 
 
 def minute_partitions() -> list[tuple[str, date]]:
@@ -144,7 +154,6 @@ def metrics_retention_apply(*, now: datetime | None = None) -> list[str]:
             if day < cutoff:
                 cur.execute(f"DROP TABLE IF EXISTS {name}")
                 dropped.append(name)
-                _PARTITIONS.discard(day)
     return dropped
 
 

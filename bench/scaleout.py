@@ -1,0 +1,406 @@
+"""Scale-out: the same mixed load done by 1, 2 and 4 worker hosts on one PostgreSQL and one
+broker.
+
+Each worker host is a copy of the working tree (the files git tracks or would track) with a
+virtualenv of its own (`python -m venv` + `pip install -e .`) and a TRUSTRANK_VAR_DIR of its
+own, as separate machines would have; the copies are kept between runs under
+$TMPDIR/trustrank-scaleout (sources refreshed when the tree changes, the virtualenv rebuilt
+when pyproject.toml does). They share only the database, the broker (Redis, or RabbitMQ with
+--broker amqp://guest:guest@127.0.0.1:5672//) and the export storage (TRUSTRANK_EXPORT_DIR).
+
+Each round: a fresh database cloned from a seeded template; one gunicorn (this tree) takes
+the whole load through the HTTP API while no worker runs (SBOMs, OTLP traces, OTLP metrics,
+ranking runs, large CSV exports: every request a job row); then N workers start (solo pool:
+one process a host) and the round's throughput is its jobs over the time from the first
+claim to the last finish, read from the job rows. Lost and duplicated are read from the
+database: submitted jobs not done, job rows beyond those submitted, SBOMs stored twice,
+teams ranked more often than asked, exports audited twice.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python bench/scaleout.py
+
+Last line: {"speedup_2": …, "speedup_4": …, "lost": 0, "duplicated": 0, "load_average": …}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import bench.findings_list as fl  # noqa: E402
+from bench._scaleout_hosts import HOSTS_DIR, hosts_prepare  # noqa: E402
+
+TEMPLATE_DB = "trustrank_bench_scaleout_tmpl"
+ROUND_DB = "trustrank_bench_scaleout"
+
+
+# --- database and load ----------------------------------------------------------------------
+
+
+def base_env(broker: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    env.update({
+        "CELERY_BROKER_URL": broker,
+        "DJANGO_SETTINGS_MODULE": "trustrank.settings",
+        "TRUSTRANK_TESTING": "1",
+        "TRUSTRANK_CACHE": "locmem",
+        "TRUSTRANK_INGEST_QUEUE_SOFT_LIMIT": "100000",
+        "TRUSTRANK_JOBS_QUEUED_MAX_EXPORT": "1000",
+        # Exports are batch work: let every host take one at a time.
+        "TRUSTRANK_JOBS_BATCH_SLOTS": "4",
+        "TRUSTRANK_JOBS_BATCH_SLOTS_PER_TEAM": "4",
+        "TRUSTRANK_EXPORT_STREAM_MAX_ROWS": "100",
+        # The re-ranks loads ask for wait past the round: the ranking runs measured are the
+        # ones asked for through the API.
+        "TRUSTRANK_RANKING_DEBOUNCE_SECONDS": "3600",
+        "LOG_LEVEL": "WARNING",
+        "PYTHONUNBUFFERED": "1",
+    })
+    env.pop("TRUSTRANK_VAR_DIR", None)
+    return env
+
+
+def _admin_url(env: dict[str, str]) -> str:
+    return env["DATABASE_URL"].rsplit("/", 1)[0] + "/postgres"
+
+
+def template_prepare(env: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
+    """Migrate and seed the template database once per run; returns the keys and counts."""
+    import psycopg
+
+    with psycopg.connect(_admin_url(env), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{ROUND_DB}" WITH (FORCE)')
+        conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE_DB}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{TEMPLATE_DB}"')
+    seed_env = {**env, "TRUSTRANK_DB_NAME": TEMPLATE_DB,
+                "TRUSTRANK_VAR_DIR": str(HOSTS_DIR / "seed")}
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=seed_env,
+                   check=True)
+    script = (
+        "import json, sys, django\n"
+        "sys.path.insert(0, '.')\n"
+        "django.setup()\n"
+        "from bench.scaleout import seed\n"
+        f"print(json.dumps(seed(ranking_teams={args.ranking_runs}, "
+        f"findings={args.ranking_findings}, load_teams={args.teams})))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=seed_env, check=True,
+                         capture_output=True, text=True).stdout
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def seed(*, ranking_teams: int, findings: int, load_teams: int) -> dict[str, Any]:
+    """Teams that send SBOMs, traces and metrics (one key each), and teams with findings to
+    rank and export (a triage key each)."""
+    from bench.rerank import build
+    from trustrank.accounts.models import Team
+    from trustrank.accounts.services import api_key_issue
+
+    load = []
+    for n in range(load_teams):
+        team = Team.objects.create(name=f"load-{n}")
+        load.append(api_key_issue(
+            team=team, name="ci",
+            scopes=["sbom:write", "traces:write", "metrics:write", "read"]).secret)
+    ranked = []
+    for n in range(ranking_teams):
+        team = Team.objects.get(pk=build(findings=findings, services=40, edges=80, versions=10,
+                                         seed=n))
+        team.name = f"ranked-{n}"
+        team.save(update_fields=["name"])
+        ranked.append(api_key_issue(team=team, name="triage",
+                                    scopes=["triage", "read"]).secret)
+    return {"load_keys": load, "ranked_keys": ranked, "findings": findings}
+
+
+def payloads(args: argparse.Namespace) -> dict[str, list[bytes]]:
+    from bench._otlp_spans import build_request_bytes
+    from bench.sbom_generate import make_bom
+    from tests.cluster.otlp_build import dcgm_request
+
+    now_ns = time.time_ns()
+    return {
+        "sbom": [make_bom(args.components, seed=n) for n in range(args.sboms)],
+        "traces": [build_request_bytes(args.spans, seed=n + 1, now_ns=now_ns - n * 1_000_000)
+                   for n in range(args.traces)],
+        "metrics": [dcgm_request(nodes=args.nodes, gpus=8, series=20,
+                                 time_ns=now_ns - (args.metrics - n) * 60_000_000_000,
+                                 cluster=f"c{n % 4}").SerializeToString()
+                    for n in range(args.metrics)],
+    }
+
+
+def push(base: str, seeded: dict[str, Any], data: dict[str, list[bytes]],
+         args: argparse.Namespace) -> dict[str, Any]:
+    """Every request of the load through the HTTP API; returns what was submitted."""
+    import requests
+
+    keys, ranked = seeded["load_keys"], seeded["ranked_keys"]
+    lock = threading.Lock()
+    sent: dict[str, Any] = {"sbom": [], "traces": 0, "metrics": 0, "ranking": [], "export": []}
+
+    def post(url: str, key: str, body: bytes, content_type: str) -> requests.Response:
+        while True:
+            response = requests.post(url, data=body, timeout=120, headers={
+                "X-Api-Key": key, "Content-Type": content_type})
+            if response.status_code != 429:
+                return response
+            time.sleep(float(response.headers.get("Retry-After", "1")))
+
+    def one(task: tuple[str, int]) -> None:
+        kind, n = task
+        key = keys[n % len(keys)]
+        if kind == "sbom":
+            r = post(f"{base}/api/v1/sboms?projectName=app-{n}&projectVersion=1&autoCreate=true",
+                     key, data["sbom"][n], "application/json")
+            assert r.status_code == 202, r.text[:300]
+            with lock:
+                sent["sbom"].append(r.json()["id"])
+        elif kind in ("traces", "metrics"):
+            r = post(f"{base}/v1/{kind}", key, data[kind][n], "application/x-protobuf")
+            assert r.status_code == 200, r.text[:300]
+            with lock:
+                sent[kind] += 1
+        elif kind == "ranking":
+            r = requests.post(f"{base}/api/v1/ranking-runs", json={}, timeout=120,
+                              headers={"X-Api-Key": ranked[n]})
+            assert r.status_code == 202, r.text[:300]
+            with lock:
+                sent["ranking"].append(r.json()["id"])
+        else:
+            r = requests.get(f"{base}/api/v1/exports?format=csv", timeout=120,
+                             headers={"X-Api-Key": ranked[n % len(ranked)]})
+            assert r.status_code == 202, r.text[:300]
+            with lock:
+                sent["export"].append(r.json()["id"])
+
+    tasks = [("sbom", n) for n in range(args.sboms)] + [
+        ("traces", n) for n in range(args.traces)] + [
+        ("metrics", n) for n in range(args.metrics)] + [
+        ("ranking", n) for n in range(len(ranked))] + [
+        ("export", n) for n in range(args.exports)]
+    tasks.sort(key=lambda t: (t[1], t[0]))  # interleaved kinds, as real clients send them
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, tasks))
+    return sent
+
+
+# --- measuring and checking -----------------------------------------------------------------
+
+
+def _db(env: dict[str, str]) -> Any:
+    import psycopg
+
+    return psycopg.connect(_admin_url(env).rsplit("/", 1)[0] + f"/{ROUND_DB}", autocommit=True)
+
+
+JOB_TABLES = ("ingest_ingestjob", "ranking_rankingrun", "exports_export")
+
+
+def _scalar(conn: Any, sql: str, params: Any = None) -> Any:
+    return conn.execute(sql, params).fetchone()[0]
+
+
+def round_check(env: dict[str, str], sent: dict[str, Any], seeded: dict[str, Any]) -> dict[str, Any]:
+    """Lost, duplicated and the measured window, from the database."""
+    with _db(env) as conn:
+        expected = {"sbom": len(sent["sbom"]), "traces": sent["traces"],
+                    "telemetry": sent["metrics"]}
+        lost = duplicated = 0
+        for kind, count in expected.items():
+            rows = _scalar(conn, "SELECT count(*) FROM ingest_ingestjob WHERE kind = %s", [kind])
+            done = _scalar(conn, "SELECT count(*) FROM ingest_ingestjob "
+                                 "WHERE kind = %s AND status = 'done'", [kind])
+            lost += count - min(done, count)
+            duplicated += max(0, rows - count)
+        ids = [int(i) for i in sent["ranking"]]
+        lost += len(ids) - _scalar(conn, "SELECT count(*) FROM ranking_rankingrun "
+                                         "WHERE id = ANY(%s) AND status = 'done'", [ids])
+        exports = [int(i) for i in sent["export"]]
+        lost += len(exports) - _scalar(conn, "SELECT count(*) FROM exports_export "
+                                             "WHERE id = ANY(%s) AND status = 'done'", [exports])
+        # An effect applied twice: an SBOM stored twice, a team ranked more often than asked,
+        # an export audited twice (or with more rows than its team has findings).
+        duplicated += _scalar(conn, "SELECT count(*) FROM (SELECT job_id FROM inventory_sbom "
+                                    "GROUP BY job_id HAVING count(*) > 1) AS x")
+        duplicated += _scalar(conn, "SELECT count(*) FROM ranking_rankingrun WHERE status = "
+                                    "'done' AND team_id IN (SELECT team_id FROM "
+                                    "ranking_rankingrun WHERE id = ANY(%s))", [ids]) - len(ids)
+        duplicated += _scalar(conn, "SELECT count(*) FROM (SELECT subject_id FROM "
+                                    "findings_auditevent WHERE action = 'export' "
+                                    "GROUP BY 1 HAVING count(*) > 1) AS x")
+        duplicated += _scalar(conn, "SELECT count(*) FROM exports_export WHERE id = ANY(%s) "
+                                    "AND rows > %s", [exports, seeded["findings"]])
+        window = conn.execute(
+            "SELECT min(s), max(f), sum(n) FROM ("
+            + " UNION ALL ".join(
+                f"SELECT min(started_at) AS s, max(finished_at) AS f, count(*) AS n "
+                f"FROM {t} WHERE status = 'done' AND started_at >= %s" for t in JOB_TABLES)
+            + ") AS x", [sent["pushed_at"]] * len(JOB_TABLES)).fetchone()
+        retried = sum(_scalar(conn, f"SELECT count(*) FROM {t} WHERE attempts > 1")
+                      for t in JOB_TABLES)
+    seconds = (window[1] - window[0]).total_seconds()
+    return {"jobs": int(window[2]), "seconds": seconds, "lost": lost,
+            "duplicated": duplicated, "retried": retried}
+
+
+def all_done(env: dict[str, str], sent: dict[str, Any]) -> bool:
+    total = (len(sent["sbom"]) + sent["traces"] + sent["metrics"] + len(sent["ranking"])
+             + len(sent["export"]))
+    with _db(env) as conn:
+        finished = sum(_scalar(conn, f"SELECT count(*) FROM {t} WHERE started_at >= %s "
+                                     "AND status IN ('done', 'failed')", [sent["pushed_at"]])
+                       for t in JOB_TABLES)
+        failed = sum(_scalar(conn, f"SELECT count(*) FROM {t} WHERE status = 'failed'")
+                     for t in JOB_TABLES)
+    if failed:
+        raise SystemExit(f"{failed} jobs failed: see the worker logs under {HOSTS_DIR}")
+    return finished >= total
+
+
+def queues_drop(env: dict[str, str]) -> None:
+    broker = env["CELERY_BROKER_URL"]
+    prefix = env["TRUSTRANK_QUEUE_PREFIX"]
+    if broker.startswith("redis://"):
+        import redis
+
+        client = redis.Redis.from_url(broker)
+        stale = [*client.scan_iter(f"{prefix}*"), *client.scan_iter(f"_kombu.binding*.{prefix}*")]
+        if stale:
+            client.delete(*stale)
+    else:
+        from kombu import Connection
+
+        with Connection(broker) as conn:
+            channel = conn.channel()
+            for name in ("ingest_high", "ingest", "batch"):
+                try:
+                    channel.queue_delete(f"{prefix}{name}")
+                except Exception:
+                    continue
+
+
+def run_round(workers: int, hosts: list[tuple[Path, Path]], env: dict[str, str],
+              seeded: dict[str, Any], data: dict[str, list[bytes]],
+              args: argparse.Namespace) -> dict[str, Any]:
+    import psycopg
+
+    with psycopg.connect(_admin_url(env), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{ROUND_DB}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{ROUND_DB}" TEMPLATE "{TEMPLATE_DB}"')
+    env = {**env, "TRUSTRANK_DB_NAME": ROUND_DB,
+           "TRUSTRANK_QUEUE_PREFIX": f"bench-scale-{os.getpid()}-{workers}-"}
+    logs = HOSTS_DIR / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    shared_exports = HOSTS_DIR / "shared-exports"
+    shutil.rmtree(shared_exports, ignore_errors=True)
+    port = fl.free_port()
+    base = f"http://127.0.0.1:{port}"
+    web_env = {**env, "TRUSTRANK_VAR_DIR": str(HOSTS_DIR / "web"),
+               "TRUSTRANK_EXPORT_DIR": str(shared_exports)}
+    web = fl.start([sys.executable, "-m", "gunicorn", "trustrank.wsgi:application", "--bind",
+                    f"127.0.0.1:{port}", "--workers", "2", "--threads", "4", "--timeout", "120"],
+                   web_env, logs / f"gunicorn-{workers}.log")
+    procs = [web]
+    try:
+        fl.wait_http(base + "/login/", web)
+        sent: dict[str, Any] = {"pushed_at": datetime.now(UTC)}
+        pushed = time.perf_counter()
+        sent.update(push(base, seeded, data, args))
+        print(f"  {workers} workers: load pushed in {time.perf_counter() - pushed:.1f} s",
+              flush=True)
+        names = ",".join(f"{env['TRUSTRANK_QUEUE_PREFIX']}{q}"
+                         for q in ("ingest_high", "ingest", "batch"))
+        for n in range(workers):
+            python, src = hosts[n]
+            host_env = {**env, "TRUSTRANK_VAR_DIR": str(HOSTS_DIR / f"host{n}" / "var"),
+                        "TRUSTRANK_EXPORT_DIR": str(shared_exports),
+                        "PATH": f"{python.parent}:{env.get('PATH', '')}"}
+            host_env.pop("PYTHONPATH", None)
+            procs.append(subprocess.Popen(
+                [str(python), "-m", "celery", "-A", "trustrank", "worker", "--pool", "solo",
+                 "-Q", names, "-l", "warning", "-n", f"scale{n}-{os.getpid()}@%h",
+                 "--without-gossip", "--without-mingle", "--without-heartbeat"],
+                cwd=src, env=host_env, stdout=(logs / f"worker{workers}-{n}.log").open("wb"),
+                stderr=subprocess.STDOUT, start_new_session=True))
+        deadline = time.monotonic() + args.timeout
+        while not all_done(env, sent):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{workers} workers: not done within {args.timeout} s")
+            for proc in procs[1:]:
+                if proc.poll() is not None:
+                    raise SystemExit(f"a worker exited with {proc.returncode}: see {logs}")
+            time.sleep(0.5)
+        load = os.getloadavg()[0]
+    finally:
+        for proc in procs:
+            fl.stop(proc)
+        queues_drop(env)
+    result = round_check(env, sent, seeded)
+    result.update(workers=workers, load_average=round(load, 2),
+                  jobs_per_second=result["jobs"] / result["seconds"])
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument("--broker", default=os.environ.get("CELERY_BROKER_URL",
+                                                          "redis://127.0.0.1:6379/0"))
+    parser.add_argument("--teams", type=int, default=4)
+    parser.add_argument("--sboms", type=int, default=40)
+    parser.add_argument("--components", type=int, default=400)
+    parser.add_argument("--traces", type=int, default=40)
+    parser.add_argument("--spans", type=int, default=3000)
+    parser.add_argument("--metrics", type=int, default=40)
+    parser.add_argument("--nodes", type=int, default=16)
+    parser.add_argument("--ranking-runs", type=int, default=4)
+    parser.add_argument("--ranking-findings", type=int, default=2000)
+    parser.add_argument("--exports", type=int, default=4)
+    parser.add_argument("--timeout", type=float, default=900)
+    args = parser.parse_args()
+    counts = [int(n) for n in args.workers.split(",")]
+    hosts = hosts_prepare(max(counts))
+    env = base_env(args.broker)
+    seeded = template_prepare(env, args)
+    os.environ.update({**env, "TRUSTRANK_DB_NAME": TEMPLATE_DB})
+    data = payloads(args)
+    results = {}
+    for workers in counts:
+        result = run_round(workers, hosts, env, seeded, data, args)
+        results[workers] = result
+        print(f"{workers} worker host(s): {result['jobs']} jobs in {result['seconds']:.1f} s = "
+              f"{result['jobs_per_second']:.2f} jobs/s (lost {result['lost']}, duplicated "
+              f"{result['duplicated']}, retried {result['retried']}; load average "
+              f"{result['load_average']})", flush=True)
+    one = results[counts[0]]["jobs_per_second"]
+    summary: dict[str, Any] = {
+        f"speedup_{w}": round(r["jobs_per_second"] / one, 2) for w, r in results.items()
+        if w != counts[0]
+    }
+    summary.update(
+        jobs_per_second={str(w): round(r["jobs_per_second"], 2) for w, r in results.items()},
+        lost=sum(r["lost"] for r in results.values()),
+        duplicated=sum(r["duplicated"] for r in results.values()),
+        load_average=round(os.getloadavg()[0], 2),
+        cores=os.cpu_count(),
+        broker=args.broker.split("://")[0],
+    )
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
