@@ -176,7 +176,7 @@ def test_ranked_rows_copy_keeps_every_value():
     tab, newline or non-ASCII letters, an empty one, and scores of every kind of float read
     back exactly."""
     from trustrank.accounts.models import Team
-    from trustrank.ranking.services.store import _copy_ranked
+    from trustrank.ranking.services.store_copy import _copy_ranked
 
     team = Team.objects.create(name="copy-text")
     rows = {
@@ -254,7 +254,7 @@ def test_rank_history_copy_as_text_keeps_every_value():
     import orjson
 
     from trustrank.accounts.models import Team
-    from trustrank.ranking.services.store import _history
+    from trustrank.ranking.services.store_history import _history
 
     team = Team.objects.create(name="history-text")
     run = RankingRun.objects.create(team=team, trigger="test")

@@ -448,6 +448,27 @@ def _to_rescore(
     return removed
 
 
+def _changed_analyses(
+    before: Mapping[str, EnvironmentAnalysis], after: Mapping[str, EnvironmentAnalysis],
+    services: set[tuple[str, str]],
+) -> set[str]:
+    """The environments that came or went between two analyses; of an environment in
+    both whose graph changed, the services whose context differs go into `services`.
+    A finding sees the graph only through its service's context (`ContextIndex`), so a
+    trace window that changed a few services' contexts rescores their findings, not the
+    whole environment's (every finding of a one-environment team)."""
+    dirty = set(before.keys() ^ after.keys())
+    for env, a in after.items():
+        old = before.get(env)
+        if old is None or old is a:
+            continue
+        new_services, old_services = a.services, old.services
+        services.update(
+            (env, name) for name in new_services.keys() | old_services.keys()
+            if new_services.get(name) != old_services.get(name))
+    return dirty
+
+
 def rank_incremental(
     *,
     previous: RankResult,
@@ -488,11 +509,9 @@ def rank_incremental(
         records_out: list[Finding] = []
         analyses = analyse(inputs=inputs, settings=settings, previous=previous.analyses,
                            previous_graph=previous.digest_parts)
-        dirty_envs = {
-            env for env, a in analyses.items() if previous.analyses.get(env) is not a
-        } | (previous.analyses.keys() - analyses.keys())
-        index = ContextIndex(inputs=inputs, analyses=analyses, settings=settings)
         services = set(changed_services)
+        dirty_envs = _changed_analyses(previous.analyses, analyses, services)
+        index = ContextIndex(inputs=inputs, analyses=analyses, settings=settings)
         dirty_versions = set(changed_project_versions)
         for d in inputs.deployments:
             if d.environment in dirty_envs or (d.environment, d.service) in services:

@@ -30,8 +30,9 @@ from trustrank.ranking.services.due import (
     due_dates_apply,
     due_dates_unsettled,
 )
-from trustrank.ranking.services.store import _collector_paused, _store, services_store
+from trustrank.ranking.services.store import _collector_paused, _store
 from trustrank.ranking.services.store_columns import place_ids, store_first_from_columns
+from trustrank.ranking.services.store_services import services_store
 from trustrank.risk import inputs as ri
 from trustrank.risk.engine import rank, rank_incremental, with_inputs_digest
 from trustrank.risk.queue import QueueIndex
