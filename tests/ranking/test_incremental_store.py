@@ -247,6 +247,30 @@ def test_a_queue_written_whole_has_the_digest_of_its_rows(monkeypatch):
     assert whole.results_digest == row_by_row.results_digest
 
 
+def test_an_incremental_run_that_rewrites_the_queue_takes_the_digest_hashed_on_the_way(
+        monkeypatch):
+    """One finding rising shifts every rank below it: the run rewrites the whole queue and
+    hashes the rows as it sends them; it takes that digest (the rows' own) instead of
+    hashing every changed row again before and after."""
+    from trustrank.ranking.services import store
+
+    team_id = build(findings=600, services=60, edges=200, versions=30, seed=17)
+    runs._PREVIOUS.clear()
+    _run(team_id)
+    monkeypatch.setattr(store, "_REWRITE_ABOVE", 0)
+
+    def no_update(*args, **kwargs):
+        raise AssertionError("the digest was updated row by row")
+
+    monkeypatch.setattr(runs, "_rows_digest_update", no_update)
+    _set_impact(team_id, "svc-3", "very high")
+    incremental = _run(team_id)
+    assert incremental.incremental and incremental.counts["updated"] > 0
+    stored = _stored(team_id)
+    rows = {r[0]: (r[1], r[2], r[3], r[4], r[5], r[6]) for r in stored}
+    assert incremental.results_digest == runs._rows_digest(rows)
+
+
 def test_rank_history_copy_as_text_keeps_every_value():
     """The history rows are COPY text formatted by the store: a why whose factor values hold
     backslashes, tabs, quotes and newlines, scores of every kind, new and gone findings

@@ -245,11 +245,14 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any =
         if meanwhile is not None:
             result = meanwhile.finish(result, inputs=gathered.inputs, settings=rs)
         t3 = time.perf_counter()
-        if incremental and cached is not None and cached.results_digest:
+        if rows_hash is not None:
+            # `_rows_digest(rows)`, hashed by the store while PostgreSQL took the rows: a
+            # run that rewrote the whole queue (one finding rising shifts every rank below
+            # it) would otherwise hash each changed row twice more, before and after.
+            digest = f"{rows_hash % _MODULUS:064x}"
+        elif incremental and cached is not None and cached.results_digest:
             digest = _rows_digest_update(cached.results_digest, before=cached.rows,
                                          rows=rows, changed=changed, gone=gone)
-        elif rows_hash is not None:
-            digest = f"{rows_hash % _MODULUS:064x}"  # `_rows_digest(rows)`, hashed by the store
         else:
             digest = _rows_digest(rows)
         services_digest = services_store(
