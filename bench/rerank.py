@@ -344,7 +344,9 @@ def main() -> None:
         cpu[label] = round(took_cpu, 2)
         cpu[f"{label} postgres"] = round(pg, 2)
         print(f"{label}: {took:.2f} s ({'incremental' if r.incremental else 'full'}), "
-              f"cpu {took_cpu:.2f} s, postgres backend cpu {pg:.2f} s; "
+              f"cpu {took_cpu:.2f} s, postgres backend cpu {pg:.2f} s, peak so far "
+              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MB, "
+              f"load {os.getloadavg()[0]:.1f}; "
               f"timings {r.timings} counts { {k: v for k, v in r.counts.items() if k != 'by_environment'} }")
         return took
 
