@@ -269,6 +269,44 @@ def test_an_incremental_run_that_rewrites_the_queue_takes_the_digest_hashed_on_t
     stored = _stored(team_id)
     rows = {r[0]: (r[1], r[2], r[3], r[4], r[5], r[6]) for r in stored}
     assert incremental.results_digest == runs._rows_digest(rows)
+    assert RankChange.objects.filter(run=incremental).count() == incremental.counts["moved"]
+    # Above the threshold its rows were made column by column, not walked place by place:
+    # what it stored is what a full run stores.
+    monkeypatch.undo()
+    runs._PREVIOUS.clear()
+    full = _run(team_id)
+    assert not full.incremental
+    assert _stored(team_id) == stored
+    assert full.results_digest == incremental.results_digest
+
+
+def test_an_incremental_run_over_many_changed_places_makes_rows_column_by_column(
+        monkeypatch):
+    """Closed findings, new ones and shifted ranks at once, through the column pass: the
+    queue, the findings that left it and the history are a full run's."""
+    from trustrank.ranking.services import store
+
+    team_id = build(findings=600, services=60, edges=200, versions=30, seed=18)
+    runs._PREVIOUS.clear()
+    _run(team_id)
+    monkeypatch.setattr(store, "_REWRITE_ABOVE", 0)
+    walked: list[object] = []
+    monkeypatch.setattr(store, "_walk_changed", lambda *a, **k: walked.append(a) or 1 / 0)
+    with connection.cursor() as cur:
+        cur.execute(
+            "UPDATE findings_finding SET state = 'resolved', updated_at = now() WHERE id IN "
+            "(SELECT id FROM findings_finding WHERE team_id = %s ORDER BY id LIMIT 7)",
+            [team_id])
+    _set_impact(team_id, "svc-5", "very high")
+    incremental = _run(team_id)
+    assert incremental.incremental and not walked
+    assert incremental.counts["left_queue"] == 7
+    stored = _stored(team_id)
+    runs._PREVIOUS.clear()
+    monkeypatch.undo()
+    full = _run(team_id)
+    assert _stored(team_id) == stored
+    assert full.results_digest == incremental.results_digest
 
 
 def test_rank_history_copy_as_text_keeps_every_value():

@@ -126,7 +126,17 @@ def _store_rows(
         return (r[1], n, env, r[2], r[3], ctx[0])
 
     reused = 0
-    if previous is not None and before is not None and previous.findings:
+    differ = result.changed_places
+    if (previous is not None and before is not None and previous.findings
+            and differ is not None and len(differ) > _REWRITE_ABOVE):
+        # Most places changed (one finding rising shifts every rank below it): every row
+        # made column by column, as a full run does, beats walking the places one by one
+        # (33 of a profiled 184 s at a million), then compared with the stored ones.
+        rows, env_counter = _queue_rows(result.findings, finding_ids, contexts)
+        changed_on_the_way = [fid for fid, row in rows.items() if before.get(fid) != row]
+        gone_on_the_way = [fid for fid in before if fid not in rows]
+        reused = len(before)
+    elif previous is not None and before is not None and previous.findings:
         # An incremental run: most ranked findings are the previous result's objects at
         # the same places, whose stored rows stand; only the others are looked at.
         rows, changed_on_the_way, gone_on_the_way = _walk_changed(
