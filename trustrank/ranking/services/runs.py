@@ -34,7 +34,8 @@ from trustrank.ranking.services.store import _collector_paused, _store
 from trustrank.ranking.services.store_columns import place_ids, store_first_from_columns
 from trustrank.ranking.services.store_services import services_store
 from trustrank.risk import inputs as ri
-from trustrank.risk.engine import rank, rank_incremental, with_inputs_digest
+from trustrank.risk.engine import rank, with_inputs_digest
+from trustrank.risk.incremental import rank_incremental
 from trustrank.risk.queue import QueueIndex
 from trustrank.risk.results import RankedFinding, RankResult, findings_hash_sum
 
