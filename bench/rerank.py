@@ -10,8 +10,15 @@ it may fill: DATABASE_URL (a fresh, migrated one is best; the bench team is repl
 The build ends with VACUUM ANALYZE, as autovacuum would leave the tables soon after such a
 load; the clock starts after it.
 
+`--stream` then stores a trace window the way the product does (an OTLP export of service
+svc-2 through the traces ingest job, whose instrumentation scope names the component of
+svc-2's findings: their reachability becomes observed), lets the evidence sweep request the
+run beat would and runs it, and times from the window's job being committed to the moved
+rank being read back (`seconds_from_window_to_rank`; beat's sweep interval,
+TRUSTRANK_RANKING_EVIDENCE_SWEEP_SECONDS, adds up to that much in production).
+
 Last line: {"full_seconds": …, "incremental_seconds": …, "first_page_ms": …,
-            "findings": …, "peak_mb": …}
+            "findings": …, "peak_mb": …[, "seconds_from_window_to_rank": …]}
 """
 
 from __future__ import annotations
@@ -181,6 +188,11 @@ def reusable(*, findings: int) -> int | None:
         cur.execute("DELETE FROM ranking_rankingrun WHERE team_id = %s", [team.pk])
         cur.execute("DELETE FROM findings_findingdue WHERE team_id = %s", [team.pk])
         cur.execute("DELETE FROM accounts_apikey WHERE team_id = %s", [team.pk])
+        # What an earlier --stream stored: its trace window's library evidence.
+        cur.execute(
+            "DELETE FROM runtime_librarybucket WHERE name = %s AND service_id IN (SELECT s.id "
+            "FROM runtime_service s JOIN runtime_environment e ON e.id = s.environment_id "
+            "WHERE e.team_id = %s)", [STREAM_SCOPE, team.pk])
         cur.execute(
             "UPDATE runtime_deployment SET human_impact = 'medium' WHERE service_name = 'svc-3' "
             "AND environment_id IN (SELECT id FROM runtime_environment WHERE team_id = %s)",
@@ -191,6 +203,72 @@ def reusable(*, findings: int) -> int | None:
         cur.execute("VACUUM ANALYZE ranking_rankchange")
         cur.execute("VACUUM ANALYZE findings_findingdue")
     return team.pk
+
+
+# The scope the stream's trace window names, and the component it maps to (svc-2 runs
+# proj-2, whose findings are all of pkg2 at the bench's sizes: finding n is of version
+# n % versions and package n % 500).
+STREAM_SCOPE = "io.opentelemetry.benchlib-1.0"
+STREAM_RULE = ("java_scope", "benchlib", "pkg:maven/org.bench/pkg2")
+
+
+def _stream_export(service: str) -> bytes:
+    """An OTLP/JSON export of one internal span of `service` in prod, under STREAM_SCOPE
+    (library evidence only: no call, so the call graph stays as it was)."""
+    now = time.time_ns()
+    attributes = [{"key": "service.name", "value": {"stringValue": service}},
+                  {"key": "deployment.environment.name", "value": {"stringValue": "prod"}}]
+    span = {"traceId": os.urandom(16).hex(), "spanId": os.urandom(8).hex(),
+            "name": "render", "kind": 1, "startTimeUnixNano": str(now - 5_000_000),
+            "endTimeUnixNano": str(now)}
+    return json.dumps({"resourceSpans": [{
+        "resource": {"attributes": attributes},
+        "scopeSpans": [{"scope": {"name": STREAM_SCOPE}, "spans": [span]}],
+    }]}).encode()
+
+
+def stream(team_id: int) -> tuple[float, dict]:
+    """Store a trace window through the traces ingest job, then do what beat's evidence
+    sweep and a worker do; (seconds from the job's commit to the moved rank read back,
+    what the run said)."""
+    from django.db import connection
+
+    from ingest import submit
+    from trustrank.accounts.models import Team
+    from trustrank.accounts.principal import Principal
+    from trustrank.jobs.runner import job_run
+    from trustrank.ranking.models import RankingRun
+    from trustrank.ranking.services.requests import ranking_evidence_sweep
+    from trustrank.ranking.services.runs import ranking_run_execute
+
+    def ranked() -> tuple:
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT r.finding_id, r.rank, r.decision, r.score FROM ranking_rankedfinding r "
+                "JOIN findings_finding f ON f.id = r.finding_id "
+                "WHERE f.team_id = %s AND f.project_version_id = (SELECT v.id FROM "
+                "inventory_projectversion v JOIN inventory_project p ON p.id = v.project_id "
+                "WHERE p.team_id = %s AND p.name = 'proj-2') ORDER BY r.rank LIMIT 1",
+                [team_id, team_id])
+            return cur.fetchone()
+
+    before = ranked()
+    job = submit.traces_submit(
+        principal=Principal(scopes_by_team={team_id: frozenset({"traces:write"})}),
+        team=Team.objects.get(pk=team_id), body=_stream_export("svc-2"), json_encoded=True,
+        spans=1, priority=None, content_type="application/json")
+    assert job_run(kind_name="ingest", job_id=str(job.pk)) == "done"
+    stored = time.perf_counter()  # the window's job and its evidence change committed
+    assert ranking_evidence_sweep() == 1  # beat's next tick
+    run = RankingRun.objects.get(team_id=team_id, status="queued")
+    assert ranking_run_execute(run_id=run.pk) == "done"
+    after = ranked()
+    took = time.perf_counter() - stored
+    run = RankingRun.objects.get(pk=run.pk)
+    assert after != before, (before, after)
+    return took, {"incremental": run.incremental, "trigger": run.trigger,
+                  "timings": run.timings, "moved": run.counts.get("moved"),
+                  "before": before, "after": after}
 
 
 def main() -> None:
@@ -211,11 +289,21 @@ def main() -> None:
     parser.add_argument(
         "--profile-full", action="store_true",
         help="profile the full run, as --profile does the incremental one")
+    parser.add_argument(
+        "--stream", action="store_true",
+        help="after the runs, store a trace window that changes the reachability of some "
+             "findings and time it to the new rank (seconds_from_window_to_rank)")
     args = parser.parse_args()
 
     import django
 
     django.setup()
+    if args.stream:
+        from django.conf import settings
+
+        # Before the first run: the rule is part of the ranking settings every run reads.
+        settings.TRUSTRANK_LIBRARY_MAP = [*settings.TRUSTRANK_LIBRARY_MAP, STREAM_RULE]
+        settings.TRUSTRANK_RANKING_TRACE_DEBOUNCE_SECONDS = 0
     from django.test import Client
 
     from trustrank.accounts.models import Team
@@ -256,7 +344,9 @@ def main() -> None:
         cpu[label] = round(took_cpu, 2)
         cpu[f"{label} postgres"] = round(pg, 2)
         print(f"{label}: {took:.2f} s ({'incremental' if r.incremental else 'full'}), "
-              f"cpu {took_cpu:.2f} s, postgres backend cpu {pg:.2f} s; "
+              f"cpu {took_cpu:.2f} s, postgres backend cpu {pg:.2f} s, peak so far "
+              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MB, "
+              f"load {os.getloadavg()[0]:.1f}; "
               f"timings {r.timings} counts { {k: v for k, v in r.counts.items() if k != 'by_environment'} }")
         return took
 
@@ -284,13 +374,20 @@ def main() -> None:
     print(f"priorities first page: count {body['count']}, median {sorted(times)[5]:.1f} ms")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"cpu seconds: {json.dumps(cpu)}")
-    print(json.dumps({
+    out = {
         "full_seconds": round(full, 2),
         "incremental_seconds": round(incremental, 2),
         "first_page_ms": round(sorted(times)[5], 1),
         "findings": args.findings,
         "peak_mb": round(peak),
-    }))
+    }
+    if args.stream:
+        took, said = stream(team_id)
+        print(f"stream: {said}")
+        out["seconds_from_window_to_rank"] = round(took, 2)
+        out["peak_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    print(f"load average: {os.getloadavg()}")
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

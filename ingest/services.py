@@ -139,9 +139,11 @@ def _rerank_after(job: IngestJob) -> None:
     from trustrank.findings.services.evidence import evidence_change_record
 
     if job.kind in _RERANK_AFTER_TEAM_LOAD:
-        evidence_change_record(team_id=job.team_id, what=f"{job.kind} job {job.pk}")
+        evidence_change_record(team_id=job.team_id, what=f"{job.kind} job {job.pk}",
+                               kind=job.kind)
     elif job.kind in _RERANK_AFTER_FEED:
-        evidence_change_record(team_id=None, what=f"{job.kind} feed job {job.pk}")
+        evidence_change_record(team_id=None, what=f"{job.kind} feed job {job.pk}",
+                               kind=job.kind)
 
 
 def ingest_job_handle(*, job: IngestJob, progress: ProgressFn) -> dict[str, Any]:

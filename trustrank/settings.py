@@ -438,6 +438,12 @@ TRUSTRANK_RANKING_DUE_THREAD_ABOVE = envint(
 # A load (SBOM, traces, certificates, feeds) starts a ranking run this long after it; loads
 # that follow within the delay share the run (see TRUSTRANK_RANKING_EVIDENCE_SWEEP_SECONDS).
 TRUSTRANK_RANKING_DEBOUNCE_SECONDS = envint("TRUSTRANK_RANKING_DEBOUNCE_SECONDS", 60, minimum=0)
+# A trace window (a traces job) is ranked after this much instead: ranks move within seconds
+# of the traffic that moved them (a run is incremental, and windows arriving while one runs
+# share the next).
+TRUSTRANK_RANKING_TRACE_DEBOUNCE_SECONDS = envint(
+    "TRUSTRANK_RANKING_TRACE_DEBOUNCE_SECONDS", 0, minimum=0
+)
 # Bulk triage of up to this many findings is applied within the request (200); more becomes a
 # job run by the findings_bulk_triage task (202).
 TRUSTRANK_BULK_TRIAGE_SYNC_MAX = envint("TRUSTRANK_BULK_TRIAGE_SYNC_MAX", 500, minimum=1)

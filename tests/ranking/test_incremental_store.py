@@ -176,7 +176,7 @@ def test_ranked_rows_copy_keeps_every_value():
     tab, newline or non-ASCII letters, an empty one, and scores of every kind of float read
     back exactly."""
     from trustrank.accounts.models import Team
-    from trustrank.ranking.services.store import _copy_ranked
+    from trustrank.ranking.services.store_copy import _copy_ranked
 
     team = Team.objects.create(name="copy-text")
     rows = {
@@ -247,6 +247,68 @@ def test_a_queue_written_whole_has_the_digest_of_its_rows(monkeypatch):
     assert whole.results_digest == row_by_row.results_digest
 
 
+def test_an_incremental_run_that_rewrites_the_queue_takes_the_digest_hashed_on_the_way(
+        monkeypatch):
+    """One finding rising shifts every rank below it: the run rewrites the whole queue and
+    hashes the rows as it sends them; it takes that digest (the rows' own) instead of
+    hashing every changed row again before and after."""
+    from trustrank.ranking.services import store
+
+    team_id = build(findings=600, services=60, edges=200, versions=30, seed=17)
+    runs._PREVIOUS.clear()
+    _run(team_id)
+    monkeypatch.setattr(store, "_REWRITE_ABOVE", 0)
+
+    def no_update(*args, **kwargs):
+        raise AssertionError("the digest was updated row by row")
+
+    monkeypatch.setattr(runs, "_rows_digest_update", no_update)
+    _set_impact(team_id, "svc-3", "very high")
+    incremental = _run(team_id)
+    assert incremental.incremental and incremental.counts["updated"] > 0
+    stored = _stored(team_id)
+    rows = {r[0]: (r[1], r[2], r[3], r[4], r[5], r[6]) for r in stored}
+    assert incremental.results_digest == runs._rows_digest(rows)
+    assert RankChange.objects.filter(run=incremental).count() == incremental.counts["moved"]
+    # Above the threshold its rows were made column by column, not walked place by place:
+    # what it stored is what a full run stores.
+    monkeypatch.undo()
+    runs._PREVIOUS.clear()
+    full = _run(team_id)
+    assert not full.incremental
+    assert _stored(team_id) == stored
+    assert full.results_digest == incremental.results_digest
+
+
+def test_an_incremental_run_over_many_changed_places_makes_rows_column_by_column(
+        monkeypatch):
+    """Closed findings, new ones and shifted ranks at once, through the column pass: the
+    queue, the findings that left it and the history are a full run's."""
+    from trustrank.ranking.services import store
+
+    team_id = build(findings=600, services=60, edges=200, versions=30, seed=18)
+    runs._PREVIOUS.clear()
+    _run(team_id)
+    monkeypatch.setattr(store, "_REWRITE_ABOVE", 0)
+    walked: list[object] = []
+    monkeypatch.setattr(store, "_walk_changed", lambda *a, **k: walked.append(a) or 1 / 0)
+    with connection.cursor() as cur:
+        cur.execute(
+            "UPDATE findings_finding SET state = 'resolved', updated_at = now() WHERE id IN "
+            "(SELECT id FROM findings_finding WHERE team_id = %s ORDER BY id LIMIT 7)",
+            [team_id])
+    _set_impact(team_id, "svc-5", "very high")
+    incremental = _run(team_id)
+    assert incremental.incremental and not walked
+    assert incremental.counts["left_queue"] == 7
+    stored = _stored(team_id)
+    runs._PREVIOUS.clear()
+    monkeypatch.undo()
+    full = _run(team_id)
+    assert _stored(team_id) == stored
+    assert full.results_digest == incremental.results_digest
+
+
 def test_rank_history_copy_as_text_keeps_every_value():
     """The history rows are COPY text formatted by the store: a why whose factor values hold
     backslashes, tabs, quotes and newlines, scores of every kind, new and gone findings
@@ -254,7 +316,7 @@ def test_rank_history_copy_as_text_keeps_every_value():
     import orjson
 
     from trustrank.accounts.models import Team
-    from trustrank.ranking.services.store import _history
+    from trustrank.ranking.services.store_history import _history
 
     team = Team.objects.create(name="history-text")
     run = RankingRun.objects.create(team=team, trigger="test")

@@ -36,7 +36,7 @@ def _rows(html: str) -> list[str]:
 def test_home_page_shows_log4shell_first_with_its_reasons(client, make_user, team, ranked,
                                                           django_assert_max_num_queries):
     login(client, make_user, team)
-    with django_assert_max_num_queries(12):
+    with django_assert_max_num_queries(17):  # rows fetched by relation (selectors.priority_list)
         response = client.get("/")
     assert response.status_code == 200
     html = response.content.decode()
@@ -75,7 +75,10 @@ def test_priorities_page_has_no_n_plus_one(client, make_user, team, ranked,
         html = client.get("/").content.decode()
     assert len(_rows(html)) == 2 + 8 + 8
     assert len(many.captured_queries) == len(few.captured_queries)
-    with django_assert_max_num_queries(12):
+    # The page's rows join only their ranked row and fetch the rest by id, a query per
+    # relation: a constant few more queries, each planned in a fraction of a millisecond,
+    # instead of one seven-table join that took tens of milliseconds to plan.
+    with django_assert_max_num_queries(17):
         assert client.get("/?environment=prod&decision=immediate").status_code == 200
 
 

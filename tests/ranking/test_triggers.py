@@ -94,6 +94,31 @@ def test_the_run_starts_a_debounce_after_the_first_change(team, other_team, sett
     assert abs((other.not_before - (now + timedelta(seconds=55))).total_seconds()) < 2
 
 
+def test_a_trace_window_is_ranked_at_once_while_an_sbom_waits(team, other_team, settings):
+    settings.TRUSTRANK_RANKING_DEBOUNCE_SECONDS = 60
+    settings.TRUSTRANK_RANKING_TRACE_DEBOUNCE_SECONDS = 0
+    now = timezone.now()
+    evidence_change_record(team_id=other_team.pk, what="SBOM of project version 1")
+    evidence_change_record(team_id=team.pk, what="SBOM of project version 2")
+    evidence_change_record(team_id=team.pk, what="traces job 7", kind="traces")
+    assert ranking_evidence_sweep() == 2
+    # The trace window brings the team's run forward past its SBOM's debounce.
+    run = RankingRun.objects.get(team=team)
+    assert run.trigger == "after traces job 7"
+    assert run.not_before <= timezone.now()
+    other = RankingRun.objects.get(team=other_team)
+    assert other.not_before >= now + timedelta(seconds=59)
+
+
+def test_a_traces_job_records_a_change_of_its_kind(team):
+    from ingest.models import IngestJob
+    from ingest.services import _rerank_after
+
+    _rerank_after(IngestJob(pk=5, team=team, kind="traces"))
+    assert list(EvidenceChange.objects.filter(team=team).values_list("what", "kind")) == [
+        ("traces job 5", "traces")]
+
+
 def test_changes_within_the_delay_join_the_waiting_run(team, settings):
     settings.TRUSTRANK_RANKING_DEBOUNCE_SECONDS = 60
     evidence_change_record(team_id=team.pk, what="a")
@@ -204,3 +229,30 @@ def test_a_worker_with_beat_ranks_after_a_load_by_itself(team, start_worker):
     )
     assert isinstance(run, RankingRun) and run.trigger.startswith("after certificates job")
     assert not EvidenceChange.objects.exists()
+
+
+@pytest.mark.e2e
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_ranks_within_seconds_after_a_trace_window(team, start_worker):
+    """A traces job (a trace window aggregated into the call graph) records its change; the
+    sweep asks for a run at once, though other loads wait a long debounce."""
+    from opentelemetry.trace import SpanKind
+
+    from ingest import submit
+    from tests.conftest import wait_for
+    from tests.runtime.helpers import SpanFactory
+
+    start_worker(beat=True, TRUSTRANK_RANKING_DEBOUNCE_SECONDS="600",
+                 TRUSTRANK_RANKING_TRACE_DEBOUNCE_SECONDS="0",
+                 TRUSTRANK_RANKING_EVIDENCE_SWEEP_SECONDS="1")
+    spans = SpanFactory(env="prod")
+    spans.span(service="shop", name="GET /", kind=SpanKind.SERVER, trace_id=spans.trace_id(),
+               attributes={"client.address": "93.184.216.34"})
+    submit.traces_submit(
+        principal=Principal(scopes_by_team={team.pk: frozenset({"traces:write"})}),
+        team=team, body=spans.body(), json_encoded=False, spans=1, priority=None,
+        content_type="application/x-protobuf")
+    run = wait_for(
+        lambda: RankingRun.objects.filter(team=team, status="done").first(), timeout=90
+    )
+    assert isinstance(run, RankingRun) and run.trigger.startswith("after traces job")

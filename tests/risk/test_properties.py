@@ -309,3 +309,19 @@ def test_chained_incremental_runs_equal_full_runs_and_name_the_places_that_chang
         )
         assert canonical_json(again) == canonical_json(result)
         inputs, previous = changed, result
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_graph_change_rescores_only_the_findings_of_the_services_it_changed(seed):
+    """A trace window that changes an environment's graph without changing what the graph
+    says of the services its findings run on (here: a service nobody calls appears) keeps
+    every ranked finding as it was, where the environment's findings were all rescored."""
+    inputs = generate(seed)
+    previous = rank(inputs=inputs)
+    first = next(s for s in inputs.services if s.environment == "env1")
+    changed = replace(inputs, services=(*inputs.services, replace(first, name="lonely")))
+    result = rank_incremental(previous=previous, inputs=changed, changed_findings=set())
+    assert result.analyses["env1"] is not previous.analyses["env1"]
+    assert canonical_json(result) == canonical_json(rank(inputs=changed))
+    assert all(a is b for a, b in zip(result.findings, previous.findings, strict=True))
+    assert result.changed_places == []

@@ -710,6 +710,10 @@ class EvidenceChange(models.Model):
         "accounts.Team", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
     )
     what = models.CharField(max_length=200)
+    # What kind of evidence (an ingest job's kind, such as "traces"; '' when unsaid): the
+    # ranking app picks the debounce of the run by it (a trace window ranks within
+    # seconds, an SBOM waits for the loads that follow it).
+    kind = models.CharField(max_length=32, blank=True, default="", db_default="")
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:

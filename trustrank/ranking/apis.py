@@ -26,7 +26,7 @@ from trustrank.ranking.serializers import (
     RankingRunSerializer,
 )
 from trustrank.ranking.services.requests import ranking_run_request
-from trustrank.ranking.services.store import ranking_changes
+from trustrank.ranking.services.store_history import ranking_changes
 
 
 class KnownCountPagination(Pagination):

@@ -22,7 +22,11 @@ def priority_list(
     qs = Finding.objects.filter(ranked__team_id__in=principal.team_ids)
     if open_only:
         qs = qs.filter(state__in=OPEN_STATES)
-    qs = qs.select_related(
+    # Only the ranked row is joined (the order walks its index); the rest of a page's rows
+    # come by id, a query each. Joined all together, the seven-table statement took
+    # PostgreSQL 11-75 ms to plan (the findings table has thirty indexes to weigh) against
+    # 2 ms to run, on every page; the lean join plans in half a millisecond.
+    qs = qs.select_related("ranked").prefetch_related(
         "project", "project_version", "ranked__context", "team", "assignee", "due"
     )
     # Ranks are unique within a team's queue: with one team the rank alone orders, which

@@ -4,7 +4,8 @@ No Django imports: everything here takes plain data and returns plain data. Star
 `rank` (see `trustrank.risk.engine`) with a `RankInputs` and a `RankSettings`; the
 factors, weights and tables are described in docs/ranking.md."""
 
-from trustrank.risk.engine import analyse, rank, rank_incremental
+from trustrank.risk.engine import analyse, rank
+from trustrank.risk.incremental import rank_incremental
 from trustrank.risk.inputs import (
     CallEdge,
     Component,

@@ -1,5 +1,5 @@
-"""The ranking engine's entry points: `rank` for a full run, `rank_incremental` to reuse a
-previous result, `analyse` for the graph part alone.
+"""The ranking engine's entry points: `rank` for a full run, `analyse` for the graph part
+alone; `incremental.rank_incremental` reuses a previous result.
 
 Order of the queue: the SSVC decision first (immediate > out-of-cycle > scheduled >
 defer), then findings running somewhere before findings of versions deployed nowhere,
@@ -31,7 +31,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from contextlib import contextmanager
 from dataclasses import replace
 from itertools import repeat
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -47,12 +47,10 @@ from trustrank.risk.inputs import (
     RankSettings,
     ssvc_exposure,
 )
-from trustrank.risk.queue import QueueColumns, QueueIndex, assemble, merge
+from trustrank.risk.queue import QueueColumns, assemble
 from trustrank.risk.results import (
     RankedFinding,
     RankResult,
-    ServiceResult,
-    finding_hash,
     findings_hash_sum,
     inputs_digest,
 )
@@ -419,154 +417,3 @@ def with_inputs_digest(
                                findings_sum=findings_sum % (1 << 256), parts=parts)
     return replace(result, inputs_digest=digest, findings_sum=findings_sum % (1 << 256),
                    digest_parts=parts)
-
-
-def _to_rescore(
-    findings: tuple[RankedFinding, ...], index: QueueIndex, touched: set[str],
-    current: dict[str, Finding], records_out: list[Finding], dirty_versions: set[str],
-    dirty_envs: set[str], services: set[tuple[str, str]],
-    place_of: Callable[[str], int | None],
-) -> list[int]:
-    """`rank_incremental`'s split when the caller named the changed findings: the places
-    (ascending) of the previous queue to take out, found through `index`: the named
-    findings (their previous records go to `records_out`; `current` holds the new ones of
-    those still open) and the findings that depend on a changed version, environment or
-    service (their unchanged records go to `current`, to be scored again)."""
-    places = set(index.places_depending_on(
-        versions=dirty_versions, envs=dirty_envs, services=services).tolist())
-    for fid in touched:
-        at = place_of(fid)
-        if at is not None:
-            places.add(at)
-    removed = sorted(places)
-    for i in removed:
-        r = findings[i]
-        if r[0] in touched:
-            records_out.append(r[20])
-        else:
-            current[r[0]] = r[20]
-    return removed
-
-
-def rank_incremental(
-    *,
-    previous: RankResult,
-    inputs: RankInputs,
-    settings: RankSettings | None = None,
-    changed_project_versions: Collection[str] = (),
-    changed_services: Collection[tuple[str, str]] = (),
-    changed_findings: Collection[str] | None = None,
-    changed_records: Collection[Finding] | None = None,
-    previous_places: Callable[[str], int | None] | None = None,
-    with_digest: bool = True,
-) -> RankResult:
-    """Rank again reusing `previous` where nothing it depends on changed; the result is the
-    same as `rank(inputs=…)` provided the caller names every project version whose SBOM,
-    components or deployments changed and every service whose library evidence or
-    deployment changed (graph changes are detected by the environment digests).
-    `changed_findings`, when given, names every finding that is new, changed or gone
-    since `previous`: the other records of `inputs` are taken to be those of `previous`,
-    and are not compared one by one; `changed_records`, when given with them, are the
-    current records of those still open (else they are looked up in `inputs`). Then the
-    findings to rescore are found, and merged back, in time proportional to what changed
-    (`queue.merge`); `previous_places`, when given, tells a finding id's place in
-    `previous.findings` (else a map of them is made)."""
-    settings = settings or RankSettings()
-    if previous.settings_version != settings.version:
-        return rank(inputs=inputs, settings=settings, with_digest=with_digest)
-    with _collector_paused():
-        if changed_findings is None:
-            current = {f.id: f for f in inputs.findings}
-            if len(current) != len(inputs.findings):
-                raise ValueError("finding ids must be unique")
-        else:
-            touched = set(changed_findings)
-            current = {f.id: f for f in (
-                inputs.findings if changed_records is None else changed_records)
-                if f.id in touched}
-            records_in = list(current.values())
-        records_out: list[Finding] = []
-        analyses = analyse(inputs=inputs, settings=settings, previous=previous.analyses,
-                           previous_graph=previous.digest_parts)
-        dirty_envs = {
-            env for env, a in analyses.items() if previous.analyses.get(env) is not a
-        } | (previous.analyses.keys() - analyses.keys())
-        index = ContextIndex(inputs=inputs, analyses=analyses, settings=settings)
-        services = set(changed_services)
-        dirty_versions = set(changed_project_versions)
-        for d in inputs.deployments:
-            if d.environment in dirty_envs or (d.environment, d.service) in services:
-                dirty_versions.add(d.project_version)
-        kept: list[RankedFinding] = []  # still in previous queue order
-        queue_index = changed_places = None
-        if changed_findings is not None:
-            queue_index = previous.queue_index or QueueIndex.build(previous.findings)
-            removed = _to_rescore(
-                previous.findings, queue_index, touched, current, records_out,
-                dirty_versions, dirty_envs, services,
-                previous_places or queue_index.places(previous.findings).get)
-        else:
-            for r in previous.findings:
-                f = current.pop(r.finding_id, None)
-                if f is None:
-                    continue  # closed since
-                if (
-                    (r.finding is f or r.finding == f)
-                    and f.project_version not in dirty_versions
-                    # An identity finding names a service, not a version; its trust still
-                    # reads the provenance of the version that service ran.
-                    and r.project_version not in dirty_versions
-                    and f.environment not in dirty_envs
-                    and (f.environment, f.service) not in services
-                ):
-                    kept.append(r)
-                else:
-                    current[f.id] = f
-        score = _Scorer(index, settings).score
-        # What is left in `current` is new or changed: score it, sort it, and merge it
-        # into the unchanged findings, which are already in order.
-        fresh = sorted((score(f) for f in current.values()), key=itemgetter(0))
-        if queue_index is not None:
-            merged = merge(previous.findings, queue_index, removed, fresh,
-                           queue_key_for(settings))
-            findings, changed_places, queue_index = (
-                merged.findings, merged.changed, merged.index)
-        else:
-            findings = _merge(kept, fresh, queue_key_for(settings))
-        findings_sum = None
-        if with_digest:
-            if changed_findings is not None and previous.findings_sum is not None:
-                # The records named changed out, their new versions in: the same sum as
-                # over every record (`findings_hash_sum`).
-                findings_sum = (
-                    previous.findings_sum - sum(map(finding_hash, records_out))
-                    + sum(map(finding_hash, records_in))
-                ) % (1 << 256)
-            else:
-                findings_sum = findings_hash_sum(inputs.findings)
-        parts: dict[str, tuple[Any, bytes]] = {}
-        digest = inputs_digest(
-            inputs=inputs, settings=settings, findings_sum=findings_sum,
-            known=previous.digest_parts, parts=parts,
-        ) if with_digest else ""
-        before = {(r.environment, r.name): r for r in previous.services}
-
-        def reuse(env: str, name: str, version: str) -> ServiceResult | None:
-            # A service's result reads its environment's analysis, its deployment and the
-            # provenance of the version deployed: unchanged, the previous result stands.
-            if (env in dirty_envs or (env, name) in services or version in dirty_versions):
-                return None
-            return before.get((env, name))
-
-        services_out = service_results(index, analyses, reuse)
-    return RankResult(
-        settings_version=settings.version,
-        inputs_digest=digest,
-        findings=findings,
-        services=services_out,
-        analyses=analyses,
-        findings_sum=findings_sum,
-        changed_places=changed_places,
-        queue_index=queue_index,
-        digest_parts=parts,
-    )

@@ -20,13 +20,15 @@ class Change:
     team_id: int | None
     what: str
     at: datetime
+    kind: str = ""
 
 
-def evidence_change_record(*, team_id: int | None, what: str) -> None:
-    """Record that a team's evidence changed (`team_id` None: a feed shared by every team).
-    Call it in the transaction that stores the evidence, so the change and the evidence
-    commit together."""
-    EvidenceChange.objects.create(team_id=team_id, what=what[:200])
+def evidence_change_record(*, team_id: int | None, what: str, kind: str = "") -> None:
+    """Record that a team's evidence changed (`team_id` None: a feed shared by every team);
+    `kind` says what kind of evidence (an ingest job's kind), for the ranking app to pick
+    how soon to rank. Call it in the transaction that stores the evidence, so the change
+    and the evidence commit together."""
+    EvidenceChange.objects.create(team_id=team_id, what=what[:200], kind=kind[:32])
 
 
 def evidence_changes_take() -> list[Change]:
@@ -36,6 +38,7 @@ def evidence_changes_take() -> list[Change]:
     once."""
     table = EvidenceChange._meta.db_table
     with connection.cursor() as cur:
-        cur.execute(f'DELETE FROM "{table}" RETURNING team_id, what, created_at')  # noqa: S608
+        cur.execute(f'DELETE FROM "{table}" RETURNING team_id, what, created_at, kind')  # noqa: S608
         rows = cur.fetchall()
-    return sorted((Change(team_id=t, what=w, at=a) for t, w, a in rows), key=lambda c: c.at)
+    return sorted((Change(team_id=t, what=w, at=a, kind=k) for t, w, a, k in rows),
+                  key=lambda c: c.at)

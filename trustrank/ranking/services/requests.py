@@ -81,11 +81,23 @@ def _teams_with_open_vulnerabilities() -> list[int]:
     ))
 
 
+def _debounce_of(kind: str) -> float:
+    """How long after a change of this kind of evidence its run starts: a trace window
+    (the ingest kind "traces") TRUSTRANK_RANKING_TRACE_DEBOUNCE_SECONDS, so ranks move
+    within seconds of the traffic that moved them; any other change
+    TRUSTRANK_RANKING_DEBOUNCE_SECONDS."""
+    if kind == "traces":
+        return float(settings.TRUSTRANK_RANKING_TRACE_DEBOUNCE_SECONDS)
+    return float(settings.TRUSTRANK_RANKING_DEBOUNCE_SECONDS)
+
+
 def ranking_evidence_sweep() -> int:
     """Beat, every TRUSTRANK_RANKING_EVIDENCE_SWEEP_SECONDS: turn the evidence changes loads
-    recorded into debounced runs, one per team, starting TRUSTRANK_RANKING_DEBOUNCE_SECONDS
-    after the team's first change (so the changes within the delay share one run). A feed's
-    change (no team) is every team's with open vulnerability findings, as batch work.
+    recorded into debounced runs, one per team, starting a debounce after the team's first
+    change (so the changes within the delay share one run): `_debounce_of` its kind, the
+    earliest start of the team's changes winning (a trace window brings an SBOM's run
+    forward). A feed's change (no team) is every team's with open vulnerability findings,
+    as batch work.
 
     The changes are taken and the runs requested in one transaction: a failure puts the
     changes back for the next sweep. A change recorded while the team's run is already
@@ -93,27 +105,29 @@ def ranking_evidence_sweep() -> int:
     number of teams asked for."""
     from trustrank.findings.services.evidence import evidence_changes_take
 
-    debounce = settings.TRUSTRANK_RANKING_DEBOUNCE_SECONDS
     with transaction.atomic():
         changes = evidence_changes_take()
         if not changes:
             return 0
         now = timezone.now()
-        # team -> (first change, what it was, interactive?)
+        # team -> (when its run may start, what asked for that, interactive?)
         wanted: dict[int, tuple[Any, str, bool]] = {}
-        for change in changes:  # oldest first: the first change of a team wins
+        for change in changes:  # oldest first: of equal starts the first change wins
+            start = change.at + timedelta(seconds=_debounce_of(change.kind))
             teams = (
                 [change.team_id] if change.team_id is not None
                 else _teams_with_open_vulnerabilities()
             )
             for team_id in teams:
-                at, what, interactive = wanted.get(team_id, (change.at, change.what, False))
+                at, what, interactive = wanted.get(team_id, (start, change.what, False))
+                if start < at:
+                    at, what = start, change.what
                 wanted[team_id] = (at, what, interactive or change.team_id is not None)
         for team_id, (at, what, interactive) in sorted(wanted.items()):
             ranking_run_request(
                 team_id=team_id,
                 trigger=f"after {what}",
-                delay_seconds=max(0.0, (at - now).total_seconds() + debounce),
+                delay_seconds=max(0.0, (at - now).total_seconds()),
                 job_class=JobClass.INTERACTIVE if interactive else JobClass.BATCH,
             )
     return len(wanted)

@@ -30,10 +30,12 @@ from trustrank.ranking.services.due import (
     due_dates_apply,
     due_dates_unsettled,
 )
-from trustrank.ranking.services.store import _collector_paused, _store, services_store
+from trustrank.ranking.services.store import _collector_paused, _store
 from trustrank.ranking.services.store_columns import place_ids, store_first_from_columns
+from trustrank.ranking.services.store_services import services_store
 from trustrank.risk import inputs as ri
-from trustrank.risk.engine import rank, rank_incremental, with_inputs_digest
+from trustrank.risk.engine import rank, with_inputs_digest
+from trustrank.risk.incremental import rank_incremental
 from trustrank.risk.queue import QueueIndex
 from trustrank.risk.results import RankedFinding, RankResult, findings_hash_sum
 
@@ -244,11 +246,14 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any =
         if meanwhile is not None:
             result = meanwhile.finish(result, inputs=gathered.inputs, settings=rs)
         t3 = time.perf_counter()
-        if incremental and cached is not None and cached.results_digest:
+        if rows_hash is not None:
+            # `_rows_digest(rows)`, hashed by the store while PostgreSQL took the rows: a
+            # run that rewrote the whole queue (one finding rising shifts every rank below
+            # it) would otherwise hash each changed row twice more, before and after.
+            digest = f"{rows_hash % _MODULUS:064x}"
+        elif incremental and cached is not None and cached.results_digest:
             digest = _rows_digest_update(cached.results_digest, before=cached.rows,
                                          rows=rows, changed=changed, gone=gone)
-        elif rows_hash is not None:
-            digest = f"{rows_hash % _MODULUS:064x}"  # `_rows_digest(rows)`, hashed by the store
         else:
             digest = _rows_digest(rows)
         services_digest = services_store(

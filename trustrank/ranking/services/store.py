@@ -1,12 +1,12 @@
-"""Storing a run's ranks: the rank contexts, the RankChange history with its reasons,
-the new rank columns on the findings, and reading back what moved."""
+"""Storing a run's ranks: the rows of the queue (all of them, or an incremental run's
+changed ones), the rank contexts they point at, and the history of what moved
+(`store_history`). The COPY itself is `store_copy`'s; a team's first queue from a full run
+is `store_columns`'; the per-service results `store_services`'."""
 
 from __future__ import annotations
 
 import gc
 import hashlib
-import queue
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -17,49 +17,12 @@ from typing import Any
 import numpy as np
 import orjson
 from django.db import connection
-from django.utils import timezone
-from psycopg.copy import LibpqWriter
 
 from trustrank.ranking.inputs import Gathered
-from trustrank.ranking.models import RankChange, RankingRun
+from trustrank.ranking.models import RankingRun
+from trustrank.ranking.services.store_copy import _CHUNK, _copy_ranked, _int_array
+from trustrank.ranking.services.store_history import _history
 from trustrank.risk.results import RankedFinding, RankResult, factor_json
-
-
-def services_json(result: RankResult) -> dict[str, dict[str, Any]]:
-    """The per-service graph results by environment and name, as the run stores them."""
-    out: dict[str, dict[str, Any]] = {}
-    for s in result.services:
-        out.setdefault(s.environment, {})[s.name] = {
-            "trust": s.trust,
-            "identity_trust": s.identity_trust,
-            "exposure": s.exposure,
-            "exposure_reason": s.exposure_reason,
-            "path": list(s.path),
-            "hops": orjson.loads(orjson.dumps(list(s.hops))),
-        }
-    return out
-
-
-def services_store(
-    result: RankResult, *, previous: RankResult | None = None, previous_digest: str = ""
-) -> str:
-    """Store the run's per-service results (a `ServiceResults` row unless one with the same
-    content exists) and return their digest. When `previous`, whose results were stored
-    under `previous_digest`, found the same for every service, nothing is built or sent:
-    the ten thousand services of a large team are ten megabytes of JSON."""
-    if previous is not None and previous_digest and result.services == previous.services:
-        return previous_digest
-    body = orjson.dumps(services_json(result), option=orjson.OPT_SORT_KEYS)
-    digest = hashlib.sha256(body).hexdigest()
-    with connection.cursor() as cur:
-        cur.execute("SELECT 1 FROM ranking_serviceresults WHERE digest = %s", [digest])
-        if cur.fetchone() is None:
-            cur.execute(
-                "INSERT INTO ranking_serviceresults (digest, data, created_at) "
-                "VALUES (%s, %s::jsonb, now()) ON CONFLICT (digest) DO NOTHING",
-                [digest, body.decode()],
-            )
-    return digest
 
 
 def context_of(r: RankedFinding) -> dict[str, Any]:
@@ -163,7 +126,17 @@ def _store_rows(
         return (r[1], n, env, r[2], r[3], ctx[0])
 
     reused = 0
-    if previous is not None and before is not None and previous.findings:
+    differ = result.changed_places
+    if (previous is not None and before is not None and previous.findings
+            and differ is not None and len(differ) > _REWRITE_ABOVE):
+        # Most places changed (one finding rising shifts every rank below it): every row
+        # made column by column, as a full run does, beats walking the places one by one
+        # (33 of a profiled 184 s at a million), then compared with the stored ones.
+        rows, env_counter = _queue_rows(result.findings, finding_ids, contexts)
+        changed_on_the_way = [fid for fid, row in rows.items() if before.get(fid) != row]
+        gone_on_the_way = [fid for fid in before if fid not in rows]
+        reused = len(before)
+    elif previous is not None and before is not None and previous.findings:
         # An incremental run: most ranked findings are the previous result's objects at
         # the same places, whose stored rows stand; only the others are looked at.
         rows, changed_on_the_way, gone_on_the_way = _walk_changed(
@@ -336,9 +309,6 @@ def _queue_rows(
     return rows, env_counter
 
 
-_CHUNK = 50_000
-
-
 def _queue_row_chunks(
     findings: tuple[RankedFinding, ...], finding_ids: dict[str, int],
     contexts: dict[tuple[Any, ...], tuple[str, bytes]], rows: dict[int, _Row],
@@ -390,137 +360,6 @@ def _queue_row_chunks(
         yield ids
 
 
-# COPY's binary format: the file header, and the end-of-data word.
-_BINARY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
-_BINARY_TRAILER = b"\xff\xff"
-
-
-def _binary_rows(columns: list[tuple[str, Any]], n: int) -> bytes:
-    """`n` rows in COPY's binary format: per row a field count, then each column's length
-    and value, big-endian, laid out by one numpy record type. `columns` are (numpy type,
-    value: one for every row, or an array of `n`); an empty byte string is sent as an empty
-    text."""
-    fields: list[tuple[str, str]] = [("count", ">i2")]
-    for i, (kind, _value) in enumerate(columns):
-        fields.append((f"l{i}", ">i4"))
-        if np.dtype(kind).itemsize:
-            fields.append((f"v{i}", kind))
-    out = np.empty(n, dtype=np.dtype(fields))
-    out["count"] = len(columns)
-    for i, (kind, value) in enumerate(columns):
-        out[f"l{i}"] = np.dtype(kind).itemsize
-        if np.dtype(kind).itemsize:
-            out[f"v{i}"] = value
-    return out.tobytes()
-
-
-def _text_type(value: bytes) -> str:
-    """The numpy type of a text column whose values are `len(value)` bytes long."""
-    return f"S{len(value)}" if value else "S0"
-
-
-def _copy_ranked(
-    cur: Any, *, team_id: int, run_id: int, targets: list[int],
-    rows: dict[int, tuple[int, int, str, float, str, str]],
-    on_chunk: Callable[[list[int]], None] | None = None,
-) -> None:
-    """COPY the ranked rows of `targets` (see `_copy_ranked_chunks`)."""
-    _copy_ranked_chunks(
-        cur, team_id=team_id, run_id=run_id, rows=rows, on_chunk=on_chunk,
-        chunks=(targets[i : i + _CHUNK] for i in range(0, len(targets), _CHUNK)))
-
-
-class _QueuedWriter(LibpqWriter):
-    """psycopg's writer, fed by a thread from a short queue: `write` returns at once, so
-    the next chunk is made (and the last one hashed) while PostgreSQL stores this one.
-    With the plain writer each `write` waited until PostgreSQL had taken nearly the whole
-    chunk, so the two took turns. Unlike psycopg's `QueuedLibpqWriter` (1,024 buffers of
-    128 KiB), at most `depth` chunks wait: megabytes, not a hundred."""
-
-    def __init__(self, cursor: Any, depth: int = 2) -> None:
-        super().__init__(cursor)
-        self._pending: queue.Queue[Any] = queue.Queue(maxsize=depth)
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._send, name="ranked-copy", daemon=True)
-        self._thread.start()
-
-    def _send(self) -> None:
-        try:
-            while (data := self._pending.get()) is not None:
-                super().write(data)  # waits on the socket with the GIL released
-        except BaseException as exc:  # raised by write() or finish(), in the caller's thread
-            self._error = exc
-            while self._pending.get() is not None:
-                pass
-
-    def write(self, data: Any) -> None:
-        if self._error is not None:
-            raise self._error
-        self._pending.put(data)
-
-    def finish(self, exc: BaseException | None = None) -> None:
-        self._pending.put(None)
-        self._thread.join()
-        if self._error is not None and exc is None:
-            raise self._error
-        super().finish(exc)
-
-
-def _copy_ranked_chunks(
-    cur: Any, *, team_id: int, run_id: int, chunks: Iterable[list[int]],
-    rows: dict[int, tuple[int, int, str, float, str, str]],
-    on_chunk: Callable[[list[int]], None] | None = None,
-) -> None:
-    """COPY the ranked rows of the finding ids of each chunk (each in `rows` by the time
-    it comes) in the binary format, laid out by numpy a chunk at a time: formatting a
-    million rows as text cost seconds of the process (and PostgreSQL parsed every number
-    back). Within a chunk the rows go grouped by environment, decision and context digest
-    length (one record layout each), in their order within a group. `on_chunk` is called
-    with each chunk's ids once it is sent, while PostgreSQL stores it."""
-    with cur.copy(
-        "COPY ranking_rankedfinding (finding_id, team_id, run_id, rank, env_rank, "
-        "environment, score, decision, context_id) FROM STDIN (FORMAT BINARY)",
-        writer=_QueuedWriter(cur.cursor),
-    ) as copy:
-        copy.write(_BINARY_HEADER)
-        for chunk in chunks:
-            n = len(chunk)
-            values = list(map(rows.__getitem__, chunk))
-            digests: dict[str, int] = {}
-            digest_code = np.fromiter(
-                map(digests.setdefault, map(itemgetter(5), values),
-                    map(len, repeat(digests, n))),
-                dtype=np.int64, count=n)
-            encoded = [d.encode() for d in digests]
-            width = np.array(list(map(len, encoded)), dtype=np.int64)[digest_code]
-            groups: dict[tuple[str, str, int], int] = {}
-            group = np.fromiter(
-                map(groups.setdefault,
-                    zip(map(itemgetter(2), values), map(itemgetter(4), values),
-                        width.tolist(), strict=True),
-                    map(len, repeat(groups, n))),
-                dtype=np.int64, count=n)
-            fid = np.array(chunk, dtype=np.int64)
-            rank = np.fromiter(map(itemgetter(0), values), dtype=np.int64, count=n)
-            env_rank = np.fromiter(map(itemgetter(1), values), dtype=np.int64, count=n)
-            score = np.fromiter(map(itemgetter(3), values), dtype=np.float64, count=n)
-            for (env, decision, size), code in groups.items():
-                at = np.flatnonzero(group == code)
-                env_b, decision_b = env.encode(), decision.encode()
-                context_type = f"S{size}"
-                table = np.array([b if len(b) == size else b"" for b in encoded],
-                                 dtype=context_type) if size else None
-                copy.write(_binary_rows([
-                    (">i8", fid[at]), (">i8", team_id), (">i8", run_id), (">i4", rank[at]),
-                    (">i4", env_rank[at]), (_text_type(env_b), env_b), (">f8", score[at]),
-                    (_text_type(decision_b), decision_b),
-                    (context_type, table[digest_code[at]] if table is not None else b""),
-                ], len(at)))
-            if on_chunk is not None:
-                on_chunk(chunk)
-        copy.write(_BINARY_TRAILER)
-
-
 @contextmanager
 def _collector_paused() -> Iterator[None]:
     """Storing makes a few million small tuples and no reference cycles; the cyclic
@@ -534,136 +373,8 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _int_array(ids: list[int]) -> str:
-    """A PostgreSQL array literal of integers (a string parameter: the driver adapts a
-    Python list of a hundred thousand ints element by element)."""
-    return "{" + ",".join(map(str, ids)) + "}"
-
-
 def _json_object(bodies: dict[str, bytes]) -> str:
     """`{"digest": <context JSON>, …}` from already serialised bodies."""
     return "{" + ",".join(f'"{d}":{b.decode()}' for d, b in bodies.items()) + "}"
 
-
-def _history(
-    cur: Any,
-    *,
-    run: RankingRun,
-    moved: list[int],
-    gone: list[int],
-    before: dict[int, tuple[Any, ...]],
-    rows: dict[int, tuple[int, int, str, float, str, str]],
-    new_context: dict[str, bytes],
-    first: bool,
-) -> None:
-    """RankChange rows: findings whose rank, score or decision moved, entered the queue
-    (after the team's first run: on the first, everything is new and nothing moved) or
-    left it."""
-    if first:
-        return
-    old_ctx = _contexts({before[f][5] for f in moved if f in before} - new_context.keys())
-    now = timezone.now()
-    parsed: dict[str, Any] = {}
-    whys: dict[tuple[str, str], str] = {}
-
-    def ctx(digest: str) -> Any:
-        if digest not in parsed:
-            parsed[digest] = (
-                orjson.loads(new_context[digest]) if digest in new_context
-                else old_ctx.get(digest)
-            )
-        return parsed[digest]
-
-    def why_of(old_digest: str, new_digest: str) -> str:
-        # Many moved findings share a pair of contexts: compare each pair once.
-        pair = (old_digest, new_digest)
-        why = whys.get(pair)
-        if why is None:
-            why = whys[pair] = orjson.dumps(_why(ctx(old_digest), ctx(new_digest))).decode()
-        return why
-
-    if gone:
-        # A ranked row may outlive its finding (the table has no foreign key: a finding
-        # deleted while a run stored its rank); its history went with the finding.
-        cur.execute(
-            "SELECT id FROM findings_finding WHERE id = ANY(%s::bigint[])", [_int_array(gone)]
-        )
-        existing = {row[0] for row in cur.fetchall()}
-        gone = [fid for fid in gone if fid in existing]
-    # COPY's text formatted here, as for the ranks: the driver's row path costs a call per
-    # value. Decisions are fixed words and `why` is JSON (orjson escapes every control
-    # character), so only the backslashes of the JSON need doubling.
-    at = now.isoformat()
-    whys_text: dict[str, str] = {}
-
-    def text(why: str) -> str:
-        t = whys_text.get(why)
-        if t is None:
-            t = whys_text[why] = why.replace("\\", "\\\\")
-        return t
-
-    lines: list[str] = []
-    append = lines.append
-    for fid in moved:
-        new = rows[fid]
-        old = before.get(fid)
-        if old is None:
-            append(f"{run.pk}\t{fid}\t{new[0]}\t{new[3]!r}\t{new[4]}\t\\N\t\\N\t\t[]\t{at}\n")
-        else:
-            append(f"{run.pk}\t{fid}\t{new[0]}\t{new[3]!r}\t{new[4]}\t{old[0]}\t{old[3]!r}\t"
-                   f"{old[4]}\t{text(why_of(old[5], new[5]))}\t{at}\n")
-    for fid in gone:
-        old = before[fid]
-        append(f"{run.pk}\t{fid}\t\\N\t\\N\t\t{old[0]}\t{old[3]!r}\t{old[4]}\t[]\t{at}\n")
-    with cur.copy(
-        "COPY ranking_rankchange (run_id, finding_id, rank, score, decision, previous_rank, "
-        "previous_score, previous_decision, why, at) FROM STDIN"
-    ) as copy:
-        for i in range(0, len(lines), 20_000):
-            copy.write("".join(lines[i : i + 20_000]))
-
-
-def _contexts(digests: set[str]) -> dict[str, Any]:
-    from trustrank.ranking.models import RankContext
-
-    return dict(RankContext.objects.filter(digest__in=digests).values_list("digest", "data"))
-
-
-def _why(before: dict[str, Any] | None, after: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The factors whose value or effect changed, largest effect change first."""
-    if not before or not after:
-        return []
-    a = {f["name"]: f for f in before.get("explanation", [])}
-    b = {f["name"]: f for f in after.get("explanation", [])}
-    out = []
-    for name in sorted(a.keys() | b.keys()):
-        x, y = a.get(name), b.get(name)
-        if x and y and x["value"] == y["value"] and x["effect"] == y["effect"]:
-            continue
-        out.append({
-            "factor": name,
-            "before": x["value"] if x else None,
-            "after": y["value"] if y else None,
-            "effect_change": round((y["effect"] if y else 0.0) - (x["effect"] if x else 0.0), 4),
-        })
-    out.sort(key=lambda c: (-abs(c["effect_change"]), c["factor"]))
-    return out
-
-
-def ranking_changes(*, run: RankingRun, limit: int = 50) -> list[RankChange]:
-    """What moved most in this run: `moved` is positive when a finding rose; a finding new
-    to the queue (or leaving it) counts as moving from (or to) its end."""
-    from django.db.models import F, IntegerField, Value
-    from django.db.models.functions import Abs, Coalesce
-
-    span = int((run.counts or {}).get("findings", 0)) + 1
-    moved = Coalesce(F("previous_rank"), Value(span), output_field=IntegerField()) - Coalesce(
-        F("rank"), Value(span), output_field=IntegerField()
-    )
-    return list(
-        RankChange.objects.filter(run=run)
-        .annotate(moved=moved, distance=Abs(moved))
-        .select_related("finding")
-        .order_by("-distance", "finding_id")[:limit]
-    )
 

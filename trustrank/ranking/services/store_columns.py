@@ -21,17 +21,14 @@ from django.db import connection
 
 from trustrank.ranking.inputs import Gathered
 from trustrank.ranking.models import RankingRun
-from trustrank.ranking.services.store import (
+from trustrank.ranking.services.store import _REWRITE_ABOVE, _contexts_insert, _Row, context_of
+from trustrank.ranking.services.store_copy import (
     _BINARY_HEADER,
     _BINARY_TRAILER,
     _CHUNK,
-    _REWRITE_ABOVE,
     _binary_rows,
-    _contexts_insert,
     _QueuedWriter,
-    _Row,
     _text_type,
-    context_of,
 )
 from trustrank.risk.inputs import DECISIONS
 from trustrank.risk.results import RankResult

@@ -1,0 +1,153 @@
+"""COPY of ranked rows in PostgreSQL's binary format, laid out by numpy a chunk at a time,
+and the writer that sends a chunk while the next is made."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterable
+from itertools import repeat
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+from psycopg.copy import LibpqWriter
+
+_CHUNK = 50_000
+
+
+# COPY's binary format: the file header, and the end-of-data word.
+_BINARY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
+_BINARY_TRAILER = b"\xff\xff"
+
+
+def _binary_rows(columns: list[tuple[str, Any]], n: int) -> bytes:
+    """`n` rows in COPY's binary format: per row a field count, then each column's length
+    and value, big-endian, laid out by one numpy record type. `columns` are (numpy type,
+    value: one for every row, or an array of `n`); an empty byte string is sent as an empty
+    text."""
+    fields: list[tuple[str, str]] = [("count", ">i2")]
+    for i, (kind, _value) in enumerate(columns):
+        fields.append((f"l{i}", ">i4"))
+        if np.dtype(kind).itemsize:
+            fields.append((f"v{i}", kind))
+    out = np.empty(n, dtype=np.dtype(fields))
+    out["count"] = len(columns)
+    for i, (kind, value) in enumerate(columns):
+        out[f"l{i}"] = np.dtype(kind).itemsize
+        if np.dtype(kind).itemsize:
+            out[f"v{i}"] = value
+    return out.tobytes()
+
+
+def _text_type(value: bytes) -> str:
+    """The numpy type of a text column whose values are `len(value)` bytes long."""
+    return f"S{len(value)}" if value else "S0"
+
+
+def _copy_ranked(
+    cur: Any, *, team_id: int, run_id: int, targets: list[int],
+    rows: dict[int, tuple[int, int, str, float, str, str]],
+    on_chunk: Callable[[list[int]], None] | None = None,
+) -> None:
+    """COPY the ranked rows of `targets` (see `_copy_ranked_chunks`)."""
+    _copy_ranked_chunks(
+        cur, team_id=team_id, run_id=run_id, rows=rows, on_chunk=on_chunk,
+        chunks=(targets[i : i + _CHUNK] for i in range(0, len(targets), _CHUNK)))
+
+
+class _QueuedWriter(LibpqWriter):
+    """psycopg's writer, fed by a thread from a short queue: `write` returns at once, so
+    the next chunk is made (and the last one hashed) while PostgreSQL stores this one.
+    With the plain writer each `write` waited until PostgreSQL had taken nearly the whole
+    chunk, so the two took turns. Unlike psycopg's `QueuedLibpqWriter` (1,024 buffers of
+    128 KiB), at most `depth` chunks wait: megabytes, not a hundred."""
+
+    def __init__(self, cursor: Any, depth: int = 2) -> None:
+        super().__init__(cursor)
+        self._pending: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._send, name="ranked-copy", daemon=True)
+        self._thread.start()
+
+    def _send(self) -> None:
+        try:
+            while (data := self._pending.get()) is not None:
+                super().write(data)  # waits on the socket with the GIL released
+        except BaseException as exc:  # raised by write() or finish(), in the caller's thread
+            self._error = exc
+            while self._pending.get() is not None:
+                pass
+
+    def write(self, data: Any) -> None:
+        if self._error is not None:
+            raise self._error
+        self._pending.put(data)
+
+    def finish(self, exc: BaseException | None = None) -> None:
+        self._pending.put(None)
+        self._thread.join()
+        if self._error is not None and exc is None:
+            raise self._error
+        super().finish(exc)
+
+
+def _copy_ranked_chunks(
+    cur: Any, *, team_id: int, run_id: int, chunks: Iterable[list[int]],
+    rows: dict[int, tuple[int, int, str, float, str, str]],
+    on_chunk: Callable[[list[int]], None] | None = None,
+) -> None:
+    """COPY the ranked rows of the finding ids of each chunk (each in `rows` by the time
+    it comes) in the binary format, laid out by numpy a chunk at a time: formatting a
+    million rows as text cost seconds of the process (and PostgreSQL parsed every number
+    back). Within a chunk the rows go grouped by environment, decision and context digest
+    length (one record layout each), in their order within a group. `on_chunk` is called
+    with each chunk's ids once it is sent, while PostgreSQL stores it."""
+    with cur.copy(
+        "COPY ranking_rankedfinding (finding_id, team_id, run_id, rank, env_rank, "
+        "environment, score, decision, context_id) FROM STDIN (FORMAT BINARY)",
+        writer=_QueuedWriter(cur.cursor),
+    ) as copy:
+        copy.write(_BINARY_HEADER)
+        for chunk in chunks:
+            n = len(chunk)
+            values = list(map(rows.__getitem__, chunk))
+            digests: dict[str, int] = {}
+            digest_code = np.fromiter(
+                map(digests.setdefault, map(itemgetter(5), values),
+                    map(len, repeat(digests, n))),
+                dtype=np.int64, count=n)
+            encoded = [d.encode() for d in digests]
+            width = np.array(list(map(len, encoded)), dtype=np.int64)[digest_code]
+            groups: dict[tuple[str, str, int], int] = {}
+            group = np.fromiter(
+                map(groups.setdefault,
+                    zip(map(itemgetter(2), values), map(itemgetter(4), values),
+                        width.tolist(), strict=True),
+                    map(len, repeat(groups, n))),
+                dtype=np.int64, count=n)
+            fid = np.array(chunk, dtype=np.int64)
+            rank = np.fromiter(map(itemgetter(0), values), dtype=np.int64, count=n)
+            env_rank = np.fromiter(map(itemgetter(1), values), dtype=np.int64, count=n)
+            score = np.fromiter(map(itemgetter(3), values), dtype=np.float64, count=n)
+            for (env, decision, size), code in groups.items():
+                at = np.flatnonzero(group == code)
+                env_b, decision_b = env.encode(), decision.encode()
+                context_type = f"S{size}"
+                table = np.array([b if len(b) == size else b"" for b in encoded],
+                                 dtype=context_type) if size else None
+                copy.write(_binary_rows([
+                    (">i8", fid[at]), (">i8", team_id), (">i8", run_id), (">i4", rank[at]),
+                    (">i4", env_rank[at]), (_text_type(env_b), env_b), (">f8", score[at]),
+                    (_text_type(decision_b), decision_b),
+                    (context_type, table[digest_code[at]] if table is not None else b""),
+                ], len(at)))
+            if on_chunk is not None:
+                on_chunk(chunk)
+        copy.write(_BINARY_TRAILER)
+
+
+def _int_array(ids: list[int]) -> str:
+    """A PostgreSQL array literal of integers (a string parameter: the driver adapts a
+    Python list of a hundred thousand ints element by element)."""
+    return "{" + ",".join(map(str, ids)) + "}"
