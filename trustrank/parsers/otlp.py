@@ -58,6 +58,7 @@ from trustrank.parsers.otlp_rows import (
     sample_threshold,
     spans_from_request,
 )
+from trustrank.parsers.otlp_span_columns import spans_from_protobuf
 from trustrank.parsers.otlp_wire import protobuf_split
 
 __all__ = [
@@ -83,7 +84,16 @@ def otlp_span_batches(
 ) -> Iterator[SpanBatch]:
     """Decode a body part by part (see protobuf_split) into plain span batches; spans
     outside `window`, and resources whose names cannot be stored, are rejected and counted
-    exactly as the receiver counted them."""
+    exactly as the receiver counted them. Protobuf parts are read column by column
+    (`otlp_span_columns`); JSON through the decoded request."""
+    if encoding == PROTOBUF:
+        parts = protobuf_split(body, max_bytes=max_bytes) if len(body) > max_bytes else [body]
+        for part in parts:
+            yield spans_from_protobuf(
+                part, name_sample_rate=name_sample_rate, window=window,
+                max_stack_frames=max_stack_frames, max_span_frames=max_span_frames,
+            )
+        return
     for decoded in otlp_chunks(
         body, encoding=encoding, max_bytes=max_bytes, count=False, window=window
     ):
