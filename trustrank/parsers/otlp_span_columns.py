@@ -18,10 +18,11 @@ decoder refuses raises `OtlpDecodeError` here too.
 
 from __future__ import annotations
 
-from itertools import compress
-from operator import add, attrgetter, itemgetter
+from itertools import compress, repeat
+from operator import add, attrgetter, getitem, itemgetter
 from typing import Any
 
+import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
@@ -30,6 +31,9 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from trustrank.parsers.otlp_checks import (
     _ALL_TIMES,
+    _ZERO_SPAN,
+    _ZERO_TRACE,
+    SPAN_NAME_MAX,
     OtlpDecodeError,
     SpanWindow,
     bad_spans,
@@ -37,13 +41,6 @@ from trustrank.parsers.otlp_checks import (
     span_columns,
 )
 from trustrank.parsers.otlp_rows import (
-    _SPAN_KEYS,
-    _TLS_SCHEMES,
-    SPAN_FRAMES_DEFAULT,
-    STACK_FRAMES_DEFAULT,
-    ResourceSpans,
-    ScopeSpans,
-    SpanBatch,
     _A_CLIENT,
     _A_DB,
     _A_MTLS,
@@ -51,6 +48,13 @@ from trustrank.parsers.otlp_rows import (
     _A_SCHEME,
     _A_SERVER_ADDRESS,
     _A_TLS,
+    _SPAN_KEYS,
+    _TLS_SCHEMES,
+    SPAN_FRAMES_DEFAULT,
+    STACK_FRAMES_DEFAULT,
+    ResourceSpans,
+    ScopeSpans,
+    SpanBatch,
     _exception_frames,
     _library,
     any_value_text,
@@ -61,9 +65,10 @@ _SHADOW_PACKAGE = "trustrank.shadow.otlp.trace"
 _RAW_SPAN_FIELDS = {"attributes", "events", "links", "status"}
 
 
-def _shadow_request_class() -> type[Message]:
-    """A copy of trace.proto under another package where a Span's attributes, events,
-    links and status are `bytes`, plus a request message with the same field number."""
+def _shadow_classes() -> tuple[type[Message], type[Message]]:
+    """A copy of trace.proto under another package where a scope's spans, and a Span's
+    attributes, events, links and status, are `bytes`, plus a request message with the
+    same field number: (request, span)."""
     proto = descriptor_pb2.FileDescriptorProto()
     trace_pb2.DESCRIPTOR.CopyToProto(proto)
     old = "." + proto.package + "."
@@ -74,7 +79,8 @@ def _shadow_request_class() -> type[Message]:
         for item in message.field:
             if item.type_name.startswith(old):
                 item.type_name = new + item.type_name[len(old):]
-            if message.name == "Span" and item.name in _RAW_SPAN_FIELDS:
+            raw_spans = message.name == "ScopeSpans" and item.name == "spans"
+            if raw_spans or (message.name == "Span" and item.name in _RAW_SPAN_FIELDS):
                 item.type = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
                 item.ClearField("type_name")
     request = proto.message_type.add(name="Request")
@@ -90,12 +96,13 @@ def _shadow_request_class() -> type[Message]:
         dependency.CopyToProto(dependency_proto)
         pool.Add(dependency_proto)
     pool.Add(proto)
-    return message_factory.GetMessageClass(
-        pool.FindMessageTypeByName(_SHADOW_PACKAGE + ".Request")
+    return (
+        message_factory.GetMessageClass(pool.FindMessageTypeByName(_SHADOW_PACKAGE + ".Request")),
+        message_factory.GetMessageClass(pool.FindMessageTypeByName(_SHADOW_PACKAGE + ".Span")),
     )
 
 
-_ShadowRequest = _shadow_request_class()
+_ShadowRequest, _ShadowSpan = _shadow_classes()
 
 _KIND = attrgetter("kind")
 _ATTRIBUTES = attrgetter("attributes")
@@ -203,6 +210,221 @@ def _decoded(message_type: type[Message], raw: bytes) -> Any:
         ) from exc
 
 
+# --- the usual layout, read with numpy -----------------------------------------------------
+#
+# Every mainstream encoder (upb, Go's pdata, the Java and JavaScript SDKs) writes a span's
+# fields in field-number order and leaves defaults out, so a span starts
+#   0a 10 <trace id> 12 08 <span id> [22 08 <parent id>] 2a <name length> <name>
+#   [30 <kind>] 39 <start, 8 bytes> 41 <end, 8 bytes>
+# and its attributes, events, links and status follow (the *tail*). A scope whose spans
+# all start so, with names shorter than 128 bytes, is read with numpy on the joined spans;
+# the tail is looked up whole in a cache of what it means, since spans of one operation
+# repeat it byte for byte. Anything else is read span by span through the shadow Span.
+_PAD = bytes(64)
+_ID_TAIL = attrgetter("trace_id", "span_id", "parent_span_id", "name", "kind",
+                      "start_time_unix_nano", "end_time_unix_nano", "trace_state")
+# What a tail means: the peer of a span of each kind 0..5 (`spans_from_request`: the
+# caller's address for server and consumer spans, else the peer name), db.system set, TLS,
+# mTLS, the libraries (attributes, then the library frames of its `exception` events),
+# error; None when the tail sets a field of the head again (the last one counts).
+_TailInfo = tuple[
+    str, str, str, str, str, str, bool, bool, bool, "tuple[tuple[str, str], ...] | None", bool
+]
+_PEERS_END = 6
+_KIND_MAX = 5
+
+
+class _TailInfos(dict[bytes, "_TailInfo | None"]):
+    """Tail -> what it means, for one pair of stack frame bounds; kept across requests,
+    bounded (cleared when full)."""
+
+    def __init__(self, max_stack_frames: int, max_span_frames: int) -> None:
+        super().__init__()
+        self.bounds = (max_stack_frames, max_span_frames)
+
+    def __missing__(self, tail: bytes) -> _TailInfo | None:
+        if len(self) >= _CACHE_MAX:
+            self.clear()
+        info = self[tail] = _tail_info(tail, *self.bounds)
+        return info
+
+
+def _tail_info(tail: bytes, max_stack_frames: int, max_span_frames: int) -> _TailInfo | None:
+    span = _decoded(_ShadowSpan, tail)
+    if any(_ID_TAIL(span)):
+        return None
+    client, peer, is_db, tls, mtls, libraries = _INFOS[tuple(span.attributes)]
+    if max_stack_frames > 0 and max_span_frames > 0 and span.events:
+        frames = _exception_frames(
+            [_decoded(Span.Event, raw) for raw in span.events], {}, max_stack_frames,
+            max_span_frames,
+        )
+        if frames:
+            libraries = frames if libraries is None else (*libraries, *frames)
+    for raw in span.links:
+        _decoded(Span.Link, raw)
+    return (peer, peer, client, peer, peer, client, is_db, tls, mtls, libraries,
+            _ERRORS[span.status])
+
+
+_TAILS: dict[tuple[int, int], _TailInfos] = {}
+
+
+def _tails(max_stack_frames: int, max_span_frames: int) -> _TailInfos:
+    bounds = (max_stack_frames, max_span_frames)
+    tails = _TAILS.get(bounds)
+    if tails is None:
+        tails = _TAILS[bounds] = _TailInfos(*bounds)
+    return tails
+
+
+def _gather(data: np.ndarray[Any, Any], at: np.ndarray[Any, Any], width: int) -> Any:
+    return data[at[:, None] + np.arange(width)]
+
+
+def _layout_rows(
+    raws: list[bytes], *, names_below: bytes | None, window: SpanWindow,
+    max_stack_frames: int, max_span_frames: int,
+) -> tuple[Any, ...] | None:
+    """The rows of a scope's spans (raw bytes) all in the usual layout and all usable;
+    None otherwise (the caller reads them span by span, which also explains rejects)."""
+    count = len(raws)
+    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=count)
+    if int(lengths.min()) < 50:
+        return None
+    offsets = np.zeros(count, dtype=np.int64)
+    np.cumsum(lengths[:-1], out=offsets[1:])
+    data = np.frombuffer(b"".join(raws) + _PAD, dtype=np.uint8)
+    ok = (data[offsets] == 0x0A) & (data[offsets + 1] == 16)
+    ok &= (data[offsets + 18] == 0x12) & (data[offsets + 19] == 8)
+    has_parent = data[offsets + 28] == 0x22
+    ok &= ~has_parent | (data[offsets + 29] == 8)
+    at = offsets + 28 + 10 * has_parent
+    ok &= data[at] == 0x2A
+    name_lengths = data[at + 1].astype(np.int64)
+    ok &= name_lengths < 128
+    name_ends = at + 2 + name_lengths
+    has_kind = data[name_ends] == 0x30
+    kinds = np.where(has_kind, data[name_ends + 1], 0)
+    ok &= kinds < 128
+    at = name_ends + 2 * has_kind
+    ok &= (data[at] == 0x39) & (data[at + 9] == 0x41)
+    tails = at + 18
+    ok &= tails <= offsets + lengths
+    if not ok.all():
+        return None
+    starts = _gather(data, at + 1, 8).copy().view("<u8").ravel()
+    ends = _gather(data, at + 10, 8).copy().view("<u8").ravel()
+    lo, hi = np.uint64(max(window.not_before_ns, 1)), np.uint64(window.not_after_ns)
+    if not ((starts >= lo) & (ends >= starts) & (ends <= hi)).all():
+        return None
+    trace_ids = list(map(itemgetter(slice(2, 18)), raws))
+    span_ids = list(map(itemgetter(slice(20, 28)), raws))
+    if _ZERO_TRACE in trace_ids or _ZERO_SPAN in span_ids:
+        return None
+    name_from = (name_ends - name_lengths - offsets).tolist()
+    names_raw: list[Any] = list(
+        map(getitem, raws, map(slice, name_from, (name_ends - offsets).tolist()))
+    )
+    joined = b"".join(names_raw)
+    if b"\x00" in joined:
+        return None
+    if not joined.isascii():
+        try:
+            names_raw = [name.decode() for name in names_raw]
+        except UnicodeDecodeError:
+            return None  # the span by span path raises the decoder's error
+        if max(map(len, names_raw)) > SPAN_NAME_MAX:
+            return None
+    parents = [
+        raw[30:38] if present else b""
+        for raw, present in zip(raws, has_parent.tolist(), strict=True)
+    ]
+    tails = map(getitem, raws, map(slice, (tails - offsets).tolist(), repeat(None)))
+    infos: list[Any] = list(map(_tails(max_stack_frames, max_span_frames).__getitem__, tails))
+    if None in infos or int(kinds.max()) > _KIND_MAX:
+        return None
+    kind_list = kinds.tolist()
+    sampled: list[Any] = [None] * count
+    if names_below is not None:
+        # trace_id[8:] < names_below, on the ids' last 8 bytes as big-endian numbers.
+        low = _gather(data, offsets + 10, 8).copy().view(">u8").ravel()
+        below = (
+            np.ones(count, dtype=bool) if len(names_below) > 8
+            else low < np.uint64(int.from_bytes(names_below, "big"))
+        )
+        for index in np.flatnonzero(below).tolist():
+            name = names_raw[index]
+            sampled[index] = name if name.__class__ is str else name.decode()
+    return tuple(zip(
+        map(add, trace_ids, span_ids), parents, starts.tolist(), ends.tolist(), kind_list,
+        map(itemgetter(10), infos), sampled, map(getitem, infos, kind_list),
+        map(itemgetter(6), infos), map(itemgetter(7), infos), map(itemgetter(8), infos),
+        map(itemgetter(9), infos),
+        strict=True,
+    ))
+
+
+def _message_rows(
+    spans: list[Any], *, names_below: bytes | None, window: SpanWindow,
+    max_stack_frames: int, max_span_frames: int, stacks: dict[str, Any],
+) -> tuple[tuple[Any, ...], list[tuple[int, str]]]:
+    """The rows of a scope's spans (shadow Span messages) and its rejected spans."""
+    columns = span_columns(spans)
+    trace_ids: list[Any] = columns.trace_ids
+    span_ids: list[Any] = columns.span_ids
+    parents: list[Any] = columns.parents
+    starts: list[Any] = columns.starts
+    ends: list[Any] = columns.ends
+    names: list[Any] = columns.names
+    rejected = bad_spans(spans, columns, window=window)
+    if rejected:
+        good = [True] * len(spans)
+        for index, _ in rejected:
+            good[index] = False
+        spans = list(compress(spans, good))
+        trace_ids, span_ids, parents, starts, ends, names = (
+            list(compress(column, good))
+            for column in (trace_ids, span_ids, parents, starts, ends, names)
+        )
+    kinds = list(map(_KIND, spans))
+    span_errors = list(map(_ERRORS.__getitem__, map(_STATUS, spans)))
+    span_infos = list(map(_INFOS.__getitem__, map(tuple, map(_ATTRIBUTES, spans))))
+    libraries = list(map(itemgetter(5), span_infos))
+    if max_stack_frames > 0 and max_span_frames > 0:
+        events = list(map(_EVENTS, spans))
+        for index in compress(range(len(events)), events):
+            frames = _exception_frames(
+                [_decoded(Span.Event, raw) for raw in events[index]],
+                stacks, max_stack_frames, max_span_frames,
+            )
+            if frames:
+                own = libraries[index]
+                libraries[index] = frames if own is None else (*own, *frames)
+    links = list(map(_LINKS, spans))
+    for raw_links in compress(links, links):
+        for raw in raw_links:
+            _decoded(Span.Link, raw)
+    if names_below is None:
+        sampled: list[str | None] = [None] * len(spans)
+    else:
+        sampled = [
+            name if trace_id[8:] < names_below else None
+            for trace_id, name in zip(trace_ids, names, strict=True)
+        ]
+    peers = [
+        info[0] if kind in (_SERVER_KIND, _CONSUMER_KIND) else info[1]
+        for info, kind in zip(span_infos, kinds, strict=True)
+    ]
+    rows = tuple(zip(
+        map(add, trace_ids, span_ids), parents, starts, ends, kinds, span_errors,
+        sampled, peers, map(itemgetter(2), span_infos),
+        map(itemgetter(3), span_infos), map(itemgetter(4), span_infos), libraries,
+        strict=True,
+    ))
+    return rows, rejected
+
+
 def spans_from_protobuf(
     body: bytes,
     *,
@@ -219,9 +441,7 @@ def spans_from_protobuf(
             f"the body is not a protobuf ExportTraceServiceRequest: {exc}"
         ) from exc
     names_below = sample_threshold(name_sample_rate)
-    read_events = max_stack_frames > 0 and max_span_frames > 0
     stacks: dict[str, tuple[tuple[str, str], ...]] = {}
-    infos, errors = _INFOS, _ERRORS
     seen = bad = 0
     found: list[str] = []
     resources: list[ResourceSpans] = []
@@ -240,61 +460,21 @@ def spans_from_protobuf(
         }
         scopes: list[ScopeSpans] = []
         for s_index, scope_spans in enumerate(resource_spans.scope_spans):
-            spans: Any = scope_spans.spans
-            seen += len(spans)
-            columns = span_columns(spans)
-            trace_ids, parents, starts, ends = (
-                columns.trace_ids, columns.parents, columns.starts, columns.ends
+            raws = list(scope_spans.spans)
+            seen += len(raws)
+            rows = None if not raws else _layout_rows(
+                raws, names_below=names_below, window=window,
+                max_stack_frames=max_stack_frames, max_span_frames=max_span_frames,
             )
-            span_ids, names = columns.span_ids, columns.names
-            rejected = bad_spans(spans, columns, window=window)
-            if rejected:
+            if rows is None:
+                rows, rejected = _message_rows(
+                    [_decoded(_ShadowSpan, raw) for raw in raws], names_below=names_below,
+                    window=window, max_stack_frames=max_stack_frames,
+                    max_span_frames=max_span_frames, stacks=stacks,
+                )
                 bad += len(rejected)
                 for _, problem in rejected[: max(0, 20 - len(found))]:
                     found.append(f"resourceSpans[{r_index}].scopeSpans[{s_index}]: {problem}")
-                good = [True] * len(spans)
-                for index, _ in rejected:
-                    good[index] = False
-                spans = list(compress(spans, good))
-                trace_ids, span_ids, parents, starts, ends, names = (
-                    list(compress(column, good))
-                    for column in (trace_ids, span_ids, parents, starts, ends, names)
-                )
-            kinds = list(map(_KIND, spans))
-            span_errors = list(map(errors.__getitem__, map(_STATUS, spans)))
-            span_infos = list(map(infos.__getitem__, map(tuple, map(_ATTRIBUTES, spans))))
-            libraries = list(map(itemgetter(5), span_infos))
-            if read_events:
-                events = list(map(_EVENTS, spans))
-                for index in compress(range(len(events)), events):
-                    frames = _exception_frames(
-                        [_decoded(Span.Event, raw) for raw in events[index]],
-                        stacks, max_stack_frames, max_span_frames,
-                    )
-                    if frames:
-                        own = libraries[index]
-                        libraries[index] = frames if own is None else (*own, *frames)
-            links = list(map(_LINKS, spans))
-            for raw_links in compress(links, links):
-                for raw in raw_links:
-                    _decoded(Span.Link, raw)
-            if names_below is None:
-                sampled: list[str | None] = [None] * len(spans)
-            else:
-                sampled = [
-                    name if trace_id[8:] < names_below else None
-                    for trace_id, name in zip(trace_ids, names, strict=True)
-                ]
-            peers = [
-                info[0] if kind == _SERVER_KIND or kind == _CONSUMER_KIND else info[1]
-                for info, kind in zip(span_infos, kinds, strict=True)
-            ]
-            rows = tuple(zip(
-                map(add, trace_ids, span_ids), parents, starts, ends, kinds, span_errors,
-                sampled, peers, map(itemgetter(2), span_infos),
-                map(itemgetter(3), span_infos), map(itemgetter(4), span_infos), libraries,
-                strict=True,
-            ))
             scope = scope_spans.scope
             scopes.append(ScopeSpans(
                 name=scope.name.replace("\x00", "\ufffd"),
