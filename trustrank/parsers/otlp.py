@@ -58,7 +58,7 @@ from trustrank.parsers.otlp_rows import (
     sample_threshold,
     spans_from_request,
 )
-from trustrank.parsers.otlp_span_columns import spans_from_protobuf
+from trustrank.parsers.otlp_span_columns import spans_from_protobuf, spans_usable_protobuf
 from trustrank.parsers.otlp_wire import protobuf_split
 
 __all__ = [
@@ -165,6 +165,9 @@ def otlp_decode(
             ) from exc
         if not count:
             return Decoded(request=request, total_spans=0, rejected_spans=0, problems=())
+        usable = spans_usable_protobuf(body, window=window)
+        if usable is not None:
+            return Decoded(request=request, total_spans=usable, rejected_spans=0, problems=())
         total, rejected, problems = count_problems(request, window=window)
         return Decoded(
             request=request, total_spans=total, rejected_spans=rejected, problems=tuple(problems)

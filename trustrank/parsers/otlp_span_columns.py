@@ -18,6 +18,7 @@ decoder refuses raises `OtlpDecodeError` here too.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import add, attrgetter, getitem, itemgetter
 from typing import Any
@@ -282,12 +283,25 @@ def _gather(data: np.ndarray[Any, Any], at: np.ndarray[Any, Any], width: int) ->
     return data[at[:, None] + np.arange(width)]
 
 
-def _layout_rows(
-    raws: list[bytes], *, names_below: bytes | None, window: SpanWindow,
-    max_stack_frames: int, max_span_frames: int,
-) -> tuple[Any, ...] | None:
-    """The rows of a scope's spans (raw bytes) all in the usual layout and all usable;
-    None otherwise (the caller reads them span by span, which also explains rejects)."""
+@dataclass(frozen=True, slots=True)
+class _Head:
+    """The head fields of a scope's spans in the usual layout, all usable."""
+
+    data: np.ndarray[Any, Any]
+    offsets: np.ndarray[Any, Any]
+    has_parent: np.ndarray[Any, Any]
+    kinds: np.ndarray[Any, Any]
+    starts: np.ndarray[Any, Any]
+    ends: np.ndarray[Any, Any]
+    tails: np.ndarray[Any, Any]
+    trace_ids: list[bytes]
+    span_ids: list[bytes]
+    names: list[Any]  # bytes when all are ASCII, else str
+
+
+def _layout_head(raws: list[bytes], window: SpanWindow) -> _Head | None:
+    """The head of every span of a scope (raw bytes), when all are in the usual layout and
+    usable (`span_problem` finds nothing); None otherwise."""
     count = len(raws)
     lengths = np.fromiter(map(len, raws), dtype=np.int64, count=count)
     if int(lengths.min()) < 50:
@@ -336,12 +350,32 @@ def _layout_rows(
             return None  # the span by span path raises the decoder's error
         if max(map(len, names_raw)) > SPAN_NAME_MAX:
             return None
+    return _Head(data, offsets, has_parent, kinds, starts, ends, tails, trace_ids, span_ids,
+                 names_raw)
+
+
+def _layout_rows(
+    raws: list[bytes], *, names_below: bytes | None, window: SpanWindow,
+    max_stack_frames: int, max_span_frames: int,
+) -> tuple[Any, ...] | None:
+    """The rows of a scope's spans (raw bytes) all in the usual layout and all usable;
+    None otherwise (the caller reads them span by span, which also explains rejects)."""
+    head = _layout_head(raws, window)
+    if head is None:
+        return None
+    count = len(raws)
+    data, offsets, has_parent, kinds, starts, ends, tails, trace_ids, span_ids, names_raw = (
+        head.data, head.offsets, head.has_parent, head.kinds, head.starts, head.ends,
+        head.tails, head.trace_ids, head.span_ids, head.names,
+    )
     parents = [
         raw[30:38] if present else b""
         for raw, present in zip(raws, has_parent.tolist(), strict=True)
     ]
-    tails = map(getitem, raws, map(slice, (tails - offsets).tolist(), repeat(None)))
-    infos: list[Any] = list(map(_tails(max_stack_frames, max_span_frames).__getitem__, tails))
+    tail_bytes: Any = map(getitem, raws, map(slice, (tails - offsets).tolist(), repeat(None)))
+    infos: list[Any] = list(
+        map(_tails(max_stack_frames, max_span_frames).__getitem__, tail_bytes)
+    )
     if None in infos or int(kinds.max()) > _KIND_MAX:
         return None
     kind_list = kinds.tolist()
@@ -486,3 +520,24 @@ def spans_from_protobuf(
         resources=tuple(resources), total_spans=seen, rejected_spans=bad,
         problems=tuple(found[:20]),
     )
+
+
+def spans_usable_protobuf(body: bytes, *, window: SpanWindow = _ALL_TIMES) -> int | None:
+    """The number of spans of a body when every span and resource is usable and every span
+    is in the usual layout (the receiver's check of a good export, with no Python work per
+    span); None when the caller must count span by span (`count_problems`). The caller
+    has decoded the body with the real schema already (which checks its strings)."""
+    try:
+        request = _ShadowRequest.FromString(body)
+    except (DecodeError, RecursionError):
+        return None
+    total = 0
+    for resource_spans in request.resource_spans:
+        if resource_problem(resource_spans.resource.attributes) is not None:
+            return None
+        for scope_spans in resource_spans.scope_spans:
+            raws = list(scope_spans.spans)
+            if raws and _layout_head(raws, window) is None:
+                return None
+            total += len(raws)
+    return total
