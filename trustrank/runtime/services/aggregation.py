@@ -13,7 +13,7 @@ from django.db import connection
 from trustrank.findings.services.audit import Actor
 from trustrank.lib.locks import advisory_xact_lock
 from trustrank.parsers.otlp import SpanBatch, SpanWindow
-from trustrank.runtime import engine
+from trustrank.runtime import engine_columns
 from trustrank.runtime.engine import EXTERNAL, SERVICE, Aggregate, NodeKey
 from trustrank.runtime.services.upserts import (
     _aliases_upsert,
@@ -49,16 +49,26 @@ def traces_aggregate_store(
     """Aggregate one part of an export request (plain span rows) into `team_id`'s call
     graph. Returns the counts to add to the job, `rejected_spans` included."""
     bucket_seconds = settings.TRUSTRANK_TRACE_BUCKET_SECONDS
-    advisory_xact_lock(_LOCK_NAMESPACE, team_id)
+    sample_rate = settings.TRUSTRANK_TRACE_SAMPLE_RATE
+    # Aggregated before the lock, so two workers fold two exports of one team at the same
+    # time and only their writes take turns. What the lock guards is read again under it:
+    # the peers known as traced services or settled externals decide how an unmatched
+    # client span is stored, so if another job changed them meanwhile, the (deterministic)
+    # aggregation runs again with what the writes will see.
     with connection.cursor() as cursor:
         known, externals = _known_peers(cursor, team_id=team_id)
-    agg = engine.aggregate(
-        batch.resources,
-        bucket_seconds=bucket_seconds,
-        sample_rate=settings.TRUSTRANK_TRACE_SAMPLE_RATE,
-        known_peers=known,
-        known_externals=externals,
+    agg = engine_columns.aggregate(
+        batch.resources, bucket_seconds=bucket_seconds, sample_rate=sample_rate,
+        known_peers=known, known_externals=externals,
     )
+    advisory_xact_lock(_LOCK_NAMESPACE, team_id)
+    with connection.cursor() as cursor:
+        known_now, externals_now = _known_peers(cursor, team_id=team_id)
+    if known_now != known or externals_now != externals:
+        agg = engine_columns.aggregate(
+            batch.resources, bucket_seconds=bucket_seconds, sample_rate=sample_rate,
+            known_peers=known_now, known_externals=externals_now,
+        )
     agg.rejected = batch.rejected_spans
     if agg.spans == 0:
         return {"spans": 0, "rejected_spans": agg.rejected}
