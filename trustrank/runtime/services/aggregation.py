@@ -21,9 +21,9 @@ from trustrank.runtime.services.upserts import (
     _bucket_dt,
     _dt_to_ns,
     _Edge,
-    _edges_upsert,
+    _edges_insert,
     _environments_upsert,
-    _libraries_upsert,
+    _libraries_insert,
     _nodes_upsert,
     _ns_to_dt,
     _samples_insert,
@@ -123,8 +123,8 @@ def _store(*, team_id: int, agg: Aggregate, received_at: datetime) -> dict[str, 
                                     edges=edges, aliases=aliases, received_at=received_at)
         matched = _open_clients_resolve(cursor, agg=agg, env_ids=env_ids, node_ids=node_ids,
                                         edges=edges, aliases=aliases, received_at=received_at)
-        _edges_upsert(cursor, edges=edges, bucket_seconds=bs)
-        _libraries_upsert(cursor, agg=agg, env_ids=env_ids, node_ids=node_ids)
+        _edges_insert(cursor, edges=edges, bucket_seconds=bs)
+        _libraries_insert(cursor, agg=agg, env_ids=env_ids, node_ids=node_ids)
         _aliases_upsert(cursor, aliases=aliases)
         _broken_upsert(
             agg=agg, env_ids=env_ids, node_ids=node_ids, actor=Actor.system("trace aggregation")
