@@ -48,27 +48,43 @@ def traces_aggregate_store(
 ) -> dict[str, Any]:
     """Aggregate one part of an export request (plain span rows) into `team_id`'s call
     graph. Returns the counts to add to the job, `rejected_spans` included."""
-    bucket_seconds = settings.TRUSTRANK_TRACE_BUCKET_SECONDS
-    sample_rate = settings.TRUSTRANK_TRACE_SAMPLE_RATE
     # Aggregated before the lock, so two workers fold two exports of one team at the same
-    # time and only their writes take turns. What the lock guards is read again under it:
-    # the peers known as traced services or settled externals decide how an unmatched
-    # client span is stored, so if another job changed them meanwhile, the (deterministic)
-    # aggregation runs again with what the writes will see.
+    # time and only their writes take turns.
     with connection.cursor() as cursor:
-        known, externals = _known_peers(cursor, team_id=team_id)
-    agg = engine_columns.aggregate(
-        batch.resources, bucket_seconds=bucket_seconds, sample_rate=sample_rate,
-        known_peers=known, known_externals=externals,
+        known = _known_peers(cursor, team_id=team_id)
+    return traces_aggregate_store_locked(
+        team_id=team_id, batch=batch, agg=_aggregate(batch, known), known=known,
+        received_at=received_at,
     )
+
+
+_KnownPeers = tuple[dict[tuple[str, str], NodeKey], set[tuple[str, str]]]
+
+
+def _aggregate(batch: SpanBatch, known: _KnownPeers) -> Aggregate:
+    return engine_columns.aggregate(
+        batch.resources,
+        bucket_seconds=settings.TRUSTRANK_TRACE_BUCKET_SECONDS,
+        sample_rate=settings.TRUSTRANK_TRACE_SAMPLE_RATE,
+        known_peers=known[0],
+        known_externals=known[1],
+    )
+
+
+def traces_aggregate_store_locked(
+    *, team_id: int, batch: SpanBatch, agg: Aggregate, known: _KnownPeers,
+    received_at: datetime,
+) -> dict[str, Any]:
+    """Store `agg`, aggregated from `batch` with the peers `known` then, under the team's
+    lock. What the lock guards is read again under it: the peers known as traced services
+    or settled externals decide how an unmatched client span is stored, so if another job
+    changed them meanwhile, the (deterministic) aggregation runs again with what the
+    writes will see."""
     advisory_xact_lock(_LOCK_NAMESPACE, team_id)
     with connection.cursor() as cursor:
-        known_now, externals_now = _known_peers(cursor, team_id=team_id)
-    if known_now != known or externals_now != externals:
-        agg = engine_columns.aggregate(
-            batch.resources, bucket_seconds=bucket_seconds, sample_rate=sample_rate,
-            known_peers=known_now, known_externals=externals_now,
-        )
+        known_now = _known_peers(cursor, team_id=team_id)
+    if known_now != known:
+        agg = _aggregate(batch, known_now)
     agg.rejected = batch.rejected_spans
     if agg.spans == 0:
         return {"spans": 0, "rejected_spans": agg.rejected}
@@ -77,9 +93,7 @@ def traces_aggregate_store(
     return counts
 
 
-def _known_peers(
-    cursor: Any, *, team_id: int
-) -> tuple[dict[tuple[str, str], NodeKey], set[tuple[str, str]]]:
+def _known_peers(cursor: Any, *, team_id: int) -> _KnownPeers:
     """(peer name -> traced service, settled external peers) of the team's environments."""
     cursor.execute(
         """
