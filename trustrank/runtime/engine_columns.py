@@ -19,8 +19,8 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from itertools import chain, compress
-from operator import add, itemgetter
+from itertools import chain, compress, repeat
+from operator import add, is_not, itemgetter
 from typing import Any
 
 import numpy as np
@@ -233,23 +233,38 @@ def aggregate(
     bucket_list = buckets.tolist()
     edges = _Edges()
 
-    # Library evidence: spans with the same (service, bucket, library list) counted at once.
-    for (svc, bucket, found), spans in Counter(
-        zip(svc_of.tolist(), bucket_list, span_libraries, strict=True)
-    ).items():
-        if found is not None:
-            env, service = svc_services[svc]
-            for lib_kind, lib_name in found:
+    # Library evidence: spans with the same (service, bucket, library list) counted at
+    # once. The parser shares one tuple among the spans naming the same libraries, so the
+    # tuples' identities group them (a sort of integers, no tuple hashed per span).
+    has_libraries = np.fromiter(map(is_not, span_libraries, repeat(None)), dtype=bool,
+                                count=count)
+    if has_libraries.any():
+        lib_at = np.flatnonzero(has_libraries)
+        ids = np.fromiter(map(id, span_libraries), dtype=np.int64, count=count)
+        _, lists = np.unique(ids[lib_at], return_inverse=True)
+        low = int(buckets.min())
+        span_bucket = buckets[lib_at] - low
+        width = int(span_bucket.max()) + 1
+        groups, first, spans_per_group = np.unique(
+            (svc_of[lib_at] * width + span_bucket) * (int(lists.max()) + 1) + lists.reshape(-1),
+            return_index=True, return_counts=True,
+        )
+        for i, spans in zip(lib_at[first].tolist(), spans_per_group.tolist(), strict=True):
+            env, service = svc_services[svc_of[i]]
+            bucket = bucket_list[i]
+            for lib_kind, lib_name in span_libraries[i]:
                 libraries[(env, service, bucket, lib_kind, lib_name, "")] += spans
+        del groups
 
     is_client = (kinds == KIND_CLIENT) | (kinds == KIND_PRODUCER)
     is_server = (kinds == KIND_SERVER) | (kinds == KIND_CONSUMER)
     # A client span's peer, normalized (what `local` and `clients` hold in the reference).
-    client_at = np.flatnonzero(is_client).tolist()
-    normalized = {raw: peer_normalize(raw) for raw in {raw_peers[i] for i in client_at}}
-    peer_of: list[str] = [""] * count
-    for i in client_at:
-        peer_of[i] = normalized[raw_peers[i]]
+    normalized = {raw: peer_normalize(raw) for raw in set(raw_peers)}
+    peer_of: list[str] = [
+        peer if client else ""
+        for peer, client in zip(map(normalized.__getitem__, raw_peers), is_client.tolist(),
+                                strict=True)
+    ]
 
     has_parent = np.fromiter(map(len, parents), dtype=np.int64, count=count) > 0
     # Root server spans: from the internet, or counted as local / internal origins.
@@ -313,21 +328,31 @@ def aggregate(
         edges.add(env_of[callee], node_of[caller], node_of[callee], buckets[callee],
                   durations[callee], errors[callee], tls[callee], mtls[callee], ends[callee])
 
-    # Client spans whose callee sent no span in this request.
+    # Client spans whose callee sent no span in this request: what becomes of one depends
+    # on (service, peer, database) alone, except for the calls to traced services.
     open_at = np.flatnonzero(is_client & ~matched).tolist()
+    svc_list = svc_of.tolist()
+    db_list = is_db.tolist()
+    looks = [(svc_list[i], peer_of[i], db_list[i]) for i in open_at]
     targets: dict[tuple[int, str, bool], NodeKey | None] = {}
+    external_look: dict[tuple[int, str, bool], bool] = {}
+    for look in set(looks):
+        svc, peer, db = look
+        env, service = svc_services[svc]
+        target = None if db else peer_lookup(known, env, peer)
+        targets[look] = target
+        external_look[look] = target is None and bool(peer) and (
+            db or (env, peer) in known_externals
+        )
     external: list[int] = []
     roots_by_service: dict[tuple[str, NodeKey], list[tuple[int, int, str]]] | None = None
-    for i in open_at:
-        svc = int(svc_of[i])
-        peer = peer_of[i]
-        db = bool(is_db[i])
-        env, service = svc_services[svc]
-        look = (svc, peer, db)
-        if look in targets:
-            target = targets[look]
-        else:
-            target = targets[look] = None if db else peer_lookup(known, env, peer)
+    for i, look in zip(open_at, looks, strict=True):
+        if external_look[look]:
+            external.append(i)
+            continue
+        target = targets[look]
+        env, service = svc_services[look[0]]
+        peer = look[1]
         if target == service:
             continue
         if target is not None:
@@ -353,9 +378,6 @@ def aggregate(
                             "callee_trace_id": found_roots[at][2],
                         })
                     continue
-        if target is None and peer and (db or (env, peer) in known_externals):
-            external.append(i)
-            continue
         agg.open_clients.append(OpenClient(
             env=env, service=service, span_id=span_id_int(keys[i][16:]), peer=peer[:200],
             target=target, bucket=bucket_list[i], start_ns=int(starts[i]), end_ns=int(ends[i]),
@@ -364,19 +386,21 @@ def aggregate(
         ))
     if external:
         at_external = np.array(external, dtype=np.int64)
-        peers_here = [peer_of[i][:200] for i in external]
-        for peer in peers_here:
-            node_ids.setdefault((EXTERNAL, "", peer), len(node_ids))
+        peer_node = {
+            peer: node_ids.setdefault((EXTERNAL, "", peer[:200]), len(node_ids))
+            for peer in sorted({peer_of[i] for i in external})
+        }
         nodes = list(node_ids)
         edges.add(env_of[at_external], node_of[at_external],
-                  np.array([node_ids[(EXTERNAL, "", p)] for p in peers_here], dtype=np.int64),
+                  np.fromiter(map(peer_node.__getitem__, map(peer_of.__getitem__, external)),
+                              dtype=np.int64, count=len(external)),
                   buckets[at_external], durations[at_external], errors[at_external],
                   tls[at_external], mtls[at_external], ends[at_external])
     edges.fold(agg, envs, nodes)
 
     # Span samples: the few spans of sampled traces that the parser gave a name.
     if threshold is not None:
-        for i in compress(range(count), (name is not None for name in names)):
+        for i in compress(range(count), map(is_not, names, repeat(None))):
             key = keys[i]
             if key[8:16] < threshold:
                 env, service = svc_services[svc_of[i]]
