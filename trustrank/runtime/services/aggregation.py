@@ -49,9 +49,12 @@ def traces_aggregate_store(
     """Aggregate one part of an export request (plain span rows) into `team_id`'s call
     graph. Returns the counts to add to the job, `rejected_spans` included."""
     # Aggregated before the lock, so two workers fold two exports of one team at the same
-    # time and only their writes take turns.
-    with connection.cursor() as cursor:
-        known = _known_peers(cursor, team_id=team_id)
+    # time and only their writes take turns. The peers known when this process last held
+    # the lock are the guess (they rarely change); the locked part checks it.
+    known = _KNOWN_PEERS.get(team_id)
+    if known is None:
+        with connection.cursor() as cursor:
+            known = _known_peers(cursor, team_id=team_id)
     return traces_aggregate_store_locked(
         team_id=team_id, batch=batch, agg=_aggregate(batch, known), known=known,
         received_at=received_at,
@@ -59,6 +62,9 @@ def traces_aggregate_store(
 
 
 _KnownPeers = tuple[dict[tuple[str, str], NodeKey], set[tuple[str, str]]]
+# Team -> the peers read under its lock by this process's last trace job (a guess only).
+_KNOWN_PEERS: dict[int, _KnownPeers] = {}
+_KNOWN_PEERS_MAX = 1000
 
 
 def _aggregate(batch: SpanBatch, known: _KnownPeers) -> Aggregate:
@@ -83,6 +89,9 @@ def traces_aggregate_store_locked(
     advisory_xact_lock(_LOCK_NAMESPACE, team_id)
     with connection.cursor() as cursor:
         known_now = _known_peers(cursor, team_id=team_id)
+    if len(_KNOWN_PEERS) >= _KNOWN_PEERS_MAX:
+        _KNOWN_PEERS.clear()
+    _KNOWN_PEERS[team_id] = known_now
     if known_now != known:
         agg = _aggregate(batch, known_now)
     agg.rejected = batch.rejected_spans
