@@ -290,6 +290,7 @@ def test_the_sweep_runs_on_the_beat_schedule(team, settings):
     assert runtime_traces_sweep() == {
         "entry_spans": 0, "external_calls": 0, "broken_context": 0,
         "broken_context_resolved": 0, "samples_deleted": 0,
+        "edge_buckets_folded": 0, "library_buckets_folded": 0,
     }
 
 
