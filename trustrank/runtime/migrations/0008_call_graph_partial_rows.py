@@ -36,6 +36,8 @@ DELETE FROM runtime_librarybucket b USING runtime_library_unmerge u
    AND b.name = u.name AND b.version = u.version;
 INSERT INTO runtime_librarybucket (service_id, bucket_start, kind, name, version, spans)
 SELECT * FROM runtime_library_unmerge;
+-- The foreign keys' deferred checks of these rows now, or the keys cannot be added after.
+SET CONSTRAINTS ALL IMMEDIATE;
 """
 
 
