@@ -18,6 +18,7 @@ Figures:
 Usage (PostgreSQL and Redis on this machine; the benchmark uses its own database):
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/trustrank \
     CELERY_BROKER_URL=redis://127.0.0.1:6379/0 python bench/otlp_ingest.py
+(BENCH_OTLP_DB=<name> picks another database; the queue prefix is random per run.)
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-BENCH_DB = "trustrank_bench_otlp"
+# Helpers sharing one PostgreSQL pick their own database with BENCH_OTLP_DB.
+BENCH_DB = os.environ.get("BENCH_OTLP_DB", "trustrank_bench_otlp")
 
 
 def free_port() -> int:

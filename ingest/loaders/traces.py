@@ -50,6 +50,9 @@ def traces_load(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> dict
                     counts[key] = max(counts[key], value)
                 else:
                     counts[key] += value
+            # Written by the job's heartbeat (the spans stored so far are not visible
+            # before the job's transaction commits).
+            progress(phase="aggregating", done=counts["spans"], total=job.params.get("spans"))
             if batch.rejected_spans and len(problems) < 5:
                 problems.append(batch.message())
     except OtlpDecodeError as exc:

@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -26,10 +27,12 @@ from django.db import connection
 from django.utils import timezone
 
 from bench.sbom_generate import make_bom
+from ingest.models import IngestJob
 from tests.conftest import wait_for
 from tests.exports.helpers import body_of, bulk_findings, csv_rows
 from tests.findings.helpers import many_findings
 from tests.replay.helpers import csv_subset
+from tests.runtime.helpers import shop
 from tests.vulns.helpers import osv
 from trustrank.findings.models import AuditEvent, BulkTriageJob, Finding
 from trustrank.findings.services.bulk import bulk_triage_job_run
@@ -41,7 +44,15 @@ from trustrank.jobs.models import FINISHED, JobStatus
 from trustrank.jobs.registry import JobKind, job_kind
 from trustrank.jobs.runner import job_run
 from trustrank.jobs.sweep import jobs_sweep
+from trustrank.parsers.otlp_span_columns import spans_from_protobuf
 from trustrank.ranking.models import RankedFinding, RankingRun
+from trustrank.runtime import engine_columns
+from trustrank.runtime.models import (
+    CallEdgeBucket,
+    LibraryBucket,
+    OpenClientSpan,
+    PendingServerSpan,
+)
 from trustrank.vulns.models import Advisory, AdvisoryPackage
 
 LEASE = 3
@@ -68,6 +79,8 @@ def worker_env(ctx: Ctx) -> dict[str, str]:
         "TRUSTRANK_BULK_TRIAGE_SYNC_MAX": "100",
         # The ranking runs other work asks for (after a load) stay out of the way.
         "TRUSTRANK_RANKING_DEBOUNCE_SECONDS": "600",
+        # A trace export of a few dozen kilobytes is aggregated in many parts.
+        "TRUSTRANK_TRACE_PART_BYTES": "4096",
     }
 
 
@@ -167,6 +180,57 @@ def osv_check(ctx: Ctx, row: Any) -> None:
     counts = job["counts"]
     assert counts["records"] == OSV_RECORDS and counts["unchanged"] == 0
     assert counts["inserted"] + counts["updated"] == OSV_RECORDS, counts
+
+
+# --- ingest of an OTLP trace export: aggregated part by part in the job's transaction,
+# killed after some parts were stored (appended partial rows, spans waiting for their other
+# half); the next attempt must neither lose nor double any call or library evidence
+
+
+def traces_prepare(ctx: Ctx) -> None:
+    ctx.state["body"] = shop(21, traces=40).body()
+
+
+def traces_submit(ctx: Ctx) -> Any:
+    ctx.state["client"] = client = ctx.api(ctx.team, "traces:write", "read")
+    response = client.generic("POST", "/v1/traces", ctx.state["body"],
+                              content_type="application/x-protobuf")
+    assert response.status_code == 200, response.content
+    return IngestJob.objects.get(team=ctx.team, kind="traces").pk
+
+
+def traces_mid_job(ctx: Ctx, row: Any) -> bool:
+    return row.phase == "aggregating" and (row.progress_done or 0) > 0
+
+
+def traces_at_kill(ctx: Ctx, row: Any) -> None:
+    # Parts were stored in the job's transaction, which died with the worker.
+    assert not CallEdgeBucket.objects.exists() and not LibraryBucket.objects.exists()
+    assert not PendingServerSpan.objects.exists() and not OpenClientSpan.objects.exists()
+
+
+def traces_check(ctx: Ctx, row: Any) -> None:
+    job = ctx.state["client"].get(f"/api/v1/jobs/{row.pk}").json()
+    assert job["status"] == "done" and job["attempts"] == 2
+    resources = spans_from_protobuf(ctx.state["body"]).resources
+    reference = engine_columns.aggregate(resources, bucket_seconds=60)
+    assert job["counts"]["spans"] == reference.spans
+    # Whatever part each half of a call came in, every call is counted once.
+    expected_edges: Counter[tuple[str, str]] = Counter()
+    for (_env, caller, callee, _bucket), stat in reference.edges.items():
+        expected_edges[caller[2], callee[2]] += stat.calls
+    edges: Counter[tuple[str, str]] = Counter()
+    for b in CallEdgeBucket.objects.select_related("caller", "callee"):
+        edges[b.caller.name, b.callee.name] += b.calls
+    assert edges == expected_edges
+    expected_libraries: Counter[tuple[str, str]] = Counter()
+    for (_env, _service, _bucket, kind, name, _version), spans in reference.libraries.items():
+        expected_libraries[kind, name] += spans
+    libraries: Counter[tuple[str, str]] = Counter()
+    for lib in LibraryBucket.objects.all():
+        libraries[lib.kind, lib.name] += lib.spans
+    assert libraries == expected_libraries
+    assert libraries["java_frame", "org.apache.logging.log4j.core.Logger.log"] > 0
 
 
 # --- bulk triage: 1,200 findings, three committed batches (a new attempt goes on from the
@@ -331,6 +395,9 @@ CASES = {
         "ingest", ingest_prepare, ingest_submit, ingest_mid_job, ingest_at_kill, ingest_check
     ),
     "ingest_osv": Case("ingest", osv_prepare, osv_submit, osv_mid_job, osv_at_kill, osv_check),
+    "ingest_traces": Case(
+        "ingest", traces_prepare, traces_submit, traces_mid_job, traces_at_kill, traces_check
+    ),
     "bulk_triage": Case(
         "bulk_triage", bulk_prepare, bulk_submit, bulk_mid_job, bulk_at_kill, bulk_check
     ),

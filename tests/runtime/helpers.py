@@ -188,3 +188,79 @@ def nezha_requests(spans: list[NezhaSpan], *, env: str = "boutique") -> dict[str
             )
         )
     return {name: encode_spans(items).SerializeToString() for name, items in by_service.items()}
+
+
+JAVA_TRACE = """java.lang.IllegalStateException: boom
+\tat org.apache.logging.log4j.core.Logger.log(Logger.java:123)
+\tat com.fasterxml.jackson.databind.ObjectMapper.readValue(ObjectMapper.java:3600)
+\tat java.base/java.lang.Thread.run(Thread.java:833)
+"""
+PY_TRACE = """Traceback (most recent call last):
+  File "/usr/lib/python3.11/site-packages/requests/sessions.py", line 589, in request
+  File "/app/shop/views.py", line 12, in checkout
+ValueError: boom
+"""
+
+
+def shop(seed: int, traces: int = 60) -> SpanFactory:
+    """A shop whose traces take every path the aggregation knows: calls matched in one
+    request, databases, untraced and settled external peers, entries from public, private,
+    loopback and unrecorded addresses, lost trace contexts, exception stack frames."""
+    f = SpanFactory(seed=seed)
+    rng = random.Random(seed)
+    clients = ["203.0.113.7", "10.1.2.3", "127.0.0.1", "", "198.51.100.20"]
+    for n in range(traces):
+        tid = f.trace_id()
+        at = rng.uniform(-120_000, 0)
+        root = f.span(
+            service="frontend", name="GET /checkout", kind=SpanKind.SERVER, trace_id=tid,
+            start_offset_ms=at, duration_ms=rng.uniform(1, 90),
+            attributes={"client.address": clients[n % len(clients)], "url.scheme": "https"},
+            error=rng.random() < 0.1,
+        )
+        call = f.span(
+            service="frontend", name="Cart/Get", kind=SpanKind.CLIENT, trace_id=tid,
+            parent=root, start_offset_ms=at + 1, duration_ms=rng.uniform(0.001, 40),
+            attributes={"rpc.system": "grpc", "server.address": "cart.shop.svc:7070" if n % 2 else "Cart:7070"},
+        )
+        f.span(
+            service="cart", name="Cart/Get", kind=SpanKind.SERVER, trace_id=tid, parent=call,
+            start_offset_ms=at + 1.5, duration_ms=rng.uniform(0.001, 30),
+            attributes={"tls.client.subject": "CN=frontend"} if n % 3 else {},
+            error=n % 7 == 0,
+            events=[exception_event(JAVA_TRACE)] if n % 5 == 0 else None,
+        )
+        f.span(
+            service="cart", name="HGET", kind=SpanKind.CLIENT, trace_id=tid, parent=call,
+            start_offset_ms=at + 2, duration_ms=0.2,
+            attributes={"db.system": "redis", "server.address": "redis-cart"},
+        )
+        # A client span to a peer that is not traced (held open, or a settled external).
+        f.span(
+            service="frontend", name="POST /pay", kind=SpanKind.CLIENT, trace_id=tid,
+            parent=root, start_offset_ms=at + 3, duration_ms=rng.uniform(1, 5000),
+            attributes={"peer.service": "payments" if n % 2 else "api.stripe.com"},
+            events=[exception_event(PY_TRACE, type_="ValueError")] if n % 4 == 0 else None,
+        )
+        # Lost context: the callee starts a new trace while the call is open.
+        if n % 6 == 0:
+            f.span(
+                service="frontend", name="Catalog/List", kind=SpanKind.CLIENT, trace_id=tid,
+                parent=root, start_offset_ms=at + 4, duration_ms=20,
+                attributes={"rpc.system": "grpc", "server.address": "catalog"},
+            )
+            f.span(
+                service="catalog", name="Catalog/List", kind=SpanKind.SERVER,
+                trace_id=f.trace_id(), start_offset_ms=at + 5, duration_ms=10,
+            )
+        f.span(
+            service="worker", name="consume", kind=SpanKind.CONSUMER, trace_id=tid,
+            start_offset_ms=at + 6, duration_ms=3, attributes={"messaging.system": "kafka"},
+        )
+        f.span(
+            service="worker", name="internal", kind=SpanKind.INTERNAL, trace_id=tid,
+            start_offset_ms=at + 7, duration_ms=3,
+            attributes={"code.namespace": "shop.worker", "code.function": "shop.worker.run"},
+            scope=("", ""),
+        )
+    return f

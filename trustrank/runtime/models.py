@@ -109,8 +109,12 @@ class ServiceAlias(models.Model):
 
 
 class CallEdgeBucket(models.Model):
-    """Calls from one node to another in one time bucket. `hist` is the mergeable latency
-    histogram (see engine.hist_index); trailing zero buckets are trimmed."""
+    """Calls from one node to another in one time bucket, or part of them: each load
+    appends its own row per (caller, callee, bucket) and readers add the rows of a bucket
+    up (sums, the latest `last_seen`, histograms added bucket by bucket);
+    `services.compaction.call_graph_compact` folds a finished bucket's rows into one.
+    `hist` is the mergeable latency histogram (see engine.hist_index); trailing zero
+    buckets are trimmed."""
 
     environment = models.ForeignKey(Environment, on_delete=models.CASCADE, related_name="+")
     caller = models.ForeignKey(Service, on_delete=models.CASCADE, related_name="out_buckets")
@@ -124,12 +128,8 @@ class CallEdgeBucket(models.Model):
     last_seen = models.DateTimeField()
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(
-                fields=["caller", "callee", "bucket_start"], name="runtime_edge_bucket_unique"
-            )
-        ]
         indexes = [
+            models.Index(fields=["caller", "callee", "bucket_start"], name="runtime_edge_bucket"),
             models.Index(fields=["environment", "bucket_start"], name="runtime_edge_env_bucket"),
             models.Index(fields=["callee", "bucket_start"], name="runtime_edge_callee_bucket"),
         ]
@@ -156,7 +156,7 @@ class LibraryKind(models.TextChoices):
 class LibraryBucket(models.Model):
     """How many spans of a service named a library (scope, code namespace, db/messaging/rpc
     system, a library frame of an exception's stack trace) in one time bucket: the
-    reachability evidence."""
+    reachability evidence. Partial, as CallEdgeBucket: readers sum a bucket's rows."""
 
     service = models.ForeignKey(Service, on_delete=models.CASCADE, related_name="library_buckets")
     bucket_start = models.DateTimeField()
@@ -166,10 +166,10 @@ class LibraryBucket(models.Model):
     spans = models.BigIntegerField(default=0)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(
+        indexes = [
+            models.Index(
                 fields=["service", "bucket_start", "kind", "name", "version"],
-                name="runtime_library_bucket_unique",
+                name="runtime_library_bucket",
             )
         ]
 

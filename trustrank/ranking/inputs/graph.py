@@ -72,14 +72,17 @@ def _identities(team_id: int) -> dict[tuple[str, str], tuple[float, str]]:
 # Sums cast back to bigint: the ORM's Sum over a bigint column converted PostgreSQL's
 # numeric to int, and the rates below must be computed from ints as before.
 _EDGES_SQL = """
-SELECT b.caller_id, b.callee_id, sum(b.calls)::bigint, sum(b.errors)::bigint,
-       sum(b.mtls_calls)::bigint,
-       -- One row per (caller, callee, bucket): the busiest bucket is max(calls).
-       (sum(b.calls) FILTER (WHERE b.bucket_start >= %s))::bigint, max(b.calls)
-  FROM runtime_calledgebucket b
-  JOIN runtime_environment e ON e.id = b.environment_id
- WHERE e.team_id = %s AND b.bucket_start >= %s
- GROUP BY b.caller_id, b.callee_id
+SELECT caller_id, callee_id, sum(calls)::bigint, sum(errors)::bigint, sum(mtls_calls)::bigint,
+       (sum(calls) FILTER (WHERE bucket_start >= %s))::bigint, max(calls)
+  FROM (SELECT b.caller_id, b.callee_id, b.bucket_start, sum(b.calls)::bigint AS calls,
+               sum(b.errors)::bigint AS errors, sum(b.mtls_calls)::bigint AS mtls_calls
+          FROM runtime_calledgebucket b
+          JOIN runtime_environment e ON e.id = b.environment_id
+         WHERE e.team_id = %s AND b.bucket_start >= %s
+         -- A bucket may be several partial rows (one per load): the busiest bucket is
+         -- the busiest of their sums.
+         GROUP BY b.caller_id, b.callee_id, b.bucket_start) per_bucket
+ GROUP BY caller_id, callee_id
 """
 
 

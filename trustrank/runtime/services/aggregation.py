@@ -13,7 +13,7 @@ from django.db import connection
 from trustrank.findings.services.audit import Actor
 from trustrank.lib.locks import advisory_xact_lock
 from trustrank.parsers.otlp import SpanBatch, SpanWindow
-from trustrank.runtime import engine
+from trustrank.runtime import engine_columns
 from trustrank.runtime.engine import EXTERNAL, SERVICE, Aggregate, NodeKey
 from trustrank.runtime.services.upserts import (
     _aliases_upsert,
@@ -21,9 +21,9 @@ from trustrank.runtime.services.upserts import (
     _bucket_dt,
     _dt_to_ns,
     _Edge,
-    _edges_upsert,
+    _edges_insert,
     _environments_upsert,
-    _libraries_upsert,
+    _libraries_insert,
     _nodes_upsert,
     _ns_to_dt,
     _samples_insert,
@@ -48,17 +48,52 @@ def traces_aggregate_store(
 ) -> dict[str, Any]:
     """Aggregate one part of an export request (plain span rows) into `team_id`'s call
     graph. Returns the counts to add to the job, `rejected_spans` included."""
-    bucket_seconds = settings.TRUSTRANK_TRACE_BUCKET_SECONDS
+    # Aggregated before the lock, so two workers fold two exports of one team at the same
+    # time and only their writes take turns. The peers known when this process last held
+    # the lock are the guess (they rarely change); the locked part checks it.
+    known = _KNOWN_PEERS.get(team_id)
+    if known is None:
+        with connection.cursor() as cursor:
+            known = _known_peers(cursor, team_id=team_id)
+    return traces_aggregate_store_locked(
+        team_id=team_id, batch=batch, agg=_aggregate(batch, known), known=known,
+        received_at=received_at,
+    )
+
+
+_KnownPeers = tuple[dict[tuple[str, str], NodeKey], set[tuple[str, str]]]
+# Team -> the peers read under its lock by this process's last trace job (a guess only).
+_KNOWN_PEERS: dict[int, _KnownPeers] = {}
+_KNOWN_PEERS_MAX = 1000
+
+
+def _aggregate(batch: SpanBatch, known: _KnownPeers) -> Aggregate:
+    return engine_columns.aggregate(
+        batch.resources,
+        bucket_seconds=settings.TRUSTRANK_TRACE_BUCKET_SECONDS,
+        sample_rate=settings.TRUSTRANK_TRACE_SAMPLE_RATE,
+        known_peers=known[0],
+        known_externals=known[1],
+    )
+
+
+def traces_aggregate_store_locked(
+    *, team_id: int, batch: SpanBatch, agg: Aggregate, known: _KnownPeers,
+    received_at: datetime,
+) -> dict[str, Any]:
+    """Store `agg`, aggregated from `batch` with the peers `known` then, under the team's
+    lock. What the lock guards is read again under it: the peers known as traced services
+    or settled externals decide how an unmatched client span is stored, so if another job
+    changed them meanwhile, the (deterministic) aggregation runs again with what the
+    writes will see."""
     advisory_xact_lock(_LOCK_NAMESPACE, team_id)
     with connection.cursor() as cursor:
-        known, externals = _known_peers(cursor, team_id=team_id)
-    agg = engine.aggregate(
-        batch.resources,
-        bucket_seconds=bucket_seconds,
-        sample_rate=settings.TRUSTRANK_TRACE_SAMPLE_RATE,
-        known_peers=known,
-        known_externals=externals,
-    )
+        known_now = _known_peers(cursor, team_id=team_id)
+    if len(_KNOWN_PEERS) >= _KNOWN_PEERS_MAX:
+        _KNOWN_PEERS.clear()
+    _KNOWN_PEERS[team_id] = known_now
+    if known_now != known:
+        agg = _aggregate(batch, known_now)
     agg.rejected = batch.rejected_spans
     if agg.spans == 0:
         return {"spans": 0, "rejected_spans": agg.rejected}
@@ -67,9 +102,7 @@ def traces_aggregate_store(
     return counts
 
 
-def _known_peers(
-    cursor: Any, *, team_id: int
-) -> tuple[dict[tuple[str, str], NodeKey], set[tuple[str, str]]]:
+def _known_peers(cursor: Any, *, team_id: int) -> _KnownPeers:
     """(peer name -> traced service, settled external peers) of the team's environments."""
     cursor.execute(
         """
@@ -113,8 +146,8 @@ def _store(*, team_id: int, agg: Aggregate, received_at: datetime) -> dict[str, 
                                     edges=edges, aliases=aliases, received_at=received_at)
         matched = _open_clients_resolve(cursor, agg=agg, env_ids=env_ids, node_ids=node_ids,
                                         edges=edges, aliases=aliases, received_at=received_at)
-        _edges_upsert(cursor, edges=edges, bucket_seconds=bs)
-        _libraries_upsert(cursor, agg=agg, env_ids=env_ids, node_ids=node_ids)
+        _edges_insert(cursor, edges=edges, bucket_seconds=bs)
+        _libraries_insert(cursor, agg=agg, env_ids=env_ids, node_ids=node_ids)
         _aliases_upsert(cursor, aliases=aliases)
         _broken_upsert(
             agg=agg, env_ids=env_ids, node_ids=node_ids, actor=Actor.system("trace aggregation")

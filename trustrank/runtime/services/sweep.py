@@ -20,12 +20,14 @@ from trustrank.runtime.broken_context import (
 )
 from trustrank.runtime.engine import INTERNET_NODE
 from trustrank.runtime.models import Service
-from trustrank.runtime.services.upserts import _dt_to_ns, _Edge, _edges_upsert
+from trustrank.runtime.services.compaction import COMPACT_AFTER, call_graph_compact
+from trustrank.runtime.services.upserts import _dt_to_ns, _Edge, _edges_insert
 
 
 def traces_sweep(*, now: datetime | None = None) -> dict[str, int]:
     """Settle cross-request halves nobody matched within TRUSTRANK_TRACE_MATCH_SECONDS, and
-    drop sampled traces past their retention.
+    drop sampled traces past their retention; then fold the partial call edge and
+    library rows of finished buckets (`compaction.call_graph_compact`).
 
     - A server span whose remote parent never arrived: an entry point (internet -> service),
       and the service becomes an ingress candidate.
@@ -58,7 +60,7 @@ def traces_sweep(*, now: datetime | None = None) -> dict[str, int]:
                     dur_us=dur_us, error=error, tls=tls, mtls=mtls, end_ns=_dt_to_ns(end_at)
                 )
                 services.add(service_id)
-            _edges_upsert(cursor, edges=edges, bucket_seconds=bucket_seconds)
+            _edges_insert(cursor, edges=edges, bucket_seconds=bucket_seconds)
             Service.objects.filter(pk__in=services, ingress_candidate=False).update(
                 ingress_candidate=True
             )
@@ -83,12 +85,15 @@ def traces_sweep(*, now: datetime | None = None) -> dict[str, int]:
         retention = now - timedelta(days=settings.TRUSTRANK_TRACE_SAMPLE_RETENTION_DAYS)
         cursor.execute("DELETE FROM runtime_tracesample WHERE received_at < %s", [retention])
         samples_deleted = cursor.rowcount
+    # Its own transaction: the fold must not hold the sweep's rows (or the reverse).
+    folded = call_graph_compact(before=now - COMPACT_AFTER)
     return {
         "entry_spans": entry,
         "external_calls": external,
         "broken_context": broken,
         "broken_context_resolved": stale_resolved,
         "samples_deleted": samples_deleted,
+        **folded,
     }
 
 
@@ -119,7 +124,7 @@ def _expired_clients_as_external(
         edges[(env_id, service_id, ids[(env_id, peer)], bucket)].add(
             dur_us=dur_us, error=error, tls=tls, mtls=mtls, end_ns=_dt_to_ns(end_at)
         )
-    _edges_upsert(cursor, edges=edges, bucket_seconds=bucket_seconds)
+    _edges_insert(cursor, edges=edges, bucket_seconds=bucket_seconds)
     return len(rows)
 
 

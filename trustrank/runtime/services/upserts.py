@@ -134,9 +134,11 @@ def _json(value: dict[str, str]) -> str:
     return orjson.dumps(value).decode()
 
 
-def _edges_upsert(
+def _edges_insert(
     cursor: Any, *, edges: dict[tuple[int, int, int, int], _Edge], bucket_seconds: int
 ) -> None:
+    """Append this load's partial rows (models.CallEdgeBucket): no row of another load is
+    touched, so concurrent loads never wait on each other's row locks here."""
     if not edges:
         return
     keys = sorted(edges)
@@ -149,17 +151,6 @@ def _edges_upsert(
           FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[],
                       %s::bigint[], %s::bigint[], %s::bigint[], %s::text[], %s::timestamptz[])
                AS u(env, caller, callee, bucket, calls, errors, tls, mtls, hist, last_seen)
-        ON CONFLICT (caller_id, callee_id, bucket_start) DO UPDATE SET
-            calls = runtime_calledgebucket.calls + EXCLUDED.calls,
-            errors = runtime_calledgebucket.errors + EXCLUDED.errors,
-            tls_calls = runtime_calledgebucket.tls_calls + EXCLUDED.tls_calls,
-            mtls_calls = runtime_calledgebucket.mtls_calls + EXCLUDED.mtls_calls,
-            hist = ARRAY(
-                SELECT COALESCE(a, 0) + COALESCE(b, 0)
-                  FROM unnest(runtime_calledgebucket.hist, EXCLUDED.hist)
-                       WITH ORDINALITY AS h(a, b, i)
-                 ORDER BY i),
-            last_seen = GREATEST(runtime_calledgebucket.last_seen, EXCLUDED.last_seen)
         """,
         [
             bucket_seconds,
@@ -177,10 +168,11 @@ def _edges_upsert(
     )
 
 
-def _libraries_upsert(
+def _libraries_insert(
     cursor: Any, *, agg: Aggregate, env_ids: dict[str, int],
     node_ids: dict[tuple[str, NodeKey], int],
 ) -> None:
+    """Append this load's partial rows (models.LibraryBucket)."""
     if not agg.libraries:
         return
     rows = sorted(
@@ -193,8 +185,6 @@ def _libraries_upsert(
         SELECT service, to_timestamp(bucket * %s), kind, name, version, spans
           FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::text[], %s::text[],
                       %s::bigint[]) AS u(service, bucket, kind, name, version, spans)
-        ON CONFLICT (service_id, bucket_start, kind, name, version) DO UPDATE SET
-            spans = runtime_librarybucket.spans + EXCLUDED.spans
         """,
         [agg.bucket_seconds, *[list(col) for col in zip(*rows, strict=True)]],
     )

@@ -1,0 +1,245 @@
+"""What the undecoded parts of a span mean to the aggregation (no ORM).
+
+The columnar span path (`otlp_span_columns`) decodes requests with a shadow schema whose
+Span keeps its attributes, events, links and status as undecoded `bytes` (the same wire
+type, so every valid request decodes). Spans of one operation repeat those bytes exactly
+(a Collector sends the same attribute lists request after request), so what they mean is
+worked out once per distinct value and kept across requests, in bounded caches: an
+attribute list (the tuple of its KeyValue bytes) gives the peer names, TLS, mTLS and
+library evidence `spans_from_request` reads from it; a span's *tail* (everything after its
+end time, in the usual layout) gives all that, its error status and the library frames
+of its `exception` events. Each distinct value is decoded with the real message types,
+so a body the real decoder refuses raises `OtlpDecodeError` here too.
+"""
+
+from __future__ import annotations
+
+from operator import attrgetter
+from typing import Any
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError, Message
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+from opentelemetry.proto.trace.v1 import trace_pb2
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+
+from trustrank.parsers.otlp_checks import OtlpDecodeError
+from trustrank.parsers.otlp_rows import (
+    _A_CLIENT,
+    _A_DB,
+    _A_MTLS,
+    _A_PEER_SERVICE,
+    _A_SCHEME,
+    _A_SERVER_ADDRESS,
+    _A_TLS,
+    _SPAN_KEYS,
+    _TLS_SCHEMES,
+    _exception_frames,
+    _library,
+)
+
+_SHADOW_PACKAGE = "trustrank.shadow.otlp.trace"
+_RAW_SPAN_FIELDS = {"attributes", "events", "links", "status"}
+
+
+def _shadow_classes() -> tuple[type[Message], type[Message]]:
+    """A copy of trace.proto under another package where a scope's spans, and a Span's
+    attributes, events, links and status, are `bytes`, plus a request message with the
+    same field number: (request, span)."""
+    proto = descriptor_pb2.FileDescriptorProto()
+    trace_pb2.DESCRIPTOR.CopyToProto(proto)
+    old = "." + proto.package + "."
+    new = "." + _SHADOW_PACKAGE + "."
+    proto.name = "trustrank/shadow/otlp_trace.proto"
+    proto.package = _SHADOW_PACKAGE
+    for message in proto.message_type:
+        for item in message.field:
+            if item.type_name.startswith(old):
+                item.type_name = new + item.type_name[len(old):]
+            raw_spans = message.name == "ScopeSpans" and item.name == "spans"
+            if raw_spans or (message.name == "Span" and item.name in _RAW_SPAN_FIELDS):
+                item.type = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
+                item.ClearField("type_name")
+    request = proto.message_type.add(name="Request")
+    request.field.add(
+        name="resource_spans", number=1,
+        label=descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
+        type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
+        type_name=new + "ResourceSpans",
+    )
+    pool = descriptor_pool.DescriptorPool()
+    for dependency in trace_pb2.DESCRIPTOR.dependencies:
+        dependency_proto = descriptor_pb2.FileDescriptorProto()
+        dependency.CopyToProto(dependency_proto)
+        pool.Add(dependency_proto)
+    pool.Add(proto)
+    return (
+        message_factory.GetMessageClass(pool.FindMessageTypeByName(_SHADOW_PACKAGE + ".Request")),
+        message_factory.GetMessageClass(pool.FindMessageTypeByName(_SHADOW_PACKAGE + ".Span")),
+    )
+
+
+_ShadowRequest, _ShadowSpan = _shadow_classes()
+
+_KIND = attrgetter("kind")
+_ATTRIBUTES = attrgetter("attributes")
+_EVENTS = attrgetter("events")
+_LINKS = attrgetter("links")
+_STATUS = attrgetter("status")
+_SERVER_KIND, _CONSUMER_KIND = 2, 5
+_STATUS_ERROR = 2
+
+# What one attribute list means to the aggregation, as `spans_from_request` reads it:
+# (the caller's address for a server span, the peer name for a client span, db.system set,
+# TLS, mTLS, library evidence or None).
+_AttributeInfo = tuple[str, str, bool, bool, bool, "tuple[tuple[str, str], ...] | None"]
+_CACHE_MAX = 50_000
+
+
+class _AttributeInfos(dict[tuple[bytes, ...], _AttributeInfo]):
+    """Attribute list (its KeyValue bytes) -> what it means; kept across requests and
+    bounded (cleared when full). Peer names and library tuples are shared by every span
+    with the same list, which keeps the rows small."""
+
+    def __missing__(self, key: tuple[bytes, ...]) -> _AttributeInfo:
+        if len(self) >= _CACHE_MAX:
+            self.clear()
+        info = self[key] = _attribute_info(key)
+        return info
+
+
+_SINGLE_LIBRARY: dict[tuple[int, str], tuple[tuple[str, str], ...]] = {}
+
+
+def _attribute_info(raw: tuple[bytes, ...]) -> _AttributeInfo:
+    peer_service = address = db = client = ""
+    tls = mtls = False
+    libraries: tuple[tuple[str, str], ...] | None = None
+    for item in raw:
+        try:
+            kv = KeyValue.FromString(item)
+        except DecodeError as exc:
+            raise OtlpDecodeError(
+                f"the body is not a protobuf ExportTraceServiceRequest: {exc}"
+            ) from exc
+        code = _SPAN_KEYS.get(kv.key)
+        if code is None:
+            continue
+        value = kv.value.string_value
+        if "\x00" in value:
+            value = value.replace("\x00", "\ufffd")
+        if code == _A_PEER_SERVICE:
+            peer_service = value
+        elif code == _A_SERVER_ADDRESS:
+            address = value
+        elif code == _A_SCHEME:
+            if value.lower() in _TLS_SCHEMES:
+                tls = True
+        elif code == _A_TLS:
+            if kv.value.WhichOneof("value") == "bool_value":
+                tls = tls or kv.value.bool_value
+            else:
+                tls = True
+        elif code == _A_MTLS:
+            mtls = True
+        elif code == _A_CLIENT:
+            client = client or value
+        elif value:
+            if code == _A_DB:
+                db = value
+            one = _SINGLE_LIBRARY.get((code, value))
+            if one is None:
+                library = _library(code, value)
+                one = () if library is None else (library,)
+                if len(_SINGLE_LIBRARY) < _CACHE_MAX:
+                    _SINGLE_LIBRARY[(code, value)] = one
+            if one:
+                libraries = one if libraries is None else (*libraries, *one)
+    return (client, peer_service or address or db, db != "", tls, mtls, libraries)
+
+
+_INFOS = _AttributeInfos()
+
+
+class _StatusErrors(dict[bytes, bool]):
+    def __missing__(self, key: bytes) -> bool:
+        try:
+            status = Status.FromString(key)
+        except DecodeError as exc:
+            raise OtlpDecodeError(
+                f"the body is not a protobuf ExportTraceServiceRequest: {exc}"
+            ) from exc
+        error = self[key] = status.code == _STATUS_ERROR
+        if len(self) > _CACHE_MAX:
+            self.clear()
+        return error
+
+
+_ERRORS = _StatusErrors()
+
+
+def _decoded(message_type: type[Message], raw: bytes) -> Any:
+    try:
+        return message_type.FromString(raw)
+    except DecodeError as exc:
+        raise OtlpDecodeError(
+            f"the body is not a protobuf ExportTraceServiceRequest: {exc}"
+        ) from exc
+
+
+_ID_TAIL = attrgetter("trace_id", "span_id", "parent_span_id", "name", "kind",
+                      "start_time_unix_nano", "end_time_unix_nano", "trace_state")
+
+
+# What a tail means: the peer of a span of each kind 0..5 (`spans_from_request`: the
+# caller's address for server and consumer spans, else the peer name), db.system set, TLS,
+# mTLS, the libraries (attributes, then the library frames of its `exception` events),
+# error; None when the tail sets a field of the head again (the last one counts).
+_TailInfo = tuple[
+    str, str, str, str, str, str, bool, bool, bool, "tuple[tuple[str, str], ...] | None", bool
+]
+_KIND_MAX = 5
+
+
+class _TailInfos(dict[bytes, "_TailInfo | None"]):
+    """Tail -> what it means, for one pair of stack frame bounds; kept across requests,
+    bounded (cleared when full)."""
+
+    def __init__(self, max_stack_frames: int, max_span_frames: int) -> None:
+        super().__init__()
+        self.bounds = (max_stack_frames, max_span_frames)
+
+    def __missing__(self, tail: bytes) -> _TailInfo | None:
+        if len(self) >= _CACHE_MAX:
+            self.clear()
+        info = self[tail] = _tail_info(tail, *self.bounds)
+        return info
+
+
+def _tail_info(tail: bytes, max_stack_frames: int, max_span_frames: int) -> _TailInfo | None:
+    span = _decoded(_ShadowSpan, tail)
+    if any(_ID_TAIL(span)):
+        return None
+    client, peer, is_db, tls, mtls, libraries = _INFOS[tuple(span.attributes)]
+    if max_stack_frames > 0 and max_span_frames > 0 and span.events:
+        frames = _exception_frames(
+            [_decoded(Span.Event, raw) for raw in span.events], {}, max_stack_frames,
+            max_span_frames,
+        )
+        if frames:
+            libraries = frames if libraries is None else (*libraries, *frames)
+    for raw in span.links:
+        _decoded(Span.Link, raw)
+    return (peer, peer, client, peer, peer, client, is_db, tls, mtls, libraries,
+            _ERRORS[span.status])
+
+
+_TAILS: dict[tuple[int, int], _TailInfos] = {}
+
+
+def _tails(max_stack_frames: int, max_span_frames: int) -> _TailInfos:
+    bounds = (max_stack_frames, max_span_frames)
+    tails = _TAILS.get(bounds)
+    if tails is None:
+        tails = _TAILS[bounds] = _TailInfos(*bounds)
+    return tails
