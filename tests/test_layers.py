@@ -44,10 +44,19 @@ WIRING = {"trustrank", "trustrank.settings", "trustrank.urls", "trustrank.celery
 ENGINES: dict[str, tuple[str, ...]] = {
     "trustrank.parsers": (),
     "trustrank.risk": ("trustrank.parsers",),
+    # An app's engine: its `engine` package or `engine.py`, with the `engine_*.py` modules
+    # beside it; they may import each other.
     **{
-        f"trustrank.{path.parent.name}.engine": ("trustrank.parsers", "trustrank.risk")
+        f"trustrank.{path.parent.name}.{path.name.removesuffix('.py')}": (
+            "trustrank.parsers", "trustrank.risk",
+            *(f"trustrank.{path.parent.name}.{other.name.removesuffix('.py')}"
+              for other in sorted(path.parent.glob("engine*"))
+              if other != path and (other.name in ("engine", "engine.py")
+                                    or other.name.startswith("engine_"))),
+        )
         for path in sorted(ROOT.glob("trustrank/*/engine*"))
-        if path.name in ("engine", "engine.py")
+        if path.name in ("engine", "engine.py") or (
+            path.name.startswith("engine_") and path.suffix == ".py")
     },
 }
 

@@ -20,7 +20,7 @@ from tests.runtime.helpers import (
 )
 from trustrank.findings.models import Finding
 from trustrank.parsers.otlp import JSON, otlp_decode, spans_from_request
-from trustrank.runtime import services
+from trustrank.runtime import engine_histograms, services
 from trustrank.runtime.models import (
     CallEdgeBucket,
     Environment,
@@ -152,9 +152,8 @@ def test_libraries_tls_and_latency_percentiles(team):
     edge = CallEdgeBucket.objects.filter(caller__name="web", callee__name="api")
     assert sum(b.errors for b in edge) == 5
     assert sum(b.mtls_calls for b in edge) == 100
-    from trustrank.runtime import engine
 
-    pct = engine.hist_percentiles(engine.hist_merge(b.hist for b in edge))
+    pct = engine_histograms.hist_percentiles(engine_histograms.hist_merge(b.hist for b in edge))
     assert pct[0.5] == pytest.approx(50, rel=0.15)
     assert pct[0.99] == pytest.approx(99, rel=0.15)
     libs = {

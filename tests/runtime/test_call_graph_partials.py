@@ -13,7 +13,7 @@ from django.utils import timezone
 from tests.runtime.helpers import shop
 from trustrank.parsers.otlp_span_columns import spans_from_protobuf
 from trustrank.ranking.inputs.graph import Rates, graph_read
-from trustrank.runtime import engine, engine_columns, selectors, services
+from trustrank.runtime import engine_columns, engine_histograms, selectors, services
 from trustrank.runtime.models import CallEdgeBucket, Environment, LibraryBucket, Service
 from trustrank.runtime.services.compaction import call_graph_compact
 
@@ -121,7 +121,7 @@ def test_compaction_folds_each_bucket_into_one_row_and_no_answer_changes(team):
     assert edge_totals() == edges_before
     assert library_totals() == libraries_before
     for b in CallEdgeBucket.objects.all():
-        merged = engine.hist_merge(hists_before[(b.caller_id, b.callee_id, b.bucket_start)])
+        merged = engine_histograms.hist_merge(hists_before[(b.caller_id, b.callee_id, b.bucket_start)])
         assert b.hist == merged
     assert answers(team) == before
     # Again: nothing left to fold, nothing changes.

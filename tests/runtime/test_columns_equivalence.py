@@ -18,7 +18,7 @@ from tests.runtime.helpers import SpanFactory, nezha_requests, nezha_spans, shop
 from trustrank.parsers.otlp import PROTOBUF, SpanWindow, otlp_decode, spans_from_request
 from trustrank.parsers.otlp_span_columns import spans_from_protobuf, spans_usable_protobuf
 from trustrank.parsers.otlp_wire import _field_bytes
-from trustrank.runtime import engine, engine_columns
+from trustrank.runtime import engine, engine_columns, engine_histograms
 
 
 def requests_of(f: SpanFactory) -> list[bytes]:
@@ -142,4 +142,4 @@ def test_histogram_indexes_match_the_reference_everywhere():
               2**40 + 12345, 2**53 - 1, 2**53, 2**53 + 1, 2**62, 2**63 - 1]
     values += [(1 << b) + d for b in range(2, 63) for d in (-1, 0, 1)]
     got = engine_columns.hist_indexes(np.array(values, dtype=np.int64)).tolist()
-    assert got == [engine.hist_index(v) for v in values]
+    assert got == [engine_histograms.hist_index(v) for v in values]

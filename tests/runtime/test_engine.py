@@ -17,7 +17,7 @@ from trustrank.parsers.otlp import (
     protobuf_split,
     spans_from_request,
 )
-from trustrank.runtime import engine
+from trustrank.runtime import engine, engine_histograms
 
 
 def test_official_json_example_decodes_with_uppercase_hex_ids():
@@ -94,22 +94,22 @@ def test_large_body_is_validated_part_by_part():
 def test_histogram_buckets_are_contiguous_and_bounded():
     previous = -1
     for us in range(0, 5000):
-        idx = engine.hist_index(us)
-        low, high = engine.hist_bounds_us(idx)
+        idx = engine_histograms.hist_index(us)
+        low, high = engine_histograms.hist_bounds_us(idx)
         assert low <= us < high
         assert idx in (previous, previous + 1)
         previous = idx
-    assert engine.hist_index(10**15) == engine.HIST_BUCKETS - 1
+    assert engine_histograms.hist_index(10**15) == engine_histograms.HIST_BUCKETS - 1
 
 
 def test_percentiles_over_merged_histograms():
-    a = {engine.hist_index(1000): 90}  # 1 ms
-    b = {engine.hist_index(100_000): 10}  # 100 ms
-    merged = engine.hist_merge([engine.hist_to_list(a), engine.hist_to_list(b)])
-    pct = engine.hist_percentiles(merged)
+    a = {engine_histograms.hist_index(1000): 90}  # 1 ms
+    b = {engine_histograms.hist_index(100_000): 10}  # 100 ms
+    merged = engine_histograms.hist_merge([engine_histograms.hist_to_list(a), engine_histograms.hist_to_list(b)])
+    pct = engine_histograms.hist_percentiles(merged)
     assert pct[0.5] == pytest.approx(1.0, rel=0.15)
     assert pct[0.95] == pytest.approx(100.0, rel=0.15)
-    assert engine.hist_percentiles([])[0.5] is None
+    assert engine_histograms.hist_percentiles([])[0.5] is None
 
 
 def test_window_parse():

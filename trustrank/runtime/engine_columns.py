@@ -31,7 +31,6 @@ from trustrank.runtime import engine
 from trustrank.runtime.engine import (
     CLOCK_SKEW_NS,
     EXTERNAL,
-    HIST_BUCKETS,
     INGRESS_CLIENT_ATTRIBUTE,
     INTERNET_NODE,
     KIND_CLIENT,
@@ -51,12 +50,13 @@ from trustrank.runtime.engine import (
     peer_normalize,
     span_id_int,
 )
+from trustrank.runtime.engine_histograms import HIST_BUCKETS
 
 _TRACE = itemgetter(slice(0, 16))
 
 
 def hist_indexes(us: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """`engine.hist_index` of every duration (microseconds, int64) at once."""
+    """`engine_histograms.hist_index` of every duration (microseconds, int64) at once."""
     us = np.maximum(us, 0)
     small = us < 4
     safe = np.where(small, 4, us)

@@ -113,7 +113,7 @@ class CallEdgeBucket(models.Model):
     appends its own row per (caller, callee, bucket) and readers add the rows of a bucket
     up (sums, the latest `last_seen`, histograms added bucket by bucket);
     `services.compaction.call_graph_compact` folds a finished bucket's rows into one.
-    `hist` is the mergeable latency histogram (see engine.hist_index); trailing zero
+    `hist` is the mergeable latency histogram (see engine_histograms.hist_index); trailing zero
     buckets are trimmed."""
 
     environment = models.ForeignKey(Environment, on_delete=models.CASCADE, related_name="+")

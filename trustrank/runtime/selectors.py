@@ -16,7 +16,7 @@ from trustrank.accounts.principal import Principal
 from trustrank.findings.evidence import BROKEN_CONTEXT
 from trustrank.findings.models import OPEN_STATES, Finding, FindingKind
 from trustrank.lib.numbers import int_or_none
-from trustrank.runtime import engine
+from trustrank.runtime import engine_histograms
 from trustrank.runtime.models import (
     CallEdgeBucket,
     Deployment,
@@ -201,8 +201,8 @@ def edges_summarize(
         hists[(caller_id, callee_id)].append(hist)
     result = []
     for row in rows:
-        merged = engine.hist_merge(hists[(row["caller_id"], row["callee_id"])])
-        pct = engine.hist_percentiles(merged)
+        merged = engine_histograms.hist_merge(hists[(row["caller_id"], row["callee_id"])])
+        pct = engine_histograms.hist_percentiles(merged)
         result.append(
             EdgeSummary(
                 caller=nodes[row["caller_id"]],

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from trustrank.findings.services.audit import Actor
-from trustrank.runtime import engine
+from trustrank.runtime import engine, engine_histograms
 from trustrank.runtime.broken_context import BrokenSighting, broken_context_record
 from trustrank.runtime.engine import Aggregate, NodeKey
 
@@ -52,7 +52,7 @@ def _bucket_dt(bucket: int, bucket_seconds: int) -> datetime:
 
 
 def _hist_literal(hist: dict[int, int] | None) -> str:
-    return "{" + ",".join(str(v) for v in engine.hist_to_list(hist or {})) + "}"
+    return "{" + ",".join(str(v) for v in engine_histograms.hist_to_list(hist or {})) + "}"
 
 
 def _environments_upsert(
