@@ -65,14 +65,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def bench_env() -> dict[str, str]:
+def bench_env(db_name: str = BENCH_DB) -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
     env.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
     env.update(
         {
             "DJANGO_SETTINGS_MODULE": "trustrank.settings",
-            "TRUSTRANK_DB_NAME": BENCH_DB,
+            "TRUSTRANK_DB_NAME": db_name,
             "TRUSTRANK_QUEUE_PREFIX": f"bench-findings-{os.getpid()}",
             "TRUSTRANK_TESTING": "1",
             # As deployed: web workers share the totals they count (TESTING would keep them
@@ -92,7 +92,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def database_prepare(env: dict[str, str], *, findings: int, reuse: bool) -> None:
     ranked_database_prepare(
-        env, name=BENCH_DB, findings=findings, reuse=reuse,
+        env, name=env["TRUSTRANK_DB_NAME"], findings=findings, reuse=reuse,
         services=10_000, edges=50_000, versions=2_000,
     )
 
@@ -268,9 +268,11 @@ def main() -> None:
     parser.add_argument("--web-workers", type=int, default=4)
     parser.add_argument("--reuse", action="store_true")
     parser.add_argument("--skip-export", action="store_true")
+    # Helpers sharing one PostgreSQL each bench their own database.
+    parser.add_argument("--db-name", default=BENCH_DB)
     args = parser.parse_args()
 
-    env = bench_env()
+    env = bench_env(args.db_name)
     database_prepare(env, findings=args.findings, reuse=args.reuse)
     key, session_id = credentials()
     from django.db import connections
