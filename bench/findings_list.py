@@ -211,6 +211,24 @@ def load(
     }
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """User and system CPU of a process and its children (gunicorn's workers), in seconds:
+    what the requests cost the server, whatever else the machine runs meanwhile."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    pids = [pid]
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    if children.exists():
+        pids += [int(p) for p in children.read_text().split()]
+    for p in pids:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def vm_hwm_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -300,8 +318,14 @@ def main() -> None:
                     think=args.think)
         print(f"warm-up: {warm}")
         print(f"{args.clients} clients for {args.seconds:.0f} s:")
+        cpu_before, load_before = tree_cpu_seconds(web.pid), os.getloadavg()
         figures = load(base, key=key, session_id=session_id, clients=args.clients,
                        seconds=args.seconds, think=args.think)
+        figures["web_cpu_ms_per_request"] = round(
+            (tree_cpu_seconds(web.pid) - cpu_before) * 1000 / max(1, figures["requests"]), 1
+        )
+        figures["load_before"] = [round(x, 2) for x in load_before]
+        figures["load_after"] = [round(x, 2) for x in os.getloadavg()]
         print(figures)
         exported: dict[str, Any] = {}
         if not args.skip_export:
@@ -316,6 +340,10 @@ def main() -> None:
         "requests_per_s": figures["per_s"],
         "clients": args.clients,
         "think_s": args.think,
+        "web_workers": args.web_workers,
+        "web_cpu_ms_per_request": figures["web_cpu_ms_per_request"],
+        "load_before": figures["load_before"],
+        "load_after": figures["load_after"],
         "findings": args.findings,
         **{k: exported.get(k) for k in ("export_seconds", "export_peak_mb", "export_rows")},
     }))

@@ -77,12 +77,18 @@ def findings_generation(*, team_ids: Iterable[int]) -> str:
             # (flushed by the deleting session within seconds).
             " (SELECT n_tup_del FROM pg_stat_user_tables"
             "  WHERE relid = 'findings_finding'::regclass),"
+            # The side tables' writes: those flushed, and this transaction's own.
             " (SELECT sum(n_tup_ins + n_tup_upd + n_tup_del) FROM pg_stat_user_tables"
+            "  WHERE relname = ANY(%s)),"
+            " (SELECT sum(n_tup_ins + n_tup_upd + n_tup_del) FROM pg_stat_xact_user_tables"
             "  WHERE relname = ANY(%s))",
-            [ids, ids, list(_SIDE_TABLES)],
+            [ids, ids, list(_SIDE_TABLES), list(_SIDE_TABLES)],
         )
-        updated, run, deleted, side = cur.fetchone()
-    found = f"{updated.isoformat() if updated else '-'}/{run or 0}/{deleted or 0}/{side or 0}"
+        updated, run, deleted, side, own = cur.fetchone()
+    found = (
+        f"{updated.isoformat() if updated else '-'}/{run or 0}/{deleted or 0}"
+        f"/{side or 0}.{own or 0}"
+    )
     if memo is not None:
         memo[key] = found
     return found
