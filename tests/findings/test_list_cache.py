@@ -144,3 +144,36 @@ def test_the_fast_renderer_writes_what_drf_writes(team: Team, api) -> None:
         data, "application/json; indent=2", {"indent": None}
     )
     assert b"\n  " in indented
+
+
+def test_a_broad_search_pages_in_the_list_order_with_a_capped_count(
+    team: Team, api, monkeypatch
+) -> None:
+    from trustrank.findings import apis, paging
+
+    monkeypatch.setattr(paging, "SEARCH_SORT_MAX", 3)
+    monkeypatch.setattr(apis, "SEARCH_SORT_MAX", 3)
+    _findings(team, 8)
+    client = api(team, "read")
+    everything = [f["id"] for f in client.get("/api/v1/findings").json()["results"]]
+    broad = client.get("/api/v1/findings?q=cve-2024-00&page_size=2").json()
+    assert broad["count"] == 3 and broad["count_exact"] is False
+    assert [f["id"] for f in broad["results"]] == everything[:2]
+    second = client.get("/api/v1/findings?q=cve-2024-00&page_size=2&page=2").json()
+    assert [f["id"] for f in second["results"]] == everything[2:3]
+    narrow = client.get("/api/v1/findings?q=cve-2024-0003").json()
+    assert narrow["count"] == 1 and narrow["count_exact"] is True
+    assert client.get("/api/v1/findings").json()["count_exact"] is True
+
+
+def test_a_broad_search_on_the_page_says_more_than(team: Team, make_user, client,
+                                                    monkeypatch) -> None:
+    from trustrank.findings import paging, views
+
+    monkeypatch.setattr(paging, "SEARCH_SORT_MAX", 3)
+    monkeypatch.setattr(views, "COUNT_CAP", 3)
+    _findings(team, 8)
+    client.force_login(make_user("erin", team=team))
+    page = client.get("/findings/?q=cve-2024-00")
+    assert "More than 3 findings" in page.content.decode()
+    assert len(page.context["findings"]) == 8

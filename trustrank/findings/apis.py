@@ -24,7 +24,12 @@ from trustrank.findings import selectors
 from trustrank.findings.filters import DEFAULT_ORDERING, FindingFilterSet, findings_ordered
 from trustrank.findings.models import Finding, FindingKind
 from trustrank.findings.list_cache import list_cache_get, list_cache_key, list_cache_set
-from trustrank.findings.paging import CountedRows, RankOrderedRows
+from trustrank.findings.paging import (
+    SEARCH_SORT_MAX,
+    CountedRows,
+    RankOrderedRows,
+    SortedMatches,
+)
 from trustrank.findings.search import search_value
 from trustrank.findings.serializers import (
     BulkTriageJobSerializer,
@@ -48,7 +53,7 @@ from trustrank.findings.services.triage import (
     finding_comment_add,
     finding_triage,
 )
-from trustrank.lib.api import problem
+from trustrank.lib.api import Pagination, problem
 from trustrank.lib.numbers import INT_MAX, NumberInvalid, int_parse
 from trustrank.vulns import selectors as vuln_selectors
 
@@ -68,6 +73,28 @@ class FastJSONRenderer(JSONRenderer):
         )
 
 
+class FindingPagination(Pagination):
+    """The API's pagination, plus `count_exact`: false when `count` is a cap (a search that
+    matches more than 10,000 findings), true otherwise. `next` and `previous` page within
+    `count` either way."""
+
+    def get_paginated_response(self, data: Any) -> Response:
+        response = super().get_paginated_response(data)
+        capped = bool(getattr(self.page.paginator.object_list, "capped", False))
+        response.data["count_exact"] = not capped
+        return response
+
+    def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        out = super().get_paginated_response_schema(schema)
+        out["properties"]["count_exact"] = {
+            "type": "boolean",
+            "description": "false when count is capped (a search matching more than "
+                           f"{SEARCH_SORT_MAX} findings)",
+        }
+        out["required"] = [*out.get("required", []), "count_exact"]
+        return out
+
+
 class FindingListApi(ListAPIView[Finding]):
     """Findings of every kind (filter `kind`) of the caller's teams, as the findings page
     lists them: most urgent first by the latest ranking run's rank, the unranked after by
@@ -76,6 +103,7 @@ class FindingListApi(ListAPIView[Finding]):
     serializer_class = FindingSerializer
     filterset_class = FindingFilterSet
     required_scope = Scope.READ
+    pagination_class = FindingPagination
     renderer_classes = [
         FastJSONRenderer,
         *(r for r in api_settings.DEFAULT_RENDERER_CLASSES if r is not JSONRenderer),
@@ -100,11 +128,15 @@ class FindingListApi(ListAPIView[Finding]):
         search = bool(search_value(self.request.query_params))
         if not asked:  # the filter left the queryset in the baseline order
             queryset = findings_ordered(queryset, ordering)
-        if ordering == "rank" and not search:
-            rows = RankOrderedRows(queryset, team_ids=team_ids)
+        matches = SortedMatches(queryset, team_ids=team_ids) if search else None
+        if matches is not None and matches.usable and not matches.broad:
+            # A search's matches are found, sorted by rank lookups and kept (SortedMatches).
+            rows = CountedRows(queryset, team_ids=team_ids, matches=matches)
         else:
-            # A search's matches are joined to their ranks and sorted (SortedMatches).
-            rows = CountedRows(queryset, team_ids=team_ids, search=search)
+            # A broad search is paged like the list, its total capped (`count_exact`).
+            cap = SEARCH_SORT_MAX if search else None
+            rows = (RankOrderedRows(queryset, team_ids=team_ids, cap=cap) if ordering == "rank"
+                    else CountedRows(queryset, team_ids=team_ids, cap=cap))
         return self.paginator.paginate_queryset(rows, self.request, view=self)
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -122,14 +154,17 @@ class FindingListApi(ListAPIView[Finding]):
                              query=request.META.get("QUERY_STRING", ""), viewer=viewer)
         kept = list_cache_get(key)
         if kept is not None:
-            count, number, page_size, results = kept
+            count, capped, number, page_size, results = kept
             paginator.request = request
-            paginator.page = DjangoPaginator(KnownCount(count), page_size).page(number)
+            paginator.page = DjangoPaginator(KnownCount(count, capped=capped),
+                                             page_size).page(number)
             return paginator.get_paginated_response(results)
         page = self.paginate_queryset(queryset)
         results = self.get_serializer(page, many=True).data
         django_page = paginator.page
-        list_cache_set(key, (django_page.paginator.count, django_page.number,
+        list_cache_set(key, (django_page.paginator.count,
+                             bool(getattr(django_page.paginator.object_list, "capped", False)),
+                             django_page.number,
                              django_page.paginator.per_page, list(results)))
         return paginator.get_paginated_response(results)
 
@@ -137,8 +172,9 @@ class FindingListApi(ListAPIView[Finding]):
 class KnownCount:
     """A sequence Django's Paginator pages by its known total (a kept page's)."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, *, capped: bool = False) -> None:
         self._n = n
+        self.capped = capped
 
     def count(self) -> int:
         return self._n

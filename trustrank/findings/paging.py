@@ -160,6 +160,9 @@ def _from_head(item: slice) -> bool:
 
 # How many of a search's first matches (id and sort key) are kept with its total: 20 pages.
 SEARCH_HEAD = 1000
+# A search matching more findings than this is not sorted as a whole (at 10,000,000 findings
+# `pkg1` matched 2,200,000: a rank probe each took half a minute); its total is capped here.
+SEARCH_SORT_MAX = 10_000
 
 
 # Relations to one-to-one rows a search's order may read (trustrank.ranking's rank, the due
@@ -252,11 +255,14 @@ class SortedMatches:
     def usable(self) -> bool:
         return self._empty or self._sql is not None
 
-    def _select(self, *, extra: str, tail: str) -> list[tuple[Any, ...]]:
+    def _select(
+        self, *, extra: str, tail: str, inner_limit: int | None = None
+    ) -> list[tuple[Any, ...]]:
         assert self._sql is not None
         inner, params, order_sql = self._sql
+        fence = "OFFSET 0" if inner_limit is None else f"LIMIT {int(inner_limit)}"
         # Django's own SQL, column positions and integers; the values stay parameters.
-        sql = f"SELECT *{extra} FROM ({inner} OFFSET 0) AS matches"  # noqa: S608
+        sql = f"SELECT *{extra} FROM ({inner} {fence}) AS matches"  # noqa: S608
         with connection.cursor() as cur:
             cur.execute(f"{sql} ORDER BY {order_sql}{tail}", params)
             return [tuple(row) for row in cur.fetchall()]
@@ -273,11 +279,23 @@ class SortedMatches:
         key = f"findings-matches:{findings_generation(team_ids=self._team_ids)}:{digest}"
         found = cache.get(key)
         if found is None:
-            rows = self._select(extra=", count(*) OVER ()", tail=f" LIMIT {SEARCH_HEAD}")
+            # At most SEARCH_SORT_MAX + 1 matches are read and sorted: a broader search is
+            # paged by walking the list's order instead (`broad`).
+            rows = self._select(extra=", count(*) OVER ()", tail=f" LIMIT {SEARCH_HEAD}",
+                                inner_limit=SEARCH_SORT_MAX + 1)
             found = (int(rows[0][-1]) if rows else 0, [row[:-1] for row in rows])
+            if found[0] > SEARCH_SORT_MAX:
+                found = (found[0], [])
             cache.set(key, found, timeout=settings.TRUSTRANK_FINDINGS_COUNT_TTL)
         self._head = found
         return found
+
+    @property
+    def broad(self) -> bool:
+        """More than SEARCH_SORT_MAX matches: too many to sort per search. The caller pages
+        it in the list's order (the matches are then common enough that a walk of the
+        order's index finds a page soon) with a total capped at SEARCH_SORT_MAX."""
+        return self._load()[0] > SEARCH_SORT_MAX
 
     def count(self) -> int:
         return self._load()[0]
@@ -317,24 +335,31 @@ def capped_cached_count(
 
 
 class CountedRows:
-    """A queryset whose total comes from `cached_count`, for DRF's page-number pagination."""
+    """A queryset whose total comes from `cached_count`, for DRF's page-number pagination.
+    With `cap`, the total stops at cap (`capped` then says so)."""
 
     def __init__(
-        self, qs: QuerySet[Finding], *, team_ids: Iterable[int], search: bool = False
+        self, qs: QuerySet[Finding], *, team_ids: Iterable[int], search: bool = False,
+        matches: SortedMatches | None = None, cap: int | None = None,
     ) -> None:
         self._qs = qs
         self._team_ids = list(team_ids)
         self._count: int | None = None
+        self._cap = cap
+        self.capped = False
         # A search: its matches are found, sorted and kept (SortedMatches).
-        matches = SortedMatches(qs, team_ids=self._team_ids) if search else None
+        if matches is None and search:
+            matches = SortedMatches(qs, team_ids=self._team_ids)
         self._matches = matches if matches is not None and matches.usable else None
 
     def count(self) -> int:
         if self._count is None:
-            self._count = (
-                self._matches.count() if self._matches is not None
-                else cached_count(self._qs, team_ids=self._team_ids)
-            )
+            if self._matches is not None:
+                self._count = self._matches.count()
+            else:
+                n = cached_count(self._qs, team_ids=self._team_ids, cap=self._cap)
+                self.capped = self._cap is not None and n > self._cap
+                self._count = n if not self.capped else int(self._cap or 0)
         return self._count
 
     def __len__(self) -> int:
@@ -362,8 +387,12 @@ class RankOrderedRows:
     Same order as `order_by(F("ranked__rank").asc(nulls_last=True), "-baseline_priority",
     "-id")`, without sorting the team: each part walks an index."""
 
-    def __init__(self, qs: QuerySet[Finding], *, team_ids: Iterable[int]) -> None:
+    def __init__(
+        self, qs: QuerySet[Finding], *, team_ids: Iterable[int], cap: int | None = None
+    ) -> None:
         self._team_ids = list(team_ids)
+        self._cap = cap
+        self.capped = False
         base = self._base = qs.order_by()
         # The team condition on the ranks too, so PostgreSQL walks (team, rank) in order.
         self._ranked = base.filter(ranked__team_id__in=self._team_ids).order_by(
@@ -383,7 +412,9 @@ class RankOrderedRows:
         # The whole filter's total: one count without the ranks' join (the two parts
         # partition it), shared with the other orders' totals under the same key.
         if self._count is None:
-            self._count = cached_count(self._base, team_ids=self._team_ids)
+            n = cached_count(self._base, team_ids=self._team_ids, cap=self._cap)
+            self.capped = self._cap is not None and n > self._cap
+            self._count = n if not self.capped else int(self._cap or 0)
         return self._count
 
     def __len__(self) -> int:

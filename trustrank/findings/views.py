@@ -151,7 +151,8 @@ def _table_context(
     matches: SortedMatches | None = None
     if filterset.searches():
         matches = SortedMatches(qs, team_ids=team_ids)
-        matches = matches if matches.usable else None
+        # A broad search pages like the list (its total capped there too).
+        matches = matches if matches.usable and not matches.broad else None
     if matches is not None:
         count, capped = min(matches.count(), COUNT_CAP), matches.count() > COUNT_CAP
     else:
