@@ -54,6 +54,7 @@ from trustrank.findings.services.triage import (
     finding_triage,
 )
 from trustrank.lib.api import Pagination, problem
+from trustrank.lib.filters import StrictFilterBackend
 from trustrank.lib.numbers import INT_MAX, NumberInvalid, int_parse
 from trustrank.vulns import selectors as vuln_selectors
 
@@ -143,7 +144,14 @@ class FindingListApi(ListAPIView[Finding]):
         """As ListAPIView's, with the page's `count` and `results` kept under the teams'
         findings generation (list_cache.py): the same page asked again is not serialized
         again. The filters validate first, so a cached page never skips a 400."""
-        queryset = self.filter_queryset(self.get_queryset())
+        base = self.get_queryset()
+        backends = [backend() for backend in self.filter_backends]
+        filterset: Any = None
+        if len(backends) == 1 and isinstance(backends[0], StrictFilterBackend):
+            # The parameters checked, the filtered queryset built only if the page is not kept.
+            filterset = backends[0].filterset_checked(request, base, self)
+        else:
+            base = self.filter_queryset(base)
         principal = principal_for_request(request)
         paginator = self.paginator
         assert paginator is not None
@@ -159,7 +167,7 @@ class FindingListApi(ListAPIView[Finding]):
             paginator.page = DjangoPaginator(KnownCount(count, capped=capped),
                                              page_size).page(number)
             return paginator.get_paginated_response(results)
-        page = self.paginate_queryset(queryset)
+        page = self.paginate_queryset(base if filterset is None else filterset.qs)
         results = self.get_serializer(page, many=True).data
         django_page = paginator.page
         list_cache_set(key, (django_page.paginator.count,

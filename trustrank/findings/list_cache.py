@@ -41,7 +41,8 @@ def list_cache_key(
     ids = sorted({int(t) for t in team_ids})
     digest = hashlib.sha256(repr((what, ids, query, viewer)).encode()).hexdigest()[:32]
     generation = findings_generation(team_ids=ids)
-    return f"findings-list:{generation}:{timezone.localdate().isoformat()}:{digest}"
+    # The format of a kept value may change between releases: its version is in the key.
+    return f"findings-list:v1:{generation}:{timezone.localdate().isoformat()}:{digest}"
 
 
 def list_cache_get(key: str | None) -> Any:
