@@ -76,7 +76,7 @@ class FastJSONRenderer(JSONRenderer):
 
 class FindingPagination(Pagination):
     """The API's pagination, plus `count_exact`: false when `count` is a cap (a search that
-    matches more than 10,000 findings), true otherwise. `next` and `previous` page within
+    matches more than SEARCH_SORT_MAX findings), true otherwise. `next` and `previous` page within
     `count` either way."""
 
     def get_paginated_response(self, data: Any) -> Response:

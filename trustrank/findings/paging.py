@@ -161,8 +161,10 @@ def _from_head(item: slice) -> bool:
 # How many of a search's first matches (id and sort key) are kept with its total: 20 pages.
 SEARCH_HEAD = 1000
 # A search matching more findings than this is not sorted as a whole (at 10,000,000 findings
-# `pkg1` matched 2,200,000: a rank probe each took half a minute); its total is capped here.
-SEARCH_SORT_MAX = 10_000
+# `pkg1` matched 2,200,000: a rank probe each would take minutes); its total is capped here.
+# One package's findings (20,000 at 10M) are still sorted: they share a severity, so they sit
+# in one stretch of the list's order, and a walk of the order would pass millions first.
+SEARCH_SORT_MAX = 25_000
 
 
 # Relations to one-to-one rows a search's order may read (trustrank.ranking's rank, the due
