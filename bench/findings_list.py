@@ -52,7 +52,8 @@ SCENARIOS: list[tuple[str, str]] = [
     ("api search purl", "/api/v1/findings?q=pkg:maven/org.bench/pkg{n2}"),
     ("api high, rank", "/api/v1/findings?severity=high&state=in_triage&ordering=rank"),
     ("page default", "/findings/"),
-    ("page deep", "/findings/?page={page}"),
+    # The page's "Next" link: a position in the contextual order (`page` is the API's).
+    ("page deep", "/findings/?after=@{offset}"),
     ("page search", "/findings/?q=CVE-2024-00{n1}"),
     ("page critical kev", "/findings/?severity=critical&kev=true"),
     ("page by rank", "/findings/?ordering=rank&severity=medium"),
@@ -174,8 +175,9 @@ def load(
         mine: list[tuple[str, float, int]] = []
         while time.monotonic() < stop_at:
             label, template = rnd.choice(SCENARIOS)
+            page = rnd.randint(2, 100)
             path = template.format(
-                page=rnd.randint(2, 100), n1=rnd.randint(0, 9), n2=rnd.randint(10, 49),
+                page=page, offset=(page - 1) * 50, n1=rnd.randint(0, 9), n2=rnd.randint(10, 49),
                 n3=rnd.randint(0, 499),
             )
             session = pages if label.startswith("page") else http
