@@ -8,7 +8,6 @@ import re
 from typing import Any
 
 import orjson
-
 from django.core.paginator import Paginator as DjangoPaginator
 from drf_spectacular.utils import extend_schema
 from rest_framework.generics import ListAPIView
@@ -22,8 +21,8 @@ from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_request
 from trustrank.findings import selectors
 from trustrank.findings.filters import DEFAULT_ORDERING, FindingFilterSet, findings_ordered
-from trustrank.findings.models import Finding, FindingKind
 from trustrank.findings.list_cache import list_cache_get, list_cache_key, list_cache_set
+from trustrank.findings.models import Finding, FindingKind
 from trustrank.findings.paging import (
     SEARCH_SORT_MAX,
     CountedRows,
@@ -164,8 +163,9 @@ class FindingListApi(ListAPIView[Finding]):
         if kept is not None:
             count, capped, number, page_size, results = kept
             paginator.request = request
-            paginator.page = DjangoPaginator(KnownCount(count, capped=capped),
-                                             page_size).page(number)
+            paginator.page = DjangoPaginator(
+                KnownCount(count, capped=capped), page_size  # type: ignore[arg-type]
+            ).page(number)
             return paginator.get_paginated_response(results)
         page = self.paginate_queryset(base if filterset is None else filterset.qs)
         results = self.get_serializer(page, many=True).data

@@ -30,7 +30,6 @@ from django.db.models import F, OrderBy, OuterRef, QuerySet, Subquery
 
 from trustrank.findings.models import Finding
 
-
 # Tables whose rows a findings page shows beside the findings' own (due dates, Jira links, the
 # policy the due dates follow): any insert, update or delete in them moves the generation.
 _SIDE_TABLES = ("findings_findingdue", "jira_jiraissuelink", "findings_triagepolicy")
@@ -155,7 +154,7 @@ def kept_order_head(
 def _from_head(item: slice) -> bool:
     """Whether a slice is a page after the first that lies within the kept head."""
     start = item.start or 0
-    return 0 < start and item.stop is not None and item.stop <= ORDER_HEAD
+    return start > 0 and item.stop is not None and item.stop <= ORDER_HEAD
 
 
 # How many of a search's first matches (id and sort key) are kept with its total: 20 pages.
@@ -238,6 +237,7 @@ class SortedMatches:
                 continue
             relation, column = name.split("__")
             remote = Finding._meta.get_field(relation).related_model
+            assert remote is not None and not isinstance(remote, str)
             alias = f"sort_key_{n}"
             base = base.annotate(**{alias: Subquery(
                 remote._default_manager.filter(finding_id=OuterRef("pk")).values(column)[:1]

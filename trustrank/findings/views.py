@@ -16,9 +16,9 @@ from django.db.models.expressions import RawSQL
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.template.loader import render_to_string
-from django.utils.safestring import mark_safe
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST
 
 from trustrank.accounts.models import Membership, Scope
@@ -94,7 +94,7 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
     filterset = FindingFilterSet(
         request.GET, queryset=selectors.finding_list(principal=principal), request=request
     )
-    _filter_form_choices(filterset, principal)
+    members = _filter_form_choices(filterset, principal)
     team_ids = principal.team_ids
     ordering = filterset.ordering_value()
     params = request.GET.copy()
@@ -133,7 +133,12 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
         "can_triage": can_triage,
         "states": TriageState.choices,
         "justifications": Justification.choices,
-        "members": _members(principal.teams_with(Scope.TRIAGE)),
+        # The assignee filter's members (the principal's teams) serve when they are the same.
+        "members": (
+            members
+            if set(principal.teams_with(Scope.TRIAGE)) == set(principal.team_ids)
+            else _members(principal.teams_with(Scope.TRIAGE))
+        ),
     }
     return render(request, "findings/finding_list.html", context)
 
@@ -236,9 +241,9 @@ def _members(team_ids: list[int] | Any) -> list[Any]:
     )
 
 
-def _filter_form_choices(filterset: FindingFilterSet, principal: Principal) -> None:
+def _filter_form_choices(filterset: FindingFilterSet, principal: Principal) -> list[Any]:
     """Selects for the numeric filters that name the principal's projects and members (the
-    values stay numbers, validated by the shared FilterSet)."""
+    values stay numbers, validated by the shared FilterSet). Returns the members."""
     from django import forms
 
     form = filterset.form
@@ -261,6 +266,7 @@ def _filter_form_choices(filterset: FindingFilterSet, principal: Principal) -> N
     form.fields["due_before"].widget = forms.DateInput(attrs={"type": "date"})
     for name in ("kind", "severity", "state", "match_status", "decision"):
         form.fields[name].widget.attrs.update({"size": "3"})
+    return members
 
 
 @login_required
