@@ -52,7 +52,8 @@ SCENARIOS: list[tuple[str, str]] = [
     ("api search purl", "/api/v1/findings?q=pkg:maven/org.bench/pkg{n2}"),
     ("api high, rank", "/api/v1/findings?severity=high&state=in_triage&ordering=rank"),
     ("page default", "/findings/"),
-    ("page deep", "/findings/?page={page}"),
+    # The page's "Next" link: a position in the contextual order (`page` is the API's).
+    ("page deep", "/findings/?after=@{offset}"),
     ("page search", "/findings/?q=CVE-2024-00{n1}"),
     ("page critical kev", "/findings/?severity=critical&kev=true"),
     ("page by rank", "/findings/?ordering=rank&severity=medium"),
@@ -65,14 +66,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def bench_env() -> dict[str, str]:
+def bench_env(db_name: str = BENCH_DB) -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
     env.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
     env.update(
         {
             "DJANGO_SETTINGS_MODULE": "trustrank.settings",
-            "TRUSTRANK_DB_NAME": BENCH_DB,
+            "TRUSTRANK_DB_NAME": db_name,
             "TRUSTRANK_QUEUE_PREFIX": f"bench-findings-{os.getpid()}",
             "TRUSTRANK_TESTING": "1",
             # As deployed: web workers share the totals they count (TESTING would keep them
@@ -92,7 +93,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def database_prepare(env: dict[str, str], *, findings: int, reuse: bool) -> None:
     ranked_database_prepare(
-        env, name=BENCH_DB, findings=findings, reuse=reuse,
+        env, name=env["TRUSTRANK_DB_NAME"], findings=findings, reuse=reuse,
         services=10_000, edges=50_000, versions=2_000,
     )
 
@@ -174,8 +175,9 @@ def load(
         mine: list[tuple[str, float, int]] = []
         while time.monotonic() < stop_at:
             label, template = rnd.choice(SCENARIOS)
+            page = rnd.randint(2, 100)
             path = template.format(
-                page=rnd.randint(2, 100), n1=rnd.randint(0, 9), n2=rnd.randint(10, 49),
+                page=page, offset=(page - 1) * 50, n1=rnd.randint(0, 9), n2=rnd.randint(10, 49),
                 n3=rnd.randint(0, 499),
             )
             session = pages if label.startswith("page") else http
@@ -209,6 +211,24 @@ def load(
         "p99_ms": round(percentile(latencies, 0.99), 1),
         "per_s": round(len(latencies) / seconds, 1),
     }
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User and system CPU of a process and its children (gunicorn's workers), in seconds:
+    what the requests cost the server, whatever else the machine runs meanwhile."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    pids = [pid]
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    if children.exists():
+        pids += [int(p) for p in children.read_text().split()]
+    for p in pids:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 def vm_hwm_mb(pid: int) -> float:
@@ -268,9 +288,11 @@ def main() -> None:
     parser.add_argument("--web-workers", type=int, default=4)
     parser.add_argument("--reuse", action="store_true")
     parser.add_argument("--skip-export", action="store_true")
+    # Helpers sharing one PostgreSQL each bench their own database.
+    parser.add_argument("--db-name", default=BENCH_DB)
     args = parser.parse_args()
 
-    env = bench_env()
+    env = bench_env(args.db_name)
     database_prepare(env, findings=args.findings, reuse=args.reuse)
     key, session_id = credentials()
     from django.db import connections
@@ -298,8 +320,14 @@ def main() -> None:
                     think=args.think)
         print(f"warm-up: {warm}")
         print(f"{args.clients} clients for {args.seconds:.0f} s:")
+        cpu_before, load_before = tree_cpu_seconds(web.pid), os.getloadavg()
         figures = load(base, key=key, session_id=session_id, clients=args.clients,
                        seconds=args.seconds, think=args.think)
+        figures["web_cpu_ms_per_request"] = round(
+            (tree_cpu_seconds(web.pid) - cpu_before) * 1000 / max(1, figures["requests"]), 1
+        )
+        figures["load_before"] = [round(x, 2) for x in load_before]
+        figures["load_after"] = [round(x, 2) for x in os.getloadavg()]
         print(figures)
         exported: dict[str, Any] = {}
         if not args.skip_export:
@@ -314,6 +342,10 @@ def main() -> None:
         "requests_per_s": figures["per_s"],
         "clients": args.clients,
         "think_s": args.think,
+        "web_workers": args.web_workers,
+        "web_cpu_ms_per_request": figures["web_cpu_ms_per_request"],
+        "load_before": figures["load_before"],
+        "load_after": figures["load_after"],
         "findings": args.findings,
         **{k: exported.get(k) for k in ("export_seconds", "export_peak_mb", "export_rows")},
     }))

@@ -14,6 +14,7 @@ from django.utils import timezone
 from tests.findings.helpers import many_findings
 from trustrank.accounts.models import Role
 from trustrank.findings.models import AuditEvent, Finding, FindingDue, TriagePolicy
+from trustrank.findings.paging import SEARCH_SORT_MAX
 from trustrank.findings.services.audit import Actor
 from trustrank.findings.services.due_dates import finding_due_dates_apply
 from trustrank.findings.services.reconcile import FindingSpec, findings_reconcile
@@ -174,7 +175,9 @@ def test_search_pages_its_sorted_matches_in_the_list_order(
 
     with CaptureQueriesContext(connection) as queries:
         assert api_pages("pkg:npm/left-pad") == expected()
-    assert any("OFFSET 0) AS matches" in q["sql"] for q in queries.captured_queries)
+    # Found first (at most SEARCH_SORT_MAX + 1 of them), then sorted.
+    assert any(f"LIMIT {SEARCH_SORT_MAX + 1}) AS matches" in q["sql"]
+               for q in queries.captured_queries)
     assert api_pages("left-pad") == expected()  # through the trigram index or a scan
 
     # A write changes the team's generation: the kept matches are not served again.

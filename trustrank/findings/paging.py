@@ -17,23 +17,54 @@ the contextual order without a sort of the whole team.
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
 from django.core.exceptions import EmptyResultSet
+from django.core.signals import request_finished, request_started
 from django.db import connection
-from django.db.models import F, OrderBy, QuerySet
+from django.db.models import F, OrderBy, OuterRef, QuerySet, Subquery
 
 from trustrank.findings.models import Finding
 
+# Tables whose rows a findings page shows beside the findings' own (due dates, Jira links, the
+# policy the due dates follow): any insert, update or delete in them moves the generation.
+_SIDE_TABLES = ("findings_findingdue", "jira_jiraissuelink", "findings_triagepolicy")
+
+_memo = threading.local()
+
+
+def _generation_memo_start(**_: Any) -> None:
+    _memo.generations = {}
+
+
+def _generation_memo_end(**_: Any) -> None:
+    _memo.generations = None
+
+
+# A web request reads the generation once: its totals, its search and its kept page share it.
+# Outside a request (a worker's job) every call reads it again.
+request_started.connect(_generation_memo_start, dispatch_uid="findings_generation_memo")
+request_finished.connect(_generation_memo_end, dispatch_uid="findings_generation_memo_end")
+
 
 def findings_generation(*, team_ids: Iterable[int]) -> str:
-    """Changes whenever a finding of these teams is written or a ranking run of theirs ends."""
+    """Changes whenever a finding of these teams is written or deleted, a ranking run of
+    theirs ends, or a due date, Jira link or triage policy is written. Read once per request
+    (and per team set) in a web request."""
     ids = sorted({int(t) for t in team_ids})
     if not ids:
         return "none"
+    memo = getattr(_memo, "generations", None)
+    # Inside a transaction (a test, a job) a write may follow: read it again each time.
+    if connection.in_atomic_block:
+        memo = None
+    key = (connection.alias, tuple(ids))
+    if memo is not None and key in memo:
+        return str(memo[key])
     with connection.cursor() as cur:
         # One correlated subquery per team: each is a backward walk of (team, updated_at).
         cur.execute(
@@ -41,13 +72,25 @@ def findings_generation(*, team_ids: Iterable[int]) -> str:
             "  WHERE team_id = t) AS m FROM unnest(%s::bigint[]) AS t) AS x),"
             " (SELECT max(id) FROM ranking_rankingrun"
             "  WHERE team_id = ANY(%s::bigint[]) AND status = 'done'),"
-            # Deletions leave updated_at alone; the table's deletion counter moves instead.
+            # Deletions leave updated_at alone; the table's deletion counter moves instead
+            # (flushed by the deleting session within seconds).
             " (SELECT n_tup_del FROM pg_stat_user_tables"
-            "  WHERE relid = 'findings_finding'::regclass)",
-            [ids, ids],
+            "  WHERE relid = 'findings_finding'::regclass),"
+            # The side tables' writes: those flushed, and this transaction's own.
+            " (SELECT sum(n_tup_ins + n_tup_upd + n_tup_del) FROM pg_stat_user_tables"
+            "  WHERE relname = ANY(%s)),"
+            " (SELECT sum(n_tup_ins + n_tup_upd + n_tup_del) FROM pg_stat_xact_user_tables"
+            "  WHERE relname = ANY(%s))",
+            [ids, ids, list(_SIDE_TABLES), list(_SIDE_TABLES)],
         )
-        updated, run, deleted = cur.fetchone()
-    return f"{updated.isoformat() if updated else '-'}/{run or 0}/{deleted or 0}"
+        updated, run, deleted, side, own = cur.fetchone()
+    found = (
+        f"{updated.isoformat() if updated else '-'}/{run or 0}/{deleted or 0}"
+        f"/{side or 0}.{own or 0}"
+    )
+    if memo is not None:
+        memo[key] = found
+    return found
 
 
 def _key(qs: QuerySet[Any], *, team_ids: Iterable[int], cap: int | None) -> str:
@@ -87,8 +130,40 @@ def rows_for_ids(qs: QuerySet[Finding], ids: list[int]) -> list[Finding]:
     return [found[pk] for pk in ids if pk in found]
 
 
+# How many ids of a list's order are kept for the pages after the first: 100 pages of 50. A
+# deep page (`page=90`) is an OFFSET: PostgreSQL walks 4,500 index entries and probes each
+# finding for the filter (110 ms at 1M); from the kept ids it is one read of 50 rows.
+ORDER_HEAD = 5000
+
+
+def kept_order_head(
+    sql_of: list[QuerySet[Any]], *, team_ids: Iterable[int], ids_of: Any
+) -> list[int]:
+    """The first ORDER_HEAD ids of a list (`ids_of(slice)` reads them), kept under the teams'
+    generation and the list's SQL (that of the querysets `sql_of`, with their order)."""
+    sqls = [qs.query.sql_with_params() for qs in sql_of]
+    digest = hashlib.sha256(repr((sqls, ORDER_HEAD)).encode()).hexdigest()[:32]
+    key = f"findings-order-head:{findings_generation(team_ids=team_ids)}:{digest}"
+    found = cache.get(key)
+    if found is None:
+        found = list(ids_of(slice(0, ORDER_HEAD)))
+        cache.set(key, found, timeout=settings.TRUSTRANK_FINDINGS_COUNT_TTL)
+    return list(found)
+
+
+def _from_head(item: slice) -> bool:
+    """Whether a slice is a page after the first that lies within the kept head."""
+    start = item.start or 0
+    return start > 0 and item.stop is not None and item.stop <= ORDER_HEAD
+
+
 # How many of a search's first matches (id and sort key) are kept with its total: 20 pages.
 SEARCH_HEAD = 1000
+# A search matching more findings than this is not sorted as a whole (at 10,000,000 findings
+# `pkg1` matched 2,200,000: a rank probe each would take minutes); its total is capped here.
+# One package's findings (20,000 at 10M) are still sorted: they share a severity, so they sit
+# in one stretch of the list's order, and a walk of the order would pass millions first.
+SEARCH_SORT_MAX = 25_000
 
 
 # Relations to one-to-one rows a search's order may read (trustrank.ranking's rank, the due
@@ -151,8 +226,25 @@ class SortedMatches:
             fields.append(found[0])
             directions.append(found[1])
         columns = ["id"] + [f for f in fields if f != "id"]
+        # A rank or due date comes from a correlated subquery, one index probe per match: as
+        # a join, PostgreSQL hashed every rank of the team (a scan of 1,000,000 ranks, 1.1 s
+        # at 1M, to sort 22,000 matches).
+        base = qs.order_by()
+        names = []
+        for n, name in enumerate(columns):
+            if "__" not in name:
+                names.append(name)
+                continue
+            relation, column = name.split("__")
+            remote = Finding._meta.get_field(relation).related_model
+            assert remote is not None and not isinstance(remote, str)
+            alias = f"sort_key_{n}"
+            base = base.annotate(**{alias: Subquery(
+                remote._default_manager.filter(finding_id=OuterRef("pk")).values(column)[:1]
+            )})
+            names.append(alias)
         try:
-            inner, params = qs.order_by().values_list(*columns).query.sql_with_params()
+            inner, params = base.values_list(*names).query.sql_with_params()
         except EmptyResultSet:
             self._empty = True
             return
@@ -165,11 +257,14 @@ class SortedMatches:
     def usable(self) -> bool:
         return self._empty or self._sql is not None
 
-    def _select(self, *, extra: str, tail: str) -> list[tuple[Any, ...]]:
+    def _select(
+        self, *, extra: str, tail: str, inner_limit: int | None = None
+    ) -> list[tuple[Any, ...]]:
         assert self._sql is not None
         inner, params, order_sql = self._sql
+        fence = "OFFSET 0" if inner_limit is None else f"LIMIT {int(inner_limit)}"
         # Django's own SQL, column positions and integers; the values stay parameters.
-        sql = f"SELECT *{extra} FROM ({inner} OFFSET 0) AS matches"  # noqa: S608
+        sql = f"SELECT *{extra} FROM ({inner} {fence}) AS matches"  # noqa: S608
         with connection.cursor() as cur:
             cur.execute(f"{sql} ORDER BY {order_sql}{tail}", params)
             return [tuple(row) for row in cur.fetchall()]
@@ -186,11 +281,23 @@ class SortedMatches:
         key = f"findings-matches:{findings_generation(team_ids=self._team_ids)}:{digest}"
         found = cache.get(key)
         if found is None:
-            rows = self._select(extra=", count(*) OVER ()", tail=f" LIMIT {SEARCH_HEAD}")
+            # At most SEARCH_SORT_MAX + 1 matches are read and sorted: a broader search is
+            # paged by walking the list's order instead (`broad`).
+            rows = self._select(extra=", count(*) OVER ()", tail=f" LIMIT {SEARCH_HEAD}",
+                                inner_limit=SEARCH_SORT_MAX + 1)
             found = (int(rows[0][-1]) if rows else 0, [row[:-1] for row in rows])
+            if found[0] > SEARCH_SORT_MAX:
+                found = (found[0], [])
             cache.set(key, found, timeout=settings.TRUSTRANK_FINDINGS_COUNT_TTL)
         self._head = found
         return found
+
+    @property
+    def broad(self) -> bool:
+        """More than SEARCH_SORT_MAX matches: too many to sort per search. The caller pages
+        it in the list's order (the matches are then common enough that a walk of the
+        order's index finds a page soon) with a total capped at SEARCH_SORT_MAX."""
+        return self._load()[0] > SEARCH_SORT_MAX
 
     def count(self) -> int:
         return self._load()[0]
@@ -230,24 +337,31 @@ def capped_cached_count(
 
 
 class CountedRows:
-    """A queryset whose total comes from `cached_count`, for DRF's page-number pagination."""
+    """A queryset whose total comes from `cached_count`, for DRF's page-number pagination.
+    With `cap`, the total stops at cap (`capped` then says so)."""
 
     def __init__(
-        self, qs: QuerySet[Finding], *, team_ids: Iterable[int], search: bool = False
+        self, qs: QuerySet[Finding], *, team_ids: Iterable[int], search: bool = False,
+        matches: SortedMatches | None = None, cap: int | None = None,
     ) -> None:
         self._qs = qs
         self._team_ids = list(team_ids)
         self._count: int | None = None
+        self._cap = cap
+        self.capped = False
         # A search: its matches are found, sorted and kept (SortedMatches).
-        matches = SortedMatches(qs, team_ids=self._team_ids) if search else None
+        if matches is None and search:
+            matches = SortedMatches(qs, team_ids=self._team_ids)
         self._matches = matches if matches is not None and matches.usable else None
 
     def count(self) -> int:
         if self._count is None:
-            self._count = (
-                self._matches.count() if self._matches is not None
-                else cached_count(self._qs, team_ids=self._team_ids)
-            )
+            if self._matches is not None:
+                self._count = self._matches.count()
+            else:
+                n = cached_count(self._qs, team_ids=self._team_ids, cap=self._cap)
+                self.capped = self._cap is not None and n > self._cap
+                self._count = n if not self.capped else int(self._cap or 0)
         return self._count
 
     def __len__(self) -> int:
@@ -256,6 +370,15 @@ class CountedRows:
     def __getitem__(self, item: slice) -> list[Finding]:
         if self._matches is not None:
             return rows_for_ids(self._qs, self._matches.ids(item))
+        if _from_head(item):
+            try:
+                head = kept_order_head(
+                    [self._qs], team_ids=self._team_ids,
+                    ids_of=lambda part: self._qs.values_list("pk", flat=True)[part],
+                )
+            except EmptyResultSet:
+                return []
+            return rows_for_ids(self._qs, head[item])
         return rows_by_id(self._qs, item)
 
 
@@ -266,8 +389,12 @@ class RankOrderedRows:
     Same order as `order_by(F("ranked__rank").asc(nulls_last=True), "-baseline_priority",
     "-id")`, without sorting the team: each part walks an index."""
 
-    def __init__(self, qs: QuerySet[Finding], *, team_ids: Iterable[int]) -> None:
+    def __init__(
+        self, qs: QuerySet[Finding], *, team_ids: Iterable[int], cap: int | None = None
+    ) -> None:
         self._team_ids = list(team_ids)
+        self._cap = cap
+        self.capped = False
         base = self._base = qs.order_by()
         # The team condition on the ranks too, so PostgreSQL walks (team, rank) in order.
         self._ranked = base.filter(ranked__team_id__in=self._team_ids).order_by(
@@ -287,7 +414,9 @@ class RankOrderedRows:
         # The whole filter's total: one count without the ranks' join (the two parts
         # partition it), shared with the other orders' totals under the same key.
         if self._count is None:
-            self._count = cached_count(self._base, team_ids=self._team_ids)
+            n = cached_count(self._base, team_ids=self._team_ids, cap=self._cap)
+            self.capped = self._cap is not None and n > self._cap
+            self._count = n if not self.capped else int(self._cap or 0)
         return self._count
 
     def __len__(self) -> int:
@@ -300,13 +429,27 @@ class RankOrderedRows:
         stop = item.stop if item.stop is not None else self.count()
         if stop <= start:
             return []
+        if _from_head(slice(start, stop)):
+            try:
+                head = kept_order_head(
+                    [self._ranked, self._unranked], team_ids=self._team_ids,
+                    ids_of=self._ids,
+                )
+            except EmptyResultSet:
+                return []
+            return rows_for_ids(self._base, head[start:stop])
+        return rows_for_ids(self._base, self._ids(slice(start, stop)))
+
+    def _ids(self, item: slice) -> list[int]:
+        """The ids of a slice of the order, read from the two parts."""
+        start, stop = int(item.start or 0), int(item.stop)
         # The ranked part first, without counting it: a page within it (the first pages of
         # a ranked team) needs no total, and a short read tells where it ends.
         ids: list[int] = []
         if self._ranked_count is None or start < self._ranked_count:
             ids = list(self._ranked.values_list("pk", flat=True)[start:stop])
             if len(ids) == stop - start:
-                return rows_for_ids(self._base, ids)
+                return ids
             if ids or start == 0:
                 self._ranked_count = start + len(ids)
         ranked = self.ranked_count
@@ -314,5 +457,4 @@ class RankOrderedRows:
             ids += list(
                 self._unranked.values_list("pk", flat=True)[max(0, start - ranked) : stop - ranked]
             )
-        # One read of the rows of both parts.
-        return rows_for_ids(self._base, ids)
+        return ids

@@ -15,14 +15,17 @@ from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST
 
 from trustrank.accounts.models import Membership, Scope
 from trustrank.accounts.principal import Principal, principal_for_request
 from trustrank.findings import selectors
 from trustrank.findings.filters import ORDERINGS, FindingFilterSet, findings_ordered
+from trustrank.findings.list_cache import list_cache_get, list_cache_key, list_cache_set
 from trustrank.findings.models import (
     OPEN_STATES,
     VEX_RESPONSES,
@@ -91,19 +94,70 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
     filterset = FindingFilterSet(
         request.GET, queryset=selectors.finding_list(principal=principal), request=request
     )
-    _filter_form_choices(filterset, principal)
+    members = _filter_form_choices(filterset, principal)
+    team_ids = principal.team_ids
+    ordering = filterset.ordering_value()
+    params = request.GET.copy()
+    params.pop("after", None)
+    base_query = params.urlencode()
+    can_triage = principal.can(Scope.TRIAGE)
+    htmx = bool(getattr(request, "htmx", False))
+    # The table (totals, rows, pager) depends on the findings, the query and who may triage:
+    # kept under the teams' findings generation (list_cache.py). A bad filter is not kept.
+    key = None
+    if filterset.is_valid():
+        viewer = (can_triage, htmx, request.user.pk if "assignee" in request.GET else None)
+        key = list_cache_key(what="page", team_ids=team_ids,
+                             query=request.META.get("QUERY_STRING", ""), viewer=viewer)
+    table = list_cache_get(key)
+    if table is None:
+        table = render_to_string(
+            "findings/_findings_table.html",
+            {
+                **_table_context(request, filterset, team_ids=team_ids, ordering=ordering),
+                "filter": filterset,
+                "first_query": base_query,
+                "ordering": ordering,
+                "order_text": ORDER_TEXT.get(ordering, dict(ORDERINGS).get(ordering, ordering)),
+                "can_triage": can_triage,
+            },
+            request=request,
+        )
+        list_cache_set(key, table)
+    if htmx:
+        return HttpResponse(table)
+    context: dict[str, Any] = {
+        "filter": filterset,
+        "table": mark_safe(table),  # noqa: S308 - our own template's output, escaped there
+        "first_query": base_query,
+        "can_triage": can_triage,
+        "states": TriageState.choices,
+        "justifications": Justification.choices,
+        # The assignee filter's members (the principal's teams) serve when they are the same.
+        "members": (
+            members
+            if set(principal.teams_with(Scope.TRIAGE)) == set(principal.team_ids)
+            else _members(principal.teams_with(Scope.TRIAGE))
+        ),
+    }
+    return render(request, "findings/finding_list.html", context)
+
+
+def _table_context(
+    request: HttpRequest, filterset: FindingFilterSet, *, team_ids: Any, ordering: str
+) -> dict[str, Any]:
+    """Totals, rows and pager of the list's table."""
     # A bad value is a form error on the page (the API answers 400): no rows until it is
     # fixed, rather than a list that silently ignores what was asked.
     qs = filterset.qs if filterset.is_valid() else filterset.queryset.none()
-    team_ids = principal.team_ids
-    ordering = filterset.ordering_value()
     if ordering != "baseline":
         qs = findings_ordered(qs, ordering)
     # A search's matches are found, sorted and kept with their total (paging.SortedMatches).
     matches: SortedMatches | None = None
     if filterset.searches():
         matches = SortedMatches(qs, team_ids=team_ids)
-        matches = matches if matches.usable else None
+        # A broad search pages like the list (its total capped there too).
+        matches = matches if matches.usable and not matches.broad else None
     if matches is not None:
         count, capped = min(matches.count(), COUNT_CAP), matches.count() > COUNT_CAP
     else:
@@ -159,32 +213,20 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
     rows = rows[:PAGE_SIZE]
     params = request.GET.copy()
     params.pop("after", None)
-    base_query = params.urlencode()
     next_query = ""
     if has_next:
         params["after"] = next_after
         next_query = params.urlencode()
-    context: dict[str, Any] = {
-        "filter": filterset,
+    return {
         "findings": rows,
         "count": count,
         "capped": capped,
         "overdue_count": overdue_count,
         "overdue_capped": overdue_capped,
         "next_query": next_query,
-        "first_query": base_query,
         "is_first_page": is_first,
-        "ordering": ordering,
-        "order_text": ORDER_TEXT.get(ordering, dict(ORDERINGS).get(ordering, ordering)),
-        "can_triage": principal.can(Scope.TRIAGE),
-        "states": TriageState.choices,
-        "justifications": Justification.choices,
-        "members": _members(principal.teams_with(Scope.TRIAGE)),
         "today": timezone.localdate(),
     }
-    if getattr(request, "htmx", False):
-        return render(request, "findings/_findings_table.html", context)
-    return render(request, "findings/finding_list.html", context)
 
 
 def _members(team_ids: list[int] | Any) -> list[Any]:
@@ -199,9 +241,9 @@ def _members(team_ids: list[int] | Any) -> list[Any]:
     )
 
 
-def _filter_form_choices(filterset: FindingFilterSet, principal: Principal) -> None:
+def _filter_form_choices(filterset: FindingFilterSet, principal: Principal) -> list[Any]:
     """Selects for the numeric filters that name the principal's projects and members (the
-    values stay numbers, validated by the shared FilterSet)."""
+    values stay numbers, validated by the shared FilterSet). Returns the members."""
     from django import forms
 
     form = filterset.form
@@ -224,6 +266,7 @@ def _filter_form_choices(filterset: FindingFilterSet, principal: Principal) -> N
     form.fields["due_before"].widget = forms.DateInput(attrs={"type": "date"})
     for name in ("kind", "severity", "state", "match_status", "decision"):
         form.fields[name].widget.attrs.update({"size": "3"})
+    return members
 
 
 @login_required

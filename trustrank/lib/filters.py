@@ -74,9 +74,16 @@ class StrictFilterBackend(DjangoFilterBackend):
     fault in every 400."""
 
     def filter_queryset(self, request: Any, queryset: Any, view: Any) -> Any:
+        filterset = self.filterset_checked(request, queryset, view)
+        return queryset if filterset is None else filterset.qs
+
+    def filterset_checked(self, request: Any, queryset: Any, view: Any) -> Any:
+        """The view's FilterSet once its parameters are known and valid (ParamRefused
+        otherwise), its queryset not yet built: a view that answers from a kept page needs
+        the 400s, not the query. None when the view has no FilterSet."""
         filterset = self.get_filterset(request, queryset, view)
         if filterset is None:
-            return queryset
+            return None
         unknown_params_refuse(
             request.query_params.keys(),
             known=set(filterset.filters) | view_query_params(view),
@@ -85,7 +92,7 @@ class StrictFilterBackend(DjangoFilterBackend):
         if not filterset.is_valid():
             errors = {k: [str(e) for e in v] for k, v in filterset.errors.items()}
             raise ParamRefused(next(iter(errors), ""), errors)
-        return filterset.qs
+        return filterset
 
 
 # --- references by id, uuid or name ---
