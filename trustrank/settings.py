@@ -558,11 +558,13 @@ if not re.match(r"^[a-z][a-z0-9+.-]*://\S+$", TRUSTRANK_CSAF_PUBLISHER_NAMESPACE
 # A filter's total is kept under the team's findings generation (newest write, newest ranking
 # run, the table's deletion counter) and dropped after this many seconds in any case.
 TRUSTRANK_FINDINGS_COUNT_TTL = envint("TRUSTRANK_FINDINGS_COUNT_TTL", 3600, minimum=0)
-# A list page's rows (the API's results, the page's table) are kept under the same generation
-# (trustrank/findings/list_cache.py); what it does not follow (a renamed project) shows
-# within this many seconds. 0: every page is rendered afresh.
+# A list page's rows (the API's results, the page's table) may be kept under the same
+# generation (trustrank/findings/list_cache.py) for this many seconds. Off (0) by default:
+# what the generation does not follow (a renamed project, a new EPSS score, a deletion not
+# yet counted) would show that much later; a site with many readers of the same lists may
+# turn it on.
 TRUSTRANK_FINDINGS_LIST_CACHE_SECONDS = envint(
-    "TRUSTRANK_FINDINGS_LIST_CACHE_SECONDS", 60, minimum=0
+    "TRUSTRANK_FINDINGS_LIST_CACHE_SECONDS", 0, minimum=0
 )
 # What the totals (and nothing else yet) are kept in. "file": one directory every web worker
 # of this host shares, so a total is counted once per host rather than once per process;

@@ -22,8 +22,16 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def _empty_cache() -> None:
+def _empty_cache(settings) -> None:
+    settings.TRUSTRANK_FINDINGS_LIST_CACHE_SECONDS = 60  # off by default; these tests turn it on
     cache.clear()
+
+
+def test_kept_pages_are_off_by_default() -> None:
+    from trustrank import settings as defaults
+
+    assert defaults.TRUSTRANK_FINDINGS_LIST_CACHE_SECONDS == 0
+    assert list_cache_key(what="api", team_ids=[1], query="") is not None  # fixture turned on
 
 
 def _findings(team: Team, n: int) -> list[Finding]:

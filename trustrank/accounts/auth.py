@@ -7,7 +7,7 @@ from typing import Any
 from rest_framework import authentication, exceptions, permissions
 
 from trustrank.accounts.principal import principal_for_request
-from trustrank.accounts.services import api_key_authenticate, api_key_authenticate_cached
+from trustrank.accounts.services import api_key_authenticate
 
 
 def key_from_headers(meta: dict[str, Any]) -> str | None:
@@ -27,13 +27,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         secret = key_from_headers(request.META)
         if not secret:
             return None
-        # A read trusts a key found good for TRUSTRANK_API_KEY_CACHE_SECONDS without a query
-        # (a list asked 100 times a second by one team's scripts); a write always checks it,
-        # so a key revoked in another process can read for at most that long, never write.
-        if request.method in ("GET", "HEAD", "OPTIONS"):
-            key = api_key_authenticate_cached(secret=secret)
-        else:
-            key = api_key_authenticate(secret=secret)
+        key = api_key_authenticate(secret=secret)
         if key is None:
             raise exceptions.AuthenticationFailed("The API key is invalid or has been revoked.")
         from django.contrib.auth.models import AnonymousUser
