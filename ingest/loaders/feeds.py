@@ -13,7 +13,7 @@ from typing import Any
 from ingest.errors import IngestRejected
 from ingest.models import IngestJob
 from ingest.services import ProgressFn
-from trustrank.findings.models import ActorKind
+from trustrank.findings.choices import ActorKind
 from trustrank.findings.services.audit import Actor, audit_event_record
 from trustrank.parsers.epss import EpssError, parse_epss
 from trustrank.parsers.kev import KevError, parse_kev

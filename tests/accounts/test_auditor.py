@@ -9,7 +9,8 @@ from rest_framework.test import APIClient
 from trustrank.accounts.models import ROLE_SCOPES, ApiKey, Role, Scope
 from trustrank.accounts.principal import principal_for_key
 from trustrank.accounts.services import api_key_issue
-from trustrank.findings.models import AuditEvent, Comment, Finding
+from trustrank.findings.models import Finding
+from trustrank.findings.records import AuditEvent, Comment
 from trustrank.findings.services.audit import Actor, audit_event_record
 from trustrank.inventory.models import Project
 

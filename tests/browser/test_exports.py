@@ -11,7 +11,7 @@ import pytest
 
 from tests.exports.helpers import bulk_findings
 from trustrank.exports.models import Export
-from trustrank.findings.models import AuditEvent
+from trustrank.findings.records import AuditEvent
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -42,7 +42,8 @@ def test_findings_priorities_and_audit_pages_fit_a_1400px_window(
 ):
     """An identity finding about a long SPIFFE ID (and its audit event) must wrap in its cell
     rather than push the lists wider than the window."""
-    from trustrank.findings.models import Finding, FindingKind, FindingSource
+    from trustrank.findings.choices import FindingKind, FindingSource
+    from trustrank.findings.models import Finding
     from trustrank.findings.services.audit import Actor, audit_event_record
     from trustrank.inventory.models import Project, ProjectVersion
     from trustrank.ranking.models import RankContext, RankedFinding

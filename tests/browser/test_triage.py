@@ -7,7 +7,8 @@ import pytest
 
 from tests.findings.helpers import many_findings
 from trustrank.accounts.models import Role
-from trustrank.findings.models import AuditEvent, Finding
+from trustrank.findings.models import Finding
+from trustrank.findings.records import AuditEvent
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

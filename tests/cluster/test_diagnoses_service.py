@@ -11,7 +11,8 @@ from trustrank.cluster.models import Cluster, ClusterWorkload
 from trustrank.cluster.services.diagnoses import cluster_diagnose
 from trustrank.cluster.services.metrics import series_store
 from trustrank.cluster.services.objects import objects_load
-from trustrank.findings.models import Finding, TriageState
+from trustrank.findings.choices import TriageState
+from trustrank.findings.models import Finding
 from trustrank.parsers.kubernetes import kubernetes_parse
 from trustrank.parsers.series import MetricKind, Series
 

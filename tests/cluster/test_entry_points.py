@@ -14,7 +14,8 @@ from tests.cluster.test_receivers_storage import run_jobs
 from tests.ranking.scenario import build
 from tests.ranking.test_ranking_runs import rerank
 from trustrank.cluster.models import ClusterEntryPoint, ClusterNetworkObject
-from trustrank.findings.models import EvidenceChange, Finding
+from trustrank.findings.models import Finding
+from trustrank.findings.records import EvidenceChange
 from trustrank.parsers.kubernetes import KubernetesError, kubernetes_parse
 from trustrank.runtime.models import Service
 

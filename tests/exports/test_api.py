@@ -12,7 +12,7 @@ from tests.exports.helpers import body_of, csv_rows, ranked_scenario, rerank
 from trustrank.accounts.models import ApiKey
 from trustrank.accounts.principal import principal_for_user
 from trustrank.exports.models import Export
-from trustrank.findings.models import AuditEvent
+from trustrank.findings.records import AuditEvent
 from trustrank.findings.services.triage import finding_triage
 
 pytestmark = pytest.mark.django_db

@@ -15,7 +15,7 @@ from trustrank.accounts.principal import principal_for_user
 from trustrank.exports.models import Export
 from trustrank.exports.services.csaf import csaf_validator
 from trustrank.exports.services.rows import COLUMNS
-from trustrank.findings.models import AuditEvent
+from trustrank.findings.records import AuditEvent
 from trustrank.findings.services.triage import finding_triage
 
 pytestmark = pytest.mark.django_db

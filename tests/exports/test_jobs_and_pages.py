@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import wait_for
 from tests.exports.helpers import body_of, bulk_findings, csv_rows
 from trustrank.exports.models import Export
-from trustrank.findings.models import AuditEvent
+from trustrank.findings.records import AuditEvent
 
 
 @pytest.mark.e2e

@@ -11,7 +11,7 @@ from cyclonedx.validation.json import JsonStrictValidator
 
 from tests.exports.helpers import body_of, ranked_scenario
 from trustrank.exports.models import Export
-from trustrank.findings.models import AuditEvent
+from trustrank.findings.records import AuditEvent
 from trustrank.findings.services.audit_chain import audit_chain_verify
 from trustrank.inventory.models import Sbom
 

@@ -6,7 +6,7 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 
 from trustrank.accounts.principal import principal_for_key, principal_for_user
-from trustrank.findings.models import AuditEvent
+from trustrank.findings.records import AuditEvent
 from trustrank.findings.services.audit import Actor, audit_event_record
 
 pytestmark = pytest.mark.django_db

@@ -16,7 +16,7 @@ from django.db import DatabaseError, connection, connections, transaction
 from django.db.migrations.executor import MigrationExecutor
 
 from tests.conftest import ROOT, subprocess_env
-from trustrank.findings.models import AuditEvent
+from trustrank.findings.records import AuditEvent
 from trustrank.findings.services.audit import (
     Actor,
     audit_event_digest,

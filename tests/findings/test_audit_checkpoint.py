@@ -13,7 +13,7 @@ from django.core.management.base import CommandError
 from django.db import connection
 
 from tests.findings.test_audit_chain import record, tamper
-from trustrank.findings.models import AuditCheckpoint, AuditEvent
+from trustrank.findings.records import AuditCheckpoint, AuditEvent
 from trustrank.findings.services.audit import audit_event_digest
 from trustrank.findings.services.audit_chain import audit_chain_verify
 from trustrank.findings.services.audit_checkpoint import audit_checkpoint_summary

@@ -10,7 +10,8 @@ from django.db import connection
 
 from trustrank.accounts.principal import principal_for_key, principal_for_user
 from trustrank.accounts.services import api_key_issue
-from trustrank.findings.models import AuditEvent, Finding
+from trustrank.findings.models import Finding
+from trustrank.findings.records import AuditEvent
 from trustrank.findings.services.audit import Actor, audit_event_record
 from trustrank.inventory.models import Project
 

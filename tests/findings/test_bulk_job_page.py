@@ -8,7 +8,8 @@ import re
 import pytest
 
 from tests.findings.helpers import many_findings
-from trustrank.findings.models import BulkTriageJob, Finding
+from trustrank.findings.models import Finding
+from trustrank.findings.records import BulkTriageJob
 from trustrank.jobs.runner import job_run
 
 pytestmark = pytest.mark.django_db

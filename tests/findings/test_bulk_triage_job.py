@@ -9,7 +9,8 @@ import pytest
 
 from tests.conftest import wait_for
 from tests.findings.helpers import many_findings
-from trustrank.findings.models import AuditEvent, BulkTriageJob, Finding
+from trustrank.findings.models import Finding
+from trustrank.findings.records import AuditEvent, BulkTriageJob
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

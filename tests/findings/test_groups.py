@@ -165,7 +165,7 @@ def test_a_multiple_choice_filter_does_not_change_the_counts(api, team, estate):
 
 def test_a_filter_across_a_to_many_relation_counts_each_finding_once(team, estate):
     from trustrank.findings.groups import fix_groups
-    from trustrank.findings.models import Comment
+    from trustrank.findings.records import Comment
 
     f = Finding.objects.get(pk=estate["m1"])
     for body in ("first look", "second look"):

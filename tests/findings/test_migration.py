@@ -10,7 +10,8 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
-from trustrank.findings.models import AuditEvent, Comment, Finding
+from trustrank.findings.models import Finding
+from trustrank.findings.records import AuditEvent, Comment
 from trustrank.identity.services.findings import identity_finding_fingerprint
 from trustrank.runtime.broken_context import broken_context_fingerprint
 

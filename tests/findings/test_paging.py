@@ -9,7 +9,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from trustrank.accounts.models import Team
-from trustrank.findings.models import Finding, FindingKind, FindingSource
+from trustrank.findings.choices import FindingKind, FindingSource
+from trustrank.findings.models import Finding
 from trustrank.findings.paging import RankOrderedRows, cached_count, findings_generation
 from trustrank.ranking.models import RankContext, RankedFinding, RankingRun
 

@@ -12,7 +12,8 @@ import pytest
 from tests.ranking.scenario import CVSS_10, build
 from tests.ranking.test_ranking_runs import rerank
 from tests.vulns.helpers import bom, import_osv, load_sbom, osv
-from trustrank.findings.models import Finding, title_line
+from trustrank.findings.choices import title_line
+from trustrank.findings.models import Finding
 
 pytestmark = pytest.mark.django_db
 

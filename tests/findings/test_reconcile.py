@@ -8,7 +8,8 @@ import pytest
 from django.utils import timezone
 
 from trustrank.accounts.principal import Principal
-from trustrank.findings.models import AuditEvent, Finding
+from trustrank.findings.models import Finding
+from trustrank.findings.records import AuditEvent
 from trustrank.findings.services.audit import Actor
 from trustrank.findings.services.reconcile import (
     FindingSpec,

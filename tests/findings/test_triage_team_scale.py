@@ -13,8 +13,9 @@ from django.utils import timezone
 
 from tests.findings.helpers import many_findings
 from trustrank.accounts.models import Role
-from trustrank.findings.models import AuditEvent, Finding, FindingDue, TriagePolicy
+from trustrank.findings.models import Finding, FindingDue
 from trustrank.findings.paging import SEARCH_SORT_MAX
+from trustrank.findings.records import AuditEvent, TriagePolicy
 from trustrank.findings.services.audit import Actor
 from trustrank.findings.services.due_dates import finding_due_dates_apply
 from trustrank.findings.services.reconcile import FindingSpec, findings_reconcile
@@ -728,7 +729,7 @@ def test_finding_page_conflict_shows_the_other_change_and_reapplies(
 def test_large_bulk_from_the_page_becomes_a_job_with_a_progress_page(
     client, make_user, team, settings
 ):
-    from trustrank.findings.models import BulkTriageJob
+    from trustrank.findings.records import BulkTriageJob
     from trustrank.findings.services.bulk import bulk_triage_job_run
 
     settings.TRUSTRANK_BULK_TRIAGE_SYNC_MAX = 5
@@ -781,7 +782,7 @@ def test_finding_page_audit_trail_names_the_new_assignee(client, make_user, team
 def test_pages_keep_other_teams_findings_and_jobs_out_of_reach(
     client, make_user, team, other_team, settings
 ):
-    from trustrank.findings.models import BulkTriageJob
+    from trustrank.findings.records import BulkTriageJob
 
     mine = many_findings(team, 2, prefix="iso")
     theirs = many_findings(other_team, 2, prefix="iso", package_name="their-secret")

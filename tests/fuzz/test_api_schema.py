@@ -160,7 +160,7 @@ def test_every_operation_answers_without_5xx_and_as_documented(
 
 
 def _bulk_triage_job(team: Any) -> int:
-    from trustrank.findings.models import BulkTriageJob
+    from trustrank.findings.records import BulkTriageJob
 
     return BulkTriageJob.objects.create(
         team_ids=[team.pk], changes={"state": "exploitable"}, reason="fuzz",

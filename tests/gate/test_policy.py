@@ -8,7 +8,7 @@ import pytest
 from tests.gate.helpers import LOG4J, LOG4SHELL, advisories, deploy, rerank
 from tests.vulns.helpers import bom, load_sbom
 from trustrank.accounts.principal import Principal
-from trustrank.findings.models import AuditEvent
+from trustrank.findings.records import AuditEvent
 from trustrank.gate.evaluate import gate_answer
 from trustrank.gate.models import GatePolicy
 from trustrank.gate.selectors import gate_target_find

@@ -11,7 +11,8 @@ from django.test import override_settings
 
 from tests.identity.helpers import run_queued_jobs
 from tests.identity.pki import Pki, make_pki, now
-from trustrank.findings.models import OPEN_STATES, Finding
+from trustrank.findings.choices import OPEN_STATES
+from trustrank.findings.models import Finding
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,9 @@ from ingest import submit
 from tests.identity.helpers import run_queued_jobs
 from tests.identity.pki import issue, make_pki, now, rsa_key, sha1_leaf
 from trustrank.accounts.principal import Principal
-from trustrank.findings.models import OPEN_STATES, AuditEvent, Finding
+from trustrank.findings.choices import OPEN_STATES
+from trustrank.findings.models import Finding
+from trustrank.findings.records import AuditEvent
 from trustrank.identity import services
 from trustrank.identity.engine import ObservedEdge
 from trustrank.identity.models import Certificate, Identity, MappingSource

@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 
 from tests.jira.helpers import Webhook, event_payload, log4j_finding
-from trustrank.findings.models import AuditEvent
+from trustrank.findings.records import AuditEvent
 from trustrank.jira.models import JiraConfig, JiraIssueLink
 from trustrank.jira.services import jira_deliver
 from trustrank.lib.outbound import OutboundError, OutboundRefused

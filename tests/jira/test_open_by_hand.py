@@ -8,7 +8,7 @@ import base64
 import pytest
 
 from tests.jira.helpers import log4j_finding
-from trustrank.findings.models import AuditEvent
+from trustrank.findings.records import AuditEvent
 from trustrank.jira.models import JiraConfig, JiraIssueLink
 
 pytestmark = pytest.mark.django_db

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from trustrank.findings.models import AuditEvent
+from trustrank.findings.records import AuditEvent
 from trustrank.jira.models import JiraConfig
 
 pytestmark = pytest.mark.django_db

@@ -18,7 +18,7 @@ from bench.sbom_generate import make_bom
 from tests.conftest import wait_for
 from tests.exports.helpers import body_of, bulk_findings, csv_rows
 from trustrank.exports.models import Export
-from trustrank.findings.models import AuditEvent
+from trustrank.findings.records import AuditEvent
 from trustrank.inventory.models import Component, Sbom
 from trustrank.jobs.models import FINISHED, JobStatus
 

@@ -34,7 +34,8 @@ from tests.findings.helpers import many_findings
 from tests.replay.helpers import csv_subset
 from tests.runtime.helpers import shop
 from tests.vulns.helpers import osv
-from trustrank.findings.models import AuditEvent, BulkTriageJob, Finding
+from trustrank.findings.models import Finding
+from trustrank.findings.records import AuditEvent, BulkTriageJob
 from trustrank.findings.services.bulk import bulk_triage_job_run
 from trustrank.inventory.models import Component, Sbom
 from trustrank.jobs import registry, runner

@@ -388,7 +388,7 @@ def test_full_run_recomputes_only_unsettled_due_dates_and_leaves_what_recomputin
 def test_due_dates_of_a_changed_policy_are_all_recomputed():
     """The ids a run passes were checked against the policy it read; under another policy
     every finding is recomputed."""
-    from trustrank.findings.models import TriagePolicy
+    from trustrank.findings.records import TriagePolicy
     from trustrank.findings.services.due_dates import PolicyDays, finding_due_dates_apply
 
     team_id = build(findings=300, services=40, edges=120, versions=20, seed=12)

@@ -13,7 +13,7 @@ from tests.identity.pki import make_pki
 from tests.identity.test_services import upload
 from tests.vulns.helpers import bom, import_osv, load_sbom, osv
 from trustrank.accounts.principal import Principal
-from trustrank.findings.models import EvidenceChange
+from trustrank.findings.records import EvidenceChange
 from trustrank.findings.services.evidence import evidence_change_record
 from trustrank.jobs.claim import job_claim
 from trustrank.jobs.registry import job_kind

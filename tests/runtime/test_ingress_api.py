@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.ranking.scenario import build
-from trustrank.findings.models import AuditEvent, EvidenceChange, Finding
+from trustrank.findings.models import Finding
+from trustrank.findings.records import AuditEvent, EvidenceChange
 from trustrank.findings.services.audit_chain import audit_chain_verify
 from trustrank.jobs.runner import job_run
 from trustrank.ranking.models import RankingRun

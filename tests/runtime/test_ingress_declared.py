@@ -14,7 +14,8 @@ from tests.ranking.scenario import build
 from tests.ranking.test_untraced_services import _declare_by_sbom
 from tests.runtime.helpers import SpanFactory
 from tests.runtime.test_ingress_api import rank_through_jobs
-from trustrank.findings.models import AuditEvent, Finding
+from trustrank.findings.models import Finding
+from trustrank.findings.records import AuditEvent
 from trustrank.findings.services.audit_chain import audit_chain_verify
 from trustrank.parsers.otlp import spans_from_request
 from trustrank.runtime import services

@@ -12,7 +12,7 @@ from tests.exports.helpers import body_of
 from tests.vex.helpers import ANNOTATIONS, CORE, DATABIND, findings_of, scanned_project
 from trustrank.accounts.principal import Principal
 from trustrank.exports.models import Export
-from trustrank.findings.models import AuditEvent
+from trustrank.findings.records import AuditEvent
 from trustrank.findings.services.triage import finding_triage
 from trustrank.parsers.openvex import openvex_validate
 

@@ -17,7 +17,8 @@ import requests
 from tests.conftest import WebServer, wait_for
 from tests.vex.helpers import ANNOTATIONS, DATA, findings_of, scanned_bom
 from trustrank.accounts.models import ApiKey
-from trustrank.findings.models import AuditEvent, Finding
+from trustrank.findings.models import Finding
+from trustrank.findings.records import AuditEvent
 from trustrank.inventory.models import ProjectVersion
 from trustrank.jobs.models import FINISHED, JobStatus
 from trustrank.parsers.openvex import openvex_validate

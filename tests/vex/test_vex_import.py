@@ -14,7 +14,8 @@ from ingest.models import IngestJob
 from ingest.services import job_run
 from tests.vex.helpers import ANNOTATIONS, DATA, DATABIND, findings_of, scanned_project
 from trustrank.accounts.models import ApiKey
-from trustrank.findings.models import AuditEvent, Finding
+from trustrank.findings.models import Finding
+from trustrank.findings.records import AuditEvent
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from trustrank.findings.models import AuditEvent, Finding
+from trustrank.findings.models import Finding
+from trustrank.findings.records import AuditEvent
 from trustrank.inventory.models import Project, ProjectVersion
 
 pytestmark = pytest.mark.django_db

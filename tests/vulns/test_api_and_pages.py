@@ -7,7 +7,8 @@ import pytest
 from django.test import Client
 
 from ingest.models import IngestJob
-from trustrank.findings.models import AuditEvent, Finding
+from trustrank.findings.models import Finding
+from trustrank.findings.records import AuditEvent
 
 from .helpers import CVSS_CRITICAL, CVSS_MEDIUM, bom, import_osv, load_sbom, osv, run_job
 

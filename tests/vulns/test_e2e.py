@@ -11,7 +11,8 @@ from django.core.management import CommandError, call_command
 
 from ingest.models import IngestJob, JobStatus
 from tests.conftest import wait_for
-from trustrank.findings.models import AuditEvent, Finding
+from trustrank.findings.models import Finding
+from trustrank.findings.records import AuditEvent
 
 from .helpers import ADVISORIES, SBOMS
 

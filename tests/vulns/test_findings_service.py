@@ -9,7 +9,9 @@ from django.db import DatabaseError, connection, transaction
 
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import Principal
-from trustrank.findings.models import AuditEvent, Finding, TriageState
+from trustrank.findings.choices import TriageState
+from trustrank.findings.models import Finding
+from trustrank.findings.records import AuditEvent
 from trustrank.findings.services.triage import TriageError, finding_triage
 from trustrank.vulns.models import Advisory, EpssLatest, EpssScore, KevEntry
 from trustrank.vulns.services.matching import findings_match_project_version

@@ -16,7 +16,8 @@ from django.core.management import CommandError, call_command
 
 from ingest.models import IngestJob
 from tests.ranking.test_ranking_runs import rerank
-from trustrank.findings.models import EvidenceChange, Finding
+from trustrank.findings.models import Finding
+from trustrank.findings.records import EvidenceChange
 from trustrank.vulns.models import NvdSeverity
 
 from .helpers import CVSS_MEDIUM, DATA, bom, import_osv, load_sbom, osv, run_job

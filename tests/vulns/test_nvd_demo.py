@@ -8,7 +8,8 @@ import pytest
 
 from ingest import demo
 from ingest.demo_samples import REJECT_MARKERS, sample_files, sbom_project
-from trustrank.findings.models import Finding, FindingKind
+from trustrank.findings.choices import FindingKind
+from trustrank.findings.models import Finding
 from trustrank.vulns.services.feeds import feed_payload_read
 
 from .helpers import ADVISORIES, DATA, SBOMS, load_sbom, run_job

@@ -22,7 +22,8 @@ from trustrank.cluster.models import (
     ReplayRun,
 )
 from trustrank.cluster.services.metrics_read import minutes_read, series_window
-from trustrank.findings.models import OPEN_STATES, Finding, FindingKind, FindingSource
+from trustrank.findings.choices import OPEN_STATES, FindingKind, FindingSource
+from trustrank.findings.models import Finding
 from trustrank.parsers.series import Series
 from trustrank.risk.cluster.gpu import UTILISATION_METRICS, utilisation_percent
 

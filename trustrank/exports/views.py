@@ -30,7 +30,7 @@ from trustrank.exports.services.run import (
     export_selection_for,
     export_stream_cap,
 )
-from trustrank.findings.models import FindingKind, Severity, TriageState
+from trustrank.findings.choices import FindingKind, Severity, TriageState
 from trustrank.jobs.errors import JobsBusy
 from trustrank.jobs.models import JobClass
 

@@ -20,9 +20,10 @@ from rest_framework.views import APIView
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_request
 from trustrank.findings import selectors
+from trustrank.findings.choices import FindingKind
 from trustrank.findings.filters import DEFAULT_ORDERING, FindingFilterSet, findings_ordered
 from trustrank.findings.list_cache import list_cache_get, list_cache_key, list_cache_set
-from trustrank.findings.models import Finding, FindingKind
+from trustrank.findings.models import Finding
 from trustrank.findings.paging import (
     SEARCH_SORT_MAX,
     CountedRows,

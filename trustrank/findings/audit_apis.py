@@ -12,7 +12,7 @@ from trustrank.accounts.principal import principal_for_request
 from trustrank.findings.audit_filters import AuditEventFilterSet
 from trustrank.findings.audit_selectors import audit_event_list
 from trustrank.findings.audit_serializers import AuditEventSerializer
-from trustrank.findings.models import AuditEvent
+from trustrank.findings.records import AuditEvent
 
 
 class AuditEventListApi(ListAPIView[AuditEvent]):

@@ -16,7 +16,8 @@ from django.utils.dateparse import parse_date, parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
-from trustrank.findings.models import AuditEvent, FindingKind
+from trustrank.findings.choices import FindingKind
+from trustrank.findings.records import AuditEvent
 from trustrank.lib.numbers import IdFilter, int_or_none
 
 # Actions the application writes today; the filter accepts any well-formed action name (new

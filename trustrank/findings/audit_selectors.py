@@ -8,7 +8,7 @@ from django.db.models import QuerySet
 
 from trustrank.accounts.models import Team
 from trustrank.accounts.principal import Principal
-from trustrank.findings.models import AuditEvent
+from trustrank.findings.records import AuditEvent
 from trustrank.findings.services.audit_chain import ChainReport, audit_chain_verify
 from trustrank.findings.services.audit_checkpoint import (
     audit_checkpoint_latest,

@@ -7,7 +7,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from trustrank.findings.models import AuditEvent
+from trustrank.findings.records import AuditEvent
 
 
 class AuditEventSerializer(serializers.ModelSerializer[AuditEvent]):

@@ -13,7 +13,8 @@ from trustrank.accounts.models import Team
 from trustrank.accounts.principal import principal_for_request
 from trustrank.findings.audit_filters import KNOWN_ACTIONS, AuditEventFilterSet
 from trustrank.findings.audit_selectors import audit_chains_for_principal, audit_event_list
-from trustrank.findings.models import AuditEvent, FindingKind
+from trustrank.findings.choices import FindingKind
+from trustrank.findings.records import AuditEvent
 from trustrank.findings.selectors import capped_count
 from trustrank.inventory.models import Project
 from trustrank.lib.numbers import int_or_none

@@ -20,14 +20,8 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from trustrank.accounts.models import Team
-from trustrank.findings.models import (
-    OPEN_STATES,
-    Finding,
-    FindingKind,
-    MatchStatus,
-    Severity,
-    TriageState,
-)
+from trustrank.findings.choices import OPEN_STATES, FindingKind, MatchStatus, Severity, TriageState
+from trustrank.findings.models import Finding
 from trustrank.findings.search import (
     is_purl_search,
     purl_condition,

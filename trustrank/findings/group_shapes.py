@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from trustrank.findings.models import Severity, title_line
+from trustrank.findings.choices import Severity, title_line
 from trustrank.risk.inputs import DECISIONS
 
 SEVERITY_ORDER = [s.value for s in Severity]  # critical first

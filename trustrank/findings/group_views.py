@@ -11,9 +11,9 @@ from django.http import HttpResponse
 from django.shortcuts import render
 
 from trustrank.accounts.principal import principal_for_request
+from trustrank.findings.choices import Severity
 from trustrank.findings.group_apis import PageParamError, groups_filterset, page_request
 from trustrank.findings.groups import GROUP_BY_CHOICES, finding_groups
-from trustrank.findings.models import Severity
 from trustrank.inventory.models import Project
 from trustrank.lib.pages import HtmxHttpRequest
 from trustrank.risk.inputs import DECISIONS

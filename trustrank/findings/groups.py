@@ -20,6 +20,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import F, QuerySet
 
+from trustrank.findings.choices import OPEN_STATES, FindingKind, TriageState
 from trustrank.findings.group_shapes import (
     SEVERITY_ORDER,
     Bucket,
@@ -30,7 +31,7 @@ from trustrank.findings.group_shapes import (
     decision_for_level,
     severity_for_level,
 )
-from trustrank.findings.models import OPEN_STATES, Finding, FindingKind, TriageState
+from trustrank.findings.models import Finding
 from trustrank.risk.inputs import DECISIONS
 from trustrank.vulns.engine.versions import parse, scheme_for
 

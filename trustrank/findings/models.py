@@ -24,130 +24,22 @@ from django.db.models import Case, F, Func, Q, Value, When
 from django.db.models.functions import Coalesce, Least, Lower
 from django.utils import timezone
 
-from trustrank.jobs.models import Job
-
-
-class FindingKind(models.TextChoices):
-    VULNERABILITY = "vulnerability", "Vulnerability"
-    IDENTITY = "identity", "Identity"
-    RELIABILITY = "reliability", "Reliability"
-
-
-class TriageState(models.TextChoices):
-    """CycloneDX VEX analysis states: one lifecycle for every kind."""
-
-    IN_TRIAGE = "in_triage", "In triage"
-    EXPLOITABLE = "exploitable", "Exploitable"
-    RESOLVED = "resolved", "Resolved"
-    RESOLVED_WITH_PEDIGREE = "resolved_with_pedigree", "Resolved with pedigree"
-    FALSE_POSITIVE = "false_positive", "False positive"
-    NOT_AFFECTED = "not_affected", "Not affected"
-
-
-OPEN_STATES = (TriageState.IN_TRIAGE, TriageState.EXPLOITABLE)
-
-
-class Justification(models.TextChoices):
-    CODE_NOT_PRESENT = "code_not_present", "Code not present"
-    CODE_NOT_REACHABLE = "code_not_reachable", "Code not reachable"
-    REQUIRES_CONFIGURATION = "requires_configuration", "Requires configuration"
-    REQUIRES_DEPENDENCY = "requires_dependency", "Requires dependency"
-    REQUIRES_ENVIRONMENT = "requires_environment", "Requires environment"
-    PROTECTED_BY_COMPILER = "protected_by_compiler", "Protected by compiler"
-    PROTECTED_AT_RUNTIME = "protected_at_runtime", "Protected at runtime"
-    PROTECTED_AT_PERIMETER = "protected_at_perimeter", "Protected at perimeter"
-    PROTECTED_BY_MITIGATING_CONTROL = (
-        "protected_by_mitigating_control",
-        "Protected by mitigating control",
-    )
-
-
-# CycloneDX VEX analysis responses.
-VEX_RESPONSES = ("can_not_fix", "will_not_fix", "update", "rollback", "workaround_available")
-
-
-class Severity(models.TextChoices):
-    CRITICAL = "critical", "Critical"
-    HIGH = "high", "High"
-    MEDIUM = "medium", "Medium"
-    LOW = "low", "Low"
-    NONE = "none", "None"
-    UNKNOWN = "unknown", "Unknown"
-
-
-class SeveritySource(models.TextChoices):
-    """Where a vulnerability finding's severity and CVSS come from."""
-
-    ADVISORY = "advisory", "the advisory's CVSS"
-    SBOM = "sbom", "the SBOM's CVSS"
-    NVD = "nvd", "NVD"
-    LABEL = "label", "the advisory's severity label"
-    NONE = "", "unknown"
-
-
-class FindingSource(models.TextChoices):
-    OSV = "osv", "OSV advisory match"
-    SBOM = "sbom", "Reported in the SBOM (VDR/VEX)"
-    CERTIFICATE = "certificate", "Certificate and identity evidence"
-    POLICY = "policy", "Caller policy check"
-    TRACES = "traces", "Trace evidence"
-    CLUSTER = "cluster", "Cluster and GPU telemetry"
-
-
-# Labels of the categories each kind reports (identity problems, reliability diagnoses).
-CATEGORY_LABELS = {
-    "expired": "Expired certificate",
-    "expiring": "Certificate expiring soon",
-    "weak_key": "Weak key",
-    "weak_signature": "Weak signature",
-    "chain_invalid": "Chain does not verify",
-    "anchor_expired": "Trust anchor expired",
-    "anchor_expiring": "Trust anchor expiring soon",
-    "unmapped": "Identity not mapped to a service",
-    "policy_violation": "Caller policy violation",
-    "broken_context": "Lost trace context",
-    # Cluster and GPU diagnoses (trustrank/risk/cluster/).
-    "gpu_over_reserved": "GPU over-reserved",
-    "gpu_training_evictable": "Evictable GPU training",
-    "gpu_fragmentation": "GPU fragmentation",
-    "gpu_fragmentation_blocks_pod": "Pod blocked by GPU fragmentation",
-    "inference_latency": "Inference latency above threshold",
-    "inference_throughput_unstable": "Unstable inference throughput",
-    "inference_queue_imbalance": "Inference queue growing",
-    "inference_kv_cache_pressure": "KV-cache pressure",
-    "pod_preempted": "Pod preempted",
-    "pod_evicted": "Pod evicted",
-    "pod_oom_killed": "Pod OOM-killed",
-    "pod_nomination_lost": "Preemption commitment lost",
-    "priority_inversion": "Priority inversion",
-    "io_throttling": "I/O throttling",
-    "rdma_congestion": "RDMA congestion",
-    "rdma_metadata_retries": "RDMA metadata retries",
-}
-
-
-class MatchStatus(models.TextChoices):
-    AFFECTED = "affected", "Affected"
-    UNKNOWN = "unknown", "Unknown (version not comparable)"
-    REPORTED = "reported", "Reported by the SBOM"
-
-
-# Stand-in scores (CVSS scale) when a finding has a severity label but no CVSS score: keeps
-# the order of every kind sensible on one scale (unknown = 5.0).
-LABEL_SCORES = {"critical": 9.5, "high": 8.0, "medium": 5.5, "low": 2.5, "none": 0.0}
-UNKNOWN_SCORE = 5.0
-
-# Baseline priority, 0-100: what static tools show, before contextual ranking.
-# CVSS contributes up to 60, EPSS probability up to 25, KEV membership adds 15.
-PRIORITY_CVSS_WEIGHT = 6.0
-PRIORITY_EPSS_WEIGHT = 25.0
-PRIORITY_KEV_BONUS = 15.0
-
-
-def severity_score_for(label: str, cvss: float | None = None) -> float:
-    if cvss is not None:
-        return float(cvss)
-    return LABEL_SCORES.get(label, UNKNOWN_SCORE)
+from trustrank.findings.choices import (
+    CATEGORY_LABELS,
+    OPEN_STATES,
+    PRIORITY_CVSS_WEIGHT,
+    PRIORITY_EPSS_WEIGHT,
+    PRIORITY_KEV_BONUS,
+    UNKNOWN_SCORE,
+    FindingKind,
+    FindingSource,
+    Justification,
+    MatchStatus,
+    Severity,
+    SeveritySource,
+    TriageState,
+    title_line,
+)
 
 
 def baseline_priority_expression() -> Any:
@@ -190,20 +82,6 @@ def search_text_expression() -> Any:
         Func(*parts, template="(%(expressions)s)", arg_joiner=" || ' ' || ",
              output_field=models.TextField())
     )
-
-
-# A title is one line: an advisory without a summary gives its details' first line, cut here.
-TITLE_MAX_CHARS = 160
-
-
-def title_line(text: str, *, limit: int = TITLE_MAX_CHARS) -> str:
-    """The first non-blank line of `text`, whitespace collapsed, cut to `limit` with an
-    ellipsis: what stands for a title when an advisory has none."""
-    for line in (text or "").splitlines():
-        words = " ".join(line.split())
-        if words:
-            return words if len(words) <= limit else words[: limit - 1].rstrip() + "…"
-    return ""
 
 
 class Finding(models.Model):
@@ -548,173 +426,12 @@ def due_cache_fill(findings: Iterable[Finding], *, known: bool = True) -> None:
         cache(f, rows.get(pk))
 
 
-class TriagePolicy(models.Model):
-    """A team's due dates by ranking decision, in days from when the decision was first given;
-    no days means no due date. A team without a row uses the defaults below."""
-
-    team = models.OneToOneField("accounts.Team", on_delete=models.CASCADE, related_name="+")
-    immediate_days = models.PositiveIntegerField(null=True, blank=True, default=1)
-    out_of_cycle_days = models.PositiveIntegerField(null=True, blank=True, default=7)
-    scheduled_days = models.PositiveIntegerField(null=True, blank=True, default=30)
-    defer_days = models.PositiveIntegerField(null=True, blank=True, default=None)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    def __str__(self) -> str:
-        return f"triage policy of team {self.team_id}"
-
-
-class Comment(models.Model):
-    finding = models.ForeignKey(Finding, on_delete=models.CASCADE, related_name="comments")
-    author = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    author_label = models.CharField(max_length=160)
-    body = models.TextField()
-    created_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        ordering = ["created_at", "id"]
-
-    def __str__(self) -> str:
-        return f"comment by {self.author_label}"
-
-
-class ActorKind(models.TextChoices):
-    USER = "user", "User"
-    API_KEY = "api_key", "API key"
-    SYSTEM = "system", "System job"
-
-
-class AuditEvent(models.Model):
-    """Append-only record of every change anything in TrustRank makes to what a team
-    triages or trusts: finding creation, triage, comments, auto-resolution and reopening,
-    identity mappings, caller policies, feed changes. Who (a user, an API key or a system job),
-    when, before, after and why.
-
-    The database refuses UPDATE, DELETE and TRUNCATE on this table (triggers, migration 0002);
-    `save()` refuses a second save too, so the mistake shows up before it reaches PostgreSQL.
-    Events about a finding point at it; others name their subject (`subject_type`,
-    `subject_id`). Site-wide events (feed imports) have no team.
-    """
-
-    team = models.ForeignKey(
-        "accounts.Team", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
-    )
-    finding = models.ForeignKey(
-        Finding, null=True, blank=True, on_delete=models.PROTECT, related_name="events"
-    )
-    subject_type = models.CharField(max_length=64, blank=True)
-    subject_id = models.CharField(max_length=255, blank=True)
-    environment = models.CharField(max_length=120, blank=True)
-    action = models.CharField(max_length=40)
-    actor_kind = models.CharField(max_length=8, choices=ActorKind.choices)
-    actor_user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    actor_key = models.ForeignKey(
-        "accounts.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    actor_label = models.CharField(max_length=160)
-    before = models.JSONField(default=dict, blank=True)
-    after = models.JSONField(default=dict, blank=True)
-    reason = models.TextField(blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-    # Hash chain per team (site-wide events form their own chain): the digest of the team's
-    # previous event and this event's own digest over its content and that predecessor.
-    prev_digest = models.CharField(max_length=64, blank=True, db_default="")
-    digest = models.CharField(max_length=64, blank=True, db_default="")
-
-    class Meta:
-        ordering = ["created_at", "id"]
-        indexes = [
-            models.Index(fields=["finding", "created_at"], name="auditevent_finding_at"),
-            models.Index(fields=["team", "-created_at"], name="auditevent_team_at"),
-            models.Index(
-                fields=["team", "environment", "-created_at"], name="auditevent_team_env_at"
-            ),
-            # The chain's order (verification streams it) and the audit log's keyset pages.
-            models.Index(fields=["team", "id"], name="auditevent_team_id"),
-            models.Index(fields=["team", "action", "id"], name="auditevent_team_action_id"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.action} by {self.actor_label}"
-
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        if self.pk is not None and not kwargs.get("force_insert"):
-            raise ValueError("audit events are append-only")
-        super().save(*args, **kwargs)
-
-
-class AuditCheckpoint(models.Model):
-    """A signed statement of where every audit chain stood (`manage.py audit_checkpoint`):
-    each chain's head event id, event count and head digest at `created_at`, as canonical
-    JSON (`statement`, exactly the bytes signed), signed with the site's Ed25519 key. A chain
-    rewritten and re-sealed afterwards is internally consistent again, but its checkpointed
-    head no longer has the digest signed here (`manage.py audit_verify` says so)."""
-
-    created_at = models.DateTimeField(default=timezone.now)
-    created_by = models.CharField(max_length=160, blank=True)
-    statement = models.TextField()
-    # Base64: the 64-byte signature and the 32-byte raw public key; the fingerprint is
-    # "sha256:" and the hex SHA-256 of that raw key.
-    signature = models.CharField(max_length=128)
-    public_key = models.CharField(max_length=64)
-    key_fingerprint = models.CharField(max_length=80)
-
-    class Meta:
-        ordering = ["-created_at", "-id"]
-
-    def __str__(self) -> str:
-        return f"audit checkpoint {self.pk} ({self.created_at:%Y-%m-%d %H:%M:%S})"
-
-
-class BulkTriageJob(Job):
-    """One bulk triage too large to apply within the request: which findings (explicit `ids`,
-    with optional versions, or a `filter` of the findings list, re-evaluated by the worker
-    within `team_ids`), what to set, who asked and why, and how far it got. The worker walks
-    the selection by id from `cursor`, one transaction per batch, so a second delivery picks
-    up where the first stopped. The job kind "bulk_triage" (interactive work: a triage)."""
-
-    # The first team of the selection: whose queue the job counts in.
-    team = models.ForeignKey(
-        "accounts.Team", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
-    )
-    team_ids = ArrayField(models.BigIntegerField(), default=list)
-    ids = models.JSONField(null=True, blank=True)
-    versions = models.JSONField(default=dict, blank=True)
-    filter = models.JSONField(null=True, blank=True)
-    changes = models.JSONField(default=dict)
-    reason = models.TextField()
-    cursor = models.BigIntegerField(default=0)
-    counts = models.JSONField(default=dict, blank=True)
-
-    class Meta:
-        ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["status", "created_at"], name="bulktriage_status")]
-
-    def __str__(self) -> str:
-        return f"bulk triage {self.pk} ({self.status})"
-
-
-class EvidenceChange(models.Model):
-    """The evidence behind a team's findings changed (an SBOM matched, traces, certificates,
-    a deployment, cluster diagnoses); `team` null: a shared feed (OSV, KEV, EPSS) that
-    concerns every team. Loads record one here, in their own transaction, instead of calling
-    the ranking app above them; ranking's beat sweep takes the rows and turns them into
-    debounced ranking runs. Append-only rows, deleted as they are taken: recording is a
-    plain INSERT that never waits on another load, and a row is gone only once the
-    transaction that asked for its run commits."""
-
-    team = models.ForeignKey(
-        "accounts.Team", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
-    )
-    what = models.CharField(max_length=200)
-    # What kind of evidence (an ingest job's kind, such as "traces"; '' when unsaid): the
-    # ranking app picks the debounce of the run by it (a trace window ranks within
-    # seconds, an SBOM waits for the loads that follow it).
-    kind = models.CharField(max_length=32, blank=True, default="", db_default="")
-    created_at = models.DateTimeField(default=timezone.now)
-
-    def __str__(self) -> str:
-        return f"{self.what} (team {self.team_id})"
+# Registered with the app here (Django loads an app's models from this module).
+from trustrank.findings.records import (  # noqa: E402, F401
+    AuditCheckpoint,
+    AuditEvent,
+    BulkTriageJob,
+    Comment,
+    EvidenceChange,
+    TriagePolicy,
+)

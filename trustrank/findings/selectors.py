@@ -8,7 +8,8 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from trustrank.accounts.principal import Principal
-from trustrank.findings.models import AuditEvent, BulkTriageJob, Comment, Finding
+from trustrank.findings.models import Finding
+from trustrank.findings.records import AuditEvent, BulkTriageJob, Comment
 
 # Counting stops here on the list page: "10,000+" is as useful as the exact figure and
 # costs a bounded index scan instead of a full count over a million rows.

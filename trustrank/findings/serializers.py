@@ -6,14 +6,9 @@ from typing import Any
 
 from rest_framework import serializers
 
-from trustrank.findings.models import (
-    VEX_RESPONSES,
-    BulkTriageJob,
-    Finding,
-    Justification,
-    TriagePolicy,
-    TriageState,
-)
+from trustrank.findings.choices import VEX_RESPONSES, Justification, TriageState
+from trustrank.findings.models import Finding
+from trustrank.findings.records import BulkTriageJob, TriagePolicy
 from trustrank.lib.numbers import INT_MAX, int_or_none
 
 

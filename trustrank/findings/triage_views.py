@@ -17,8 +17,8 @@ from django.views.decorators.http import require_POST
 from trustrank.accounts.models import Scope, Team
 from trustrank.accounts.principal import principal_for_request
 from trustrank.findings import selectors
+from trustrank.findings.choices import Justification, TriageState
 from trustrank.findings.filters import FindingFilterSet
-from trustrank.findings.models import Justification, TriageState
 from trustrank.findings.services.bulk import bulk_triage_submit
 from trustrank.findings.services.bulk_selection import BulkFilterError, BulkSelectionError
 from trustrank.findings.services.due_dates import (

@@ -24,15 +24,15 @@ from django.views.decorators.http import require_POST
 from trustrank.accounts.models import Membership, Scope
 from trustrank.accounts.principal import Principal, principal_for_request
 from trustrank.findings import selectors
-from trustrank.findings.filters import ORDERINGS, FindingFilterSet, findings_ordered
-from trustrank.findings.list_cache import list_cache_get, list_cache_key, list_cache_set
-from trustrank.findings.models import (
+from trustrank.findings.choices import (
     OPEN_STATES,
     VEX_RESPONSES,
     FindingKind,
     Justification,
     TriageState,
 )
+from trustrank.findings.filters import ORDERINGS, FindingFilterSet, findings_ordered
+from trustrank.findings.list_cache import list_cache_get, list_cache_key, list_cache_set
 from trustrank.findings.paging import (
     RankOrderedRows,
     SortedMatches,

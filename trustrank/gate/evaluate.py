@@ -13,7 +13,9 @@ from typing import Any
 
 from django.db import connection
 
-from trustrank.findings.models import OPEN_STATES, AuditEvent, Finding, FindingKind, TriageState
+from trustrank.findings.choices import OPEN_STATES, FindingKind, TriageState
+from trustrank.findings.models import Finding
+from trustrank.findings.records import AuditEvent
 from trustrank.gate.models import FAILING_DECISIONS, GatePolicy
 from trustrank.gate.readiness import Progress, Upload, gate_progress
 from trustrank.gate.selectors import GateTarget, gate_policy_for

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from trustrank.findings.models import OPEN_STATES, Finding, FindingKind
+from trustrank.findings.choices import OPEN_STATES, FindingKind
+from trustrank.findings.models import Finding
 from trustrank.gate.selectors import GateTarget, sbom_jobs_of
 from trustrank.inventory.models import ProjectVersion, Sbom
 from trustrank.jobs.models import JobStatus

@@ -5,7 +5,8 @@ from __future__ import annotations
 import django_filters
 from django.db.models import QuerySet
 
-from trustrank.findings.models import OPEN_STATES, Finding
+from trustrank.findings.choices import OPEN_STATES
+from trustrank.findings.models import Finding
 from trustrank.identity.engine import ChainStatus
 from trustrank.identity.models import (
     Certificate,

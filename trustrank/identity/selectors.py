@@ -10,7 +10,9 @@ from django.http import Http404
 from django.utils import timezone
 
 from trustrank.accounts.principal import Principal
-from trustrank.findings.models import OPEN_STATES, AuditEvent, Finding, FindingKind
+from trustrank.findings.choices import OPEN_STATES, FindingKind
+from trustrank.findings.models import Finding
+from trustrank.findings.records import AuditEvent
 from trustrank.identity.engine import EndpointEvidence
 from trustrank.identity.models import (
     Certificate,

@@ -18,7 +18,9 @@ from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.http import Http404
 
 from trustrank.accounts.principal import Principal
-from trustrank.findings.models import OPEN_STATES, AuditEvent, Finding, FindingKind
+from trustrank.findings.choices import OPEN_STATES, FindingKind
+from trustrank.findings.models import Finding
+from trustrank.findings.records import AuditEvent
 from trustrank.inventory.models import ProjectVersion, Sbom
 
 # Audit actions by which a person (or a bulk change) set a finding's triage: until one, an

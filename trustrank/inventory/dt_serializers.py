@@ -14,7 +14,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from trustrank.findings.models import OPEN_STATES, TriageState, title_line
+from trustrank.findings.choices import OPEN_STATES, TriageState, title_line
 from trustrank.inventory.dt_selectors import vuln_source
 from trustrank.inventory.models import ProjectVersion, Sbom
 

@@ -22,7 +22,8 @@ from django.http import Http404
 from django.utils import timezone
 
 from trustrank.accounts.principal import Principal
-from trustrank.findings.models import OPEN_STATES, Finding, Severity
+from trustrank.findings.choices import OPEN_STATES, Severity
+from trustrank.findings.models import Finding
 from trustrank.findings.selectors import finding_list
 from trustrank.inventory.models import Component, Project, ProjectVersion, Sbom
 

@@ -9,8 +9,8 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from trustrank.accounts.principal import principal_for_request
+from trustrank.findings.choices import Severity, TriageState
 from trustrank.findings.filters import FindingFilterSet
-from trustrank.findings.models import Severity, TriageState
 from trustrank.inventory.charts import mttr_chart, open_findings_chart
 from trustrank.inventory.filters import ComponentFilterSet, ProjectFilterSet
 from trustrank.inventory.models import Project

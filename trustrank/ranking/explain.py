@@ -15,7 +15,8 @@ from django.conf import settings
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from trustrank.findings.models import Finding, FindingKind
+from trustrank.findings.choices import FindingKind
+from trustrank.findings.models import Finding
 from trustrank.ranking.filters import DECISIONS
 from trustrank.ranking.models import RankChange, RankingRun, RunStatus
 from trustrank.ranking.selectors import rank_history, ranking_run_latest_done, service_result

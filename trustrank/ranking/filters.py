@@ -8,8 +8,9 @@ import django_filters
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiParameter
 
+from trustrank.findings.choices import OPEN_STATES, FindingKind, TriageState
 from trustrank.findings.filters import OPEN_CHOICES, OpenFilter, StrictBooleanFilter
-from trustrank.findings.models import OPEN_STATES, Finding, FindingKind, TriageState
+from trustrank.findings.models import Finding
 from trustrank.lib.filters import RefFilter
 
 DECISIONS = [

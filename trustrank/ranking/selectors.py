@@ -9,7 +9,8 @@ from django.db.models.fields.json import KeyTransform
 from django.http import Http404
 
 from trustrank.accounts.principal import Principal
-from trustrank.findings.models import OPEN_STATES, Finding
+from trustrank.findings.choices import OPEN_STATES
+from trustrank.findings.models import Finding
 from trustrank.ranking.models import RankChange, RankingRun, RunStatus, ServiceResults
 
 

@@ -16,8 +16,9 @@ from typing import Any
 
 from django.conf import settings
 
+from trustrank.findings.choices import OPEN_STATES, FindingKind, FindingSource
 from trustrank.findings.evidence import BROKEN_CONTEXT
-from trustrank.findings.models import OPEN_STATES, Finding, FindingKind, FindingSource
+from trustrank.findings.models import Finding
 from trustrank.findings.services.audit import Actor
 from trustrank.findings.services.reconcile import (
     FindingSpec,

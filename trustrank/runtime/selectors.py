@@ -13,8 +13,9 @@ from django.http import Http404
 from django.utils import timezone
 
 from trustrank.accounts.principal import Principal
+from trustrank.findings.choices import OPEN_STATES, FindingKind
 from trustrank.findings.evidence import BROKEN_CONTEXT
-from trustrank.findings.models import OPEN_STATES, Finding, FindingKind
+from trustrank.findings.models import Finding
 from trustrank.lib.numbers import int_or_none
 from trustrank.runtime import engine_histograms
 from trustrank.runtime.models import (

@@ -21,7 +21,8 @@ from django.utils import timezone
 from trustrank.cluster.models import Cluster, ClusterWorkload
 from trustrank.cluster.services.metrics_read import series_window
 from trustrank.cluster.services.objects import snapshot_current
-from trustrank.findings.models import Finding, FindingKind, FindingSource
+from trustrank.findings.choices import FindingKind, FindingSource
+from trustrank.findings.models import Finding
 from trustrank.findings.services.audit import Actor
 from trustrank.findings.services.evidence import evidence_change_record
 from trustrank.findings.services.reconcile import (

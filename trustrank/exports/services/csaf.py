@@ -43,7 +43,7 @@ from trustrank.exports.services.csaf_tree import (
 )
 from trustrank.exports.services.formats import Progress, explanation_text
 from trustrank.exports.services.vex_cyclonedx import InvalidDocument
-from trustrank.findings.models import FindingKind
+from trustrank.findings.choices import FindingKind
 
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator

@@ -24,7 +24,7 @@ from django.utils import timezone
 from trustrank.exports.services.formats import Progress, explanation_text
 from trustrank.exports.services.report_pdf import report_pdf
 from trustrank.exports.services.rows import ExportSelection, export_rows
-from trustrank.findings.models import OPEN_STATES
+from trustrank.findings.choices import OPEN_STATES
 from trustrank.findings.services.audit_checkpoint import audit_checkpoint_summary
 from trustrank.risk.inputs import DECISIONS
 

@@ -41,8 +41,10 @@ from django.db.models.functions import Cast, Coalesce, Concat, NullIf
 from django.http import QueryDict
 
 from trustrank.exports.services.params import ExportRequest
+from trustrank.findings.choices import OPEN_STATES
 from trustrank.findings.filters import FindingFilterSet
-from trustrank.findings.models import OPEN_STATES, AuditEvent, Finding
+from trustrank.findings.models import Finding
+from trustrank.findings.records import AuditEvent
 from trustrank.ranking.models import RankChange, RankContext, RankingRun, RunStatus
 from trustrank.runtime.models import Deployment
 

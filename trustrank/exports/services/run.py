@@ -46,7 +46,7 @@ from trustrank.exports.services.rows import (
 )
 from trustrank.exports.services.vex_cyclonedx import cyclonedx_vex_chunks
 from trustrank.exports.services.vex_openvex import openvex_chunks
-from trustrank.findings.models import ActorKind, FindingKind
+from trustrank.findings.choices import ActorKind, FindingKind
 from trustrank.findings.services.audit import Actor, audit_event_record
 from trustrank.findings.services.audit_chain import audit_chain_verify
 from trustrank.jobs.admission import job_admit

@@ -47,7 +47,7 @@ from cyclonedx.schema import SchemaVersion
 from packageurl import PackageURL
 
 from trustrank.exports.services.formats import Progress, explanation_text
-from trustrank.findings.models import FindingKind
+from trustrank.findings.choices import FindingKind
 
 if TYPE_CHECKING:
     from cyclonedx.validation.json import JsonStrictValidator

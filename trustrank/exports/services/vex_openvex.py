@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from trustrank.exports.services.formats import CHUNK_BYTES, Progress
 from trustrank.exports.services.vex_cyclonedx import InvalidDocument
-from trustrank.findings.models import FindingKind
+from trustrank.findings.choices import FindingKind
 from trustrank.parsers.openvex import (
     CONTEXT,
     FALSE_POSITIVE,

@@ -23,7 +23,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from trustrank.accounts.principal import Principal
-from trustrank.findings.models import ActorKind, AuditEvent
+from trustrank.findings.choices import ActorKind
+from trustrank.findings.records import AuditEvent
 from trustrank.lib.locks import advisory_xact_lock
 
 # Namespace of the (int, int) advisory lock that orders one team's chain; the second key is

@@ -33,7 +33,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from trustrank.accounts.models import Team
-from trustrank.findings.models import AuditCheckpoint
+from trustrank.findings.records import AuditCheckpoint
 from trustrank.findings.services.audit_chain import audit_chain_verify
 
 STATEMENT_TYPE = "trustrank-audit-checkpoint"

@@ -24,8 +24,10 @@ from django.utils import timezone
 
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import Principal
+from trustrank.findings.choices import ActorKind, TriageState
 from trustrank.findings.filters import FindingFilterSet
-from trustrank.findings.models import ActorKind, BulkTriageJob, Finding, TriageState
+from trustrank.findings.models import Finding
+from trustrank.findings.records import BulkTriageJob
 from trustrank.findings.services.audit import Actor, audit_events_record_bulk
 from trustrank.findings.services.bulk_selection import bulk_selection, filter_querydict
 from trustrank.findings.services.reconcile import state_of

@@ -21,7 +21,8 @@ from django.utils import timezone
 
 from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import Principal
-from trustrank.findings.models import OPEN_STATES, TriagePolicy
+from trustrank.findings.choices import OPEN_STATES
+from trustrank.findings.records import TriagePolicy
 from trustrank.findings.services.triage import TriageForbidden
 
 DECISION_FIELDS = {

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from django.db import connection
 
-from trustrank.findings.models import EvidenceChange
+from trustrank.findings.records import EvidenceChange
 
 
 @dataclass(frozen=True)

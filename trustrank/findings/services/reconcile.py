@@ -19,14 +19,8 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from trustrank.findings.models import (
-    OPEN_STATES,
-    Finding,
-    Justification,
-    TriageState,
-    due_cache_fill,
-    severity_score_for,
-)
+from trustrank.findings.choices import OPEN_STATES, Justification, TriageState, severity_score_for
+from trustrank.findings.models import Finding, due_cache_fill
 from trustrank.findings.services.audit import Actor, audit_events_record_bulk
 
 

@@ -18,15 +18,9 @@ from django.utils import timezone
 
 from trustrank.accounts.models import Membership, Scope
 from trustrank.accounts.principal import Principal
-from trustrank.findings.models import (
-    OPEN_STATES,
-    VEX_RESPONSES,
-    Comment,
-    Finding,
-    FindingDue,
-    Justification,
-    TriageState,
-)
+from trustrank.findings.choices import OPEN_STATES, VEX_RESPONSES, Justification, TriageState
+from trustrank.findings.models import Finding, FindingDue
+from trustrank.findings.records import Comment
 from trustrank.findings.services.audit import Actor, audit_event_record
 from trustrank.findings.services.reconcile import state_of
 from trustrank.lib.numbers import int_or_none

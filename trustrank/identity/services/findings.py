@@ -10,7 +10,8 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
-from trustrank.findings.models import Finding, FindingKind, FindingSource
+from trustrank.findings.choices import FindingKind, FindingSource
+from trustrank.findings.models import Finding
 from trustrank.findings.services.audit import Actor
 from trustrank.findings.services.reconcile import FindingSpec as UnifiedSpec
 from trustrank.findings.services.reconcile import finding_fingerprint, findings_reconcile

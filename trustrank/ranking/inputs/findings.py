@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from django.db import connection, transaction
 
-from trustrank.findings.models import OPEN_STATES
+from trustrank.findings.choices import OPEN_STATES
 from trustrank.findings.services.due_dates import PolicyDays, settled_decision_sql
 from trustrank.risk import inputs as ri
 from trustrank.risk.libraries import component_key_from_purl

@@ -14,7 +14,8 @@ from typing import Any
 from django.conf import settings
 from django.db.models import F, Q
 
-from trustrank.findings.models import OPEN_STATES, Finding
+from trustrank.findings.choices import OPEN_STATES
+from trustrank.findings.models import Finding
 from trustrank.ranking.models import RankChange, RankedFinding, RankingRun
 
 IMMEDIATE = "immediate"

@@ -72,7 +72,8 @@ def ranking_run_request(
 
 
 def _teams_with_open_vulnerabilities() -> list[int]:
-    from trustrank.findings.models import OPEN_STATES, Finding
+    from trustrank.findings.choices import OPEN_STATES
+    from trustrank.findings.models import Finding
 
     return sorted(set(
         Finding.objects.filter(kind="vulnerability", state__in=OPEN_STATES)
@@ -137,7 +138,8 @@ def ranking_runs_sweep() -> int:
     """Beat: rank again every team with open findings whose last run is older than the
     sweep interval (certificates expire and telemetry leaves the window while nothing is
     uploaded). Lost and stranded runs are the job system's sweep's (trustrank.jobs)."""
-    from trustrank.findings.models import OPEN_STATES, Finding
+    from trustrank.findings.choices import OPEN_STATES
+    from trustrank.findings.models import Finding
 
     now = timezone.now()
     due = now - timedelta(seconds=settings.TRUSTRANK_RANKING_SWEEP_SECONDS)

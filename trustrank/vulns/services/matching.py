@@ -17,7 +17,8 @@ from django.db.models.functions import Substr
 from django.utils import timezone
 from packageurl import PackageURL
 
-from trustrank.findings.models import Finding, FindingKind
+from trustrank.findings.choices import FindingKind
+from trustrank.findings.models import Finding
 from trustrank.findings.services.audit import Actor
 from trustrank.findings.services.reconcile import FindingSpec, InitialTriage, findings_reconcile
 from trustrank.findings.services.reconcile import finding_fingerprint as _fingerprint

@@ -6,15 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from trustrank.findings.models import (
+from trustrank.findings.choices import (
     LABEL_SCORES,
     UNKNOWN_SCORE,
-    Finding,
     FindingSource,
     MatchStatus,
     SeveritySource,
     title_line,
 )
+from trustrank.findings.models import Finding
 from trustrank.inventory.models import ProjectVersion, Sbom
 from trustrank.parsers.cvss import severity_label
 from trustrank.parsers.cyclonedx_vulns import EmbeddedVulnerability

@@ -33,7 +33,8 @@ from urllib.parse import unquote
 from django.db import connection
 from django.utils import timezone
 
-from trustrank.findings.models import Finding, FindingKind
+from trustrank.findings.choices import FindingKind
+from trustrank.findings.models import Finding
 from trustrank.findings.services.audit import Actor, audit_events_record_bulk
 from trustrank.findings.services.reconcile import state_of
 from trustrank.findings.services.triage import triage_apply
