@@ -15,9 +15,10 @@ from rest_framework.renderers import JSONRenderer
 from trustrank.accounts.models import Team
 from trustrank.findings.apis import FastJSONRenderer
 from trustrank.findings.choices import FindingKind, FindingSource
+from trustrank.findings.generation import findings_generation
 from trustrank.findings.list_cache import list_cache_key
 from trustrank.findings.models import Finding
-from trustrank.findings.paging import ORDER_HEAD, findings_generation
+from trustrank.findings.paging import ORDER_HEAD
 from trustrank.findings.records import TriagePolicy
 
 pytestmark = pytest.mark.django_db

@@ -12,7 +12,7 @@ fragment) is kept in the cache shared by the web workers, keyed by:
 - the request's query string as sent (the same string validated the same way before, so a
   hit never skips a 400);
 - the day (`overdue` follows the date);
-- the teams' generation (`paging.findings_generation`): a write to a finding, a ranking run,
+- the teams' generation (`generation.findings_generation`): a write to a finding, a ranking run,
   a deletion, a Jira link or a triage policy makes a new key, so a page never outlives them.
 
 What the generation does not follow (a project or user renamed) shows within
@@ -29,7 +29,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
-from trustrank.findings.paging import findings_generation
+from trustrank.findings.generation import findings_generation
 
 
 def list_cache_key(
