@@ -266,6 +266,14 @@ def main() -> None:
             j.duration_seconds or 0 for j in IngestJob.objects.filter(status=JobStatus.DONE)
         )
         aggregated = sum(j.counts.get("spans", 0) for j in IngestJob.objects.all())
+        from django.db.models import Sum
+
+        from trustrank.runtime.models import LibraryBucket
+
+        # Frames of the exception events the failing spans carry, counted as library evidence.
+        frames = LibraryBucket.objects.filter(kind="python_frame").aggregate(n=Sum("spans"))["n"]
+        if not frames:
+            raise RuntimeError("no stack frame of the spans' exception events became evidence")
         p99 = percentile(latencies, 0.99) * 1000
         print(f"end to end: posted {args.requests} requests ({total_spans} spans) with "
               f"{args.concurrency} clients in {sent:.2f} s ({total_spans / sent:,.0f} spans/s "
@@ -274,7 +282,7 @@ def main() -> None:
         print(f"all jobs done after {done:.2f} s: {total_spans / done:,.0f} spans/s end to end; "
               f"{aggregated} spans aggregated, {failed} jobs failed; "
               f"job run time {job_seconds:.2f} s ({aggregated / job_seconds:,.0f} spans/s per "
-              f"worker process)")
+              f"worker process); {frames:,} library sightings from exception stack frames")
     finally:
         stop(web)
         if worker is not None:
