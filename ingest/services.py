@@ -112,18 +112,41 @@ def _job_and_payload_insert(*, job: IngestJob, data: bytes, prepared: bytes | No
 
 def _payload_load(*, job_id: Any) -> bytes:
     """The job's raw payload. Read with binary results: over the text protocol bytea arrives
-    hex-encoded, and a large upload then costs the worker ~5x its size in memory."""
+    hex-encoded, and a large upload then costs the worker ~5x its size in memory. A payload
+    larger than `_PAYLOAD_PIECE` is read in pieces: in one piece libpq holds it twice (its
+    input buffer and the result) beside Python's copy, 3x its size at once."""
     import psycopg
 
     connection.ensure_connection()
     with psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(
-            "SELECT data FROM ingest_ingestpayload WHERE job_id = %s", [job_id], binary=True
+            "SELECT octet_length(data) FROM ingest_ingestpayload WHERE job_id = %s", [job_id]
         )
-        row = cursor.fetchone()
+        size = int(_one(cursor, job_id)[0] or 0)
+        if size <= _PAYLOAD_PIECE:
+            cursor.execute(
+                "SELECT data FROM ingest_ingestpayload WHERE job_id = %s", [job_id], binary=True
+            )
+            return bytes(_one(cursor, job_id)[0])
+        pieces = []
+        for start in range(0, size, _PAYLOAD_PIECE):
+            cursor.execute(
+                "SELECT substring(data FROM %s FOR %s) FROM ingest_ingestpayload"
+                " WHERE job_id = %s",
+                [start + 1, _PAYLOAD_PIECE, job_id], binary=True,
+            )
+            pieces.append(bytes(_one(cursor, job_id)[0]))
+    return b"".join(pieces)
+
+
+_PAYLOAD_PIECE = 16 << 20
+
+
+def _one(cursor: Any, job_id: Any) -> Any:
+    row = cursor.fetchone()
     if row is None:
         raise IngestPayload.DoesNotExist(f"job {job_id} has no payload")
-    return bytes(row[0])
+    return row
 
 
 # SBOM loads rank again after their matching task (trustrank.vulns.tasks), not here.
