@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
-from google.protobuf.message import DecodeError, Message
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 
 from trustrank.parsers.otlp_metrics_model import OtlpLimits
+from trustrank.parsers.otlp_shadow import shadow_messages
 from trustrank.parsers.series import Labels
 
 # --- the shadow schema -----------------------------------------------------------------
@@ -27,56 +28,17 @@ _DATA_POINT_MESSAGES = {
 }
 
 
-def _shadow_classes() -> tuple[type[Message], type[Message], type[Message]]:
-    """A copy of metrics.proto under another package where number data points (in Gauge
-    and Sum) and every data point's attributes are `bytes` (same wire type, so any valid
-    request decodes) plus a request message with the same field number."""
-    proto = descriptor_pb2.FileDescriptorProto()
-    metrics_pb2.DESCRIPTOR.CopyToProto(proto)
-    old = "." + proto.package + "."
-    new = "." + _SHADOW_PACKAGE + "."
-    proto.name = "trustrank/shadow/otlp_metrics.proto"
-    proto.package = _SHADOW_PACKAGE
-    as_bytes = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
-
-    def rewrite(message: descriptor_pb2.DescriptorProto) -> None:
-        for item in message.field:
-            if item.type_name.startswith(old):
-                item.type_name = new + item.type_name[len(old):]
-            raw_points = message.name in ("Gauge", "Sum") and item.name == "data_points"
-            raw_attributes = message.name in _DATA_POINT_MESSAGES and item.name == "attributes"
-            if raw_points or raw_attributes:
-                item.type = as_bytes
-                item.ClearField("type_name")
-        for nested in message.nested_type:
-            rewrite(nested)
-
-    for message in proto.message_type:
-        rewrite(message)
-    request = proto.message_type.add(name="Request")
-    request.field.add(
-        name="resource_metrics", number=1,
-        label=descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
-        type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
-        type_name=new + "ResourceMetrics",
-    )
-    pool = descriptor_pool.DescriptorPool()
-    # The shadow file imports common.proto and resource.proto; give the private pool them.
-    for dependency in metrics_pb2.DESCRIPTOR.dependencies:
-        dependency_proto = descriptor_pb2.FileDescriptorProto()
-        dependency.CopyToProto(dependency_proto)
-        pool.Add(dependency_proto)
-    pool.Add(proto)
-    return (
-        message_factory.GetMessageClass(pool.FindMessageTypeByName(_SHADOW_PACKAGE + ".Request")),
-        message_factory.GetMessageClass(
-            pool.FindMessageTypeByName(_SHADOW_PACKAGE + ".NumberDataPoint")
-        ),
-        message_factory.GetMessageClass(pool.FindMessageTypeByName(_SHADOW_PACKAGE + ".Metric")),
-    )
+def _raw_metrics_field(message: str, field: str) -> bool:
+    """Number data points (in Gauge and Sum) and every data point's attributes."""
+    return (message in ("Gauge", "Sum") and field == "data_points") or (
+        message in _DATA_POINT_MESSAGES and field == "attributes")
 
 
-ShadowRequest, ShadowNumberPoint, ShadowMetric = _shadow_classes()
+ShadowRequest, ShadowNumberPoint, ShadowMetric = shadow_messages(
+    metrics_pb2, package=_SHADOW_PACKAGE, file_name="trustrank/shadow/otlp_metrics.proto",
+    raw=_raw_metrics_field, request_field="resource_metrics", request_type="ResourceMetrics",
+    names=("Request", "NumberDataPoint", "Metric"),
+)
 
 
 def any_str(value: AnyValue) -> str:

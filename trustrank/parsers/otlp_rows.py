@@ -7,6 +7,7 @@ bytes column by column and gives the same rows, faster.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,6 +149,54 @@ def _library(code: int, value: str) -> tuple[str, str] | None:
     return None
 
 
+def attribute_facts(
+    attributes: Iterable[Any], single_library: dict[tuple[int, str], tuple[tuple[str, str], ...]],
+) -> tuple[str, str, str, str, bool, bool, tuple[tuple[str, str], ...] | None]:
+    """What a span's attributes (KeyValue messages) tell the aggregation: (client address,
+    peer.service, server address, db.system, TLS, mTLS, library evidence or None).
+    `single_library` keeps the library of each (attribute, value) met, () for none, so a
+    few distinct libraries cover millions of spans with shared tuples: a tuple per span
+    would make the rows outweigh the protobuf messages they replace."""
+    peer_service = address = db = client = ""
+    tls = mtls = False
+    libraries: tuple[tuple[str, str], ...] | None = None
+    for kv in attributes:
+        code = _SPAN_KEYS.get(kv.key)
+        if code is None:
+            continue
+        value = kv.value.string_value
+        if "\x00" in value:
+            value = value.replace("\x00", "\ufffd")
+        if code == _A_PEER_SERVICE:
+            peer_service = value
+        elif code == _A_SERVER_ADDRESS:
+            address = value
+        elif code == _A_SCHEME:
+            if value.lower() in _TLS_SCHEMES:
+                tls = True
+        elif code == _A_TLS:
+            if kv.value.WhichOneof("value") == "bool_value":
+                tls = tls or kv.value.bool_value
+            else:
+                tls = True
+        elif code == _A_MTLS:
+            mtls = True
+        elif code == _A_CLIENT:
+            client = client or value
+        elif value:
+            if code == _A_DB:
+                db = value
+            one = single_library.get((code, value))
+            if one is None:
+                library = _library(code, value)
+                # "No library here" (an unqualified code.function) is kept too, so the
+                # miss is paid once per value.
+                one = single_library[(code, value)] = () if library is None else (library,)
+            if one:
+                libraries = one if libraries is None else (*libraries, *one)
+    return client, peer_service, address, db, tls, mtls, libraries
+
+
 def _exception_frames(
     events: Any,
     cache: dict[str, tuple[tuple[str, str], ...]],
@@ -212,16 +261,12 @@ def spans_from_request(
     the loop. `rejected`/`total`/`problems` carry what decoding already refused (JSON ids).
     """
     names_below = sample_threshold(name_sample_rate)
-    span_keys = _SPAN_KEYS
-    single_library: dict[int, dict[str, tuple[tuple[str, str], ...]]] = {
-        code: {} for code in (_A_DB, _A_MESSAGING, _A_RPC, _A_CODE_NS, _A_CODE_FN)
-    }
+    single_library: dict[tuple[int, str], tuple[tuple[str, str], ...]] = {}
     peers: dict[str, str] = {}
     stacks: dict[str, tuple[tuple[str, str], ...]] = {}
     # Reading `span.events` costs ~0.2 µs a span even when empty (a few % of this loop);
     # a zero bound skips it altogether.
     read_events = max_stack_frames > 0 and max_span_frames > 0
-    tls_schemes = _TLS_SCHEMES
     zero_trace, zero_span, status_error = _ZERO_TRACE, _ZERO_SPAN, _STATUS_ERROR
     seen = bad = 0
     resources: list[ResourceSpans] = []
@@ -277,48 +322,8 @@ def spans_from_request(
                             f"{span_problem(span, window=window)}"
                         )
                     continue
-                peer_service = address = db = client = ""
-                tls = mtls = False
-                libraries: tuple[tuple[str, str], ...] | None = None
-                for kv in span.attributes:
-                    code = span_keys.get(kv.key)
-                    if code is None:
-                        continue
-                    value = kv.value.string_value
-                    if "\x00" in value:
-                        value = value.replace("\x00", "\ufffd")
-                    if code == _A_PEER_SERVICE:
-                        peer_service = value
-                    elif code == _A_SERVER_ADDRESS:
-                        address = value
-                    elif code == _A_SCHEME:
-                        if value.lower() in tls_schemes:
-                            tls = True
-                    elif code == _A_TLS:
-                        if kv.value.WhichOneof("value") == "bool_value":
-                            tls = tls or kv.value.bool_value
-                        else:
-                            tls = True
-                    elif code == _A_MTLS:
-                        mtls = True
-                    elif code == _A_CLIENT:
-                        client = client or value
-                    elif value:
-                        if code == _A_DB:
-                            db = value
-                        # One shared ((kind, name),) per distinct attribute: a few distinct
-                        # libraries cover millions of spans, and a tuple per span would make
-                        # the rows outweigh the protobuf messages they replace.
-                        one = single_library[code].get(value)
-                        if one is None:
-                            library = _library(code, value)
-                            # () for "no library here" is cached too (an unqualified
-                            # code.function), so the miss is paid once per value.
-                            one = single_library[code][value] = (
-                                () if library is None else (library,)
-                            )
-                        if one:
-                            libraries = one if libraries is None else (*libraries, *one)
+                client, peer_service, address, db, tls, mtls, libraries = attribute_facts(
+                    span.attributes, single_library)
                 if read_events and span.events:
                     frames = _exception_frames(
                         span.events, stacks, max_stack_frames, max_span_frames

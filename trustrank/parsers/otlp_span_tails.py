@@ -17,69 +17,30 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.trace.v1 import trace_pb2
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from trustrank.parsers.otlp_checks import OtlpDecodeError
-from trustrank.parsers.otlp_rows import (
-    _A_CLIENT,
-    _A_DB,
-    _A_MTLS,
-    _A_PEER_SERVICE,
-    _A_SCHEME,
-    _A_SERVER_ADDRESS,
-    _A_TLS,
-    _SPAN_KEYS,
-    _TLS_SCHEMES,
-    _exception_frames,
-    _library,
-)
+from trustrank.parsers.otlp_rows import _exception_frames, attribute_facts
+from trustrank.parsers.otlp_shadow import shadow_messages
 
 _SHADOW_PACKAGE = "trustrank.shadow.otlp.trace"
 _RAW_SPAN_FIELDS = {"attributes", "events", "links", "status"}
 
 
-def _shadow_classes() -> tuple[type[Message], type[Message]]:
-    """A copy of trace.proto under another package where a scope's spans, and a Span's
-    attributes, events, links and status, are `bytes`, plus a request message with the
-    same field number: (request, span)."""
-    proto = descriptor_pb2.FileDescriptorProto()
-    trace_pb2.DESCRIPTOR.CopyToProto(proto)
-    old = "." + proto.package + "."
-    new = "." + _SHADOW_PACKAGE + "."
-    proto.name = "trustrank/shadow/otlp_trace.proto"
-    proto.package = _SHADOW_PACKAGE
-    for message in proto.message_type:
-        for item in message.field:
-            if item.type_name.startswith(old):
-                item.type_name = new + item.type_name[len(old):]
-            raw_spans = message.name == "ScopeSpans" and item.name == "spans"
-            if raw_spans or (message.name == "Span" and item.name in _RAW_SPAN_FIELDS):
-                item.type = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
-                item.ClearField("type_name")
-    request = proto.message_type.add(name="Request")
-    request.field.add(
-        name="resource_spans", number=1,
-        label=descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
-        type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
-        type_name=new + "ResourceSpans",
-    )
-    pool = descriptor_pool.DescriptorPool()
-    for dependency in trace_pb2.DESCRIPTOR.dependencies:
-        dependency_proto = descriptor_pb2.FileDescriptorProto()
-        dependency.CopyToProto(dependency_proto)
-        pool.Add(dependency_proto)
-    pool.Add(proto)
-    return (
-        message_factory.GetMessageClass(pool.FindMessageTypeByName(_SHADOW_PACKAGE + ".Request")),
-        message_factory.GetMessageClass(pool.FindMessageTypeByName(_SHADOW_PACKAGE + ".Span")),
-    )
+def _raw_span_field(message: str, field: str) -> bool:
+    """A scope's spans, and a Span's attributes, events, links and status."""
+    return (message == "ScopeSpans" and field == "spans") or (
+        message == "Span" and field in _RAW_SPAN_FIELDS)
 
 
-_ShadowRequest, _ShadowSpan = _shadow_classes()
+_ShadowRequest, _ShadowSpan = shadow_messages(
+    trace_pb2, package=_SHADOW_PACKAGE, file_name="trustrank/shadow/otlp_trace.proto",
+    raw=_raw_span_field, request_field="resource_spans", request_type="ResourceSpans",
+    names=("Request", "Span"),
+)
 
 _KIND = attrgetter("kind")
 _ATTRIBUTES = attrgetter("attributes")
@@ -112,49 +73,16 @@ _SINGLE_LIBRARY: dict[tuple[int, str], tuple[tuple[str, str], ...]] = {}
 
 
 def _attribute_info(raw: tuple[bytes, ...]) -> _AttributeInfo:
-    peer_service = address = db = client = ""
-    tls = mtls = False
-    libraries: tuple[tuple[str, str], ...] | None = None
-    for item in raw:
-        try:
-            kv = KeyValue.FromString(item)
-        except DecodeError as exc:
-            raise OtlpDecodeError(
-                f"the body is not a protobuf ExportTraceServiceRequest: {exc}"
-            ) from exc
-        code = _SPAN_KEYS.get(kv.key)
-        if code is None:
-            continue
-        value = kv.value.string_value
-        if "\x00" in value:
-            value = value.replace("\x00", "\ufffd")
-        if code == _A_PEER_SERVICE:
-            peer_service = value
-        elif code == _A_SERVER_ADDRESS:
-            address = value
-        elif code == _A_SCHEME:
-            if value.lower() in _TLS_SCHEMES:
-                tls = True
-        elif code == _A_TLS:
-            if kv.value.WhichOneof("value") == "bool_value":
-                tls = tls or kv.value.bool_value
-            else:
-                tls = True
-        elif code == _A_MTLS:
-            mtls = True
-        elif code == _A_CLIENT:
-            client = client or value
-        elif value:
-            if code == _A_DB:
-                db = value
-            one = _SINGLE_LIBRARY.get((code, value))
-            if one is None:
-                library = _library(code, value)
-                one = () if library is None else (library,)
-                if len(_SINGLE_LIBRARY) < _CACHE_MAX:
-                    _SINGLE_LIBRARY[(code, value)] = one
-            if one:
-                libraries = one if libraries is None else (*libraries, *one)
+    try:
+        kvs = [KeyValue.FromString(item) for item in raw]
+    except DecodeError as exc:
+        raise OtlpDecodeError(
+            f"the body is not a protobuf ExportTraceServiceRequest: {exc}"
+        ) from exc
+    if len(_SINGLE_LIBRARY) >= _CACHE_MAX:
+        _SINGLE_LIBRARY.clear()
+    client, peer_service, address, db, tls, mtls, libraries = attribute_facts(
+        kvs, _SINGLE_LIBRARY)
     return (client, peer_service or address or db, db != "", tls, mtls, libraries)
 
 
