@@ -10,11 +10,12 @@ when pyproject.toml does). They share only the database, the broker (Redis, or R
 
 Each round: a fresh database cloned from a seeded template; one gunicorn (this tree) takes
 the whole load through the HTTP API while no worker runs (SBOMs, OTLP traces, OTLP metrics,
-ranking runs, large CSV exports: every request a job row); then N workers start (solo pool:
+ranking runs, large CSV exports, scheduling replays of an uploaded pod/node trace: every
+request a job row); then N workers start (solo pool:
 one process a host) and the round's throughput is its jobs over the time from the first
 claim to the last finish, read from the job rows. Lost and duplicated are read from the
 database: submitted jobs not done, job rows beyond those submitted, SBOMs stored twice,
-teams ranked more often than asked, exports audited twice.
+teams ranked more often than asked, exports audited twice, replays without a result.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python bench/scaleout.py
 
@@ -121,8 +122,9 @@ def seed(*, ranking_teams: int, findings: int, load_teams: int) -> dict[str, Any
                                          seed=n))
         team.name = f"ranked-{n}"
         team.save(update_fields=["name"])
+        # Replays need the admin scope; a bench key, on a throwaway database.
         ranked.append(api_key_issue(team=team, name="triage",
-                                    scopes=["triage", "read"]).secret)
+                                    scopes=["triage", "read", "admin"]).secret)
     return {"load_keys": load, "ranked_keys": ranked, "findings": findings}
 
 
@@ -132,7 +134,9 @@ def payloads(args: argparse.Namespace) -> dict[str, list[bytes]]:
     from tests.cluster.otlp_build import dcgm_request
 
     now_ns = time.time_ns()
+    pods, nodes = replay_trace(args.replay_pods, args.replay_nodes)
     return {
+        "replay": [pods, nodes],
         "sbom": [make_bom(args.components, seed=n) for n in range(args.sboms)],
         "traces": [build_request_bytes(args.spans, seed=n + 1, now_ns=now_ns - n * 1_000_000)
                    for n in range(args.traces)],
@@ -143,6 +147,18 @@ def payloads(args: argparse.Namespace) -> dict[str, list[bytes]]:
     }
 
 
+def replay_trace(pods: int, nodes: int) -> tuple[bytes, bytes]:
+    """The first `pods` pods of the bundled openb trace and every 8th of its nodes, as the
+    two CSV files a replay upload takes (`tests/replay/helpers.csv_subset`)."""
+    import tempfile
+
+    from tests.replay.helpers import csv_subset
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pods_path, nodes_path = csv_subset(pods=pods, nodes=nodes, tmp=Path(tmp))
+        return pods_path.read_bytes(), nodes_path.read_bytes()
+
+
 def push(base: str, seeded: dict[str, Any], data: dict[str, list[bytes]],
          args: argparse.Namespace) -> dict[str, Any]:
     """Every request of the load through the HTTP API; returns what was submitted."""
@@ -150,7 +166,8 @@ def push(base: str, seeded: dict[str, Any], data: dict[str, list[bytes]],
 
     keys, ranked = seeded["load_keys"], seeded["ranked_keys"]
     lock = threading.Lock()
-    sent: dict[str, Any] = {"sbom": [], "traces": 0, "metrics": 0, "ranking": [], "export": []}
+    sent: dict[str, Any] = {"sbom": [], "traces": 0, "metrics": 0, "ranking": [], "export": [],
+                            "replay": []}
 
     def post(url: str, key: str, body: bytes, content_type: str) -> requests.Response:
         while True:
@@ -180,6 +197,16 @@ def push(base: str, seeded: dict[str, Any], data: dict[str, list[bytes]],
             assert r.status_code == 202, r.text[:300]
             with lock:
                 sent["ranking"].append(r.json()["id"])
+        elif kind == "replay":
+            pods, nodes = data["replay"]
+            r = requests.post(f"{base}/api/v1/replay-runs", timeout=120,
+                              headers={"X-Api-Key": ranked[n % len(ranked)]},
+                              data={"mode": "timeline", "placement": "best_fit", "compress": "500",
+                                    "policies": "static_weight_rr"},
+                              files={"pods": ("pods.csv", pods), "nodes": ("nodes.csv", nodes)})
+            assert r.status_code == 202, r.text[:300]
+            with lock:
+                sent["replay"].append(r.json()["id"])
         else:
             r = requests.get(f"{base}/api/v1/exports?format=csv", timeout=120,
                              headers={"X-Api-Key": ranked[n % len(ranked)]})
@@ -191,7 +218,8 @@ def push(base: str, seeded: dict[str, Any], data: dict[str, list[bytes]],
         ("traces", n) for n in range(args.traces)] + [
         ("metrics", n) for n in range(args.metrics)] + [
         ("ranking", n) for n in range(len(ranked))] + [
-        ("export", n) for n in range(args.exports)]
+        ("export", n) for n in range(args.exports)] + [
+        ("replay", n) for n in range(args.replays)]
     tasks.sort(key=lambda t: (t[1], t[0]))  # interleaved kinds, as real clients send them
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(one, tasks))
@@ -207,7 +235,7 @@ def _db(env: dict[str, str]) -> Any:
     return psycopg.connect(_admin_url(env).rsplit("/", 1)[0] + f"/{ROUND_DB}", autocommit=True)
 
 
-JOB_TABLES = ("ingest_ingestjob", "ranking_rankingrun", "exports_export")
+JOB_TABLES = ("ingest_ingestjob", "ranking_rankingrun", "exports_export", "cluster_replayrun")
 
 
 def _scalar(conn: Any, sql: str, params: Any = None) -> Any:
@@ -232,6 +260,10 @@ def round_check(env: dict[str, str], sent: dict[str, Any], seeded: dict[str, Any
         exports = [int(i) for i in sent["export"]]
         lost += len(exports) - _scalar(conn, "SELECT count(*) FROM exports_export "
                                              "WHERE id = ANY(%s) AND status = 'done'", [exports])
+        replays = [int(i) for i in sent["replay"]]
+        lost += len(replays) - _scalar(conn, "SELECT count(*) FROM cluster_replayrun WHERE id = "
+                                             "ANY(%s) AND status = 'done' AND result::text "
+                                             "<> '{}'", [replays])
         # An effect applied twice: an SBOM stored twice, a team ranked more often than asked,
         # an export audited twice (or with more rows than its team has findings).
         duplicated += _scalar(conn, "SELECT count(*) FROM (SELECT job_id FROM inventory_sbom "
@@ -259,7 +291,7 @@ def round_check(env: dict[str, str], sent: dict[str, Any], seeded: dict[str, Any
 
 def all_done(env: dict[str, str], sent: dict[str, Any]) -> bool:
     total = (len(sent["sbom"]) + sent["traces"] + sent["metrics"] + len(sent["ranking"])
-             + len(sent["export"]))
+             + len(sent["export"]) + len(sent["replay"]))
     with _db(env) as conn:
         finished = sum(_scalar(conn, f"SELECT count(*) FROM {t} WHERE started_at >= %s "
                                      "AND status IN ('done', 'failed')", [sent["pushed_at"]])
@@ -370,6 +402,9 @@ def main() -> None:
     parser.add_argument("--ranking-runs", type=int, default=4)
     parser.add_argument("--ranking-findings", type=int, default=2000)
     parser.add_argument("--exports", type=int, default=4)
+    parser.add_argument("--replays", type=int, default=4)
+    parser.add_argument("--replay-pods", type=int, default=1500)
+    parser.add_argument("--replay-nodes", type=int, default=60)
     parser.add_argument("--timeout", type=float, default=900)
     args = parser.parse_args()
     counts = [int(n) for n in args.workers.split(",")]

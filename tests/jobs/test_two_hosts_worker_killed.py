@@ -1,5 +1,6 @@
 """Two worker hosts on one PostgreSQL and one broker: one of them is killed (SIGKILL, its whole
-process group) in the middle of a mixed load, and every job is still done exactly once.
+process group) in the middle of a mixed load (SBOM uploads, CSV exports, a scheduling replay),
+and every job is still done exactly once.
 
 Each worker is a real `celery worker` with a TRUSTRANK_VAR_DIR of its own, as on two hosts;
 they share only the database, the broker and the export storage (TRUSTRANK_EXPORT_DIR), which
@@ -17,6 +18,8 @@ import pytest
 from bench.sbom_generate import make_bom
 from tests.conftest import wait_for
 from tests.exports.helpers import body_of, bulk_findings, csv_rows
+from tests.replay.helpers import csv_subset
+from trustrank.cluster.models import ReplayRun
 from trustrank.exports.models import Export
 from trustrank.findings.records import AuditEvent
 from trustrank.inventory.models import Component, Sbom
@@ -53,6 +56,7 @@ def test_a_worker_host_killed_mid_load_leaves_every_job_done_once(
     settings.TRUSTRANK_EXPORT_STREAM_MAX_ROWS = 50
     settings.TRUSTRANK_EXPORT_DIR = tmp_path / "shared-exports"
     bulk_findings(team, FINDINGS)
+    pods_csv, nodes_csv = csv_subset(pods=200, nodes=20, tmp=tmp_path)
     survivor = start_worker(beat=True, **_host_env(tmp_path, "host-a"))
     doomed = start_worker(**_host_env(tmp_path, "host-b"))
     assert survivor.proc.pid != doomed.proc.pid
@@ -72,6 +76,16 @@ def test_a_worker_host_killed_mid_load_leaves_every_job_done_once(
         assert response.status_code == 202, response.content
         exports.append(response.json()["id"])
 
+    # A scheduling replay of an uploaded trace: batch work, like the exports.
+    with open(pods_csv, "rb") as pods, open(nodes_csv, "rb") as nodes:
+        response = api(team, "admin", "read").post(
+            "/api/v1/replay-runs", {"mode": "timeline", "placement": "best_fit",
+                                    "compress": 500, "policies": ["static_weight_rr"], "pods": pods,
+                                    "nodes": nodes},
+            format="multipart")
+    assert response.status_code == 202, response.content
+    replay = response.json()["id"]
+
     # Kill host B while it holds a job (its solo pool runs jobs in its main process).
     from ingest.models import IngestJob
 
@@ -79,7 +93,7 @@ def test_a_worker_host_killed_mid_load_leaves_every_job_done_once(
         mine = f":{doomed.proc.pid}"
         return any(
             model.objects.filter(status=JobStatus.RUNNING, worker__endswith=mine).exists()
-            for model in (IngestJob, Export)
+            for model in (IngestJob, Export, ReplayRun)
         )
 
     wait_for(b_is_mid_job, timeout=60, interval=0.05)
@@ -89,6 +103,7 @@ def test_a_worker_host_killed_mid_load_leaves_every_job_done_once(
         return (
             IngestJob.objects.filter(pk__in=jobs, status__in=FINISHED).count() == SBOMS
             and Export.objects.filter(pk__in=exports, status__in=FINISHED).count() == EXPORTS
+            and ReplayRun.objects.filter(pk=replay, status__in=FINISHED).exists()
         )
 
     wait_for(all_finished, timeout=240, interval=0.5)
@@ -98,7 +113,9 @@ def test_a_worker_host_killed_mid_load_leaves_every_job_done_once(
     assert all(j["status"] == JobStatus.DONE for j in ingest), ingest
     assert all(e.status == JobStatus.DONE for e in Export.objects.filter(pk__in=exports))
     # The killed host's job was taken over: some job needed a second attempt.
-    attempts = [j["attempts"] for j in ingest] + list(
+    run = ReplayRun.objects.get(pk=replay)
+    assert run.status == JobStatus.DONE and run.result, (run.status, run.error)
+    attempts = [j["attempts"] for j in ingest] + [run.attempts] + list(
         Export.objects.filter(pk__in=exports).values_list("attempts", flat=True)
     )
     assert max(attempts) >= 2, attempts
