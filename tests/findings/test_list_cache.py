@@ -182,7 +182,7 @@ def test_a_broad_search_on_the_page_says_more_than(team: Team, make_user, client
     from trustrank.findings import paging, views
 
     monkeypatch.setattr(paging, "SEARCH_SORT_MAX", 3)
-    monkeypatch.setattr(views, "COUNT_CAP", 3)
+    monkeypatch.setattr(views, "SEARCH_SORT_MAX", 3)
     _findings(team, 8)
     client.force_login(make_user("erin", team=team))
     page = client.get("/findings/?q=cve-2024-00")

@@ -34,6 +34,7 @@ from trustrank.findings.choices import (
 from trustrank.findings.filters import ORDERINGS, FindingFilterSet, findings_ordered
 from trustrank.findings.list_cache import list_cache_get, list_cache_key, list_cache_set
 from trustrank.findings.paging import (
+    SEARCH_SORT_MAX,
     RankOrderedRows,
     SortedMatches,
     capped_cached_count,
@@ -48,6 +49,7 @@ from trustrank.findings.services.triage import (
     finding_comment_add,
     finding_triage,
 )
+from trustrank.findings.totals import list_total
 from trustrank.inventory.models import Project
 from trustrank.lib.numbers import INT_MAX, int_or_none
 from trustrank.ranking.explain import finding_rank_explain
@@ -62,8 +64,6 @@ ORDER_TEXT = {
     "baseline": "highest baseline priority first",
     "due": "soonest due date first",
 }
-# The page's totals: "more than 10,000" beyond this.
-COUNT_CAP = 10_000
 PROJECT_CHOICES_MAX = 300
 
 
@@ -154,14 +154,22 @@ def _table_context(
         qs = findings_ordered(qs, ordering)
     # A search's matches are found, sorted and kept with their total (paging.SortedMatches).
     matches: SortedMatches | None = None
+    broad = False
     if filterset.searches():
         matches = SortedMatches(qs, team_ids=team_ids)
-        # A broad search pages like the list (its total capped there too).
-        matches = matches if matches.usable and not matches.broad else None
+        # A broad search pages like the list; its matches told it holds more than
+        # SEARCH_SORT_MAX, which is what its total says.
+        broad = matches.usable and matches.broad
+        matches = matches if matches.usable and not broad else None
+    count_exact = True
     if matches is not None:
-        count, capped = min(matches.count(), COUNT_CAP), matches.count() > COUNT_CAP
+        count, capped = matches.count(), False
+    elif broad:
+        count, capped = SEARCH_SORT_MAX, True
     else:
-        count, capped = capped_cached_count(qs, team_ids=team_ids, cap=COUNT_CAP)
+        # Exact up to TRUSTRANK_FINDINGS_EXACT_COUNT_MAX, "about N" beyond (totals.py).
+        total = list_total(qs, team_ids=team_ids)
+        count, capped, count_exact = total.n, False, total.exact
     overdue_count, overdue_capped = capped_cached_count(
         qs.filter(state__in=OPEN_STATES, due__due_date__lt=timezone.localdate()), team_ids=team_ids
     )
@@ -221,6 +229,7 @@ def _table_context(
         "findings": rows,
         "count": count,
         "capped": capped,
+        "count_exact": count_exact,
         "overdue_count": overdue_count,
         "overdue_capped": overdue_capped,
         "next_query": next_query,
