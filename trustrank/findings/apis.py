@@ -180,15 +180,10 @@ class FindingListApi(ListAPIView[Finding]):
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """As ListAPIView's, with the page's `count` and `results` kept under the teams'
         findings generation (list_cache.py): the same page asked again is not serialized
-        again. The filters validate first, so a cached page never skips a 400."""
-        base = self.get_queryset()
-        backends = [backend() for backend in self.filter_backends]
-        filterset: Any = None
-        if len(backends) == 1 and isinstance(backends[0], StrictFilterBackend):
-            # The parameters checked, the filtered queryset built only if the page is not kept.
-            filterset = backends[0].filterset_checked(request, base, self)
-        else:
-            base = self.filter_queryset(base)
+        again. A page is kept only once its query string passed the filters, under that
+        string, the caller's teams and who `me` is: a kept page is the answer to a valid
+        request, so it is served without building the FilterSet again (~2 ms of deep copies);
+        any other string is checked first, so a cached page never hides a 400."""
         principal = principal_for_request(request)
         paginator = self.paginator
         assert paginator is not None
@@ -206,6 +201,14 @@ class FindingListApi(ListAPIView[Finding]):
                 page_size,
             ), more=more)
             return paginator.get_paginated_response(results)
+        base = self.get_queryset()
+        backends = [backend() for backend in self.filter_backends]
+        filterset: Any = None
+        if len(backends) == 1 and isinstance(backends[0], StrictFilterBackend):
+            # The parameters checked, the filtered queryset built only if the page is not kept.
+            filterset = backends[0].filterset_checked(request, base, self)
+        else:
+            base = self.filter_queryset(base)
         page = self.paginate_queryset(base if filterset is None else filterset.qs)
         results = self.get_serializer(page, many=True).data
         django_page = paginator.page

@@ -31,6 +31,7 @@ from django.db.models import QuerySet
 from trustrank.findings.generation import findings_generation
 from trustrank.lib.single_flight import cache_get_or_compute_once
 
+
 @dataclass(frozen=True)
 class Total:
     """A list's total: `n` findings, exactly or (exact false) as estimated."""
