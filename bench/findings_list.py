@@ -276,6 +276,37 @@ class DatabaseCpu:
         return sum(self._last[p] - self._first[p] for p in self._last)
 
 
+class Writer:
+    """A finding of the bench team touched every `every` seconds (an analyst's triage, an
+    ingest), in its own thread and connection, until stopped; how many writes it made."""
+
+    def __init__(self, every: float) -> None:
+        self._every = every
+        self._stop = threading.Event()
+        self._writes = 0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        if every > 0:
+            self._thread.start()
+
+    def _run(self) -> None:
+        from django.db import connection
+
+        while not self._stop.wait(self._every):
+            with connection.cursor() as cur:
+                cur.execute(
+                    "UPDATE findings_finding SET updated_at = now() WHERE id = "
+                    "(SELECT min(id) FROM findings_finding)"
+                )
+            self._writes += 1
+        connection.close()
+
+    def stop(self) -> int:
+        self._stop.set()
+        if self._every > 0:
+            self._thread.join()
+        return self._writes
+
+
 def vm_hwm_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -333,6 +364,9 @@ def main() -> None:
     parser.add_argument("--web-workers", type=int, default=4)
     parser.add_argument("--reuse", action="store_true")
     parser.add_argument("--skip-export", action="store_true")
+    # A finding written every this many seconds while the clients read (0: none): each write
+    # moves the generation, so every kept total, order head and page is computed again.
+    parser.add_argument("--write-every", type=float, default=0.0)
     # Helpers sharing one PostgreSQL each bench their own database.
     parser.add_argument("--db-name", default=BENCH_DB)
     args = parser.parse_args()
@@ -368,8 +402,10 @@ def main() -> None:
         cpu_before, load_before = tree_cpu_seconds(web.pid), os.getloadavg()
         database_cpu = DatabaseCpu(args.db_name)
         database_cpu.start()
+        writer = Writer(args.write_every)
         figures = load(base, key=key, session_id=session_id, clients=args.clients,
                        seconds=args.seconds, think=args.think)
+        figures["writes"] = writer.stop()
         figures["web_cpu_ms_per_request"] = round(
             (tree_cpu_seconds(web.pid) - cpu_before) * 1000 / max(1, figures["requests"]), 1
         )
@@ -395,6 +431,7 @@ def main() -> None:
         "web_workers": args.web_workers,
         "web_cpu_ms_per_request": figures["web_cpu_ms_per_request"],
         "db_cpu_ms_per_request": figures["db_cpu_ms_per_request"],
+        "writes": figures["writes"],
         "load_before": figures["load_before"],
         "load_after": figures["load_after"],
         "findings": args.findings,

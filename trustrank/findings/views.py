@@ -139,7 +139,7 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
     # choices: kept by exactly those (its 20 widgets' templates cost ~8 ms to render).
     form_key = list_cache_key(what="filter-form", team_ids=team_ids, query=query, viewer=(
         can_triage, projects, [(u.pk, u.get_username()) for u in members],
-    ))
+    ), by_generation=False)
     filter_form = list_cache_get(form_key)
     if filter_form is None:
         filterset = checked()

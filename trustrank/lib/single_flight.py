@@ -23,8 +23,10 @@ from django.core.cache import cache
 
 # A claim outlives any computation it guards; it only matters if its holder dies mid-way.
 CLAIM_SECONDS = 120
-# How often a waiting request looks for the value another one is computing.
-POLL_SECONDS = 0.02
+# How often a waiting request looks for the value another one is computing: soon at first
+# (most values take milliseconds), then less often (each look reads the cache).
+POLL_FIRST_SECONDS = 0.01
+POLL_MAX_SECONDS = 0.1
 
 
 def cache_get_or_compute_once(
@@ -52,8 +54,10 @@ def cache_get_or_compute_once(
         finally:
             cache.delete(claim)
     deadline = time.monotonic() + wait
+    pause = POLL_FIRST_SECONDS
     while time.monotonic() < deadline:
-        time.sleep(POLL_SECONDS)
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(pause * 1.5, POLL_MAX_SECONDS)
         found = cache.get(key)
         if found is not None:
             return found
