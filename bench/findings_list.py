@@ -233,6 +233,80 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
+class DatabaseCpu:
+    """CPU of the PostgreSQL backends serving one database while it runs, in seconds: the
+    other half of what a request costs. Backends come and go (web workers reconnect after
+    DB_CONN_MAX_AGE), so they are sampled every half second; a backend first seen during the
+    window counts from zero."""
+
+    def __init__(self, db_name: str) -> None:
+        self._db = db_name
+        self._first: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._started = False
+
+    def _sample(self) -> None:
+        from django.db import connection
+
+        with connection.cursor() as cur:
+            cur.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> "
+                        "pg_backend_pid()", [self._db])
+            pids = [int(row[0]) for row in cur.fetchall()]
+        for pid in pids:
+            cpu = tree_cpu_seconds(pid)
+            if pid not in self._first:
+                self._first[pid] = cpu if not self._started else 0.0
+            self._last[pid] = cpu
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            self._sample()
+
+    def start(self) -> None:
+        self._sample()
+        self._started = True
+        self._thread.start()
+
+    def seconds(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        return sum(self._last[p] - self._first[p] for p in self._last)
+
+
+class Writer:
+    """A finding of the bench team touched every `every` seconds (an analyst's triage, an
+    ingest), in its own thread and connection, until stopped; how many writes it made."""
+
+    def __init__(self, every: float) -> None:
+        self._every = every
+        self._stop = threading.Event()
+        self._writes = 0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        if every > 0:
+            self._thread.start()
+
+    def _run(self) -> None:
+        from django.db import connection
+
+        while not self._stop.wait(self._every):
+            with connection.cursor() as cur:
+                cur.execute(
+                    "UPDATE findings_finding SET updated_at = now() WHERE id = "
+                    "(SELECT min(id) FROM findings_finding)"
+                )
+            self._writes += 1
+        connection.close()
+
+    def stop(self) -> int:
+        self._stop.set()
+        if self._every > 0:
+            self._thread.join()
+        return self._writes
+
+
 def vm_hwm_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -290,6 +364,9 @@ def main() -> None:
     parser.add_argument("--web-workers", type=int, default=4)
     parser.add_argument("--reuse", action="store_true")
     parser.add_argument("--skip-export", action="store_true")
+    # A finding written every this many seconds while the clients read (0: none): each write
+    # moves the generation, so every kept total, order head and page is computed again.
+    parser.add_argument("--write-every", type=float, default=0.0)
     # Helpers sharing one PostgreSQL each bench their own database.
     parser.add_argument("--db-name", default=BENCH_DB)
     args = parser.parse_args()
@@ -323,10 +400,17 @@ def main() -> None:
         print(f"warm-up: {warm}")
         print(f"{args.clients} clients for {args.seconds:.0f} s:")
         cpu_before, load_before = tree_cpu_seconds(web.pid), os.getloadavg()
+        database_cpu = DatabaseCpu(args.db_name)
+        database_cpu.start()
+        writer = Writer(args.write_every)
         figures = load(base, key=key, session_id=session_id, clients=args.clients,
                        seconds=args.seconds, think=args.think)
+        figures["writes"] = writer.stop()
         figures["web_cpu_ms_per_request"] = round(
             (tree_cpu_seconds(web.pid) - cpu_before) * 1000 / max(1, figures["requests"]), 1
+        )
+        figures["db_cpu_ms_per_request"] = round(
+            database_cpu.seconds() * 1000 / max(1, figures["requests"]), 1
         )
         figures["load_before"] = [round(x, 2) for x in load_before]
         figures["load_after"] = [round(x, 2) for x in os.getloadavg()]
@@ -346,6 +430,8 @@ def main() -> None:
         "think_s": args.think,
         "web_workers": args.web_workers,
         "web_cpu_ms_per_request": figures["web_cpu_ms_per_request"],
+        "db_cpu_ms_per_request": figures["db_cpu_ms_per_request"],
+        "writes": figures["writes"],
         "load_before": figures["load_before"],
         "load_after": figures["load_after"],
         "findings": args.findings,

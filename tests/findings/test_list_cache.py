@@ -182,9 +182,40 @@ def test_a_broad_search_on_the_page_says_more_than(team: Team, make_user, client
     from trustrank.findings import paging, views
 
     monkeypatch.setattr(paging, "SEARCH_SORT_MAX", 3)
-    monkeypatch.setattr(views, "COUNT_CAP", 3)
+    monkeypatch.setattr(views, "SEARCH_SORT_MAX", 3)
     _findings(team, 8)
     client.force_login(make_user("erin", team=team))
     page = client.get("/findings/?q=cve-2024-00")
     assert "More than 3 findings" in page.content.decode()
     assert len(page.context["findings"]) == 8
+
+
+def test_the_kept_filter_form_shows_the_query_and_follows_new_members(
+    team: Team, make_user, client
+) -> None:
+    _findings(team, 2)
+    client.force_login(make_user("erin", team=team))
+    first = client.get("/findings/?severity=high").content.decode()
+    assert '<option value="high" selected>' in first
+    assert "newcomer" not in first
+    # A new member changes no finding (the generation stays) but is a choice of the form.
+    make_user("newcomer", team=team)
+    again = client.get("/findings/?severity=high").content.decode()
+    assert "newcomer" in again and '<option value="high" selected>' in again
+    # An invalid filter is never kept: asked twice, its error shows twice.
+    for _ in range(2):
+        bad = client.get("/findings/?severity=huge").content.decode()
+        assert "severity:" in bad and "Fix the filter above." in bad
+
+
+def test_a_write_makes_a_new_table_key_but_keeps_the_filter_forms(team: Team) -> None:
+    """The filter form shows no finding: re-rendering it after every write (a write every
+    second or two on a busy team) would cost what keeping it saves."""
+    findings = _findings(team, 1)
+    table = list_cache_key(what="page", team_ids=[team.pk], query="")
+    form = list_cache_key(what="filter-form", team_ids=[team.pk], query="", by_generation=False)
+    Finding.objects.filter(pk=findings[0].pk).update(title="x", updated_at=timezone.now())
+    assert list_cache_key(what="page", team_ids=[team.pk], query="") != table
+    assert list_cache_key(
+        what="filter-form", team_ids=[team.pk], query="", by_generation=False
+    ) == form

@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from django.conf import settings
+from django.core.paginator import EmptyPage, Page, PageNotAnInteger
 from django.core.paginator import Paginator as DjangoPaginator
 from drf_spectacular.utils import extend_schema
 from rest_framework.generics import ListAPIView
@@ -51,15 +53,67 @@ class FastJSONRenderer(JSONRenderer):
         )
 
 
+class FindingPaginator(DjangoPaginator):
+    """Django's Paginator, except for a list whose total is an estimate (`estimated` on the
+    rows, paging.CountedRows): a page reads one row more to tell whether a next page
+    exists, and any page number with rows is served, so a client following `next` reads
+    every finding once and stops at the last, whatever the estimate said."""
+
+    def _estimated(self) -> bool:
+        self.count  # noqa: B018 - counting sets `estimated` on the rows
+        return bool(getattr(self.object_list, "estimated", False))
+
+    def validate_number(self, number: Any) -> int:
+        if not self._estimated():
+            return super().validate_number(number)
+        try:
+            if isinstance(number, float) and not number.is_integer():
+                raise ValueError
+            number = int(number)
+        except (TypeError, ValueError) as exc:
+            raise PageNotAnInteger(self.error_messages["invalid_page"]) from exc
+        if number < 1:
+            raise EmptyPage(self.error_messages["min_page"])
+        return number
+
+    def page(self, number: Any) -> Page:
+        if not self._estimated():
+            return super().page(number)
+        number = self.validate_number(number)
+        bottom = (number - 1) * self.per_page
+        rows = list(self.object_list[bottom : bottom + self.per_page + 1])
+        if not rows and number > 1:
+            raise EmptyPage(self.error_messages["no_results"])
+        return ListPage(rows[: self.per_page], number, self, more=len(rows) > self.per_page)
+
+
+class ListPage(Page):
+    """A page that knows whether another follows (read, or kept with the page), whatever
+    its paginator's total says."""
+
+    def __init__(self, object_list: Any, number: int, paginator: Any, *, more: bool) -> None:
+        super().__init__(object_list, number, paginator)
+        self._more = more
+
+    def has_next(self) -> bool:
+        return self._more
+
+
 class FindingPagination(Pagination):
     """The API's pagination, plus `count_exact`: false when `count` is a cap (a search that
-    matches more than SEARCH_SORT_MAX findings), true otherwise. `next` and `previous` page within
-    `count` either way."""
+    matches more than SEARCH_SORT_MAX findings) or an estimate (a list of more than
+    TRUSTRANK_FINDINGS_EXACT_COUNT_MAX findings, findings/totals.py), true otherwise. With a
+    cap, `next` and `previous` page within `count`; with an estimate, `next` is there while
+    findings follow."""
+
+    django_paginator_class = FindingPaginator
 
     def get_paginated_response(self, data: Any) -> Response:
         response = super().get_paginated_response(data)
-        capped = bool(getattr(self.page.paginator.object_list, "capped", False))
-        response.data["count_exact"] = not capped
+        rows = self.page.paginator.object_list
+        response.data["count_exact"] = not (
+            getattr(rows, "capped", False) or getattr(rows, "estimated", False)
+        )
         return response
 
     def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
@@ -67,7 +121,8 @@ class FindingPagination(Pagination):
         out["properties"]["count_exact"] = {
             "type": "boolean",
             "description": "false when count is capped (a search matching more than "
-                           f"{SEARCH_SORT_MAX} findings)",
+                           f"{SEARCH_SORT_MAX} findings) or estimated (a list of more than "
+                           f"{settings.TRUSTRANK_FINDINGS_EXACT_COUNT_MAX} findings)",
         }
         out["required"] = [*out.get("required", []), "count_exact"]
         return out
@@ -111,24 +166,24 @@ class FindingListApi(ListAPIView[Finding]):
             # A search's matches are found, sorted by rank lookups and kept (SortedMatches).
             rows = CountedRows(queryset, team_ids=team_ids, matches=matches)
         else:
-            # A broad search is paged like the list, its total capped (`count_exact`).
+            # A broad search is paged like the list, its total capped (`count_exact`): the
+            # matches told it holds more than the cap, so it is not counted again.
             cap = SEARCH_SORT_MAX if search else None
-            rows = (RankOrderedRows(queryset, team_ids=team_ids, cap=cap) if ordering == "rank"
-                    else CountedRows(queryset, team_ids=team_ids, cap=cap))
+            over_cap = matches is not None and matches.usable
+            rows = (
+                RankOrderedRows(queryset, team_ids=team_ids, cap=cap, over_cap=over_cap)
+                if ordering == "rank"
+                else CountedRows(queryset, team_ids=team_ids, cap=cap, over_cap=over_cap)
+            )
         return self.paginator.paginate_queryset(rows, self.request, view=self)
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """As ListAPIView's, with the page's `count` and `results` kept under the teams'
         findings generation (list_cache.py): the same page asked again is not serialized
-        again. The filters validate first, so a cached page never skips a 400."""
-        base = self.get_queryset()
-        backends = [backend() for backend in self.filter_backends]
-        filterset: Any = None
-        if len(backends) == 1 and isinstance(backends[0], StrictFilterBackend):
-            # The parameters checked, the filtered queryset built only if the page is not kept.
-            filterset = backends[0].filterset_checked(request, base, self)
-        else:
-            base = self.filter_queryset(base)
+        again. A page is kept only once its query string passed the filters, under that
+        string, the caller's teams and who `me` is: a kept page is the answer to a valid
+        request, so it is served without building the FilterSet again (~2 ms of deep copies);
+        any other string is checked first, so a cached page never hides a 400."""
         principal = principal_for_request(request)
         paginator = self.paginator
         assert paginator is not None
@@ -139,28 +194,39 @@ class FindingListApi(ListAPIView[Finding]):
                              query=request.META.get("QUERY_STRING", ""), viewer=viewer)
         kept = list_cache_get(key)
         if kept is not None:
-            count, capped, number, page_size, results = kept
+            count, capped, estimated, number, page_size, more, results = kept
             paginator.request = request
-            paginator.page = DjangoPaginator(
-                KnownCount(count, capped=capped), page_size  # type: ignore[arg-type]
-            ).page(number)
+            paginator.page = ListPage([], number, FindingPaginator(
+                KnownCount(count, capped=capped, estimated=estimated),  # type: ignore[arg-type]
+                page_size,
+            ), more=more)
             return paginator.get_paginated_response(results)
+        base = self.get_queryset()
+        backends = [backend() for backend in self.filter_backends]
+        filterset: Any = None
+        if len(backends) == 1 and isinstance(backends[0], StrictFilterBackend):
+            # The parameters checked, the filtered queryset built only if the page is not kept.
+            filterset = backends[0].filterset_checked(request, base, self)
+        else:
+            base = self.filter_queryset(base)
         page = self.paginate_queryset(base if filterset is None else filterset.qs)
         results = self.get_serializer(page, many=True).data
         django_page = paginator.page
-        list_cache_set(key, (django_page.paginator.count,
-                             bool(getattr(django_page.paginator.object_list, "capped", False)),
-                             django_page.number,
-                             django_page.paginator.per_page, list(results)))
+        rows = django_page.paginator.object_list
+        list_cache_set(key, (django_page.paginator.count, bool(getattr(rows, "capped", False)),
+                             bool(getattr(rows, "estimated", False)), django_page.number,
+                             django_page.paginator.per_page, django_page.has_next(),
+                             list(results)))
         return paginator.get_paginated_response(results)
 
 
 class KnownCount:
     """A sequence Django's Paginator pages by its known total (a kept page's)."""
 
-    def __init__(self, n: int, *, capped: bool = False) -> None:
+    def __init__(self, n: int, *, capped: bool = False, estimated: bool = False) -> None:
         self._n = n
         self.capped = capped
+        self.estimated = estimated
 
     def count(self) -> int:
         return self._n

@@ -33,16 +33,18 @@ from trustrank.findings.generation import findings_generation
 
 
 def list_cache_key(
-    *, what: str, team_ids: Iterable[int], query: str, viewer: tuple[Any, ...] = ()
+    *, what: str, team_ids: Iterable[int], query: str, viewer: tuple[Any, ...] = (),
+    by_generation: bool = True,
 ) -> str | None:
-    """The key of one list page, None when the cache is off."""
+    """The key of one list page, None when the cache is off. `by_generation` false: for a
+    part that shows no finding (the filter form), which a write must not make new."""
     if settings.TRUSTRANK_FINDINGS_LIST_CACHE_SECONDS <= 0:
         return None
     ids = sorted({int(t) for t in team_ids})
     digest = hashlib.sha256(repr((what, ids, query, viewer)).encode()).hexdigest()[:32]
-    generation = findings_generation(team_ids=ids)
+    generation = findings_generation(team_ids=ids) if by_generation else "-"
     # The format of a kept value may change between releases: its version is in the key.
-    return f"findings-list:v1:{generation}:{timezone.localdate().isoformat()}:{digest}"
+    return f"findings-list:v2:{generation}:{timezone.localdate().isoformat()}:{digest}"
 
 
 def list_cache_get(key: str | None) -> Any:

@@ -1,14 +1,11 @@
-"""Paging the findings list at a million rows: exact totals without a COUNT per request, and
-the contextual order without a sort of the whole team.
+"""Paging the findings list at a million rows: totals without a COUNT per request, and the
+contextual order without a sort of the whole team.
 
 - Totals: `COUNT(*)` over a broad filter of a million-row team costs 100–350 ms even as a
-  parallel index-only scan, and every page of every analyst asks for it. The count of a
-  filter is kept (per process) under the team's *generation*: the newest `updated_at` of its
-  findings (every write sets it; an index answers in microseconds) and its newest finished
-  ranking run (which changes ranks and decisions but not findings), and the table's deletion
-  counter (`pg_stat_user_tables.n_tup_del`: deletions leave `updated_at` alone; the counter
-  is flushed within about a second). Any change makes a new key, so a total does not outlive
-  a write; entries also expire after `TRUSTRANK_FINDINGS_COUNT_TTL` seconds.
+  parallel index-only scan, and every page of every analyst asks for it. The total of a
+  filter is kept under the teams' *generation* (generation.py: any write or ranking run makes
+  a new key, so a total does not outlive a write), computed by one web worker at a time, and
+  estimated rather than counted for a large list (totals.py).
 - Contextual order: `ORDER BY rank NULLS LAST` over a LEFT JOIN makes PostgreSQL hash-join
   and sort the whole team (~2 s at 1M). Ranked findings come first anyway, so a page is read
   from the ranked part in the rank index's order, then from the unranked rest.
@@ -21,34 +18,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import cache
 from django.core.exceptions import EmptyResultSet
 from django.db import connection
 from django.db.models import F, OrderBy, OuterRef, QuerySet, Subquery
 
 from trustrank.findings.generation import findings_generation
 from trustrank.findings.models import Finding
-
-
-def _key(qs: QuerySet[Any], *, team_ids: Iterable[int], cap: int | None) -> str:
-    sql, params = qs.order_by().query.sql_with_params()
-    digest = hashlib.sha256(repr((sql, params, cap)).encode()).hexdigest()[:32]
-    return f"findings-count:{findings_generation(team_ids=team_ids)}:{digest}"
-
-
-def cached_count(qs: QuerySet[Any], *, team_ids: Iterable[int], cap: int | None = None) -> int:
-    """`qs.count()` (at most cap + 1 when capped), kept under the teams' generation."""
-    team_ids = list(team_ids)
-    try:
-        key = _key(qs, team_ids=team_ids, cap=cap)
-    except EmptyResultSet:  # qs.none(), or a filter that can match nothing
-        return 0
-    found = cache.get(key)
-    if found is not None:
-        return int(found)
-    n = qs.order_by().count() if cap is None else qs.order_by()[: cap + 1].count()
-    cache.set(key, n, timeout=settings.TRUSTRANK_FINDINGS_COUNT_TTL)
-    return n
+from trustrank.findings.totals import cached_count, list_total
+from trustrank.lib.single_flight import cache_get_or_compute_once
 
 
 def rows_by_id(qs: QuerySet[Finding], item: slice) -> list[Finding]:
@@ -81,11 +58,11 @@ def kept_order_head(
     sqls = [qs.query.sql_with_params() for qs in sql_of]
     digest = hashlib.sha256(repr((sqls, ORDER_HEAD)).encode()).hexdigest()[:32]
     key = f"findings-order-head:{findings_generation(team_ids=team_ids)}:{digest}"
-    found = cache.get(key)
-    if found is None:
-        found = list(ids_of(slice(0, ORDER_HEAD)))
-        cache.set(key, found, timeout=settings.TRUSTRANK_FINDINGS_COUNT_TTL)
-    return list(found)
+    return list(cache_get_or_compute_once(
+        key, lambda: list(ids_of(slice(0, ORDER_HEAD))),
+        timeout=settings.TRUSTRANK_FINDINGS_COUNT_TTL,
+        wait=settings.TRUSTRANK_FINDINGS_COUNT_WAIT_SECONDS,
+    ))
 
 
 def _from_head(item: slice) -> bool:
@@ -216,18 +193,20 @@ class SortedMatches:
         inner, params, order_sql = self._sql
         digest = hashlib.sha256(repr((inner, params, order_sql)).encode()).hexdigest()[:32]
         key = f"findings-matches:{findings_generation(team_ids=self._team_ids)}:{digest}"
-        found = cache.get(key)
-        if found is None:
+
+        def sort() -> tuple[int, list[tuple[Any, ...]]]:
             # At most SEARCH_SORT_MAX + 1 matches are read and sorted: a broader search is
             # paged by walking the list's order instead (`broad`).
             rows = self._select(extra=", count(*) OVER ()", tail=f" LIMIT {SEARCH_HEAD}",
                                 inner_limit=SEARCH_SORT_MAX + 1)
-            found = (int(rows[0][-1]) if rows else 0, [row[:-1] for row in rows])
-            if found[0] > SEARCH_SORT_MAX:
-                found = (found[0], [])
-            cache.set(key, found, timeout=settings.TRUSTRANK_FINDINGS_COUNT_TTL)
-        self._head = found
-        return found
+            total = int(rows[0][-1]) if rows else 0
+            return (total, [] if total > SEARCH_SORT_MAX else [row[:-1] for row in rows])
+
+        self._head = cache_get_or_compute_once(
+            key, sort, timeout=settings.TRUSTRANK_FINDINGS_COUNT_TTL,
+            wait=settings.TRUSTRANK_FINDINGS_COUNT_WAIT_SECONDS,
+        )
+        return self._head
 
     @property
     def broad(self) -> bool:
@@ -273,19 +252,35 @@ def capped_cached_count(
     return min(n, cap), n > cap
 
 
+def _total(
+    qs: QuerySet[Any], *, team_ids: list[int], cap: int | None, over_cap: bool
+) -> tuple[int, bool, bool]:
+    """(total, capped, estimated) of a list: the cap when it is known to be passed, a count
+    of at most cap + 1 rows with a cap, else `list_total` (exact, or estimated when large)."""
+    if cap is not None:
+        n = cap + 1 if over_cap else cached_count(qs, team_ids=team_ids, cap=cap)
+        return min(n, cap), n > cap, False
+    total = list_total(qs, team_ids=team_ids)
+    return total.n, False, not total.exact
+
+
 class CountedRows:
-    """A queryset whose total comes from `cached_count`, for DRF's page-number pagination.
-    With `cap`, the total stops at cap (`capped` then says so)."""
+    """A queryset whose total comes from `list_total` (`estimated` when it is), for
+    DRF's page-number pagination. With `cap`, the total stops at cap (`capped` then says
+    so); `over_cap` says the list is known to hold more than `cap` (a broad search): its
+    total is then the cap without a count."""
 
     def __init__(
         self, qs: QuerySet[Finding], *, team_ids: Iterable[int], search: bool = False,
-        matches: SortedMatches | None = None, cap: int | None = None,
+        matches: SortedMatches | None = None, cap: int | None = None, over_cap: bool = False,
     ) -> None:
         self._qs = qs
         self._team_ids = list(team_ids)
         self._count: int | None = None
         self._cap = cap
+        self._over_cap = over_cap
         self.capped = False
+        self.estimated = False
         # A search: its matches are found, sorted and kept (SortedMatches).
         if matches is None and search:
             matches = SortedMatches(qs, team_ids=self._team_ids)
@@ -296,9 +291,9 @@ class CountedRows:
             if self._matches is not None:
                 self._count = self._matches.count()
             else:
-                n = cached_count(self._qs, team_ids=self._team_ids, cap=self._cap)
-                self.capped = self._cap is not None and n > self._cap
-                self._count = n if not self.capped else int(self._cap or 0)
+                self._count, self.capped, self.estimated = _total(
+                    self._qs, team_ids=self._team_ids, cap=self._cap, over_cap=self._over_cap
+                )
         return self._count
 
     def __len__(self) -> int:
@@ -327,11 +322,14 @@ class RankOrderedRows:
     "-id")`, without sorting the team: each part walks an index."""
 
     def __init__(
-        self, qs: QuerySet[Finding], *, team_ids: Iterable[int], cap: int | None = None
+        self, qs: QuerySet[Finding], *, team_ids: Iterable[int], cap: int | None = None,
+        over_cap: bool = False,
     ) -> None:
         self._team_ids = list(team_ids)
         self._cap = cap
+        self._over_cap = over_cap
         self.capped = False
+        self.estimated = False
         base = self._base = qs.order_by()
         # The team condition on the ranks too, so PostgreSQL walks (team, rank) in order.
         self._ranked = base.filter(ranked__team_id__in=self._team_ids).order_by(
@@ -351,9 +349,9 @@ class RankOrderedRows:
         # The whole filter's total: one count without the ranks' join (the two parts
         # partition it), shared with the other orders' totals under the same key.
         if self._count is None:
-            n = cached_count(self._base, team_ids=self._team_ids, cap=self._cap)
-            self.capped = self._cap is not None and n > self._cap
-            self._count = n if not self.capped else int(self._cap or 0)
+            self._count, self.capped, self.estimated = _total(
+                self._base, team_ids=self._team_ids, cap=self._cap, over_cap=self._over_cap
+            )
         return self._count
 
     def __len__(self) -> int:

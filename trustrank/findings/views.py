@@ -22,7 +22,7 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST
 
 from trustrank.accounts.models import Membership, Scope
-from trustrank.accounts.principal import Principal, principal_for_request
+from trustrank.accounts.principal import principal_for_request
 from trustrank.findings import selectors
 from trustrank.findings.choices import (
     OPEN_STATES,
@@ -34,6 +34,7 @@ from trustrank.findings.choices import (
 from trustrank.findings.filters import ORDERINGS, FindingFilterSet, findings_ordered
 from trustrank.findings.list_cache import list_cache_get, list_cache_key, list_cache_set
 from trustrank.findings.paging import (
+    SEARCH_SORT_MAX,
     RankOrderedRows,
     SortedMatches,
     capped_cached_count,
@@ -48,6 +49,7 @@ from trustrank.findings.services.triage import (
     finding_comment_add,
     finding_triage,
 )
+from trustrank.findings.totals import list_total
 from trustrank.inventory.models import Project
 from trustrank.lib.numbers import INT_MAX, int_or_none
 from trustrank.ranking.explain import finding_rank_explain
@@ -62,8 +64,6 @@ ORDER_TEXT = {
     "baseline": "highest baseline priority first",
     "due": "soonest due date first",
 }
-# The page's totals: "more than 10,000" beyond this.
-COUNT_CAP = 10_000
 PROJECT_CHOICES_MAX = 300
 
 
@@ -91,26 +91,32 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
     `ordering=baseline` pages by key on (baseline_priority, id), the index's order, so page
     1,000 costs what page 1 costs. The total is counted up to a cap, never over the table."""
     principal = principal_for_request(request)
-    filterset = FindingFilterSet(
-        request.GET, queryset=selectors.finding_list(principal=principal), request=request
-    )
-    members = _filter_form_choices(filterset, principal)
     team_ids = principal.team_ids
-    ordering = filterset.ordering_value()
     params = request.GET.copy()
     params.pop("after", None)
     base_query = params.urlencode()
     can_triage = principal.can(Scope.TRIAGE)
     htmx = bool(getattr(request, "htmx", False))
+    query = request.META.get("QUERY_STRING", "")
+    built: list[FindingFilterSet] = []
+
+    def checked() -> FindingFilterSet:
+        # Built only when something is rendered: a kept table and form need no FilterSet
+        # (~3 ms of deep copies), as only a valid filter's are kept.
+        if not built:
+            built.append(FindingFilterSet(
+                request.GET, queryset=selectors.finding_list(principal=principal), request=request
+            ))
+        return built[0]
+
     # The table (totals, rows, pager) depends on the findings, the query and who may triage:
     # kept under the teams' findings generation (list_cache.py). A bad filter is not kept.
-    key = None
-    if filterset.is_valid():
-        viewer = (can_triage, htmx, request.user.pk if "assignee" in request.GET else None)
-        key = list_cache_key(what="page", team_ids=team_ids,
-                             query=request.META.get("QUERY_STRING", ""), viewer=viewer)
+    viewer = (can_triage, htmx, request.user.pk if "assignee" in request.GET else None)
+    key = list_cache_key(what="page", team_ids=team_ids, query=query, viewer=viewer)
     table = list_cache_get(key)
     if table is None:
+        filterset = checked()
+        ordering = filterset.ordering_value()
         table = render_to_string(
             "findings/_findings_table.html",
             {
@@ -123,11 +129,29 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
             },
             request=request,
         )
-        list_cache_set(key, table)
+        if filterset.is_valid():
+            list_cache_set(key, table)
     if htmx:
         return HttpResponse(table)
+    members = _members(team_ids)
+    projects = _projects(team_ids)
+    # The filter form shows the query's values and the teams' projects and members as
+    # choices: kept by exactly those (its 20 widgets' templates cost ~8 ms to render).
+    form_key = list_cache_key(what="filter-form", team_ids=team_ids, query=query, viewer=(
+        can_triage, projects, [(u.pk, u.get_username()) for u in members],
+    ), by_generation=False)
+    filter_form = list_cache_get(form_key)
+    if filter_form is None:
+        filterset = checked()
+        _filter_form_choices(filterset, projects=projects, members=members)
+        filter_form = render_to_string(
+            "findings/_filter_form.html", {"filter": filterset, "can_triage": can_triage},
+            request=request,
+        )
+        if filterset.is_valid():
+            list_cache_set(form_key, filter_form)
     context: dict[str, Any] = {
-        "filter": filterset,
+        "filter_form": mark_safe(filter_form),  # noqa: S308 - our own template's, escaped there
         "table": mark_safe(table),  # noqa: S308 - our own template's output, escaped there
         "first_query": base_query,
         "can_triage": can_triage,
@@ -154,14 +178,22 @@ def _table_context(
         qs = findings_ordered(qs, ordering)
     # A search's matches are found, sorted and kept with their total (paging.SortedMatches).
     matches: SortedMatches | None = None
+    broad = False
     if filterset.searches():
         matches = SortedMatches(qs, team_ids=team_ids)
-        # A broad search pages like the list (its total capped there too).
-        matches = matches if matches.usable and not matches.broad else None
+        # A broad search pages like the list; its matches told it holds more than
+        # SEARCH_SORT_MAX, which is what its total says.
+        broad = matches.usable and matches.broad
+        matches = matches if matches.usable and not broad else None
+    count_exact = True
     if matches is not None:
-        count, capped = min(matches.count(), COUNT_CAP), matches.count() > COUNT_CAP
+        count, capped = matches.count(), False
+    elif broad:
+        count, capped = SEARCH_SORT_MAX, True
     else:
-        count, capped = capped_cached_count(qs, team_ids=team_ids, cap=COUNT_CAP)
+        # Exact up to TRUSTRANK_FINDINGS_EXACT_COUNT_MAX, "about N" beyond (totals.py).
+        total = list_total(qs, team_ids=team_ids)
+        count, capped, count_exact = total.n, False, total.exact
     overdue_count, overdue_capped = capped_cached_count(
         qs.filter(state__in=OPEN_STATES, due__due_date__lt=timezone.localdate()), team_ids=team_ids
     )
@@ -221,6 +253,7 @@ def _table_context(
         "findings": rows,
         "count": count,
         "capped": capped,
+        "count_exact": count_exact,
         "overdue_count": overdue_count,
         "overdue_capped": overdue_capped,
         "next_query": next_query,
@@ -241,24 +274,30 @@ def _members(team_ids: list[int] | Any) -> list[Any]:
     )
 
 
-def _filter_form_choices(filterset: FindingFilterSet, principal: Principal) -> list[Any]:
-    """Selects for the numeric filters that name the principal's projects and members (the
-    values stay numbers, validated by the shared FilterSet). Returns the members."""
-    from django import forms
-
-    form = filterset.form
-    projects = list(
-        Project.objects.filter(team_id__in=principal.team_ids)
+def _projects(team_ids: list[int] | Any) -> list[tuple[int, str]]:
+    """The teams' projects (id, name) for the project filter, at most PROJECT_CHOICES_MAX + 1
+    (more than the max: the filter takes an id)."""
+    return list(
+        Project.objects.filter(team_id__in=list(team_ids))
         .order_by("name")
         .values_list("pk", "name")[: PROJECT_CHOICES_MAX + 1]
     )
+
+
+def _filter_form_choices(
+    filterset: FindingFilterSet, *, projects: list[tuple[int, str]], members: list[Any]
+) -> None:
+    """Selects for the numeric filters that name the teams' projects and members (the
+    values stay numbers, validated by the shared FilterSet)."""
+    from django import forms
+
+    form = filterset.form
     if len(projects) <= PROJECT_CHOICES_MAX:
         form.fields["project"].widget = forms.Select(choices=[("", "All"), *projects])
     else:
         # Thousands of options would weigh more than the page's rows; the project page links
         # here with ?project=<id>, and the field takes an id.
         form.fields["project"].widget = forms.NumberInput(attrs={"placeholder": "project id"})
-    members = _members(principal.team_ids)
     form.fields["assignee"].widget = forms.Select(
         choices=[("", "Anyone"), ("me", "Me"), ("none", "Unassigned"),
                  *((u.pk, u.get_username()) for u in members)]
@@ -266,7 +305,6 @@ def _filter_form_choices(filterset: FindingFilterSet, principal: Principal) -> l
     form.fields["due_before"].widget = forms.DateInput(attrs={"type": "date"})
     for name in ("kind", "severity", "state", "match_status", "decision"):
         form.fields[name].widget.attrs.update({"size": "3"})
-    return members
 
 
 @login_required

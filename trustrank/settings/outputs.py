@@ -62,6 +62,16 @@ if not re.match(r"^[a-z][a-z0-9+.-]*://\S+$", TRUSTRANK_CSAF_PUBLISHER_NAMESPACE
 # A filter's total is kept under the team's findings generation (newest write, newest ranking
 # run, the table's deletion counter) and dropped after this many seconds in any case.
 TRUSTRANK_FINDINGS_COUNT_TTL = envint("TRUSTRANK_FINDINGS_COUNT_TTL", 3600, minimum=0)
+# A list's total is counted exactly up to this many findings (a count of at most this many
+# rows: 3–35 ms at 1M); a larger list shows PostgreSQL's estimate, rounded to three
+# digits (the API's `count_exact: false`, "about N" on the page): an exact count of ten
+# million findings takes 2.6 s, and every write would ask for it again (findings/totals.py).
+TRUSTRANK_FINDINGS_EXACT_COUNT_MAX = envint(
+    "TRUSTRANK_FINDINGS_EXACT_COUNT_MAX", 10_000, minimum=0
+)
+# A missing total (or order head, or search) is computed by one web worker at a time; the
+# others wait this long for its answer, then answer an estimate (or compute it themselves).
+TRUSTRANK_FINDINGS_COUNT_WAIT_SECONDS = envfloat("TRUSTRANK_FINDINGS_COUNT_WAIT_SECONDS", 2.0)
 # A list page's rows (the API's results, the page's table) may be kept under the same
 # generation (trustrank/findings/list_cache.py) for this many seconds. Off (0) by default:
 # what the generation does not follow (a renamed project, a new EPSS score, a deletion not
