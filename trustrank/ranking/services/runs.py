@@ -7,7 +7,7 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -32,6 +32,7 @@ from trustrank.ranking.services.due import (
 )
 from trustrank.ranking.services.store import _collector_paused, _store
 from trustrank.ranking.services.store_columns import place_ids, store_first_from_columns
+from trustrank.ranking.services.store_rows import QueueRows, decision_changed
 from trustrank.ranking.services.store_services import services_store
 from trustrank.risk import inputs as ri
 from trustrank.risk.engine import rank, with_inputs_digest
@@ -50,7 +51,7 @@ class _Cached:
     run_id: int
     gathered: Gathered
     result: RankResult
-    rows: dict[int, tuple[int, int, str, float, str, str]]
+    rows: QueueRows
     gathered_at: datetime
     # The run's results digest, which the next run updates by the rows it changes.
     results_digest: str = ""
@@ -159,8 +160,8 @@ def _places_in(cached: _Cached) -> Callable[[str], int | None]:
     rows, ids = cached.rows, cached.gathered.finding_ids
 
     def place_of(fid: str) -> int | None:
-        row = rows.get(ids.get(fid, 0))
-        return None if row is None else row[0] - 1
+        at = rows.place(ids.get(fid, 0))
+        return None if at is None else int(rows.rank[at]) - 1
 
     return place_of
 
@@ -381,7 +382,7 @@ class _Meanwhile:
 
 
 def _decided_anew(
-    gathered: Gathered, cached: _Cached, rows: dict[int, _Row], changed: list[int],
+    gathered: Gathered, cached: _Cached, rows: QueueRows, changed: list[int],
     written_after: tuple[int, ...],
 ) -> dict[str, Any]:
     """An incremental run's due-date work: the previous run settled every ranked
@@ -391,8 +392,7 @@ def _decided_anew(
     known without the policy: then every finding is recomputed."""
     if cached.policy is None:
         return {}
-    before = cached.rows
-    todo = [fid for fid in changed if (old := before.get(fid)) is None or old[4] != rows[fid][4]]
+    todo = decision_changed(changed, cached.rows, rows)
     ids = gathered.finding_ids
     todo.extend(ids[fid] for fid in gathered.touched or () if fid in ids)
     todo.extend(written_after)
@@ -428,7 +428,7 @@ def _row_hashes(rows: Iterable[tuple[int, _Row]]) -> int:
 _digest_of = methodcaller("digest")
 
 
-def _rows_digest(rows: dict[int, _Row]) -> str:
+def _rows_digest(rows: Mapping[int, _Row]) -> str:
     """What the run stored, as a digest: the sum modulo 2^256 of one SHA-256 per stored
     row (the finding's id, rank, environment rank, environment, score, decision and the
     digest of its context, which covers the explanation), in 64 hex digits. Equal rows,
@@ -438,11 +438,11 @@ def _rows_digest(rows: dict[int, _Row]) -> str:
 
 
 def _rows_digest_update(
-    digest: str, *, before: dict[int, _Row], rows: dict[int, _Row], changed: list[int],
+    digest: str, *, before: Mapping[int, _Row], rows: Mapping[int, _Row], changed: list[int],
     gone: list[int],
 ) -> str:
     """`_rows_digest(rows)` from the digest of `before`, given every finding whose row
     changed or is new (`changed`) and every one whose row left (`gone`)."""
-    old = _row_hashes((fid, before[fid]) for fid in (*changed, *gone) if fid in before)
-    new = _row_hashes((fid, rows[fid]) for fid in changed)
+    old = _row_hashes(QueueRows.of(before).items_of([*changed, *gone]))
+    new = _row_hashes(QueueRows.of(rows).items_of(changed))
     return f"{(int(digest, 16) - old + new) % _MODULUS:064x}"
