@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from operator import methodcaller
 from typing import Any
 
+import numpy as np
 import orjson
 from django.db import connection, transaction
 from django.utils import timezone
@@ -30,9 +31,9 @@ from trustrank.ranking.services.due import (
     due_dates_apply,
     due_dates_unsettled,
 )
-from trustrank.ranking.services.store import _collector_paused, _store
+from trustrank.ranking.services.store import _collector_paused, _store, rewrites_rows
 from trustrank.ranking.services.store_columns import place_ids, store_first_from_columns
-from trustrank.ranking.services.store_rows import QueueRows, decision_changed
+from trustrank.ranking.services.store_rows import Ids, QueueRows, decision_changed
 from trustrank.ranking.services.store_services import services_store
 from trustrank.risk import inputs as ri
 from trustrank.risk.engine import rank, with_inputs_digest
@@ -215,6 +216,13 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any =
             changed_findings=gathered.touched, changed_records=gathered.delta,
             previous_places=_places_in(cached),
         )
+        if rewrites_rows(result.changed_places):
+            # Most places changed, so the new queue renumbered most ranked findings (a new
+            # tuple each) and the store will not read the previous ones: they go now, not
+            # after the run (a ranked finding's memory per place at the store's peak). A
+            # failed run forgets the team's previous run anyway (`_execute`).
+            _PREVIOUS.pop(run.team_id, None)
+            cached = replace(cached, result=replace(cached.result, findings=()))
     else:
         # The inputs digest and the queue's index are made later, while PostgreSQL
         # stores the queue (`_Meanwhile`).
@@ -317,7 +325,7 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any =
         )
         if not finished:
             raise RankingError(f"ranking run {run.pk} was taken over by another attempt")
-        if changed:  # one row (when a webhook listens), committed with the run; the
+        if len(changed):  # one row (when a webhook listens), committed with the run; the
             # worker reads the run's decision changes and fans them out (trustrank/notify)
             notify_ranking_run(team_id=run.team_id, run_id=run.pk)
     _PREVIOUS[run.team_id] = _Cached(
@@ -382,7 +390,7 @@ class _Meanwhile:
 
 
 def _decided_anew(
-    gathered: Gathered, cached: _Cached, rows: QueueRows, changed: list[int],
+    gathered: Gathered, cached: _Cached, rows: QueueRows, changed: Ids,
     written_after: tuple[int, ...],
 ) -> dict[str, Any]:
     """An incremental run's due-date work: the previous run settled every ranked
@@ -438,11 +446,12 @@ def _rows_digest(rows: Mapping[int, _Row]) -> str:
 
 
 def _rows_digest_update(
-    digest: str, *, before: Mapping[int, _Row], rows: Mapping[int, _Row], changed: list[int],
+    digest: str, *, before: Mapping[int, _Row], rows: Mapping[int, _Row], changed: Ids,
     gone: list[int],
 ) -> str:
     """`_rows_digest(rows)` from the digest of `before`, given every finding whose row
     changed or is new (`changed`) and every one whose row left (`gone`)."""
-    old = _row_hashes(QueueRows.of(before).items_of([*changed, *gone]))
+    old = _row_hashes(QueueRows.of(before).items_of(np.concatenate(
+        [np.asarray(changed, dtype=np.int64), np.asarray(gone, dtype=np.int64)])))
     new = _row_hashes(QueueRows.of(rows).items_of(changed))
     return f"{(int(digest, 16) - old + new) % _MODULUS:064x}"

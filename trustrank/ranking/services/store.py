@@ -23,6 +23,7 @@ from trustrank.ranking.services.store_copy import _CHUNK, _copy_ranked, _int_arr
 from trustrank.ranking.services.store_history import _history
 from trustrank.ranking.services.store_rows import (
     _DECISION_INDEX,
+    Ids,
     QueueRows,
     compare_rows,
     moved_rows,
@@ -64,7 +65,7 @@ def _store(
     previous: RankResult | None = None,
     previous_ids: dict[str, int] | None = None,
     row_hashes: Callable[[Iterable[tuple[int, _Row]]], int] | None = None,
-) -> tuple[dict[str, Any], QueueRows, tuple[list[int], list[int]], int | None]:
+) -> tuple[dict[str, Any], QueueRows, tuple[Ids, list[int]], int | None]:
     """Write the run's ranks; `before` is the stored queue when the caller knows it (an
     incremental run), else it is read; `previous` is the result `before` was made from, if
     the caller kept it, and `previous_ids` the finding ids it was made with. Returns the
@@ -78,6 +79,13 @@ def _store(
         return _store_rows(run=run, result=result, gathered=gathered, before=before,
                            previous=previous, previous_ids=previous_ids,
                            row_hashes=row_hashes)
+
+
+def rewrites_rows(changed_places: list[int] | None) -> bool:
+    """Whether the rows of an incremental result whose `changed_places` are these are made
+    anew column by column (and compared with the stored ones) rather than walked from the
+    previous queue: then the store reads nothing of the previous queue's findings."""
+    return changed_places is not None and len(changed_places) > _REWRITE_ABOVE
 
 
 def _contexts_insert(cur: Any, new_context: dict[str, bytes]) -> None:
@@ -108,7 +116,7 @@ def _store_rows(
     previous: RankResult | None,
     previous_ids: dict[str, int] | None,
     row_hashes: Callable[[Iterable[tuple[int, _Row]]], int] | None = None,
-) -> tuple[dict[str, Any], QueueRows, tuple[list[int], list[int]], int | None]:
+) -> tuple[dict[str, Any], QueueRows, tuple[Ids, list[int]], int | None]:
     # The context of a ranked finding, keyed cheaply: the engine shares one factor tuple
     # per advisory facts and one per deployment context, so their identities (alive as
     # long as `result`) stand for their values; the other fields are plain values, sliced
@@ -119,7 +127,7 @@ def _store_rows(
     rows: QueueRows
     env_counter: dict[str, int] = {}
     finding_ids = gathered.finding_ids
-    changed_on_the_way: list[int] = []
+    changed_on_the_way: Ids = []
     gone_on_the_way: list[int] | None = None
 
     def row_of(r: RankedFinding, n: int, env: str) -> tuple[int, int, str, float, str, str]:
@@ -134,8 +142,7 @@ def _store_rows(
     if before is not None:
         before = QueueRows.of(before)
     differ = result.changed_places
-    if (previous is not None and before is not None and previous.findings
-            and differ is not None and len(differ) > _REWRITE_ABOVE):
+    if previous is not None and before is not None and rewrites_rows(differ):
         # Most places changed (one finding rising shifts every rank below it): every row
         # made column by column, as a full run does, beats walking the places one by one
         # (33 of a profiled 184 s at a million), then compared with the stored ones.
@@ -156,6 +163,7 @@ def _store_rows(
         if before is not None:
             changed_on_the_way = compare_rows(rows, before)[0]
     new_context = {ctx[0]: ctx[1] for ctx in contexts.values()}
+    changed: Ids
     with connection.cursor() as cur:
         _contexts_insert(cur, new_context)
         if before is None:
@@ -169,24 +177,24 @@ def _store_rows(
                 changed, gone = compare_rows(rows, before)
             else:
                 # The team's first run: every row is new (no comparison per row).
-                changed, gone = list(rows), []
+                changed, gone = rows.fid, []
         else:
             changed = changed_on_the_way
             gone = gone_on_the_way or []
-        moved = moved_rows(changed, before, rows) if before else changed
+        moved: Ids = moved_rows(changed, before, rows) if before else changed
         _history(cur, run=run, moved=moved, gone=gone, before=before, rows=rows,
                  new_context=new_context, first=not before)
         rewrite = len(changed) + len(gone) > _REWRITE_ABOVE
         if rewrite:
             cur.execute("DELETE FROM ranking_rankedfinding WHERE team_id = %s", [run.team_id])
-            targets = rows.fid.tolist()
+            targets: Ids = rows.fid
         else:
             if gone:
                 cur.execute(
                     "DELETE FROM ranking_rankedfinding WHERE finding_id = ANY(%s::bigint[])",
                     [_int_array(gone)],
                 )
-            if changed:
+            if len(changed):
                 cur.execute(
                     "DELETE FROM ranking_rankedfinding WHERE finding_id = ANY(%s::bigint[])",
                     [_int_array(changed)],
@@ -195,7 +203,7 @@ def _store_rows(
         hashed: list[int] = []
         on_chunk = None
         if rewrite and row_hashes is not None:
-            def on_chunk(chunk: list[int]) -> None:
+            def on_chunk(chunk: Ids) -> None:
                 hashed.append(row_hashes(rows.items_of(chunk)))
         _copy_ranked(cur, team_id=run.team_id, run_id=run.pk, targets=targets, rows=rows,
                      on_chunk=on_chunk)

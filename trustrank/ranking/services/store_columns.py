@@ -30,7 +30,7 @@ from trustrank.ranking.services.store_copy import (
     _QueuedWriter,
     _text_type,
 )
-from trustrank.ranking.services.store_rows import QueueRows
+from trustrank.ranking.services.store_rows import Ids, QueueRows
 from trustrank.risk.inputs import DECISIONS
 from trustrank.risk.results import RankResult
 
@@ -162,7 +162,7 @@ def store_first_from_columns(
     row_hashes: Callable[[Iterable[tuple[int, _Row]]], int] | None,
     fid: np.ndarray[Any, Any] | None = None,
     meanwhile: Callable[[], object] | None = None,
-) -> tuple[dict[str, Any], QueueRows, tuple[list[int], list[int]], int | None] | None:
+) -> tuple[dict[str, Any], QueueRows, tuple[Ids, list[int]], int | None] | None:
     """Write the team's first queue from a result with columns (a full run), each chunk's
     rows made and hashed while PostgreSQL stores the chunk before. None when the result has
     no columns or the team has stored rows (then `store._store` compares). `fid`: the
@@ -203,5 +203,4 @@ def store_first_from_columns(
         "updated": len(rows),
         "left_queue": 0,
     }
-    return counts, rows, (rows.fid.tolist(), []), (
-        sum(hashed) if row_hashes is not None else None)
+    return counts, rows, (rows.fid, []), sum(hashed) if row_hashes is not None else None

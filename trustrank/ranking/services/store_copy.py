@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from psycopg.copy import LibpqWriter
 
-from trustrank.ranking.services.store_rows import QueueRows, Row
+from trustrank.ranking.services.store_rows import Ids, QueueRows, Row
 from trustrank.risk.inputs import DECISIONS
 
 _CHUNK = 50_000
@@ -47,9 +47,8 @@ def _text_type(value: bytes) -> str:
 
 
 def _copy_ranked(
-    cur: Any, *, team_id: int, run_id: int, targets: list[int],
-    rows: Mapping[int, Row],
-    on_chunk: Callable[[list[int]], None] | None = None,
+    cur: Any, *, team_id: int, run_id: int, targets: Ids, rows: Mapping[int, Row],
+    on_chunk: Callable[[Ids], None] | None = None,
 ) -> None:
     """COPY the ranked rows of `targets` (see `_copy_ranked_chunks`)."""
     _copy_ranked_chunks(
@@ -94,8 +93,8 @@ class _QueuedWriter(LibpqWriter):
 
 
 def _copy_ranked_chunks(
-    cur: Any, *, team_id: int, run_id: int, chunks: Iterable[list[int]], rows: QueueRows,
-    on_chunk: Callable[[list[int]], None] | None = None,
+    cur: Any, *, team_id: int, run_id: int, chunks: Iterable[Ids], rows: QueueRows,
+    on_chunk: Callable[[Ids], None] | None = None,
 ) -> None:
     """COPY the ranked rows of the finding ids of each chunk (each in `rows` by the time
     it comes) in the binary format, laid out by numpy a chunk at a time from the rows'
@@ -141,7 +140,7 @@ def _copy_ranked_chunks(
         copy.write(_BINARY_TRAILER)
 
 
-def _int_array(ids: list[int]) -> str:
+def _int_array(ids: Ids) -> str:
     """A PostgreSQL array literal of integers (a string parameter: the driver adapts a
     Python list of a hundred thousand ints element by element)."""
     return "{" + ",".join(map(str, ids)) + "}"

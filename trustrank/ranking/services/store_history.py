@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from trustrank.ranking.models import RankChange, RankingRun
 from trustrank.ranking.services.store_copy import _int_array
-from trustrank.ranking.services.store_rows import QueueRows, Row
+from trustrank.ranking.services.store_rows import Ids, QueueRows, Row
 
 _LINES = 20_000
 
@@ -21,7 +21,7 @@ def _history(
     cur: Any,
     *,
     run: RankingRun,
-    moved: list[int],
+    moved: Ids,
     gone: list[int],
     before: Mapping[int, Row],
     rows: Mapping[int, Row],

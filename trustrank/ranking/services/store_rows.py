@@ -27,6 +27,10 @@ _DECISION_INDEX: dict[str, int] = {d: i for i, d in enumerate(DECISIONS)}
 # Rows made into tuples at a time by an iteration over many.
 _PART = 50_000
 
+# Finding ids: a list, or an array where they are as many as the queue's findings (a list
+# of a million ints is 40 MB).
+Ids = list[int] | np.ndarray[Any, Any]
+
 
 def _codes(values: Iterable[str], table: dict[str, int], n: int) -> np.ndarray[Any, Any]:
     """`values` as codes of `table` (a new value gets the next code)."""
@@ -119,7 +123,7 @@ class QueueRows(Mapping[int, Row]):
                    map(DECISIONS.__getitem__, self.decision[at].tolist()),
                    map(self.digests.__getitem__, self.context[at].tolist()), strict=True)
 
-    def items_of(self, fids: Sequence[int]) -> Iterator[tuple[int, Row]]:
+    def items_of(self, fids: Sequence[int] | np.ndarray[Any, Any]) -> Iterator[tuple[int, Row]]:
         """(finding id, row) of each of `fids` that has a row, in their order, made a part
         at a time."""
         for start in range(0, len(fids), _PART):
@@ -128,7 +132,7 @@ class QueueRows(Mapping[int, Row]):
             found = at >= 0
             yield from zip(part[found].tolist(), self.rows_at(at[found]), strict=True)
 
-    def digests_of(self, fids: Sequence[int]) -> set[str]:
+    def digests_of(self, fids: Sequence[int] | np.ndarray[Any, Any]) -> set[str]:
         """The context digests of the rows of `fids`."""
         at = self.places(fids)
         return {self.digests[c] for c in np.unique(self.context[at[at >= 0]]).tolist()}
@@ -192,7 +196,7 @@ def _translation(old: list[str], new: list[str]) -> np.ndarray[Any, Any]:
     return np.array([codes.get(v, -1) for v in old], dtype=np.int64).reshape(len(old))
 
 
-def compare_rows(rows: QueueRows, before: QueueRows) -> tuple[list[int], list[int]]:
+def compare_rows(rows: QueueRows, before: QueueRows) -> tuple[np.ndarray[Any, Any], list[int]]:
     """(findings of `rows` whose row is new or differs from `before`'s, in `rows`' order;
     findings of `before` with no row in `rows`, in `before`'s order)."""
     at = before.places(rows.fid)
@@ -208,10 +212,10 @@ def compare_rows(rows: QueueRows, before: QueueRows) -> tuple[list[int], list[in
         same = found
     kept = np.zeros(len(before), dtype=bool)
     kept[at[found]] = True
-    return rows.fid[~same].tolist(), before.fid[~kept].tolist()
+    return rows.fid[~same], before.fid[~kept].tolist()
 
 
-def moved_rows(changed: list[int], before: QueueRows, rows: QueueRows) -> list[int]:
+def moved_rows(changed: Ids, before: QueueRows, rows: QueueRows) -> np.ndarray[Any, Any]:
     """Of `changed` (findings with a row in `rows`), those new to `before` or whose rank,
     score or decision differs there."""
     fids = np.asarray(changed, dtype=np.int64)
@@ -221,10 +225,10 @@ def moved_rows(changed: list[int], before: QueueRows, rows: QueueRows) -> list[i
         o = np.where(differ, 0, old)
         differ |= ((before.rank[o] != rows.rank[new]) | (before.score[o] != rows.score[new])
                    | (before.decision[o] != rows.decision[new]))
-    return fids[differ].tolist()
+    return fids[differ]
 
 
-def decision_changed(fids: list[int], before: QueueRows, rows: QueueRows) -> list[int]:
+def decision_changed(fids: Ids, before: QueueRows, rows: QueueRows) -> list[int]:
     """Of `fids` (findings with a row in `rows`), those new to `before` or whose decision
     differs there."""
     ids = np.asarray(fids, dtype=np.int64)
