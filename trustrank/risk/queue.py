@@ -13,7 +13,7 @@ places whose finding is not the previous one (what the store has to write).
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import add, attrgetter, itemgetter
@@ -233,7 +233,7 @@ def assemble(
     columns = RankedColumns(score=cols.score[order],
                             decision=cols.decision[order], mid=cols.mid[order],
                             tail=cols.tail[order], mids=cols.mids, tails=cols.tails)
-    heads = zip(map(ids.__getitem__, places), range(1, n + 1), columns.score.tolist(),
+    heads = zip(map(ids.__getitem__, places), range(1, n + 1), _shared_scores(columns.score),
                 map(DECISIONS.__getitem__, columns.decision.tolist()), strict=True)
     rows = map(add, map(add, map(add, map(add, heads, map(_HEAD, ranked)),
                                      map(cols.mids.__getitem__, columns.mid.tolist())),
@@ -241,6 +241,18 @@ def assemble(
                zip(ranked))
     findings: tuple[RankedFinding, ...] = tuple(map(_new_ranked, repeat(RankedFinding), rows))
     return findings, QueueIndex.build(findings) if with_index else None, columns
+
+
+def _shared_scores(score: np.ndarray[Any, Any]) -> Iterable[float]:
+    """The scores as floats, one object per distinct score: a queue has a few thousand
+    distinct scores, and a float object per ranked finding was 24 bytes of each, kept with
+    the queue. Scores are never negative nor NaN (`engine._Scorer` clamps them to
+    0-100): were one, the values would not be shared (-0.0 equals 0.0, and numpy groups
+    NaNs), to keep every value as it is."""
+    if np.signbit(score).any() or np.isnan(score).any():
+        return score.tolist()
+    distinct, code = np.unique(score, return_inverse=True)
+    return map(distinct.tolist().__getitem__, code.reshape(-1))
 
 
 @dataclass(frozen=True)
