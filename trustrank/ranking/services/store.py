@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from itertools import islice, repeat
 from operator import itemgetter
@@ -81,7 +81,7 @@ def _store(
                            row_hashes=row_hashes)
 
 
-def rewrites_rows(changed_places: list[int] | None) -> bool:
+def rewrites_rows(changed_places: Sequence[int] | None) -> bool:
     """Whether the rows of an incremental result whose `changed_places` are these are made
     anew column by column (and compared with the stored ones) rather than walked from the
     previous queue: then the store reads nothing of the previous queue's findings."""
@@ -225,7 +225,7 @@ def _walk_changed(
     findings: tuple[RankedFinding, ...], prev: tuple[RankedFinding, ...],
     before: Mapping[int, _Row], ids: dict[str, int], prev_ids: dict[str, int],
     row_of: Callable[[RankedFinding, int, str], _Row],
-    differ: list[int] | None = None,
+    differ: Sequence[int] | None = None,
 ) -> tuple[QueueRows, list[int], list[int]]:
     """(rows, changed, gone) of an incremental run, from the previous queue `prev` and its
     stored rows `before`. A finding that is the previous result's object at the same place
