@@ -104,3 +104,29 @@ def test_shared_scores_keep_their_values_and_signs():
     fshare = _float_sharer(floats)
     assert fshare(float("7.5")) is shared[0] and fshare(None) is None
     assert orjson.dumps([fshare(-0.0), fshare(0.0)]) == b"[-0.0,0.0]"
+
+
+def test_finding_ids_read_as_the_dictionary_of_ids():
+    """`FindingIds` maps a finding id (its database id as text) to the database id as the
+    dictionary it replaces did: text that is not such an id, or of another finding, is
+    not in it; an update by closed and read findings is the dictionary's."""
+    from trustrank.ranking.inputs.ids import FindingIds, finding_pks, pk_of
+
+    rng = random.Random(3)
+    pks = rng.sample(range(1, 100_000), 500)
+    ids = FindingIds(pks)
+    as_dict = {str(pk): pk for pk in pks}
+    assert ids == as_dict and len(ids) == 500 and sorted(ids) == sorted(as_dict)
+    for fid in [*as_dict, "0", "100001", f"0{pks[0]}", f" {pks[0]}", f"+{pks[0]}", "x", ""]:
+        assert (fid in ids) == (fid in as_dict) and ids.get(fid) == as_dict.get(fid)
+    assert 7 not in ids and FindingIds.of(as_dict) == as_dict and FindingIds.of(ids) is ids
+    closed = {str(pk) for pk in pks[:40]} | {"100005"}
+    read = [*pks[30:35], 100_001, 100_002]
+    expected = {f: pk for f, pk in as_dict.items() if f not in closed}
+    expected.update((str(pk), pk) for pk in read)
+    assert ids.updated(closed=closed, read=read) == expected
+    fids = [str(pk) for pk in rng.sample(pks, 100)]
+    assert finding_pks(ids, fids, 100).tolist() == finding_pks(as_dict, fids, 100).tolist() \
+        == [as_dict[f] for f in fids]
+    assert [pk_of(ids)(f) for f in fids] == [pk_of(as_dict)(f) for f in fids]
+    assert FindingIds([]) == {} and "1" not in FindingIds([])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+from array import array
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from itertools import repeat
@@ -17,6 +18,7 @@ from django.db import connection, transaction
 
 from trustrank.findings.choices import OPEN_STATES
 from trustrank.findings.services.due_dates import PolicyDays, settled_decision_sql
+from trustrank.ranking.inputs.ids import FindingIds
 from trustrank.risk import inputs as ri
 from trustrank.risk.libraries import component_key_from_purl
 from trustrank.vulns.models import Advisory, EpssLatest
@@ -102,7 +104,7 @@ def findings_read(
     team_id: int, *, changed_since: datetime | None = None,
     settled: dict[int, str] | None = None, policy: PolicyDays | None = None,
     unsettled_rows: set[int] | None = None,
-) -> tuple[list[ri.Finding], dict[str, int], set[str]]:
+) -> tuple[list[ri.Finding], FindingIds, set[str]]:
     """(open findings, their database ids, ids that left the open states). With
     `changed_since`, only findings written since then (an incremental run's delta). With
     `settled` and `policy`, `settled` receives each open finding's decision whose due date
@@ -129,7 +131,7 @@ def findings_read(
         params = [*settled_params, team_id, changed_since]
     note_settled = settled.__setitem__ if settled is not None else None
     findings: list[ri.Finding] = []
-    ids: dict[str, int] = {}
+    ids = array("q")  # the database id of each open finding
     closed: set[str] = set()
     keys: dict[str, str] = {}
     vectors: dict[str, str] = {}
@@ -178,7 +180,7 @@ def findings_read(
                 if not is_open:
                     continue
                 fid = str(pk)
-                ids[fid] = pk
+                ids.append(pk)
                 if settled_decision is not None and note_settled is not None:
                     if settled_decision:
                         note_settled(pk, share(settled_decision, settled_decision))
@@ -214,7 +216,7 @@ def findings_read(
                             baseline=fshare(float(baseline or 0.0)), subject=subject,
                         )
                     )
-    return findings, ids, closed
+    return findings, FindingIds(ids), closed
 
 
 def _prefetched(
@@ -282,7 +284,7 @@ def _vulnerabilities_only(chunk: list[tuple[Any, ...]]) -> bool:
 
 
 def _add_vulnerabilities(
-    chunk: list[tuple[Any, ...]], findings: list[ri.Finding], ids: dict[str, int], *,
+    chunk: list[tuple[Any, ...]], findings: list[ri.Finding], ids: array[int], *,
     keys: dict[str, str], versions: dict[Any, str], vectors: dict[str, str],
     epss_dates: dict[str, Any], share: Callable[[Any, Any], Any], floats: dict[Any, Any],
     settled: Callable[[int, str], None] | None, unsettled_rows: set[int] | None,
@@ -298,7 +300,7 @@ def _add_vulnerabilities(
     _lookups(set(advisories), set(cves), vectors=vectors, epss_dates=epss_dates,
              advisories_seen=advisories_seen, cves_seen=cves_seen)
     fids = list(map(str, pks))
-    ids.update(zip(fids, pks, strict=True))
+    ids.extend(pks)
     if settled is not None and decisions.count(None) != n:
         for pk, decision in zip(pks, decisions, strict=True):
             if decision:

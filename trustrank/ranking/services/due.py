@@ -19,6 +19,7 @@ from trustrank.findings.services.due_dates import (
     finding_due_dates_insert,
 )
 from trustrank.ranking.inputs import Gathered
+from trustrank.ranking.inputs.ids import finding_pks
 from trustrank.ranking.services.store_rows import QueueRows, Row
 from trustrank.risk.inputs import DECISIONS
 from trustrank.risk.results import RankResult
@@ -139,9 +140,8 @@ class DueInserter:
         # Column by column (a lookup and a test per finding in Python cost seconds at a
         # million), sorted by id with numpy.
         n = len(result.findings)
-        ids = fid if fid is not None else np.fromiter(
-            map(gathered.finding_ids.__getitem__, map(itemgetter(0), result.findings)),
-            dtype=np.int64, count=n)
+        ids = fid if fid is not None else finding_pks(
+            gathered.finding_ids, map(itemgetter(0), result.findings), n)
         places = np.arange(n)
         if gathered.settled or gathered.unsettled_rows:
             places = places[np.fromiter(map(rowless, ids.tolist()), dtype=bool, count=n)]

@@ -18,6 +18,7 @@ import orjson
 from django.db import connection
 
 from trustrank.ranking.inputs import Gathered
+from trustrank.ranking.inputs.ids import finding_pks, pk_of
 from trustrank.ranking.models import RankingRun
 from trustrank.ranking.services.store_copy import _CHUNK, _copy_ranked, _int_array
 from trustrank.ranking.services.store_history import _history
@@ -63,7 +64,7 @@ def _store(
     gathered: Gathered,
     before: Mapping[int, _Row] | None = None,
     previous: RankResult | None = None,
-    previous_ids: dict[str, int] | None = None,
+    previous_ids: Mapping[str, int] | None = None,
     row_hashes: Callable[[Iterable[tuple[int, _Row]]], int] | None = None,
 ) -> tuple[dict[str, Any], QueueRows, tuple[Ids, list[int]], int | None]:
     """Write the run's ranks; `before` is the stored queue when the caller knows it (an
@@ -114,7 +115,7 @@ def _store_rows(
     gathered: Gathered,
     before: Mapping[int, _Row] | None,
     previous: RankResult | None,
-    previous_ids: dict[str, int] | None,
+    previous_ids: Mapping[str, int] | None,
     row_hashes: Callable[[Iterable[tuple[int, _Row]]], int] | None = None,
 ) -> tuple[dict[str, Any], QueueRows, tuple[Ids, list[int]], int | None]:
     # The context of a ranked finding, keyed cheaply: the engine shares one factor tuple
@@ -223,7 +224,7 @@ def _store_rows(
 
 def _walk_changed(
     findings: tuple[RankedFinding, ...], prev: tuple[RankedFinding, ...],
-    before: Mapping[int, _Row], ids: dict[str, int], prev_ids: dict[str, int],
+    before: Mapping[int, _Row], ids: Mapping[str, int], prev_ids: Mapping[str, int],
     row_of: Callable[[RankedFinding, int, str], _Row],
     differ: Sequence[int] | None = None,
 ) -> tuple[QueueRows, list[int], list[int]]:
@@ -245,14 +246,15 @@ def _walk_changed(
                   if x is not y]
         differ.extend(range(common, n))
     old_rows = QueueRows.of(before)
+    pk, prev_pk = pk_of(ids), pk_of(prev_ids)
     # The row in `before` of the finding at each previous place.
     if old_rows.by_place and len(old_rows) == n_prev:
         of_prev = np.arange(n_prev)
     else:
-        of_prev = old_rows.places(np.fromiter(map(prev_ids.__getitem__, map(
+        of_prev = old_rows.places(np.fromiter(map(prev_pk, map(
             itemgetter(0), prev)), dtype=np.int64, count=n_prev))
     # The rows of the places that differ, where their findings had one.
-    differ_ids = [ids[findings[i][0]] for i in differ if i < n]
+    differ_ids = [pk(findings[i][0]) for i in differ if i < n]
     old_place = dict(zip(differ_ids, old_rows.places(differ_ids).tolist(), strict=True))
     env_rank_of = old_rows.env_rank[of_prev]  # by place, for places not walked
     walked: list[int] = []
@@ -298,10 +300,10 @@ def _walk_changed(
         if not same:
             if i < n_prev:
                 p = prev[i]
-                out.append(prev_ids[p[0]])
+                out.append(prev_pk(p[0]))
                 uneven -= shift(p[11] if p[10] else "", -1)
             uneven -= shift(env, 1)
-        fid = ids[r[0]]
+        fid = pk(r[0])
         n_env = env_rank_before(i, env) + 1
         last_walked[env] = (i, n_env)
         at = int(of_prev[i]) if same else old_place.get(fid, -1)
@@ -316,7 +318,7 @@ def _walk_changed(
             if old != row:
                 changed.append(fid)
         i += 1
-    out.extend(prev_ids[p[0]] for p in prev[n:])
+    out.extend(prev_pk(p[0]) for p in prev[n:])
     gone = [fid for fid in out if fid not in came]
     return _rows_walked(old_rows, of_prev[:n], n, walked, walked_ids, walked_rows), changed, gone
 
@@ -358,7 +360,7 @@ def _rows_walked(
 
 
 def _queue_rows(
-    findings: tuple[RankedFinding, ...], finding_ids: dict[str, int],
+    findings: tuple[RankedFinding, ...], finding_ids: Mapping[str, int],
     contexts: dict[tuple[Any, ...], tuple[str, bytes]],
 ) -> tuple[QueueRows, dict[str, int]]:
     """Every ranked finding's row, by place, and the findings per environment; the
@@ -388,7 +390,7 @@ def _queue_rows(
     for start in range(0, n, _CHUNK):
         part = findings[start : start + _CHUNK]
         end = start + len(part)
-        fid[start:end] = list(map(finding_ids.__getitem__, map(itemgetter(0), part)))
+        fid[start:end] = finding_pks(finding_ids, map(itemgetter(0), part), len(part))
         keys = zip(map(id, map(itemgetter(9), part)), map(id, map(itemgetter(19), part)),
                    map(itemgetter(slice(7, 9)), part), map(itemgetter(slice(10, 19)), part),
                    strict=True)

@@ -10,7 +10,7 @@ environment. The rows, their digest and what is sent to PostgreSQL are the same.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -20,6 +20,7 @@ import orjson
 from django.db import connection
 
 from trustrank.ranking.inputs import Gathered
+from trustrank.ranking.inputs.ids import finding_pks
 from trustrank.ranking.models import RankingRun
 from trustrank.ranking.services.store import _REWRITE_ABOVE, _contexts_insert, _Row, context_of
 from trustrank.ranking.services.store_copy import (
@@ -35,10 +36,9 @@ from trustrank.risk.inputs import DECISIONS
 from trustrank.risk.results import RankResult
 
 
-def place_ids(result: RankResult, finding_ids: dict[str, int]) -> np.ndarray[Any, Any]:
+def place_ids(result: RankResult, finding_ids: Mapping[str, int]) -> np.ndarray[Any, Any]:
     """The database id of the finding at each place of the queue."""
-    return np.fromiter(map(finding_ids.__getitem__, map(itemgetter(0), result.findings)),
-                       dtype=np.int64, count=len(result.findings))
+    return finding_pks(finding_ids, map(itemgetter(0), result.findings), len(result.findings))
 
 
 @dataclass
