@@ -14,7 +14,6 @@ from datetime import datetime, timedelta
 from operator import methodcaller
 from typing import Any
 
-import numpy as np
 import orjson
 from django.db import connection, transaction
 from django.utils import timezone
@@ -33,7 +32,7 @@ from trustrank.ranking.services.due import (
 )
 from trustrank.ranking.services.store import _collector_paused, _store, rewrites_rows
 from trustrank.ranking.services.store_columns import place_ids, store_first_from_columns
-from trustrank.ranking.services.store_rows import Ids, QueueRows, decision_changed
+from trustrank.ranking.services.store_rows import Ids, QueueRows, Row, decision_changed
 from trustrank.ranking.services.store_services import services_store
 from trustrank.risk import inputs as ri
 from trustrank.risk.engine import rank, with_inputs_digest
@@ -217,10 +216,8 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any =
             previous_places=_places_in(cached),
         )
         if rewrites_rows(result.changed_places):
-            # Most places changed, so the new queue renumbered most ranked findings (a new
-            # tuple each) and the store will not read the previous ones: they go now, not
-            # after the run (a ranked finding's memory per place at the store's peak). A
-            # failed run forgets the team's previous run anyway (`_execute`).
+            # The store reads nothing of the previous queue: its ranked findings the new one
+            # renumbered go now, not after the run (a failed run forgets it anyway).
             _PREVIOUS.pop(run.team_id, None)
             cached = replace(cached, result=replace(cached.result, findings=()))
     else:
@@ -341,7 +338,6 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any =
         _PREVIOUS.popitem(last=False)
 
 
-
 class _FindingsHash:
     """`findings_hash_sum` of a full run's records, a part at a time (`step`), so that it
     is made while PostgreSQL stores the queue (about two seconds at a million findings,
@@ -420,13 +416,10 @@ def _written_since(team_id: int, since: datetime) -> tuple[int, ...]:
     )
 
 
-_Row = tuple[int, int, str, float, str, str]
-
-
 _MODULUS = 1 << 256
 
 
-def _row_hashes(rows: Iterable[tuple[int, _Row]]) -> int:
+def _row_hashes(rows: Iterable[tuple[int, Row]]) -> int:
     """The sum of the SHA-256 of each (finding id, (rank, env rank, environment, score,
     decision, context digest)) as orjson writes it, as a number."""
     return sum(map(int.from_bytes, map(_digest_of, map(hashlib.sha256, map(
@@ -436,7 +429,7 @@ def _row_hashes(rows: Iterable[tuple[int, _Row]]) -> int:
 _digest_of = methodcaller("digest")
 
 
-def _rows_digest(rows: Mapping[int, _Row]) -> str:
+def _rows_digest(rows: Mapping[int, Row]) -> str:
     """What the run stored, as a digest: the sum modulo 2^256 of one SHA-256 per stored
     row (the finding's id, rank, environment rank, environment, score, decision and the
     digest of its context, which covers the explanation), in 64 hex digits. Equal rows,
@@ -446,12 +439,11 @@ def _rows_digest(rows: Mapping[int, _Row]) -> str:
 
 
 def _rows_digest_update(
-    digest: str, *, before: Mapping[int, _Row], rows: Mapping[int, _Row], changed: Ids,
+    digest: str, *, before: Mapping[int, Row], rows: Mapping[int, Row], changed: Ids,
     gone: list[int],
 ) -> str:
     """`_rows_digest(rows)` from the digest of `before`, given every finding whose row
     changed or is new (`changed`) and every one whose row left (`gone`)."""
-    old = _row_hashes(QueueRows.of(before).items_of(np.concatenate(
-        [np.asarray(changed, dtype=np.int64), np.asarray(gone, dtype=np.int64)])))
+    old = _row_hashes(QueueRows.of(before).items_of([*changed, *gone]))
     new = _row_hashes(QueueRows.of(rows).items_of(changed))
     return f"{(int(digest, 16) - old + new) % _MODULUS:064x}"
