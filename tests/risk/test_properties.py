@@ -299,7 +299,7 @@ def test_chained_incremental_runs_equal_full_runs_and_name_the_places_that_chang
         assert canonical_json(result) == canonical_json(rank(inputs=changed))
         differ = [i for i, r in enumerate(result.findings)
                   if i >= len(previous.findings) or previous.findings[i] is not r]
-        assert result.changed_places == differ
+        assert list(result.changed_places) == differ
         # The predecessor's index is untouched: ranking from it again gives the same.
         again = rank_incremental(
             previous=previous, inputs=changed,
@@ -324,4 +324,4 @@ def test_a_graph_change_rescores_only_the_findings_of_the_services_it_changed(se
     assert result.analyses["env1"] is not previous.analyses["env1"]
     assert canonical_json(result) == canonical_json(rank(inputs=changed))
     assert all(a is b for a, b in zip(result.findings, previous.findings, strict=True))
-    assert result.changed_places == []
+    assert list(result.changed_places) == []

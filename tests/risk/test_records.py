@@ -37,3 +37,21 @@ def test_findings_made_column_by_column_need_every_field():
     del columns["subject"]
     with pytest.raises(ValueError, match="every field"):
         findings_from_columns(len(rows), columns)
+
+
+def test_queue_scores_are_shared_floats_of_the_same_values():
+    """The queue's scores share one float per distinct value; values the clamp never gives
+    (a negative zero, NaN) are kept as they are rather than shared."""
+    import math
+
+    import numpy as np
+    import orjson
+
+    from trustrank.risk.queue import _shared_scores
+
+    score = np.array([50.0, 12.3456, 50.0, 0.0, 100.0, 12.3456])
+    shared = list(_shared_scores(score))
+    assert shared == score.tolist() and all(type(x) is float for x in shared)
+    assert shared[0] is shared[2] and shared[1] is shared[5]
+    odd = np.array([0.0, -0.0, math.nan, 1.0])
+    assert orjson.dumps(list(_shared_scores(odd))) == orjson.dumps(odd.tolist())

@@ -236,7 +236,7 @@ def test_chained_incremental_runs_equal_full_runs(data):
         assert canonical_json(named) == canonical_json(full)
         _assert_well_ranked(named, after)
         assert named.inputs_digest == full.inputs_digest
-        assert named.changed_places == [
+        assert list(named.changed_places) == [
             i for i, r in enumerate(named.findings)
             if i >= len(named_previous.findings) or named_previous.findings[i] is not r]
         assert _decoded(named.queue_index) == _decoded(QueueIndex.build(full.findings))

@@ -12,10 +12,11 @@ places whose finding is not the previous one (what the store has to write).
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import chain, repeat
 from operator import add, attrgetter, itemgetter
 from typing import Any
 
@@ -130,7 +131,7 @@ class QueueIndex:
     def moved(
         self, previous: Sequence[RankedFinding], findings: Sequence[RankedFinding],
         pieces: list[tuple[int, int]], fresh_codes: list[tuple[int, int, int, int]],
-        changed: list[int], removed: Sequence[int],
+        changed: Sequence[int], removed: Sequence[int],
     ) -> QueueIndex:
         """The index of `findings`, made of `pieces` of `previous` (old place, length; -1
         for fresh findings, whose codes are `fresh_codes` in order)."""
@@ -233,7 +234,7 @@ def assemble(
     columns = RankedColumns(score=cols.score[order],
                             decision=cols.decision[order], mid=cols.mid[order],
                             tail=cols.tail[order], mids=cols.mids, tails=cols.tails)
-    heads = zip(map(ids.__getitem__, places), range(1, n + 1), columns.score.tolist(),
+    heads = zip(map(ids.__getitem__, places), range(1, n + 1), _shared_scores(columns.score),
                 map(DECISIONS.__getitem__, columns.decision.tolist()), strict=True)
     rows = map(add, map(add, map(add, map(add, heads, map(_HEAD, ranked)),
                                      map(cols.mids.__getitem__, columns.mid.tolist())),
@@ -243,11 +244,35 @@ def assemble(
     return findings, QueueIndex.build(findings) if with_index else None, columns
 
 
+def _shared_scores(score: np.ndarray[Any, Any]) -> Iterable[float]:
+    """The scores as floats, one object per distinct score: a queue has a few thousand
+    distinct scores, and a float object per ranked finding was 24 bytes of each, kept with
+    the queue. Scores are never negative nor NaN (`engine._Scorer` clamps them to
+    0-100): were one, the values would not be shared (-0.0 equals 0.0, and numpy groups
+    NaNs), to keep every value as it is."""
+    if np.signbit(score).any() or np.isnan(score).any():
+        return score.tolist()
+    distinct, code = np.unique(score, return_inverse=True)
+    return map(distinct.tolist().__getitem__, code.reshape(-1))
+
+
+def _ranks(previous: Sequence[RankedFinding], start: int, count: int) -> Iterator[int]:
+    """The ranks `start + 1` … `start + count`: the very int objects of the previous queue's
+    findings at those places (a queue's ranks are its places plus one) where it has them.
+    A renumbered finding then shares its rank with the finding that held it, instead of
+    a new int (32 bytes) per renumbered place beside the previous queue."""
+    inside = max(0, min(count, len(previous) - start))
+    return chain(map(itemgetter(1), previous[start : start + inside]),
+                 range(start + inside + 1, start + count + 1))
+
+
 @dataclass(frozen=True)
 class Merged:
     findings: tuple[RankedFinding, ...]
-    # Places (ascending) whose finding is not the one the previous queue had there.
-    changed: list[int]
+    # Places (ascending) whose finding is not the one the previous queue had there: 8 bytes
+    # each (one finding rising renumbers every place below it; a list of a million ints
+    # was 40 MB).
+    changed: array[int]
     index: QueueIndex
 
 
@@ -272,7 +297,7 @@ def merge(
     cuts = [bisect_left(kept, key, key=queue_key) for key, _row in fresh]
 
     out: list[RankedFinding] = []
-    changed: list[int] = []
+    changed = array("q")
     # The new queue in pieces: (old place of its first finding or -1 for fresh, length).
     pieces: list[tuple[int, int]] = []
     fresh_codes: list[tuple[int, int, int, int]] = []
@@ -302,8 +327,8 @@ def merge(
                 out.extend(kept[a:b])
             else:
                 changed.extend(range(here, here + b - a))
-                out.extend(new(cls, (r[0], rank, *r[2:]))
-                           for rank, r in enumerate(kept[a:b], start=here + 1))
+                out.extend(new(cls, (r[0], rank, *r[2:])) for rank, r in zip(
+                    _ranks(previous, here, b - a), kept[a:b], strict=True))
             pieces.append((old, b - a))
             a = b
     emit_fresh(len(kept))

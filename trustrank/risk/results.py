@@ -4,7 +4,7 @@ and the difference between two results ("what moved most, and why")."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, methodcaller
 from typing import Any, NamedTuple
@@ -88,7 +88,7 @@ class RankResult:
     findings_sum: int | None = None
     # An incremental result's places (ascending) whose finding is not the previous
     # result's at that place; None when not known (a full run: compare them).
-    changed_places: list[int] | None = field(default=None, compare=False, repr=False)
+    changed_places: Sequence[int] | None = field(default=None, compare=False, repr=False)
     # Where each finding sits and what it depends on (`queue.QueueIndex`), made by the first
     # incremental run from this result and carried along by the next ones.
     queue_index: Any = field(default=None, compare=False, repr=False)

@@ -13,7 +13,7 @@ This module puts them together (`ranking_inputs_gather`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -28,6 +28,7 @@ from trustrank.ranking.inputs.deployments import (
 )
 from trustrank.ranking.inputs.findings import CHUNK, findings_read
 from trustrank.ranking.inputs.graph import RECENT_MINUTES, GraphRead, Rates, graph_read
+from trustrank.ranking.inputs.ids import FindingIds
 from trustrank.ranking.inputs.libraries import libraries_read, sbom_packages_by_service
 from trustrank.risk import inputs as ri
 
@@ -46,8 +47,9 @@ __all__ = [
 @dataclass(frozen=True)
 class Gathered:
     inputs: ri.RankInputs
-    # finding id (text) -> database id, and the settings the inputs were made for.
-    finding_ids: dict[str, int]
+    # finding id (text) -> database id (`ids.FindingIds`), and the settings the inputs
+    # were made for.
+    finding_ids: Mapping[str, int]
     window_minutes: float
     # A full gather's open findings whose due date is settled for a decision (finding
     # database id -> that decision) under `policy`, the team's policy when it read them:
@@ -111,13 +113,12 @@ def ranking_inputs_gather(
         # set lookup per finding rather than a dictionary of a million.
         touched = {f.id for f in delta} | closed
         findings: Sequence[ri.Finding]
+        ids: Mapping[str, int]
         if touched:
             findings = [f for f in previous.inputs.findings if f.id not in touched]
             findings.extend(delta)
-            ids = dict(previous.finding_ids)
-            for fid in closed:
-                ids.pop(fid, None)
-            ids.update(delta_ids)
+            ids = FindingIds.of(previous.finding_ids).updated(closed=closed,
+                                                               read=delta_ids.pks)
         else:
             # No finding written since: the previous records and ids as they are (neither
             # is changed after a gather), not a copy of a million of each.

@@ -6,16 +6,19 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from array import array
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from itertools import repeat
 from operator import itemgetter
 from typing import Any, cast
 
+import numpy as np
 from django.db import connection, transaction
 
 from trustrank.findings.choices import OPEN_STATES
 from trustrank.findings.services.due_dates import PolicyDays, settled_decision_sql
+from trustrank.ranking.inputs.ids import FindingIds
 from trustrank.risk import inputs as ri
 from trustrank.risk.libraries import component_key_from_purl
 from trustrank.vulns.models import Advisory, EpssLatest
@@ -101,7 +104,7 @@ def findings_read(
     team_id: int, *, changed_since: datetime | None = None,
     settled: dict[int, str] | None = None, policy: PolicyDays | None = None,
     unsettled_rows: set[int] | None = None,
-) -> tuple[list[ri.Finding], dict[str, int], set[str]]:
+) -> tuple[list[ri.Finding], FindingIds, set[str]]:
     """(open findings, their database ids, ids that left the open states). With
     `changed_since`, only findings written since then (an incremental run's delta). With
     `settled` and `policy`, `settled` receives each open finding's decision whose due date
@@ -128,7 +131,7 @@ def findings_read(
         params = [*settled_params, team_id, changed_since]
     note_settled = settled.__setitem__ if settled is not None else None
     findings: list[ri.Finding] = []
-    ids: dict[str, int] = {}
+    ids = array("q")  # the database id of each open finding
     closed: set[str] = set()
     keys: dict[str, str] = {}
     vectors: dict[str, str] = {}
@@ -139,6 +142,11 @@ def findings_read(
     # new one per row): the inputs stay in memory for the run and the next.
     shared: dict[Any, Any] = {}
     share = shared.setdefault
+    # The same for the scores (CVSS, EPSS, percentile, baseline): a finding's are its
+    # advisory's and CVE's, shared by every finding of them, yet the driver makes four
+    # float objects per row (96 bytes a finding, kept with the records).
+    floats: dict[Any, Any] = {}
+    fshare = _float_sharer(floats)
     versions: dict[Any, str] = {}
     vuln = ri.Finding
     append = findings.append
@@ -155,7 +163,8 @@ def findings_read(
             if _vulnerabilities_only(chunk):
                 _add_vulnerabilities(
                     chunk, findings, ids, keys=keys, versions=versions, vectors=vectors,
-                    epss_dates=epss_dates, share=share, settled=note_settled,
+                    epss_dates=epss_dates, share=share, floats=floats,
+                    settled=note_settled,
                     unsettled_rows=unsettled_rows, advisories_seen=advisories_seen,
                     cves_seen=cves_seen,
                 )
@@ -171,7 +180,7 @@ def findings_read(
                 if not is_open:
                     continue
                 fid = str(pk)
-                ids[fid] = pk
+                ids.append(pk)
                 if settled_decision is not None and note_settled is not None:
                     if settled_decision:
                         note_settled(pk, share(settled_decision, settled_decision))
@@ -191,10 +200,11 @@ def findings_read(
                     append(
                         vuln(
                             fid, "vulnerability", "", share(vuln_id, vuln_id),
-                            share(severity, severity), cvss,
+                            share(severity, severity), fshare(cvss),
                             _vector(own_vector, advisory_id, vectors), in_kev,
-                            share(kev_date, kev_date), epss, pct, epss_dates.get(cve), pv, key,
-                            "", "", float(baseline or 0.0), "",
+                            share(kev_date, kev_date), fshare(epss), fshare(pct),
+                            epss_dates.get(cve), pv, key, "", "",
+                            fshare(float(baseline or 0.0)), "",
                             share(severity_source, severity_source),
                         )
                     )
@@ -203,10 +213,10 @@ def findings_read(
                         ri.Finding(
                             id=fid, kind=cast(ri.FindingKind, kind), sub_kind=category,
                             severity=severity, environment=env, service=service or "",
-                            baseline=float(baseline or 0.0), subject=subject,
+                            baseline=fshare(float(baseline or 0.0)), subject=subject,
                         )
                     )
-    return findings, ids, closed
+    return findings, FindingIds(ids), closed
 
 
 def _prefetched(
@@ -274,9 +284,9 @@ def _vulnerabilities_only(chunk: list[tuple[Any, ...]]) -> bool:
 
 
 def _add_vulnerabilities(
-    chunk: list[tuple[Any, ...]], findings: list[ri.Finding], ids: dict[str, int], *,
+    chunk: list[tuple[Any, ...]], findings: list[ri.Finding], ids: array[int], *,
     keys: dict[str, str], versions: dict[Any, str], vectors: dict[str, str],
-    epss_dates: dict[str, Any], share: Callable[[Any, Any], Any],
+    epss_dates: dict[str, Any], share: Callable[[Any, Any], Any], floats: dict[Any, Any],
     settled: Callable[[int, str], None] | None, unsettled_rows: set[int] | None,
     advisories_seen: set[str], cves_seen: set[str],
 ) -> None:
@@ -290,7 +300,7 @@ def _add_vulnerabilities(
     _lookups(set(advisories), set(cves), vectors=vectors, epss_dates=epss_dates,
              advisories_seen=advisories_seen, cves_seen=cves_seen)
     fids = list(map(str, pks))
-    ids.update(zip(fids, pks, strict=True))
+    ids.extend(pks)
     if settled is not None and decisions.count(None) != n:
         for pk, decision in zip(pks, decisions, strict=True):
             if decision:
@@ -304,16 +314,41 @@ def _add_vulnerabilities(
     findings.extend(ri.findings_from_columns(n, {
         "id": fids, "kind": repeat("vulnerability"), "sub_kind": repeat(""),
         "vuln_id": map(share, vuln_ids, vuln_ids),
-        "severity": map(share, severities, severities), "cvss_score": cvss,
+        "severity": map(share, severities, severities),
+        "cvss_score": _shared_floats(cvss, floats),
         "cvss_vector": map(_vector, own_vectors, advisories, repeat(vectors)),
         "in_kev": in_kev,
-        "kev_date": map(share, kev_dates, kev_dates), "epss": epss, "epss_percentile": pct,
+        "kev_date": map(share, kev_dates, kev_dates), "epss": _shared_floats(epss, floats),
+        "epss_percentile": _shared_floats(pct, floats),
         "epss_date": map(epss_dates.get, cves), "project_version": map(versions.__getitem__,
                                                                        pv_ids),
         "component_key": map(keys.__getitem__, purls), "environment": repeat(""),
-        "service": repeat(""), "baseline": map(float, baselines), "subject": repeat(""),
+        "service": repeat(""),
+        "baseline": _shared_floats(tuple(map(float, baselines)), floats),
+        "subject": repeat(""),
         "severity_source": map(share, sources, sources),
     }))
+
+
+def _float_sharer(floats: dict[Any, Any]) -> Callable[[Any], Any]:
+    """One float object per distinct value, through `floats`. A zero is left as it is:
+    -0.0 equals 0.0, and sharing must not change a record's value as orjson writes it (the
+    inputs digest)."""
+
+    def fshare(value: Any) -> Any:
+        return value if not value else floats.setdefault(value, value)
+
+    return fshare
+
+
+def _shared_floats(values: tuple[float | None, ...],
+                   floats: dict[Any, Any]) -> Iterable[float | None]:
+    """`values` with one float object per distinct value, through `floats` (a pass in C);
+    `values` as they are when any has its sign bit set, so that no -0.0 is given a 0.0
+    (they are equal, as dictionary keys too) nor a 0.0 a -0.0."""
+    if np.signbit(np.array(values, dtype=np.float64)).any():
+        return values
+    return map(floats.setdefault, values, values)
 
 
 def _vector(own: str | None, advisory_id: str | None, vectors: dict[str, str]) -> str:

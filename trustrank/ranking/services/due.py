@@ -5,7 +5,7 @@ a second connection when they are many."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any, overload
 
@@ -19,11 +19,10 @@ from trustrank.findings.services.due_dates import (
     finding_due_dates_insert,
 )
 from trustrank.ranking.inputs import Gathered
+from trustrank.ranking.inputs.ids import finding_pks
+from trustrank.ranking.services.store_rows import QueueRows, Row
 from trustrank.risk.inputs import DECISIONS
 from trustrank.risk.results import RankResult
-
-# A stored rank row: (rank, env rank, environment, score, decision, context digest).
-Row = tuple[int, int, str, float, str, str]
 
 
 def _without_due_row(gathered: Gathered) -> Callable[[int], bool] | None:
@@ -44,7 +43,7 @@ def _less(unsettled: dict[str, Any], done: set[int]) -> dict[str, Any]:
 
 
 def due_dates_unsettled(
-    gathered: Gathered, rows: dict[int, Row],
+    gathered: Gathered, rows: Mapping[int, Row],
     written_after: tuple[int, ...], *, inserted: bool = False,
 ) -> dict[str, Any]:
     """A full gather read which findings' due dates are settled for which decision: only
@@ -59,15 +58,20 @@ def due_dates_unsettled(
         return {}
     get = settled.get
     having = gathered.unsettled_rows or frozenset()
+    columns = QueueRows.of(rows)
     todo: list[int]
     if not settled and not having:
         # No finding had a due-date row: every decision differs from none.
-        todo = [] if inserted else list(rows)
-    elif inserted:
-        todo = [fid for fid, row in rows.items()
-                if get(fid) != row[4] and (fid in settled or fid in having)]
+        todo = [] if inserted else columns.fid.tolist()
     else:
-        todo = [fid for fid, row in rows.items() if get(fid) != row[4]]
+        # Each finding with the decision of its row, from the columns.
+        decided = zip(columns.fid.tolist(), map(DECISIONS.__getitem__,
+                                                columns.decision.tolist()), strict=True)
+        if inserted:
+            todo = [fid for fid, decision in decided
+                    if get(fid) != decision and (fid in settled or fid in having)]
+        else:
+            todo = [fid for fid, decision in decided if get(fid) != decision]
     if inserted:
         todo.extend(fid for fid in written_after
                     if fid in settled or fid in having or fid not in rows)
@@ -136,9 +140,8 @@ class DueInserter:
         # Column by column (a lookup and a test per finding in Python cost seconds at a
         # million), sorted by id with numpy.
         n = len(result.findings)
-        ids = fid if fid is not None else np.fromiter(
-            map(gathered.finding_ids.__getitem__, map(itemgetter(0), result.findings)),
-            dtype=np.int64, count=n)
+        ids = fid if fid is not None else finding_pks(
+            gathered.finding_ids, map(itemgetter(0), result.findings), n)
         places = np.arange(n)
         if gathered.settled or gathered.unsettled_rows:
             places = places[np.fromiter(map(rowless, ids.tolist()), dtype=bool, count=n)]
@@ -184,7 +187,7 @@ class DueInserter:
 
 def due_dates_apply(
     team_id: int, gathered: Gathered, unsettled: dict[str, Any],
-    written_after: tuple[int, ...], rows: dict[int, Row],
+    written_after: tuple[int, ...], rows: Mapping[int, Row],
 ) -> None:
     """Recompute the due dates `unsettled` names. Of a full run's, those of findings with
     no due-date row at all (every finding on a team's first run) are inserted in bulk
@@ -195,14 +198,17 @@ def due_dates_apply(
     rowless = _without_due_row(gathered)
     if ids and policy is not None and rowless is not None:
         written = set(written_after)
-        fresh = [fid for fid in ids if rowless(fid) and fid not in written and fid in rows]
+        columns = QueueRows.of(rows)
+        fresh = [fid for fid in ids if rowless(fid) and fid not in written]
+        # In id order: the primary key's B-tree then grows at its right edge instead of
+        # splitting pages all over (the queue's order is random by id).
+        ranked = np.sort(np.asarray(fresh, dtype=np.int64))
+        at = columns.places(ranked)
+        fresh = ranked[at >= 0].tolist()
         if fresh:
-            # In id order: the primary key's B-tree then grows at its right edge instead of
-            # splitting pages all over (the queue's order is random by id).
-            fresh.sort()
             done = finding_due_dates_insert(
                 team_id=team_id, checked_policy=policy,
-                decisions=[(fid, rows[fid][4]) for fid in fresh],
+                decisions=_Pairs(ranked[at >= 0], columns.decision[at[at >= 0]]),
             )
             # None: the policy changed since the gather, so every finding is recomputed.
             unsettled = {} if done is None else _less(unsettled, set(fresh))

@@ -7,7 +7,7 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -30,8 +30,9 @@ from trustrank.ranking.services.due import (
     due_dates_apply,
     due_dates_unsettled,
 )
-from trustrank.ranking.services.store import _collector_paused, _store
+from trustrank.ranking.services.store import _collector_paused, _store, rewrites_rows
 from trustrank.ranking.services.store_columns import place_ids, store_first_from_columns
+from trustrank.ranking.services.store_rows import Ids, QueueRows, Row, decision_changed
 from trustrank.ranking.services.store_services import services_store
 from trustrank.risk import inputs as ri
 from trustrank.risk.engine import rank, with_inputs_digest
@@ -50,7 +51,7 @@ class _Cached:
     run_id: int
     gathered: Gathered
     result: RankResult
-    rows: dict[int, tuple[int, int, str, float, str, str]]
+    rows: QueueRows
     gathered_at: datetime
     # The run's results digest, which the next run updates by the rows it changes.
     results_digest: str = ""
@@ -159,8 +160,8 @@ def _places_in(cached: _Cached) -> Callable[[str], int | None]:
     rows, ids = cached.rows, cached.gathered.finding_ids
 
     def place_of(fid: str) -> int | None:
-        row = rows.get(ids.get(fid, 0))
-        return None if row is None else row[0] - 1
+        at = rows.place(ids.get(fid, 0))
+        return None if at is None else int(rows.rank[at]) - 1
 
     return place_of
 
@@ -214,6 +215,11 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any =
             changed_findings=gathered.touched, changed_records=gathered.delta,
             previous_places=_places_in(cached),
         )
+        if rewrites_rows(result.changed_places):
+            # The store reads nothing of the previous queue: its ranked findings the new one
+            # renumbered go now, not after the run (a failed run forgets it anyway).
+            _PREVIOUS.pop(run.team_id, None)
+            cached = replace(cached, result=replace(cached.result, findings=()))
     else:
         # The inputs digest and the queue's index are made later, while PostgreSQL
         # stores the queue (`_Meanwhile`).
@@ -316,7 +322,7 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any =
         )
         if not finished:
             raise RankingError(f"ranking run {run.pk} was taken over by another attempt")
-        if changed:  # one row (when a webhook listens), committed with the run; the
+        if len(changed):  # one row (when a webhook listens), committed with the run; the
             # worker reads the run's decision changes and fans them out (trustrank/notify)
             notify_ranking_run(team_id=run.team_id, run_id=run.pk)
     _PREVIOUS[run.team_id] = _Cached(
@@ -330,7 +336,6 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any =
     _PREVIOUS.move_to_end(run.team_id)
     while len(_PREVIOUS) > _PREVIOUS_MAX:
         _PREVIOUS.popitem(last=False)
-
 
 
 class _FindingsHash:
@@ -381,7 +386,7 @@ class _Meanwhile:
 
 
 def _decided_anew(
-    gathered: Gathered, cached: _Cached, rows: dict[int, _Row], changed: list[int],
+    gathered: Gathered, cached: _Cached, rows: QueueRows, changed: Ids,
     written_after: tuple[int, ...],
 ) -> dict[str, Any]:
     """An incremental run's due-date work: the previous run settled every ranked
@@ -391,8 +396,7 @@ def _decided_anew(
     known without the policy: then every finding is recomputed."""
     if cached.policy is None:
         return {}
-    before = cached.rows
-    todo = [fid for fid in changed if (old := before.get(fid)) is None or old[4] != rows[fid][4]]
+    todo = decision_changed(changed, cached.rows, rows)
     ids = gathered.finding_ids
     todo.extend(ids[fid] for fid in gathered.touched or () if fid in ids)
     todo.extend(written_after)
@@ -412,13 +416,10 @@ def _written_since(team_id: int, since: datetime) -> tuple[int, ...]:
     )
 
 
-_Row = tuple[int, int, str, float, str, str]
-
-
 _MODULUS = 1 << 256
 
 
-def _row_hashes(rows: Iterable[tuple[int, _Row]]) -> int:
+def _row_hashes(rows: Iterable[tuple[int, Row]]) -> int:
     """The sum of the SHA-256 of each (finding id, (rank, env rank, environment, score,
     decision, context digest)) as orjson writes it, as a number."""
     return sum(map(int.from_bytes, map(_digest_of, map(hashlib.sha256, map(
@@ -428,7 +429,7 @@ def _row_hashes(rows: Iterable[tuple[int, _Row]]) -> int:
 _digest_of = methodcaller("digest")
 
 
-def _rows_digest(rows: dict[int, _Row]) -> str:
+def _rows_digest(rows: Mapping[int, Row]) -> str:
     """What the run stored, as a digest: the sum modulo 2^256 of one SHA-256 per stored
     row (the finding's id, rank, environment rank, environment, score, decision and the
     digest of its context, which covers the explanation), in 64 hex digits. Equal rows,
@@ -438,11 +439,11 @@ def _rows_digest(rows: dict[int, _Row]) -> str:
 
 
 def _rows_digest_update(
-    digest: str, *, before: dict[int, _Row], rows: dict[int, _Row], changed: list[int],
+    digest: str, *, before: Mapping[int, Row], rows: Mapping[int, Row], changed: Ids,
     gone: list[int],
 ) -> str:
     """`_rows_digest(rows)` from the digest of `before`, given every finding whose row
     changed or is new (`changed`) and every one whose row left (`gone`)."""
-    old = _row_hashes((fid, before[fid]) for fid in (*changed, *gone) if fid in before)
-    new = _row_hashes((fid, rows[fid]) for fid in changed)
+    old = _row_hashes(QueueRows.of(before).items_of([*changed, *gone]))
+    new = _row_hashes(QueueRows.of(rows).items_of(changed))
     return f"{(int(digest, 16) - old + new) % _MODULUS:064x}"

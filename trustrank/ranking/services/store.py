@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from itertools import islice, repeat
 from operator import itemgetter
@@ -19,9 +18,17 @@ import orjson
 from django.db import connection
 
 from trustrank.ranking.inputs import Gathered
+from trustrank.ranking.inputs.ids import finding_pks, pk_of
 from trustrank.ranking.models import RankingRun
 from trustrank.ranking.services.store_copy import _CHUNK, _copy_ranked, _int_array
 from trustrank.ranking.services.store_history import _history
+from trustrank.ranking.services.store_rows import (
+    _DECISION_INDEX,
+    Ids,
+    QueueRows,
+    compare_rows,
+    moved_rows,
+)
 from trustrank.risk.results import RankedFinding, RankResult, factor_json
 
 
@@ -55,11 +62,11 @@ def _store(
     run: RankingRun,
     result: RankResult,
     gathered: Gathered,
-    before: dict[int, tuple[int, int, str, float, str, str]] | None = None,
+    before: Mapping[int, _Row] | None = None,
     previous: RankResult | None = None,
-    previous_ids: dict[str, int] | None = None,
+    previous_ids: Mapping[str, int] | None = None,
     row_hashes: Callable[[Iterable[tuple[int, _Row]]], int] | None = None,
-) -> tuple[dict[str, Any], dict[int, _Row], tuple[list[int], list[int]], int | None]:
+) -> tuple[dict[str, Any], QueueRows, tuple[Ids, list[int]], int | None]:
     """Write the run's ranks; `before` is the stored queue when the caller knows it (an
     incremental run), else it is read; `previous` is the result `before` was made from, if
     the caller kept it, and `previous_ids` the finding ids it was made with. Returns the
@@ -73,6 +80,13 @@ def _store(
         return _store_rows(run=run, result=result, gathered=gathered, before=before,
                            previous=previous, previous_ids=previous_ids,
                            row_hashes=row_hashes)
+
+
+def rewrites_rows(changed_places: Sequence[int] | None) -> bool:
+    """Whether the rows of an incremental result whose `changed_places` are these are made
+    anew column by column (and compared with the stored ones) rather than walked from the
+    previous queue: then the store reads nothing of the previous queue's findings."""
+    return changed_places is not None and len(changed_places) > _REWRITE_ABOVE
 
 
 def _contexts_insert(cur: Any, new_context: dict[str, bytes]) -> None:
@@ -99,11 +113,11 @@ def _store_rows(
     run: RankingRun,
     result: RankResult,
     gathered: Gathered,
-    before: dict[int, tuple[int, int, str, float, str, str]] | None,
+    before: Mapping[int, _Row] | None,
     previous: RankResult | None,
-    previous_ids: dict[str, int] | None,
+    previous_ids: Mapping[str, int] | None,
     row_hashes: Callable[[Iterable[tuple[int, _Row]]], int] | None = None,
-) -> tuple[dict[str, Any], dict[int, _Row], tuple[list[int], list[int]], int | None]:
+) -> tuple[dict[str, Any], QueueRows, tuple[Ids, list[int]], int | None]:
     # The context of a ranked finding, keyed cheaply: the engine shares one factor tuple
     # per advisory facts and one per deployment context, so their identities (alive as
     # long as `result`) stand for their values; the other fields are plain values, sliced
@@ -111,10 +125,10 @@ def _store_rows(
     # Hashing the factors themselves (dataclasses) cost seconds at a million findings;
     # equal contexts under different keys only compute the same digest twice.
     contexts: dict[tuple[Any, ...], tuple[str, bytes]] = {}
-    rows: dict[int, tuple[int, int, str, float, str, str]] = {}
+    rows: QueueRows
     env_counter: dict[str, int] = {}
     finding_ids = gathered.finding_ids
-    changed_on_the_way: list[int] = []
+    changed_on_the_way: Ids = []
     gone_on_the_way: list[int] | None = None
 
     def row_of(r: RankedFinding, n: int, env: str) -> tuple[int, int, str, float, str, str]:
@@ -126,15 +140,15 @@ def _store_rows(
         return (r[1], n, env, r[2], r[3], ctx[0])
 
     reused = 0
+    if before is not None:
+        before = QueueRows.of(before)
     differ = result.changed_places
-    if (previous is not None and before is not None and previous.findings
-            and differ is not None and len(differ) > _REWRITE_ABOVE):
+    if previous is not None and before is not None and rewrites_rows(differ):
         # Most places changed (one finding rising shifts every rank below it): every row
         # made column by column, as a full run does, beats walking the places one by one
         # (33 of a profiled 184 s at a million), then compared with the stored ones.
         rows, env_counter = _queue_rows(result.findings, finding_ids, contexts)
-        changed_on_the_way = [fid for fid, row in rows.items() if before.get(fid) != row]
-        gone_on_the_way = [fid for fid in before if fid not in rows]
+        changed_on_the_way, gone_on_the_way = compare_rows(rows, before)
         reused = len(before)
     elif previous is not None and before is not None and previous.findings:
         # An incremental run: most ranked findings are the previous result's objects at
@@ -144,12 +158,13 @@ def _store_rows(
             previous_ids or finding_ids, row_of, differ=result.changed_places,
         )
         reused = len(before)
-        env_counter = dict(Counter(map(itemgetter(2), rows.values())))
+        env_counter = rows.env_counts()
     else:
         rows, env_counter = _queue_rows(result.findings, finding_ids, contexts)
         if before is not None:
-            changed_on_the_way = [fid for fid, row in rows.items() if before.get(fid) != row]
+            changed_on_the_way = compare_rows(rows, before)[0]
     new_context = {ctx[0]: ctx[1] for ctx in contexts.values()}
+    changed: Ids
     with connection.cursor() as cur:
         _contexts_insert(cur, new_context)
         if before is None:
@@ -158,34 +173,29 @@ def _store_rows(
                 "FROM ranking_rankedfinding WHERE team_id = %s",
                 [run.team_id],
             )
-            before = {row[0]: row[1:] for row in cur.fetchall()}
+            before = QueueRows.from_items(((row[0], row[1:]) for row in cur), cur.rowcount)
             if before:
-                changed = [fid for fid, row in rows.items() if before.get(fid) != row]
-                gone = [fid for fid in before if fid not in rows]
+                changed, gone = compare_rows(rows, before)
             else:
                 # The team's first run: every row is new (no comparison per row).
-                changed, gone = list(rows), []
+                changed, gone = rows.fid, []
         else:
             changed = changed_on_the_way
             gone = gone_on_the_way or []
-        moved = [
-            fid for fid in changed
-            if fid not in before or before[fid][0] != rows[fid][0]
-            or before[fid][3] != rows[fid][3] or before[fid][4] != rows[fid][4]
-        ] if before else changed
+        moved: Ids = moved_rows(changed, before, rows) if before else changed
         _history(cur, run=run, moved=moved, gone=gone, before=before, rows=rows,
                  new_context=new_context, first=not before)
         rewrite = len(changed) + len(gone) > _REWRITE_ABOVE
         if rewrite:
             cur.execute("DELETE FROM ranking_rankedfinding WHERE team_id = %s", [run.team_id])
-            targets = list(rows)
+            targets: Ids = rows.fid
         else:
             if gone:
                 cur.execute(
                     "DELETE FROM ranking_rankedfinding WHERE finding_id = ANY(%s::bigint[])",
                     [_int_array(gone)],
                 )
-            if changed:
+            if len(changed):
                 cur.execute(
                     "DELETE FROM ranking_rankedfinding WHERE finding_id = ANY(%s::bigint[])",
                     [_int_array(changed)],
@@ -194,9 +204,8 @@ def _store_rows(
         hashed: list[int] = []
         on_chunk = None
         if rewrite and row_hashes is not None:
-            def on_chunk(chunk: list[int]) -> None:
-                hashed.append(row_hashes(zip(chunk, map(rows.__getitem__, chunk),
-                                             strict=True)))
+            def on_chunk(chunk: Ids) -> None:
+                hashed.append(row_hashes(rows.items_of(chunk)))
         _copy_ranked(cur, team_id=run.team_id, run_id=run.pk, targets=targets, rows=rows,
                      on_chunk=on_chunk)
         if rewrite:
@@ -205,7 +214,7 @@ def _store_rows(
     counts = {
         "by_environment": {env: n for env, n in sorted(env_counter.items())},
         # Distinct contexts of the whole queue, reused rows' included.
-        "contexts": len(set(map(itemgetter(5), rows.values()))) if reused else len(new_context),
+        "contexts": rows.distinct_contexts() if reused else len(new_context),
         "moved": len(moved),
         "updated": len(changed),
         "left_queue": len(gone),
@@ -215,18 +224,20 @@ def _store_rows(
 
 def _walk_changed(
     findings: tuple[RankedFinding, ...], prev: tuple[RankedFinding, ...],
-    before: dict[int, tuple[int, int, str, float, str, str]], ids: dict[str, int],
-    prev_ids: dict[str, int],
-    row_of: Callable[[RankedFinding, int, str], tuple[int, int, str, float, str, str]],
-    differ: list[int] | None = None,
-) -> tuple[dict[int, tuple[int, int, str, float, str, str]], list[int], list[int]]:
+    before: Mapping[int, _Row], ids: Mapping[str, int], prev_ids: Mapping[str, int],
+    row_of: Callable[[RankedFinding, int, str], _Row],
+    differ: Sequence[int] | None = None,
+) -> tuple[QueueRows, list[int], list[int]]:
     """(rows, changed, gone) of an incremental run, from the previous queue `prev` and its
     stored rows `before`. A finding that is the previous result's object at the same place
     keeps its stored row while every environment has as many findings before it as it had
     (its environment rank stands); only the other places are walked. A walked finding's
     environment rank is one more than that of the nearest finding of its environment
     before it, whose row is already final. `differ`, when the engine knew them, are the
-    places whose finding is not the previous one (ascending); else they are found."""
+    places whose finding is not the previous one (ascending); else they are found.
+
+    The rows come as columns by place: place i holds the row `before` has for `prev[i]`
+    until the walk gives it another."""
     n, n_prev = len(findings), len(prev)
     if differ is None:
         common = min(n, n_prev)
@@ -234,7 +245,21 @@ def _walk_changed(
         differ = [i for i, x, y in zip(range(common), findings, prev, strict=False)
                   if x is not y]
         differ.extend(range(common, n))
-    rows = dict(before)
+    old_rows = QueueRows.of(before)
+    pk, prev_pk = pk_of(ids), pk_of(prev_ids)
+    # The row in `before` of the finding at each previous place.
+    if old_rows.by_place and len(old_rows) == n_prev:
+        of_prev = np.arange(n_prev)
+    else:
+        of_prev = old_rows.places(np.fromiter(map(prev_pk, map(
+            itemgetter(0), prev)), dtype=np.int64, count=n_prev))
+    # The rows of the places that differ, where their findings had one.
+    differ_ids = [pk(findings[i][0]) for i in differ if i < n]
+    old_place = dict(zip(differ_ids, old_rows.places(differ_ids).tolist(), strict=True))
+    env_rank_of = old_rows.env_rank[of_prev]  # by place, for places not walked
+    walked: list[int] = []
+    walked_rows: list[_Row] = []
+    walked_ids: list[int] = []
     changed: list[int] = []
     out: list[int] = []  # previous findings no longer at their place
     came: set[int] = set()  # findings now at a place they were not at
@@ -242,7 +267,8 @@ def _walk_changed(
     uneven = 0  # environments whose entry in `diff` is not zero
 
     # Per environment, the last walked place and its environment rank: a look back for
-    # the nearest finding of an environment stops there.
+    # the nearest finding of an environment stops there (the places between are not
+    # walked: they keep their previous row).
     last_walked: dict[str, tuple[int, int]] = {}
 
     def env_rank_before(i: int, env: str) -> int:
@@ -250,7 +276,7 @@ def _walk_changed(
         for k in range(i - 1, stop, -1):
             r = findings[k]
             if (r[11] if r[10] else "") == env:
-                return rows[ids[r[0]]][1]
+                return int(env_rank_of[k])
         return rank
 
     def shift(env: str, by: int) -> int:
@@ -274,73 +300,97 @@ def _walk_changed(
         if not same:
             if i < n_prev:
                 p = prev[i]
-                out.append(prev_ids[p[0]])
+                out.append(prev_pk(p[0]))
                 uneven -= shift(p[11] if p[10] else "", -1)
             uneven -= shift(env, 1)
-        fid = ids[r[0]]
+        fid = pk(r[0])
         n_env = env_rank_before(i, env) + 1
         last_walked[env] = (i, n_env)
-        old = before.get(fid)
+        at = int(of_prev[i]) if same else old_place.get(fid, -1)
+        old = old_rows.row_at(at) if at >= 0 else None
         if not same:
             came.add(fid)
         if not (same and old is not None and old[1] == n_env):
-            row = rows[fid] = row_of(r, n_env, env)
+            row = row_of(r, n_env, env)
+            walked.append(i)
+            walked_rows.append(row)
+            walked_ids.append(fid)
             if old != row:
                 changed.append(fid)
         i += 1
-    out.extend(prev_ids[p[0]] for p in prev[n:])
+    out.extend(prev_pk(p[0]) for p in prev[n:])
     gone = [fid for fid in out if fid not in came]
-    for fid in gone:
-        del rows[fid]
-    return rows, changed, gone
+    return _rows_walked(old_rows, of_prev[:n], n, walked, walked_ids, walked_rows), changed, gone
+
+
+def _rows_walked(
+    before: QueueRows, of_place: np.ndarray[Any, Any], n: int, walked: list[int],
+    walked_ids: list[int], walked_rows: list[_Row],
+) -> QueueRows:
+    """The rows of a queue of `n` places: at place i the row of `before` at `of_place[i]`,
+    except at the places `walked`, which have the ids and rows given."""
+    envs, digests = list(before.envs), list(before.digests)
+    env_codes = {e: k for k, e in enumerate(envs)}
+    digest_codes = {d: k for k, d in enumerate(digests)}
+    cols = []
+    for column in (before.fid, before.rank, before.env_rank, before.env, before.score,
+                   before.decision, before.context):
+        values = np.zeros(n, dtype=column.dtype)
+        values[: len(of_place)] = column[of_place]
+        cols.append(values)
+    fid, rank, env_rank, env, score, decision, context = cols
+    at = np.asarray(walked, dtype=np.int64)
+    if len(at):
+        fid[at] = walked_ids
+        rank[at] = list(map(itemgetter(0), walked_rows))
+        env_rank[at] = list(map(itemgetter(1), walked_rows))
+        for e in {r[2] for r in walked_rows} - env_codes.keys():
+            env_codes[e] = len(envs)
+            envs.append(e)
+        env[at] = [env_codes[r[2]] for r in walked_rows]
+        score[at] = list(map(itemgetter(3), walked_rows))
+        decision[at] = [_DECISION_INDEX[r[4]] for r in walked_rows]
+        for d in {r[5] for r in walked_rows} - digest_codes.keys():
+            digest_codes[d] = len(digests)
+            digests.append(d)
+        context[at] = [digest_codes[r[5]] for r in walked_rows]
+    return QueueRows(fid=fid, rank=rank, env_rank=env_rank, env=env, score=score,
+                     decision=decision, context=context, envs=envs, digests=digests,
+                     by_place=True)
 
 
 def _queue_rows(
-    findings: tuple[RankedFinding, ...], finding_ids: dict[str, int],
+    findings: tuple[RankedFinding, ...], finding_ids: Mapping[str, int],
     contexts: dict[tuple[Any, ...], tuple[str, bytes]],
-) -> tuple[dict[int, _Row], dict[str, int]]:
-    """Every ranked finding's row (finding id -> (rank, env rank, environment, score,
-    decision, context digest)), in queue order, and the findings per environment; the
-    contexts met go into `contexts`."""
-    rows: dict[int, _Row] = {}
-    env_counter: dict[str, int] = {}
-    for _chunk in _queue_row_chunks(findings, finding_ids, contexts, rows, env_counter):
-        pass
-    return rows, env_counter
-
-
-def _queue_row_chunks(
-    findings: tuple[RankedFinding, ...], finding_ids: dict[str, int],
-    contexts: dict[tuple[Any, ...], tuple[str, bytes]], rows: dict[int, _Row],
-    env_counter: dict[str, int],
-) -> Iterator[list[int]]:
-    """`_queue_rows` a chunk at a time: each chunk's rows go into `rows` (in queue order)
-    before its finding ids are yielded, so a COPY can send them while the next are made;
-    `env_counter` is filled first. Column by column, each a pass in C over the chunk: a
+) -> tuple[QueueRows, dict[str, int]]:
+    """Every ranked finding's row, by place, and the findings per environment; the
+    contexts met go into `contexts`. Column by column, each a pass in C over a chunk: a
     Python loop with a few lookups per finding cost seconds at a million findings."""
     n = len(findings)
     # The environment a finding is queued in: its context's when it runs somewhere.
-    envs = [r[11] if r[10] else "" for r in findings]
     env_codes: dict[str, int] = {}
-    codes = np.fromiter(map(env_codes.setdefault, envs, map(len, repeat(env_codes, n))),
-                        dtype=np.int64, count=n)
-    env_rank = np.empty(n, dtype=np.int64)
+    codes = np.fromiter(map(env_codes.setdefault, (r[11] if r[10] else "" for r in findings),
+                            map(len, repeat(env_codes, n))), dtype=np.int32, count=n)
+    env_rank = np.empty(n, dtype=np.int32)
+    env_counter: dict[str, int] = {}
     for env, code in env_codes.items():
         at = np.flatnonzero(codes == code)
         env_rank[at] = np.arange(1, len(at) + 1)
         env_counter[env] = len(at)
-    env_ranks = env_rank.tolist()
     # The context of a ranked finding, keyed cheaply: the engine shares one factor tuple
     # per advisory facts and one per deployment context, so their identities (alive as
     # long as `findings`) stand for their values; the other fields are plain values
     # (`RankedFinding` order: exploitation, automatable, then deployed … path). Each key
     # is numbered by the first place it occurs at; its digest is made once, from there.
     first: dict[tuple[Any, ...], int] = {}
-    digest_at: dict[int, str] = {}
+    code_at: dict[int, int] = {}
+    digest_codes: dict[str, int] = {}
+    fid = np.empty(n, dtype=np.int64)
+    context = np.empty(n, dtype=np.int32)
     for start in range(0, n, _CHUNK):
         part = findings[start : start + _CHUNK]
         end = start + len(part)
-        ids = list(map(finding_ids.__getitem__, map(itemgetter(0), part)))
+        fid[start:end] = finding_pks(finding_ids, map(itemgetter(0), part), len(part))
         keys = zip(map(id, map(itemgetter(9), part)), map(id, map(itemgetter(19), part)),
                    map(itemgetter(slice(7, 9)), part), map(itemgetter(slice(10, 19)), part),
                    strict=True)
@@ -351,13 +401,15 @@ def _queue_row_chunks(
             if ctx is None:
                 body = orjson.dumps(context_of(findings[i]), option=orjson.OPT_SORT_KEYS)
                 ctx = contexts[key] = (hashlib.sha256(body).hexdigest(), body)
-            digest_at[i] = ctx[0]
-        rows.update(zip(ids, zip(
-            range(start + 1, end + 1), env_ranks[start:end], envs[start:end],
-            map(itemgetter(2), part), map(itemgetter(3), part),
-            map(digest_at.__getitem__, places), strict=True,
-        ), strict=True))
-        yield ids
+            code_at[i] = digest_codes.setdefault(ctx[0], len(digest_codes))
+        context[start:end] = list(map(code_at.__getitem__, places))
+    rows = QueueRows(
+        fid=fid, rank=np.arange(1, n + 1), env_rank=env_rank, env=codes,
+        score=np.fromiter(map(itemgetter(2), findings), dtype=np.float64, count=n),
+        decision=np.fromiter(map(_DECISION_INDEX.__getitem__, map(itemgetter(3), findings)),
+                             dtype=np.int8, count=n),
+        context=context, envs=list(env_codes), digests=list(digest_codes), by_place=True)
+    return rows, env_counter
 
 
 @contextmanager

@@ -10,7 +10,7 @@ environment. The rows, their digest and what is sent to PostgreSQL are the same.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -20,6 +20,7 @@ import orjson
 from django.db import connection
 
 from trustrank.ranking.inputs import Gathered
+from trustrank.ranking.inputs.ids import finding_pks
 from trustrank.ranking.models import RankingRun
 from trustrank.ranking.services.store import _REWRITE_ABOVE, _contexts_insert, _Row, context_of
 from trustrank.ranking.services.store_copy import (
@@ -30,14 +31,14 @@ from trustrank.ranking.services.store_copy import (
     _QueuedWriter,
     _text_type,
 )
+from trustrank.ranking.services.store_rows import Ids, QueueRows
 from trustrank.risk.inputs import DECISIONS
 from trustrank.risk.results import RankResult
 
 
-def place_ids(result: RankResult, finding_ids: dict[str, int]) -> np.ndarray[Any, Any]:
+def place_ids(result: RankResult, finding_ids: Mapping[str, int]) -> np.ndarray[Any, Any]:
     """The database id of the finding at each place of the queue."""
-    return np.fromiter(map(finding_ids.__getitem__, map(itemgetter(0), result.findings)),
-                       dtype=np.int64, count=len(result.findings))
+    return finding_pks(finding_ids, map(itemgetter(0), result.findings), len(result.findings))
 
 
 @dataclass
@@ -105,25 +106,23 @@ def _canonical(values: list[tuple[Any, ...]],
                        dtype=np.int64, count=len(values))
 
 
-def _chunks(q: _Queue, rows: dict[int, _Row]) -> Iterator[tuple[int, int, list[int]]]:
-    """(start, end, finding ids) of each chunk of places, its rows put into `rows` (in
-    queue order) before it is yielded."""
-    envs, digests = q.envs, q.digests
+def _rows(q: _Queue) -> QueueRows:
+    """The queue's rows (its columns, as they are stored)."""
+    return QueueRows(fid=q.fid, rank=np.arange(1, len(q.fid) + 1), env_rank=q.env_rank,
+                     env=q.env, score=q.score, decision=q.decision, context=q.context,
+                     envs=q.envs, digests=q.digests, by_place=True)
+
+
+def _chunks(q: _Queue) -> Iterator[tuple[int, int, list[int]]]:
+    """(start, end, finding ids) of each chunk of places."""
     for start in range(0, len(q.fid), _CHUNK):
         end = min(len(q.fid), start + _CHUNK)
-        ids = q.fid[start:end].tolist()
-        rows.update(zip(ids, zip(
-            range(start + 1, end + 1), q.env_rank[start:end].tolist(),
-            map(envs.__getitem__, q.env[start:end].tolist()), q.score[start:end].tolist(),
-            map(DECISIONS.__getitem__, q.decision[start:end].tolist()),
-            map(digests.__getitem__, q.context[start:end].tolist()), strict=True,
-        ), strict=True))
-        yield start, end, ids
+        yield start, end, q.fid[start:end].tolist()
 
 
 def _copy(cur: Any, q: _Queue, *, team_id: int, run_id: int,
           chunks: Iterable[tuple[int, int, list[int]]],
-          on_chunk: Callable[[list[int]], None]) -> None:
+          on_chunk: Callable[[int, int], None]) -> None:
     """COPY the places of each chunk in the binary format, grouped within a chunk by
     environment, decision and digest length (one record layout each), as
     `store._copy_ranked_chunks` sends rows."""
@@ -139,7 +138,7 @@ def _copy(cur: Any, q: _Queue, *, team_id: int, run_id: int,
         writer=_QueuedWriter(cur.cursor),
     ) as copy:
         copy.write(_BINARY_HEADER)
-        for start, end, ids in chunks:
+        for start, end, _ids in chunks:
             context = q.context[start:end]
             group = ((q.env[start:end].astype(np.int64) * len(DECISIONS)
                       + q.decision[start:end]) * widest + width[context])
@@ -154,7 +153,7 @@ def _copy(cur: Any, q: _Queue, *, team_id: int, run_id: int,
                     (">f8", q.score[at]), (_text_type(decision_b), decision_b),
                     (f"S{size}", tables[size][q.context[at]]) if size else ("S0", b""),
                 ], len(at)))
-            on_chunk(ids)
+            on_chunk(start, end)
         copy.write(_BINARY_TRAILER)
 
 
@@ -163,7 +162,7 @@ def store_first_from_columns(
     row_hashes: Callable[[Iterable[tuple[int, _Row]]], int] | None,
     fid: np.ndarray[Any, Any] | None = None,
     meanwhile: Callable[[], object] | None = None,
-) -> tuple[dict[str, Any], dict[int, _Row], tuple[list[int], list[int]], int | None] | None:
+) -> tuple[dict[str, Any], QueueRows, tuple[Ids, list[int]], int | None] | None:
     """Write the team's first queue from a result with columns (a full run), each chunk's
     rows made and hashed while PostgreSQL stores the chunk before. None when the result has
     no columns or the team has stored rows (then `store._store` compares). `fid`: the
@@ -178,17 +177,18 @@ def store_first_from_columns(
         if cur.fetchone() is not None:
             return None
         q = _queue(result, place_ids(result, gathered.finding_ids) if fid is None else fid)
-        rows: dict[int, _Row] = {}
+        rows = _rows(q)
         hashed: list[int] = []
 
-        def on_chunk(chunk: list[int]) -> None:
+        def on_chunk(start: int, end: int) -> None:
             if row_hashes is not None:
-                hashed.append(row_hashes(zip(chunk, map(rows.__getitem__, chunk),
+                part = slice(start, end)
+                hashed.append(row_hashes(zip(q.fid[part].tolist(), rows.rows_at(part),
                                              strict=True)))
             if meanwhile is not None:
                 meanwhile()
 
-        _copy(cur, q, team_id=run.team_id, run_id=run.pk, chunks=_chunks(q, rows),
+        _copy(cur, q, team_id=run.team_id, run_id=run.pk, chunks=_chunks(q),
               on_chunk=on_chunk)
         _contexts_insert(cur, q.bodies)
         if len(rows) > _REWRITE_ABOVE:
@@ -203,4 +203,4 @@ def store_first_from_columns(
         "updated": len(rows),
         "left_queue": 0,
     }
-    return counts, rows, (list(rows), []), sum(hashed) if row_hashes is not None else None
+    return counts, rows, (rows.fid, []), sum(hashed) if row_hashes is not None else None

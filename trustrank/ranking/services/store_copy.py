@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterable
-from itertools import repeat
-from operator import itemgetter
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
 from psycopg.copy import LibpqWriter
+
+from trustrank.ranking.services.store_rows import Ids, QueueRows, Row
+from trustrank.risk.inputs import DECISIONS
 
 _CHUNK = 50_000
 
@@ -46,13 +47,12 @@ def _text_type(value: bytes) -> str:
 
 
 def _copy_ranked(
-    cur: Any, *, team_id: int, run_id: int, targets: list[int],
-    rows: dict[int, tuple[int, int, str, float, str, str]],
-    on_chunk: Callable[[list[int]], None] | None = None,
+    cur: Any, *, team_id: int, run_id: int, targets: Ids, rows: Mapping[int, Row],
+    on_chunk: Callable[[Ids], None] | None = None,
 ) -> None:
     """COPY the ranked rows of `targets` (see `_copy_ranked_chunks`)."""
     _copy_ranked_chunks(
-        cur, team_id=team_id, run_id=run_id, rows=rows, on_chunk=on_chunk,
+        cur, team_id=team_id, run_id=run_id, rows=QueueRows.of(rows), on_chunk=on_chunk,
         chunks=(targets[i : i + _CHUNK] for i in range(0, len(targets), _CHUNK)))
 
 
@@ -93,16 +93,22 @@ class _QueuedWriter(LibpqWriter):
 
 
 def _copy_ranked_chunks(
-    cur: Any, *, team_id: int, run_id: int, chunks: Iterable[list[int]],
-    rows: dict[int, tuple[int, int, str, float, str, str]],
-    on_chunk: Callable[[list[int]], None] | None = None,
+    cur: Any, *, team_id: int, run_id: int, chunks: Iterable[Ids], rows: QueueRows,
+    on_chunk: Callable[[Ids], None] | None = None,
 ) -> None:
     """COPY the ranked rows of the finding ids of each chunk (each in `rows` by the time
-    it comes) in the binary format, laid out by numpy a chunk at a time: formatting a
-    million rows as text cost seconds of the process (and PostgreSQL parsed every number
-    back). Within a chunk the rows go grouped by environment, decision and context digest
-    length (one record layout each), in their order within a group. `on_chunk` is called
-    with each chunk's ids once it is sent, while PostgreSQL stores it."""
+    it comes) in the binary format, laid out by numpy a chunk at a time from the rows'
+    columns: formatting a million rows as text cost seconds of the process (and PostgreSQL
+    parsed every number back). Within a chunk the rows go grouped by environment,
+    decision and context digest length (one record layout each; the groups in the order
+    of their first row), in their order within a group. `on_chunk` is called with each
+    chunk's ids once it is sent, while PostgreSQL stores it."""
+    encoded = [d.encode() for d in rows.digests]
+    widths = np.array(list(map(len, encoded)), dtype=np.int64)
+    widest = int(widths.max()) + 1 if len(widths) else 1
+    tables = {size: np.array([b if len(b) == size else b"" for b in encoded],
+                             dtype=f"S{size}") for size in set(widths.tolist()) if size}
+    env_bytes = [e.encode() for e in rows.envs]
     with cur.copy(
         "COPY ranking_rankedfinding (finding_id, team_id, run_id, rank, env_rank, "
         "environment, score, decision, context_id) FROM STDIN (FORMAT BINARY)",
@@ -110,44 +116,31 @@ def _copy_ranked_chunks(
     ) as copy:
         copy.write(_BINARY_HEADER)
         for chunk in chunks:
-            n = len(chunk)
-            values = list(map(rows.__getitem__, chunk))
-            digests: dict[str, int] = {}
-            digest_code = np.fromiter(
-                map(digests.setdefault, map(itemgetter(5), values),
-                    map(len, repeat(digests, n))),
-                dtype=np.int64, count=n)
-            encoded = [d.encode() for d in digests]
-            width = np.array(list(map(len, encoded)), dtype=np.int64)[digest_code]
-            groups: dict[tuple[str, str, int], int] = {}
-            group = np.fromiter(
-                map(groups.setdefault,
-                    zip(map(itemgetter(2), values), map(itemgetter(4), values),
-                        width.tolist(), strict=True),
-                    map(len, repeat(groups, n))),
-                dtype=np.int64, count=n)
-            fid = np.array(chunk, dtype=np.int64)
-            rank = np.fromiter(map(itemgetter(0), values), dtype=np.int64, count=n)
-            env_rank = np.fromiter(map(itemgetter(1), values), dtype=np.int64, count=n)
-            score = np.fromiter(map(itemgetter(3), values), dtype=np.float64, count=n)
-            for (env, decision, size), code in groups.items():
-                at = np.flatnonzero(group == code)
-                env_b, decision_b = env.encode(), decision.encode()
-                context_type = f"S{size}"
-                table = np.array([b if len(b) == size else b"" for b in encoded],
-                                 dtype=context_type) if size else None
+            at = rows.places(chunk)
+            if (at < 0).any():
+                raise KeyError(chunk[int(np.flatnonzero(at < 0)[0])])
+            context = rows.context[at]
+            group = ((rows.env[at].astype(np.int64) * len(DECISIONS) + rows.decision[at])
+                     * widest + widths[context])
+            codes, first = np.unique(group, return_index=True)
+            for code in codes[np.argsort(first)].tolist():
+                some = at[group == code]
+                env_code, rest = divmod(code, len(DECISIONS) * widest)
+                decision, size = divmod(rest, widest)
+                env_b, decision_b = env_bytes[env_code], DECISIONS[decision].encode()
                 copy.write(_binary_rows([
-                    (">i8", fid[at]), (">i8", team_id), (">i8", run_id), (">i4", rank[at]),
-                    (">i4", env_rank[at]), (_text_type(env_b), env_b), (">f8", score[at]),
+                    (">i8", rows.fid[some]), (">i8", team_id), (">i8", run_id),
+                    (">i4", rows.rank[some]), (">i4", rows.env_rank[some]),
+                    (_text_type(env_b), env_b), (">f8", rows.score[some]),
                     (_text_type(decision_b), decision_b),
-                    (context_type, table[digest_code[at]] if table is not None else b""),
-                ], len(at)))
+                    (f"S{size}", tables[size][rows.context[some]]) if size else ("S0", b""),
+                ], len(some)))
             if on_chunk is not None:
                 on_chunk(chunk)
         copy.write(_BINARY_TRAILER)
 
 
-def _int_array(ids: list[int]) -> str:
+def _int_array(ids: Ids) -> str:
     """A PostgreSQL array literal of integers (a string parameter: the driver adapts a
     Python list of a hundred thousand ints element by element)."""
     return "{" + ",".join(map(str, ids)) + "}"

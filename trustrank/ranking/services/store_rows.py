@@ -1,0 +1,247 @@
+"""The rows of a stored queue as columns (`QueueRows`): what a ranking run keeps of the
+queue it stored, for the next run to compare with, update and hash.
+
+As a dictionary (finding id -> a tuple of six) the rows were 240 bytes a finding: a
+worker holds the previous run's beside the new one's while an incremental run stores,
+half a gigabyte at a million findings. As columns they are 33 bytes a finding (49 once
+looked up by finding id: a sorted copy of the ids and their order). A row is
+made into a tuple only when one is read; the store's passes over many rows read the
+columns (`places`, `compare`, `moved`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import ItemsView, Iterable, Iterator, Mapping, Sequence, ValuesView
+from itertools import repeat
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+
+from trustrank.risk.inputs import DECISIONS
+
+# A stored rank row: (rank, env rank, environment, score, decision, context digest).
+Row = tuple[int, int, str, float, str, str]
+
+_DECISION_INDEX: dict[str, int] = {d: i for i, d in enumerate(DECISIONS)}
+
+# Rows made into tuples at a time by an iteration over many.
+_PART = 50_000
+
+# Finding ids: a list, or an array where they are as many as the queue's findings (a list
+# of a million ints is 40 MB).
+Ids = list[int] | np.ndarray[Any, Any]
+
+
+def _codes(values: Iterable[str], table: dict[str, int], n: int) -> np.ndarray[Any, Any]:
+    """`values` as codes of `table` (a new value gets the next code)."""
+    return np.fromiter(map(table.setdefault, values, map(len, repeat(table, n))),
+                       dtype=np.int32, count=n)
+
+
+class QueueRows(Mapping[int, Row]):
+    """Finding id -> (rank, env rank, environment, score, decision, context digest), one
+    row per index of the columns: `fid`, `rank`, `env_rank`, `score`, `decision` (index in
+    `DECISIONS`), `env` (code in `envs`) and `context` (code in `digests`; one code per
+    digest). `by_place`: row k is place k of the queue the rows were made from (as the
+    store makes them), which the incremental store's walk relies on; rows read from
+    elsewhere are looked up by finding id."""
+
+    __slots__ = ("_sorted", "_sorter", "by_place", "context", "decision", "digests", "env",
+                 "env_rank", "envs", "fid", "rank", "score")
+
+    def __init__(self, *, fid: np.ndarray[Any, Any], rank: np.ndarray[Any, Any],
+                 env_rank: np.ndarray[Any, Any], env: np.ndarray[Any, Any],
+                 score: np.ndarray[Any, Any], decision: np.ndarray[Any, Any],
+                 context: np.ndarray[Any, Any], envs: list[str], digests: list[str],
+                 by_place: bool = False) -> None:
+        self.fid = fid.astype(np.int64, copy=False)
+        self.rank = rank.astype(np.int32, copy=False)
+        self.env_rank = env_rank.astype(np.int32, copy=False)
+        self.env = env.astype(np.int32, copy=False)
+        self.score = score.astype(np.float64, copy=False)
+        self.decision = decision.astype(np.int8, copy=False)
+        self.context = context.astype(np.int32, copy=False)
+        self.envs, self.digests, self.by_place = envs, digests, by_place
+        self._sorter: np.ndarray[Any, Any] | None = None
+        self._sorted: np.ndarray[Any, Any] | None = None
+
+    @classmethod
+    def of(cls, rows: Mapping[int, Row]) -> QueueRows:
+        """`rows` as columns (as they are when they already are)."""
+        if isinstance(rows, QueueRows):
+            return rows
+        return cls.from_items(rows.items(), len(rows))
+
+    @classmethod
+    def from_items(cls, items: Iterable[tuple[int, Row]], n: int) -> QueueRows:
+        """The columns of `n` (finding id, row) pairs, in their order."""
+        pairs = list(items)
+        values = list(map(itemgetter(1), pairs))
+        envs: dict[str, int] = {}
+        digests: dict[str, int] = {}
+        return cls(
+            fid=np.fromiter(map(itemgetter(0), pairs), dtype=np.int64, count=n),
+            rank=np.fromiter(map(itemgetter(0), values), dtype=np.int32, count=n),
+            env_rank=np.fromiter(map(itemgetter(1), values), dtype=np.int32, count=n),
+            env=_codes(map(itemgetter(2), values), envs, n),
+            score=np.fromiter(map(itemgetter(3), values), dtype=np.float64, count=n),
+            decision=np.fromiter(map(_DECISION_INDEX.__getitem__, map(itemgetter(4), values)),
+                                 dtype=np.int8, count=n),
+            context=_codes(map(itemgetter(5), values), digests, n),
+            envs=list(envs), digests=list(digests),
+        )
+
+    # --- lookups ---------------------------------------------------------------------
+
+    def places(self, fids: Sequence[int] | np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """The index of each finding id's row, -1 for an id without one. Searched in a
+        sorted copy of the ids (made on first use), the ids asked in order when they are
+        many: a search through numpy's `sorter` argument, or in random order, spent most
+        of its time waiting on memory (6 s over an incremental run at a million)."""
+        fids = np.asarray(fids, dtype=np.int64).reshape(-1)
+        if not len(self.fid):
+            return np.full(len(fids), -1, dtype=np.int64)
+        if self._sorter is None or self._sorted is None:
+            self._sorter = np.argsort(self.fid, kind="stable")
+            self._sorted = self.fid[self._sorter]
+        asked = np.argsort(fids, kind="stable") if len(fids) > 64 else None
+        wanted = fids if asked is None else fids[asked]
+        at = np.minimum(np.searchsorted(self._sorted, wanted), len(self._sorted) - 1)
+        found = np.where(self._sorted[at] == wanted, self._sorter[at], -1)
+        if asked is None:
+            return found
+        out = np.empty(len(fids), dtype=np.int64)
+        out[asked] = found
+        return out
+
+    def place(self, fid: int) -> int | None:
+        at = int(self.places([fid])[0])
+        return None if at < 0 else at
+
+    def row_at(self, at: int) -> Row:
+        return (int(self.rank[at]), int(self.env_rank[at]), self.envs[self.env[at]],
+                float(self.score[at]), DECISIONS[self.decision[at]],
+                self.digests[self.context[at]])
+
+    def rows_at(self, at: np.ndarray[Any, Any] | slice) -> Iterator[Row]:
+        """The rows at indexes `at`, as tuples (made when read)."""
+        return zip(self.rank[at].tolist(), self.env_rank[at].tolist(),
+                   map(self.envs.__getitem__, self.env[at].tolist()), self.score[at].tolist(),
+                   map(DECISIONS.__getitem__, self.decision[at].tolist()),
+                   map(self.digests.__getitem__, self.context[at].tolist()), strict=True)
+
+    def items_of(self, fids: Sequence[int] | np.ndarray[Any, Any]) -> Iterator[tuple[int, Row]]:
+        """(finding id, row) of each of `fids` that has a row, in their order, made a part
+        at a time."""
+        for start in range(0, len(fids), _PART):
+            part = np.asarray(fids[start : start + _PART], dtype=np.int64)
+            at = self.places(part)
+            found = at >= 0
+            yield from zip(part[found].tolist(), self.rows_at(at[found]), strict=True)
+
+    def digests_of(self, fids: Sequence[int] | np.ndarray[Any, Any]) -> set[str]:
+        """The context digests of the rows of `fids`."""
+        at = self.places(fids)
+        return {self.digests[c] for c in np.unique(self.context[at[at >= 0]]).tolist()}
+
+    # --- Mapping ----------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.fid)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.fid.tolist())
+
+    def __getitem__(self, fid: int) -> Row:
+        at = self.place(fid)
+        if at is None:
+            raise KeyError(fid)
+        return self.row_at(at)
+
+    def __contains__(self, fid: object) -> bool:
+        return isinstance(fid, int) and self.place(fid) is not None
+
+    def items(self) -> ItemsView[int, Row]:
+        return _Items(self)
+
+    def values(self) -> ValuesView[Row]:
+        return _Values(self)
+
+    # --- what the store counts ---------------------------------------------------------
+
+    def env_counts(self) -> dict[str, int]:
+        """Rows per environment (those with any)."""
+        counts = np.bincount(self.env, minlength=len(self.envs)).tolist()
+        return {env: c for env, c in zip(self.envs, counts, strict=True) if c}
+
+    def distinct_contexts(self) -> int:
+        return len(np.unique(self.context))
+
+
+class _Items(ItemsView[int, Row]):
+    _mapping: QueueRows
+
+    def __iter__(self) -> Iterator[tuple[int, Row]]:
+        rows = self._mapping
+        for start in range(0, len(rows), _PART):
+            part = slice(start, start + _PART)
+            yield from zip(rows.fid[part].tolist(), rows.rows_at(part), strict=True)
+
+
+class _Values(ValuesView[Row]):
+    _mapping: QueueRows
+
+    def __iter__(self) -> Iterator[Row]:
+        rows = self._mapping
+        for start in range(0, len(rows), _PART):
+            yield from rows.rows_at(slice(start, start + _PART))
+
+
+def _translation(old: list[str], new: list[str]) -> np.ndarray[Any, Any]:
+    """Per code of `old`, the code of the same value in `new` (-1 when it has none)."""
+    codes = {v: i for i, v in enumerate(new)}
+    return np.array([codes.get(v, -1) for v in old], dtype=np.int64).reshape(len(old))
+
+
+def compare_rows(rows: QueueRows, before: QueueRows) -> tuple[np.ndarray[Any, Any], list[int]]:
+    """(findings of `rows` whose row is new or differs from `before`'s, in `rows`' order;
+    findings of `before` with no row in `rows`, in `before`'s order)."""
+    at = before.places(rows.fid)
+    found = at >= 0
+    b = np.where(found, at, 0)
+    if len(before):
+        same = (found & (before.rank[b] == rows.rank) & (before.env_rank[b] == rows.env_rank)
+                & (before.score[b] == rows.score) & (before.decision[b] == rows.decision)
+                & (_translation(before.envs, rows.envs)[before.env[b]] == rows.env)
+                & (_translation(before.digests, rows.digests)[before.context[b]]
+                   == rows.context))
+    else:
+        same = found
+    kept = np.zeros(len(before), dtype=bool)
+    kept[at[found]] = True
+    return rows.fid[~same], before.fid[~kept].tolist()
+
+
+def moved_rows(changed: Ids, before: QueueRows, rows: QueueRows) -> np.ndarray[Any, Any]:
+    """Of `changed` (findings with a row in `rows`), those new to `before` or whose rank,
+    score or decision differs there."""
+    fids = np.asarray(changed, dtype=np.int64)
+    new, old = rows.places(fids), before.places(fids)
+    differ = old < 0
+    if len(before):
+        o = np.where(differ, 0, old)
+        differ |= ((before.rank[o] != rows.rank[new]) | (before.score[o] != rows.score[new])
+                   | (before.decision[o] != rows.decision[new]))
+    return fids[differ]
+
+
+def decision_changed(fids: Ids, before: QueueRows, rows: QueueRows) -> list[int]:
+    """Of `fids` (findings with a row in `rows`), those new to `before` or whose decision
+    differs there."""
+    ids = np.asarray(fids, dtype=np.int64)
+    new, old = rows.places(ids), before.places(ids)
+    differ = old < 0
+    if len(before):
+        differ |= before.decision[np.where(old >= 0, old, 0)] != rows.decision[new]
+    return ids[differ].tolist()
