@@ -63,9 +63,10 @@ if not re.match(r"^[a-z][a-z0-9+.-]*://\S+$", TRUSTRANK_CSAF_PUBLISHER_NAMESPACE
 # run, the table's deletion counter) and dropped after this many seconds in any case.
 TRUSTRANK_FINDINGS_COUNT_TTL = envint("TRUSTRANK_FINDINGS_COUNT_TTL", 3600, minimum=0)
 # A list's total is counted exactly up to this many findings (a count of at most this many
-# rows: 15–35 ms at 1M, paid once per filter and write); a larger list shows PostgreSQL's estimate, rounded to three
-# digits (the API's `count_exact: false`, "about N" on the page): an exact count of ten
-# million findings takes 2.6 s, and every write would ask for it again (findings/totals.py).
+# rows: 15–35 ms at 1M, paid once per filter and write); a larger list shows PostgreSQL's
+# estimate, rounded to three digits (the API's `count_exact: false`, "about N" on the page):
+# an exact count of ten million findings takes 2.6 s, and every write would ask for it again
+# (findings/totals.py).
 TRUSTRANK_FINDINGS_EXACT_COUNT_MAX = envint(
     "TRUSTRANK_FINDINGS_EXACT_COUNT_MAX", 100_000, minimum=0
 )
