@@ -11,23 +11,12 @@ import pytest
 from django.core.cache import cache
 from django.db import connection
 
+from tests.findings.helpers import many_findings
 from trustrank.accounts.models import Team
 from trustrank.findings import totals
-from trustrank.findings.choices import FindingKind, FindingSource
 from trustrank.findings.models import Finding
 from trustrank.findings.totals import Total, about, cached_count, list_total
 from trustrank.lib.single_flight import cache_get_or_compute_once
-
-
-def _findings(team: Team, n: int) -> list[Finding]:
-    return [
-        Finding.objects.create(
-            team=team, kind=FindingKind.VULNERABILITY, source=FindingSource.OSV,
-            fingerprint=f"t{i:04d}", title=f"finding {i}", vuln_id=f"CVE-2024-{i:04d}",
-            severity_score=float(i % 10),
-        )
-        for i in range(n)
-    ]
 
 
 @pytest.fixture(autouse=True)
@@ -39,7 +28,7 @@ def _empty_cache() -> None:
 def test_concurrent_requests_for_a_missing_total_count_it_once(team: Team) -> None:
     """Four requests (threads, each with its own database connection) miss the same total at
     once: one COUNT runs, and all four answer its value."""
-    _findings(team, 7)
+    many_findings(team, 7)
     qs = Finding.objects.filter(team=team)
     counts: list[str] = []
     answers: list[int] = []
@@ -75,7 +64,7 @@ def test_a_request_that_finds_a_total_being_computed_answers_the_estimate(
     estimate, not exact, and not kept (the next request counts)."""
     settings.TRUSTRANK_FINDINGS_COUNT_WAIT_SECONDS = 0.05
     monkeypatch.setattr(totals, "planner_rows", lambda qs: 4321)
-    _findings(team, 3)
+    many_findings(team, 3)
     qs = Finding.objects.filter(team=team)
     key = totals._key(qs, team_ids=[team.pk],
                       what=("total", settings.TRUSTRANK_FINDINGS_EXACT_COUNT_MAX))
@@ -89,7 +78,7 @@ def test_a_capped_count_waits_for_the_other_worker_and_counts_itself_after(
     team: Team, settings
 ) -> None:
     settings.TRUSTRANK_FINDINGS_COUNT_WAIT_SECONDS = 0.05
-    _findings(team, 3)
+    many_findings(team, 3)
     qs = Finding.objects.filter(team=team)
     key = totals._key(qs, team_ids=[team.pk], what=2)
     cache.add(f"{key}:claim", 1)
@@ -124,7 +113,7 @@ def test_a_small_list_keeps_its_exact_count_without_asking_the_planner(
 ) -> None:
     from django.test.utils import CaptureQueriesContext
 
-    _findings(team, 4)
+    many_findings(team, 4)
     client = api(team, "read")
     with CaptureQueriesContext(connection) as queries:
         body = client.get("/api/v1/findings").json()
@@ -141,7 +130,7 @@ def test_a_large_list_answers_an_estimate_and_pages_to_its_last_finding(
     was counted), and `next` follows the rows, whether the estimate is too low or too high."""
     settings.TRUSTRANK_FINDINGS_EXACT_COUNT_MAX = 5
     monkeypatch.setattr(totals, "planner_rows", lambda qs: planned)
-    _findings(team, 12)
+    many_findings(team, 12)
     client = api(team, "read")
     expected = list(
         Finding.objects.filter(team=team).order_by("-baseline_priority", "-id")
@@ -169,7 +158,7 @@ def test_a_kept_page_of_an_estimated_list_keeps_its_estimate_and_next(
     settings.TRUSTRANK_FINDINGS_EXACT_COUNT_MAX = 5
     settings.TRUSTRANK_FINDINGS_LIST_CACHE_SECONDS = 60
     monkeypatch.setattr(totals, "planner_rows", lambda qs: 3)
-    _findings(team, 12)
+    many_findings(team, 12)
     client = api(team, "read")
     first = client.get("/api/v1/findings?page_size=5&page=2").json()
     kept = client.get("/api/v1/findings?page_size=5&page=2").json()
@@ -183,7 +172,7 @@ def test_the_page_says_about_for_an_estimated_total(
 ) -> None:
     settings.TRUSTRANK_FINDINGS_EXACT_COUNT_MAX = 5
     monkeypatch.setattr(totals, "planner_rows", lambda qs: 123_456)
-    _findings(team, 8)
+    many_findings(team, 8)
     client.force_login(make_user("erin", team=team))
     assert "About 123000 findings" in client.get("/findings/").content.decode()
     settings.TRUSTRANK_FINDINGS_EXACT_COUNT_MAX = 100
@@ -193,7 +182,7 @@ def test_the_page_says_about_for_an_estimated_total(
 
 @pytest.mark.django_db
 def test_the_planner_estimate_is_plausible_for_an_analyzed_team(team: Team) -> None:
-    _findings(team, 40)
+    many_findings(team, 40)
     with connection.cursor() as cur:
         cur.execute("ANALYZE findings_finding")
     assert 20 <= totals.planner_rows(Finding.objects.filter(team=team)) <= 80
