@@ -27,9 +27,7 @@ from trustrank.findings.list_cache import list_cache_get, list_cache_key, list_c
 from trustrank.findings.models import Finding
 from trustrank.findings.paging import SEARCH_SORT_MAX, CountedRows, RankOrderedRows, SortedMatches
 from trustrank.findings.search import search_value
-from trustrank.findings.serializers import (
-    FindingSerializer,
-)
+from trustrank.findings.serializers import FindingSerializer, finding_list_data
 from trustrank.findings.triage_apis import (
     finding_etag,
 )
@@ -47,10 +45,53 @@ class FastJSONRenderer(JSONRenderer):
     def render(self, data: Any, accepted_media_type: str | None = None,
                renderer_context: Any = None) -> bytes:
         if data is None or self.get_indent(accepted_media_type or "", renderer_context or {}):
+            if isinstance(data, dict):  # kept rows as their values
+                data = {k: list(v) if isinstance(v, EncodedRows) else v for k, v in data.items()}
             return super().render(data, accepted_media_type, renderer_context)
-        return orjson.dumps(
-            data, default=self.encoder_class().default, option=orjson.OPT_PASSTHROUGH_DATETIME
-        )
+        if isinstance(data, dict):  # kept rows as the JSON they were written as
+            data = {k: orjson.Fragment(v.encoded) if isinstance(v, EncodedRows) else v
+                    for k, v in data.items()}
+        return fast_json(data)
+
+
+def fast_json(data: Any) -> bytes:
+    """JSON as FastJSONRenderer writes it."""
+    return orjson.dumps(
+        data, default=JSONRenderer.encoder_class().default,
+        option=orjson.OPT_PASSTHROUGH_DATETIME,
+    )
+
+
+class EncodedRows:
+    """A page's `results` kept as the JSON FastJSONRenderer wrote for them: a kept API page
+    is written into the answer as it is, instead of being unpickled into 50 dicts of 60
+    fields (~3 ms) and encoded again. Reads as the list it encodes (the browsable API, an
+    indented answer, a test reading `response.data`)."""
+
+    __slots__ = ("_rows", "encoded")
+
+    def __init__(self, encoded: bytes) -> None:
+        self.encoded = encoded
+        self._rows: list[Any] | None = None
+
+    def _list(self) -> list[Any]:
+        if self._rows is None:
+            self._rows = orjson.loads(self.encoded)
+        return self._rows
+
+    def __iter__(self) -> Any:
+        return iter(self._list())
+
+    def __len__(self) -> int:
+        return len(self._list())
+
+    def __getitem__(self, item: Any) -> Any:
+        return self._list()[item]
+
+    def __eq__(self, other: object) -> bool:
+        return self._list() == (list(other) if isinstance(other, EncodedRows) else other)
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 class FindingPaginator(DjangoPaginator):
@@ -194,13 +235,13 @@ class FindingListApi(ListAPIView[Finding]):
                              query=request.META.get("QUERY_STRING", ""), viewer=viewer)
         kept = list_cache_get(key)
         if kept is not None:
-            count, capped, estimated, number, page_size, more, results = kept
+            count, capped, estimated, number, page_size, more, encoded = kept
             paginator.request = request
             paginator.page = ListPage([], number, FindingPaginator(
                 KnownCount(count, capped=capped, estimated=estimated),  # type: ignore[arg-type]
                 page_size,
             ), more=more)
-            return paginator.get_paginated_response(results)
+            return paginator.get_paginated_response(EncodedRows(encoded))
         base = self.get_queryset()
         backends = [backend() for backend in self.filter_backends]
         filterset: Any = None
@@ -210,13 +251,15 @@ class FindingListApi(ListAPIView[Finding]):
         else:
             base = self.filter_queryset(base)
         page = self.paginate_queryset(base if filterset is None else filterset.qs)
-        results = self.get_serializer(page, many=True).data
+        # FindingSerializer's output, written without DRF's per-field machinery, encoded
+        # once: kept as JSON, the next caller's answer splices it in (EncodedRows).
+        results = EncodedRows(fast_json(finding_list_data(page)))
         django_page = paginator.page
         rows = django_page.paginator.object_list
         list_cache_set(key, (django_page.paginator.count, bool(getattr(rows, "capped", False)),
                              bool(getattr(rows, "estimated", False)), django_page.number,
                              django_page.paginator.per_page, django_page.has_next(),
-                             list(results)))
+                             results.encoded))
         return paginator.get_paginated_response(results)
 
 

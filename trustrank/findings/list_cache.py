@@ -44,7 +44,7 @@ def list_cache_key(
     digest = hashlib.sha256(repr((what, ids, query, viewer)).encode()).hexdigest()[:32]
     generation = findings_generation(team_ids=ids) if by_generation else "-"
     # The format of a kept value may change between releases: its version is in the key.
-    return f"findings-list:v2:{generation}:{timezone.localdate().isoformat()}:{digest}"
+    return f"findings-list:v3:{generation}:{timezone.localdate().isoformat()}:{digest}"
 
 
 def list_cache_get(key: str | None) -> Any:
