@@ -1,5 +1,5 @@
 """The findings list's fast paths write exactly what the slow ones wrote: the API's rows
-(`finding_list_data`) are FindingSerializer's, value for value and byte for byte, and a kept
+(`finding_rows_for_ids`) are FindingSerializer's, value for value and byte for byte, and a kept
 API page answers what the page answered when it was made. Findings of every kind, with every
 field set and every field left empty, ranked and unranked, due, overdue, assigned, linked to
 Jira, with unicode in their text."""
@@ -19,7 +19,7 @@ from trustrank.findings.apis import FastJSONRenderer, fast_json
 from trustrank.findings.choices import FindingKind, FindingSource
 from trustrank.findings.models import Finding, FindingDue
 from trustrank.findings.selectors import finding_list
-from trustrank.findings.serializers import FindingSerializer, finding_list_data
+from trustrank.findings.serializers import FindingSerializer, finding_rows_for_ids
 
 pytestmark = pytest.mark.django_db
 
@@ -58,7 +58,8 @@ def varied_findings(team: Team, user) -> list[Finding]:
     )
     full = Finding.objects.create(
         team=team, kind=FindingKind.VULNERABILITY, source=FindingSource.OSV,
-        fingerprint="full", title="Prototype pollution in lodash — «zip» ✓\nsecond line",
+        fingerprint="full",
+        title="Prototype <pollution> & \"lodash's\" — «zip» ✓ " + "long " * 20 + "\nsecond line",
         environment="prod", service=service, vuln_id="CVE-2020-8203", advisory=advisory,
         aliases=["CVE-2020-8203", "GHSA-p6mc-m468-83gw", "ünïcode-1"], cve_id="CVE-2020-8203",
         component=component, component_key="pkg:npm/lodash@4.17.15",
@@ -69,11 +70,11 @@ def varied_findings(team: Team, user) -> list[Finding]:
         severity_source="advisory", in_kev=True, kev_date_added=today - timedelta(days=3),
         epss=0.12345, epss_percentile=0.987, state="exploitable", justification="",
         response=["update", "will_not_fix"], detail="détail <b>not html</b>",
-        match_status="unknown", match_reason="version «1.x» not comparable",
+        match_status="unknown", match_reason='version "1.x" <not> comparable & «odd»',
         fixed_versions=["4.17.19", "5.0.0"], evidence={"note": "ok", "n": [1, 2.5, None]},
         resolved_at=None, assignee=user, version=4,
     )
-    bare = Finding.objects.create(
+    Finding.objects.create(
         team=team, kind=FindingKind.VULNERABILITY, source=FindingSource.SBOM,
         fingerprint="bare", vuln_id="", title="", severity="unknown", aliases=[],
         component_key="pkg:pypi/x@1", state="resolved", resolved_at=now, auto_resolved=True,
@@ -90,6 +91,12 @@ def varied_findings(team: Team, user) -> list[Finding]:
         fingerprint="broken", category="broken_context", title="", environment="staging",
         service=service, severity="medium", state="not_affected",
         justification="code_not_reachable",
+    )
+    Finding.objects.create(
+        team=team, kind=FindingKind.VULNERABILITY, source=FindingSource.OSV,
+        fingerprint="plain", vuln_id="GHSA-aaaa-bbbb-cccc", aliases=["GHSA-aaaa-bbbb-cccc"],
+        title="", severity="medium", cvss_score=5.0, epss=0.00001, epss_percentile=None,
+        match_status="affected", component_name="<b>x</b>", project=project,
     )
     odd = Finding.objects.create(
         team=team, kind=FindingKind.IDENTITY, source=FindingSource.POLICY,
@@ -118,23 +125,31 @@ def varied_findings(team: Team, user) -> list[Finding]:
         JiraIssueLink.objects.create(finding=full, team=team, base_url=f"https://j{key}.example",
                                      project_key="OPS", key=key, url=f"https://j/{key}",
                                      created_at=created)
-    return [full, bare, expired, broken, odd]
+    return list(Finding.objects.filter(team=team))
 
 
 @pytest.fixture
-def rows(team: Team, make_user):
+def listed(team: Team, make_user):
     varied_findings(team, make_user("ann ✓", team=team))
     from trustrank.accounts.principal import principal_for_key
     from trustrank.accounts.services import api_key_issue
 
     principal = principal_for_key(api_key_issue(team=team, name="t", scopes=["read"]).api_key)
-    return list(finding_list(principal=principal).prefetch_related("jira_links"))
+    return finding_list(principal=principal)
 
 
-def test_the_list_rows_are_the_serializers_rows(rows) -> None:
-    assert len(rows) == 5
+@pytest.fixture
+def rows(listed):
+    return list(listed.prefetch_related("jira_links"))
+
+
+def test_the_list_rows_are_the_serializers_rows(listed, rows) -> None:
+    assert len(rows) == 6
     slow = [dict(item) for item in FindingSerializer(rows, many=True).data]
-    fast = finding_list_data(rows)
+    # In the order asked, whatever the queryset's; an id the queryset does not match is left
+    # out.
+    ids = [f.pk for f in reversed(rows)]
+    fast = list(reversed(finding_rows_for_ids(listed, [*ids, max(ids) + 1000])))
     for old, new in zip(slow, fast, strict=True):
         assert list(new) == list(old)  # the same keys in the same order
         assert new == old
@@ -168,13 +183,45 @@ def test_an_api_page_kept_or_not_is_the_serializers_page(rows, api, team, settin
     assert len(body["results"]) == 2
 
 
-def test_kept_rows_render_as_the_rows_they_keep(rows) -> None:
+def test_kept_rows_render_as_the_rows_they_keep(listed, rows) -> None:
     from trustrank.findings.apis import EncodedRows
 
-    data = finding_list_data(rows)
-    wrapped = {"count": 5, "results": EncodedRows(fast_json(data))}
+    data = finding_rows_for_ids(listed, [f.pk for f in rows])
+    wrapped = {"count": 6, "results": EncodedRows(fast_json(data))}
     assert FastJSONRenderer().render(wrapped) == FastJSONRenderer().render(
-        {"count": 5, "results": data}
+        {"count": 6, "results": data}
     )
     indented = FastJSONRenderer().render(wrapped, "application/json; indent=2", {})
-    assert orjson.loads(indented) == orjson.loads(fast_json({"count": 5, "results": data}))
+    assert orjson.loads(indented) == orjson.loads(fast_json({"count": 6, "results": data}))
+
+
+@pytest.mark.parametrize("can_triage", [True, False])
+def test_the_table_rows_are_the_templates_rows(rows, can_triage) -> None:
+    """The rows as the template loop wrote them (tests/findings/findings_rows_reference.html),
+    character for character: escaping, numbers, truncation, dates, links, the rank's why."""
+    from pathlib import Path
+
+    from django.template import engines
+
+    from trustrank.findings.table import finding_rows_html
+
+    reference = engines["django"].from_string(
+        (Path(__file__).parent / "findings_rows_reference.html").read_text()
+    )
+    expected = reference.render({"findings": rows, "can_triage": can_triage})
+    written = finding_rows_html(rows, can_triage=can_triage)
+    assert written == expected
+    # What the rows hold: escaped text, a truncated title, a why, an overdue date.
+    for needle in ("&lt;pollution&gt; &amp; &quot;lodash&#x27;s&quot;", "…", 'data-testid="rank-why"',
+                   'class="badge bad overdue"', "&lt;b&gt;x&lt;/b&gt;", "not ranked yet"):
+        assert needle in written, needle
+    assert ('name="ids"' in written) is can_triage
+    assert finding_rows_html([], can_triage=can_triage) == ""
+
+
+def test_the_page_shows_the_rows(rows, team, make_user, client) -> None:
+    client.force_login(make_user("bo", team=team))
+    page = client.get("/findings/?open=").content.decode()
+    assert page.count('<tr data-finding="') == 6
+    assert "No findings match." not in page
+    assert "No findings match." in client.get("/findings/?q=nothing-like-it").content.decode()

@@ -27,7 +27,7 @@ from trustrank.findings.list_cache import list_cache_get, list_cache_key, list_c
 from trustrank.findings.models import Finding
 from trustrank.findings.paging import SEARCH_SORT_MAX, CountedRows, RankOrderedRows, SortedMatches
 from trustrank.findings.search import search_value
-from trustrank.findings.serializers import FindingSerializer, finding_list_data
+from trustrank.findings.serializers import FindingSerializer, finding_rows_for_ids
 from trustrank.findings.triage_apis import (
     finding_etag,
 )
@@ -81,6 +81,10 @@ class EncodedRows:
 
     def __iter__(self) -> Any:
         return iter(self._list())
+
+    def tolist(self) -> list[Any]:
+        """What DRF's JSON encoder writes for an object that has it."""
+        return self._list()
 
     def __len__(self) -> int:
         return len(self._list())
@@ -184,10 +188,8 @@ class FindingListApi(ListAPIView[Finding]):
     ]
 
     def get_queryset(self) -> Any:
-        # The Jira links of a page in one query (the serializer's `jira`).
-        return selectors.finding_list(
-            principal=principal_for_request(self.request)
-        ).prefetch_related("jira_links")
+        # A page's rows are read by serializers.finding_rows_for_ids (the Jira links too).
+        return selectors.finding_list(principal=principal_for_request(self.request))
 
     def paginate_queryset(self, queryset: Any) -> Any:
         """Totals from the generation-keyed count cache; the contextual order (the default)
@@ -205,16 +207,19 @@ class FindingListApi(ListAPIView[Finding]):
         matches = SortedMatches(queryset, team_ids=team_ids) if search else None
         if matches is not None and matches.usable and not matches.broad:
             # A search's matches are found, sorted by rank lookups and kept (SortedMatches).
-            rows = CountedRows(queryset, team_ids=team_ids, matches=matches)
+            rows = CountedRows(queryset, team_ids=team_ids, matches=matches,
+                               load=finding_rows_for_ids)
         else:
             # A broad search is paged like the list, its total capped (`count_exact`): the
             # matches told it holds more than the cap, so it is not counted again.
             cap = SEARCH_SORT_MAX if search else None
             over_cap = matches is not None and matches.usable
             rows = (
-                RankOrderedRows(queryset, team_ids=team_ids, cap=cap, over_cap=over_cap)
+                RankOrderedRows(queryset, team_ids=team_ids, cap=cap, over_cap=over_cap,
+                                load=finding_rows_for_ids)
                 if ordering == "rank"
-                else CountedRows(queryset, team_ids=team_ids, cap=cap, over_cap=over_cap)
+                else CountedRows(queryset, team_ids=team_ids, cap=cap, over_cap=over_cap,
+                                 load=finding_rows_for_ids)
             )
         return self.paginator.paginate_queryset(rows, self.request, view=self)
 
@@ -251,9 +256,10 @@ class FindingListApi(ListAPIView[Finding]):
         else:
             base = self.filter_queryset(base)
         page = self.paginate_queryset(base if filterset is None else filterset.qs)
-        # FindingSerializer's output, written without DRF's per-field machinery, encoded
-        # once: kept as JSON, the next caller's answer splices it in (EncodedRows).
-        results = EncodedRows(fast_json(finding_list_data(page)))
+        # The page's rows are FindingSerializer's output already (paginate_queryset reads
+        # them with finding_rows_for_ids), encoded once: kept as JSON, the next caller's
+        # answer splices it in (EncodedRows).
+        results = EncodedRows(fast_json(list(page or [])))
         django_page = paginator.page
         rows = django_page.paginator.object_list
         list_cache_set(key, (django_page.paginator.count, bool(getattr(rows, "capped", False)),

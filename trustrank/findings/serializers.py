@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
+from django.db.models import F, QuerySet
 from django.utils import timezone
 from rest_framework import serializers
 
@@ -147,102 +147,154 @@ class FindingSerializer(serializers.ModelSerializer[Finding]):
 # DRF's own date-time representation (its time zone and `Z`), shared by the list's rows.
 _DATETIME = serializers.DateTimeField()
 
+# The columns a list row is written from (finding_rows_for_ids), as values_list names.
+_ROW_COLUMNS = (
+    "id", "kind", "category", "source", "fingerprint", "title", "environment", "service_id",
+    "certificate_id", "identity_id", "spiffe_id", "evidence", "vuln_id", "advisory_id",
+    "aliases", "component_id", "component_key", "component_purl", "component_name",
+    "component_version", "ecosystem", "package_name", "project_id", "project__name",
+    "project_version_id", "project_version__version", "project_version__uuid", "severity",
+    "cvss_score", "cvss_vector", "severity_source", "in_kev", "kev_date_added", "epss",
+    "epss_percentile", "baseline_priority", "state", "justification", "response", "detail",
+    "match_status", "match_reason", "fixed_versions", "first_seen", "last_seen",
+    "resolved_at", "auto_resolved", "assignee_id", "assignee_name", "due__due_date",
+    "due__manual", "version", "ranked__rank", "ranked__env_rank", "ranked__score",
+    "ranked__decision", "ranked__context__data",
+)
 
-def finding_list_data(findings: Iterable[Finding]) -> list[dict[str, Any]]:
-    """FindingSerializer's output for a page of findings, written straight from the model
-    instances: the same keys in the same order, the same values. DRF's field machinery
-    (a to_representation per field, per row, through get_attribute) was ~40 % of the web
-    CPU of a list page that is not kept; tests/findings/test_list_rows.py compares the two
-    on findings of every kind with every field set and unset."""
-    from trustrank.jira.serializers import jira_link_data
-    from trustrank.ranking.serializers import rank_fields
 
+def finding_rows_for_ids(qs: QuerySet[Finding], ids: list[int]) -> list[dict[str, Any]]:
+    """FindingSerializer's output for the findings `ids` (those `qs` still matches), in that
+    order: the same keys in the same order, the same values, read as one row of columns per
+    finding plus one query for the Jira links. Built as model instances (eight per finding
+    with their relations) and serialized field by field by DRF, a page of 50 that is not
+    kept cost ~35 ms of web CPU; tests/findings/test_list_rows.py compares the two on
+    findings of every kind with every field set and unset."""
+    if not ids:
+        return []
+    from django.contrib.auth import get_user_model
+
+    from trustrank.jira.models import JiraIssueLink
+
+    username = get_user_model().USERNAME_FIELD
+    found = {
+        row[0]: row
+        for row in qs.order_by().prefetch_related(None).filter(pk__in=ids)
+        .annotate(assignee_name=F(f"assignee__{username}"))
+        .values_list(*_ROW_COLUMNS)
+    }
+    # A finding's Jira issue: its first link (trustrank.jira.serializers.jira_link_data).
+    jira: dict[int, tuple[Any, ...]] = {}
+    for finding_id, created_at, pk, key, url in JiraIssueLink.objects.filter(
+        finding_id__in=list(found)
+    ).values_list("finding_id", "created_at", "pk", "key", "url"):
+        if finding_id not in jira or (created_at, pk) < jira[finding_id][:2]:
+            jira[finding_id] = (created_at, pk, key, url)
     today = timezone.localdate()
     datetime_data = _DATETIME.to_representation
     out = []
-    for f in findings:
-        vuln_id = f.vuln_id
+    for pk in ids:
+        row = found.get(pk)
+        if row is None:
+            continue
+        (
+            _, kind, category, source, fingerprint, title, environment, service_id,
+            certificate_id, identity_id, spiffe_id, evidence, vuln_id, advisory_id, aliases,
+            component_id, component_key, component_purl, component_name, component_version,
+            ecosystem, package_name, project_id, project_name, project_version_id,
+            project_version, project_version_uuid, severity, cvss_score, cvss_vector,
+            severity_source, in_kev, kev_date_added, epss, epss_percentile, baseline_priority,
+            state, justification, response, detail, match_status, match_reason,
+            fixed_versions, first_seen, last_seen, resolved_at, auto_resolved, assignee_id,
+            assignee_name, due_date, due_manual, version, rank, env_rank, score, decision,
+            context,
+        ) = row
         if vuln_id:
-            advisory_id = f.advisory_id or vuln_id
+            shown_id = advisory_id or vuln_id
             advisory: dict[str, Any] | None = {
-                "id": advisory_id,
-                "aliases": [a for a in f.aliases if a != advisory_id],
-                "summary": f.title,
+                "id": shown_id,
+                "aliases": [a for a in aliases if a != shown_id],
+                "summary": title,
             }
         else:
             advisory = None
-        component = (
-            None if not f.component_key and f.component_id is None else {
-                "id": f.component_id,
-                "purl": f.component_purl,
-                "name": f.component_name,
-                "version": f.component_version,
-                "ecosystem": f.ecosystem,
-                "package": f.package_name,
-            }
-        )
-        project = f.project
-        version = f.project_version
-        assignee_id = f.assignee_id
-        due = f.due_or_none
-        due_date = None if due is None else due.due_date
-        state = f.state
-        cvss = f.cvss_score
-        resolved_at = f.resolved_at
+        link = jira.get(pk)
+        # Unranked: no rank row (rank is never null in one), so no context either.
+        ctx: dict[str, Any] = (context or {}) if rank is not None else {}
         data: dict[str, Any] = {
-            "id": f.pk,
-            "kind": f.kind,
-            "category": f.category,
-            "source": f.source,
-            "fingerprint": f.fingerprint,
-            "title": f.title,
-            "environment": f.environment,
-            "service": f.service_id,
-            "certificate": f.certificate_id,
-            "identity": f.identity_id,
-            "spiffe_id": f.spiffe_id,
-            "evidence": f.evidence,
+            "id": pk,
+            "kind": kind,
+            "category": category,
+            "source": source,
+            "fingerprint": fingerprint,
+            "title": title,
+            "environment": environment,
+            "service": service_id,
+            "certificate": certificate_id,
+            "identity": identity_id,
+            "spiffe_id": spiffe_id,
+            "evidence": evidence,
             "vuln_id": vuln_id,
             "advisory": advisory,
-            "aliases": [None if a is None else str(a) for a in f.aliases],
-            "component": component,
-            "project": None if project is None else {"id": f.project_id, "name": project.name},
-            "project_version": None if version is None else {
-                "id": f.project_version_id,
-                "version": version.version,
-                "uuid": str(version.uuid),
+            "aliases": [None if a is None else str(a) for a in aliases],
+            "component": None if not component_key and component_id is None else {
+                "id": component_id,
+                "purl": component_purl,
+                "name": component_name,
+                "version": component_version,
+                "ecosystem": ecosystem,
+                "package": package_name,
             },
-            "severity": f.severity,
-            "cvss_score": None if cvss is None else float(cvss),
-            "cvss_vector": f.cvss_vector,
-            "severity_source": f.severity_source,
-            "kev": {"listed": f.in_kev, "date_added": f.kev_date_added},
-            "epss": {"probability": f.epss, "percentile": f.epss_percentile},
-            "baseline_priority": f.baseline_priority,
+            "project": None if project_id is None else {"id": project_id, "name": project_name},
+            "project_version": None if project_version_id is None else {
+                "id": project_version_id,
+                "version": project_version,
+                "uuid": str(project_version_uuid),
+            },
+            "severity": severity,
+            "cvss_score": None if cvss_score is None else float(cvss_score),
+            "cvss_vector": cvss_vector,
+            "severity_source": severity_source,
+            "kev": {"listed": in_kev, "date_added": kev_date_added},
+            "epss": {"probability": epss, "percentile": epss_percentile},
+            "baseline_priority": baseline_priority,
             "state": state,
-            "justification": f.justification,
-            "response": f.response,
-            "detail": f.detail,
-            "match_status": f.match_status,
-            "match_reason": f.match_reason,
-            "fixed_versions": f.fixed_versions,
-            "first_seen": datetime_data(f.first_seen),
-            "last_seen": datetime_data(f.last_seen),
+            "justification": justification,
+            "response": response,
+            "detail": detail,
+            "match_status": match_status,
+            "match_reason": match_reason,
+            "fixed_versions": fixed_versions,
+            "first_seen": datetime_data(first_seen),
+            "last_seen": datetime_data(last_seen),
             "resolved_at": None if resolved_at is None else datetime_data(resolved_at),
-            "auto_resolved": f.auto_resolved,
+            "auto_resolved": auto_resolved,
             "assignee": assignee_id,
-            "assignee_name": None if assignee_id is None or f.assignee is None
-            else f.assignee.get_username(),
+            "assignee_name": None if assignee_id is None else assignee_name,
             "due_date": None if due_date is None else due_date.isoformat(),
-            "due_date_manual": due is not None and due.manual,
+            # A due row has `manual` (never null): without one there is no due date.
+            "due_date_manual": bool(due_manual),
             "overdue": due_date is not None and state in OPEN_STATES and due_date < today,
-            "version": f.version,
-            "jira": jira_link_data(f),
+            "version": version,
+            "jira": None if link is None else {"key": link[2], "url": link[3]},
+            # trustrank.ranking.serializers.rank_fields, in its order.
+            "rank_environment": ctx.get("environment") or None,
+            "rank_service": ctx.get("service") or None,
+            "rank": rank,
+            "environment_rank": env_rank,
+            "score": score,
+            "decision": decision or None,
+            "baseline": baseline_priority,
+            "deployed": ctx.get("deployed"),
+            "exposure": ctx.get("exposure"),
+            "reachability": ctx.get("reachability"),
+            "exploitation": ctx.get("exploitation"),
+            "automatable": ctx.get("automatable"),
+            "human_impact": ctx.get("human_impact"),
+            "trust": ctx.get("trust"),
+            "explanation": ctx.get("explanation", []),
+            "path": ctx.get("path", []),
         }
-        ranking = rank_fields(f)
-        data["rank_environment"] = ranking.pop("environment")
-        data["rank_service"] = ranking.pop("service")
-        data.update(ranking)
         out.append(data)
     return out
 

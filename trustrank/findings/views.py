@@ -49,6 +49,7 @@ from trustrank.findings.services.triage import (
     finding_comment_add,
     finding_triage,
 )
+from trustrank.findings.table import finding_rows_html
 from trustrank.findings.totals import list_total
 from trustrank.inventory.models import Project
 from trustrank.lib.numbers import INT_MAX, int_or_none
@@ -117,10 +118,12 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
     if table is None:
         filterset = checked()
         ordering = filterset.ordering_value()
+        table_context = _table_context(request, filterset, team_ids=team_ids, ordering=ordering)
         table = render_to_string(
             "findings/_findings_table.html",
             {
-                **_table_context(request, filterset, team_ids=team_ids, ordering=ordering),
+                **table_context,
+                "rows": finding_rows_html(table_context["findings"], can_triage=can_triage),
                 "filter": filterset,
                 "first_query": base_query,
                 "ordering": ordering,
