@@ -95,7 +95,7 @@ def varied_findings(team: Team, user) -> list[Finding]:
     Finding.objects.create(
         team=team, kind=FindingKind.VULNERABILITY, source=FindingSource.OSV,
         fingerprint="plain", vuln_id="GHSA-aaaa-bbbb-cccc", aliases=["GHSA-aaaa-bbbb-cccc"],
-        title="", severity="medium", cvss_score=5.0, epss=0.00001, epss_percentile=None,
+        title="Cafe\u0301 au lait", severity="medium", cvss_score=5.0, epss=0.00001, epss_percentile=None,
         match_status="affected", component_name="<b>x</b>", project=project,
     )
     odd = Finding.objects.create(
@@ -213,7 +213,8 @@ def test_the_table_rows_are_the_templates_rows(rows, can_triage) -> None:
     assert written == expected
     # What the rows hold: escaped text, a truncated title, a why, an overdue date.
     for needle in ("&lt;pollution&gt; &amp; &quot;lodash&#x27;s&quot;", "…", 'data-testid="rank-why"',
-                   'class="badge bad overdue"', "&lt;b&gt;x&lt;/b&gt;", "not ranked yet"):
+                   'class="badge bad overdue"', "&lt;b&gt;x&lt;/b&gt;", "not ranked yet",
+                   "Caf\u00e9 au lait"):
         assert needle in written, needle
     assert ('name="ids"' in written) is can_triage
     assert finding_rows_html([], can_triage=can_triage) == ""

@@ -10,9 +10,12 @@ filters the template named), minus the template engine's own work."""
 
 from __future__ import annotations
 
+import html
+import unicodedata
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from django.conf import settings
 from django.template.defaultfilters import date as date_filter
 from django.template.defaultfilters import floatformat, truncatechars
 from django.urls import reverse
@@ -33,11 +36,22 @@ _PK_MARK = 987654321
 def _value(value: Any) -> str:
     """`{{ value }}` in an autoescaping template (template.base.render_value_in_context)."""
     if type(value) is str:
-        return conditional_escape(value)
+        return html.escape(value)  # django.utils.html.escape, without its lazy wrapper
+    if type(value) is int and not settings.USE_THOUSAND_SEPARATOR:
+        return str(value)  # localize's own shortcut (utils.numberformat.format)
     if value is None:
         return "None"
     value = localize(value)
     return conditional_escape(value if isinstance(value, str) else str(value))
+
+
+def _truncated(value: Any, length: int) -> str:
+    """`value|truncatechars:length`: text no longer than that is only NFC-normalized
+    (utils.text.Truncator.chars), without walking it character by character."""
+    text = str(value)
+    if len(text) <= length:
+        return unicodedata.normalize("NFC", text)
+    return truncatechars(text, length)
 
 
 def _memo(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -88,9 +102,9 @@ def finding_rows_html(findings: Iterable[Finding], *, can_triage: bool) -> SafeS
             # {% include "ranking/_rank_why.html" %}, the file's last newline included.
             why = "<br>" + (
                 f'<span class="why muted" data-testid="rank-why" title="{_value(reason)}">'
-                f"{_value(truncatechars(reason, 170))}</span>" if reason else ""
+                f"{_value(_truncated(reason, 170))}</span>" if reason else ""
             ) + "\n"
-        title = _value(truncatechars(f.display_title, 90))
+        title = _value(_truncated(f.display_title, 90))
         if f.kind == "vulnerability":
             vuln_id = f.vuln_id
             aliases = "".join(
@@ -115,7 +129,7 @@ def finding_rows_html(findings: Iterable[Finding], *, can_triage: bool) -> SafeS
             if service:
                 subject = _value(service.name)
             elif f.spiffe_id:
-                subject = f'<span class="mono">{_value(truncatechars(f.spiffe_id, 60))}</span>'
+                subject = f'<span class="mono">{_value(_truncated(f.spiffe_id, 60))}</span>'
             else:
                 subject = ""
             add(f"<td>{subject}</td>\n      <td>{_value(f.environment)}</td>\n      ")
