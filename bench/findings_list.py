@@ -15,11 +15,20 @@ ready) and the worker's peak RSS.
 
 `--reuse` keeps the bench database of an earlier run (it is built once: ~3 min).
 Last line: {"p95_ms": …, "export_seconds": …, "export_peak_mb": …}
+
+The clients share the machine with the server, so what they cost counts against it:
+`client_cpu_ms_per_request` is this process's CPU per request. Each request opens a
+connection of its own either way (gunicorn's sync workers close every connection, so no
+client keeps one alive here). Until 2026-12 the clients used `requests`, ~4 ms of CPU a
+request (~0.4 of the two cores at 100 requests/s); they now send the same requests (same
+headers, cookie and key) with the standard library's http.client. `--client requests`
+measures as before, to compare figures across that change.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import random
@@ -158,8 +167,23 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], seconds: float = 60) -> N
     raise SystemExit(f"{url} did not answer within {seconds} s")
 
 
+def plain_get(base: str, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
+    """One GET on a connection of its own (gunicorn's sync workers close each one), with
+    the standard library's client: `requests` spent ~4 ms of CPU on each, in the 100 client
+    threads that share the server's two cores."""
+    host, _, port = base.removeprefix("http://").partition(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        conn.request("GET", path, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
 def load(
-    base: str, *, key: str, session_id: str, clients: int, seconds: float, think: float
+    base: str, *, key: str, session_id: str, clients: int, seconds: float, think: float,
+    client_kind: str = "plain",
 ) -> dict[str, Any]:
     """Concurrent clients; latencies of the measured window, by scenario."""
     import requests
@@ -167,6 +191,10 @@ def load(
     stop_at = time.monotonic() + seconds
     results: list[tuple[str, float, int]] = []
     lock = threading.Lock()
+    # What either client sends besides: the same headers as requests' defaults.
+    common = {"User-Agent": "bench", "Accept-Encoding": "gzip, deflate", "Accept": "*/*"}
+    api_headers = {**common, "X-Api-Key": key}
+    page_headers = {**common, "Cookie": f"sessionid={session_id}"}
 
     def client(number: int) -> None:
         rnd = random.Random(number)
@@ -182,13 +210,19 @@ def load(
                 page=page, offset=(page - 1) * 50, n1=rnd.randint(0, 9), n2=rnd.randint(10, 49),
                 n3=rnd.randint(0, 499),
             )
-            session = pages if label.startswith("page") else http
+            is_page = label.startswith("page")
             started = time.perf_counter()
-            response = session.get(base + path, timeout=60, allow_redirects=False)
+            if client_kind == "requests":
+                response = (pages if is_page else http).get(
+                    base + path, timeout=60, allow_redirects=False
+                )
+                status, body = response.status_code, response.content
+            else:
+                status, body = plain_get(base, path, page_headers if is_page else api_headers)
             took = (time.perf_counter() - started) * 1000
-            if response.status_code != 200:
-                raise SystemExit(f"{path}: {response.status_code} {response.text[:300]}")
-            mine.append((label, took, len(response.content)))
+            if status != 200:
+                raise SystemExit(f"{path}: {status} {body[:300]!r}")
+            mine.append((label, took, len(body)))
             if think:
                 time.sleep(rnd.uniform(0.5 * think, 1.5 * think))
         with lock:
@@ -369,6 +403,9 @@ def main() -> None:
     parser.add_argument("--write-every", type=float, default=0.0)
     # Helpers sharing one PostgreSQL each bench their own database.
     parser.add_argument("--db-name", default=BENCH_DB)
+    # The load generator's HTTP client: "plain" (http.client, the default) or "requests"
+    # (the figures before 2026-12: ~4 ms of client CPU a request, on the same two cores).
+    parser.add_argument("--client", choices=["plain", "requests"], default="plain")
     args = parser.parse_args()
 
     env = bench_env(args.db_name)
@@ -396,15 +433,20 @@ def main() -> None:
     try:
         wait_http(base + "/login/", web)
         warm = load(base, key=key, session_id=session_id, clients=args.clients, seconds=10,
-                    think=args.think)
+                    think=args.think, client_kind=args.client)
         print(f"warm-up: {warm}")
         print(f"{args.clients} clients for {args.seconds:.0f} s:")
         cpu_before, load_before = tree_cpu_seconds(web.pid), os.getloadavg()
+        client_before = time.process_time()
         database_cpu = DatabaseCpu(args.db_name)
         database_cpu.start()
         writer = Writer(args.write_every)
         figures = load(base, key=key, session_id=session_id, clients=args.clients,
-                       seconds=args.seconds, think=args.think)
+                       seconds=args.seconds, think=args.think, client_kind=args.client)
+        # This process: the clients' threads (and the database CPU sampler's).
+        figures["client_cpu_ms_per_request"] = round(
+            (time.process_time() - client_before) * 1000 / max(1, figures["requests"]), 1
+        )
         figures["writes"] = writer.stop()
         figures["web_cpu_ms_per_request"] = round(
             (tree_cpu_seconds(web.pid) - cpu_before) * 1000 / max(1, figures["requests"]), 1
@@ -431,6 +473,8 @@ def main() -> None:
         "web_workers": args.web_workers,
         "web_cpu_ms_per_request": figures["web_cpu_ms_per_request"],
         "db_cpu_ms_per_request": figures["db_cpu_ms_per_request"],
+        "client_cpu_ms_per_request": figures["client_cpu_ms_per_request"],
+        "client": args.client,
         "writes": figures["writes"],
         "load_before": figures["load_before"],
         "load_after": figures["load_after"],
