@@ -56,13 +56,18 @@ def findings_generation(*, team_ids: Iterable[int]) -> str:
             "  WHERE team_id = ANY(%s::bigint[]) AND status = 'done'),"
             # Deletions leave updated_at alone; the table's deletion counter moves instead
             # (flushed by the deleting session within seconds).
-            " (SELECT n_tup_del FROM pg_stat_user_tables"
-            "  WHERE relid = 'findings_finding'::regclass),"
+            # The counters are read by the functions behind pg_stat_user_tables and
+            # pg_stat_xact_user_tables (their n_tup_del, n_tup_ins, n_tup_upd): planning
+            # those views (a grouped join over pg_class) cost PostgreSQL ~1.5 ms of CPU in
+            # every list request.
+            " pg_stat_get_tuples_deleted('findings_finding'::regclass),"
             # The side tables' writes: those flushed, and this transaction's own.
-            " (SELECT sum(n_tup_ins + n_tup_upd + n_tup_del) FROM pg_stat_user_tables"
-            "  WHERE relname = ANY(%s)),"
-            " (SELECT sum(n_tup_ins + n_tup_upd + n_tup_del) FROM pg_stat_xact_user_tables"
-            "  WHERE relname = ANY(%s))",
+            " (SELECT sum(pg_stat_get_tuples_inserted(r) + pg_stat_get_tuples_updated(r)"
+            "  + pg_stat_get_tuples_deleted(r))"
+            "  FROM unnest(%s::text[]) AS n, to_regclass(n) AS r),"
+            " (SELECT sum(pg_stat_get_xact_tuples_inserted(r)"
+            "  + pg_stat_get_xact_tuples_updated(r) + pg_stat_get_xact_tuples_deleted(r))"
+            "  FROM unnest(%s::text[]) AS n, to_regclass(n) AS r)",
             [ids, ids, list(_SIDE_TABLES), list(_SIDE_TABLES)],
         )
         updated, run, deleted, side, own = cur.fetchone()
