@@ -9,12 +9,11 @@ lookups whatever the number of deployments.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import NamedTuple
 
-from trustrank.risk.factors import FactorSource, group_keys, points_of
+from trustrank.risk.factors import FactorSource, InputLookups, group_keys, points_of
 from trustrank.risk.graph import EnvironmentAnalysis, ServiceContext
 from trustrank.risk.inputs import (
     EXPLOITATIONS,
@@ -102,15 +101,12 @@ class ContextIndex(FactorSource):
         inputs: RankInputs,
         analyses: Mapping[str, EnvironmentAnalysis],
         settings: RankSettings,
+        lookups: InputLookups | None = None,
     ) -> None:
-        super().__init__(inputs=inputs, settings=settings)
+        super().__init__(inputs=inputs, settings=settings, lookups=lookups)
         self.analyses = analyses
-        self.by_version: dict[str, list[Deployment]] = defaultdict(list)
-        self.by_service: dict[tuple[str, str], list[Deployment]] = defaultdict(list)
-        for d in sorted(inputs.deployments, key=lambda d: (d.environment, d.service,
-                                                           d.project_version)):
-            self.by_version[d.project_version].append(d)
-            self.by_service[(d.environment, d.service)].append(d)
+        self.by_version: dict[str, list[Deployment]] = self.lookups.by_version
+        self.by_service: dict[tuple[str, str], list[Deployment]] = self.lookups.by_service
         table = load_deployer_table()
         self._decisions: dict[tuple[Exposure, HumanImpact], tuple[int, ...]] = {
             (x, h): tuple(

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from trustrank.risk.context import ContextIndex, DeploymentContext
+from trustrank.risk.factors import InputLookups
 from trustrank.risk.graph import EnvironmentAnalysis, analyse_environment, environment_digest
 from trustrank.risk.inputs import (
     DECISIONS,
@@ -63,7 +64,7 @@ from trustrank.risk.scoring import (
     ssvc_level,
     vuln_facts,
 )
-from trustrank.risk.service_results import service_results
+from trustrank.risk.service_results import service_places, service_results
 
 # (−decision rank, not deployed, −SSVC level, −score, finding id): ascending order is
 # queue order.
@@ -376,7 +377,9 @@ def rank(
     _check_ids(inputs.findings)
     with _collector_paused():
         analyses = analyse(inputs=inputs, settings=settings, previous=analyses)
-        index = ContextIndex(inputs=inputs, analyses=analyses, settings=settings)
+        lookups = InputLookups.build(inputs)
+        index = ContextIndex(inputs=inputs, analyses=analyses, settings=settings,
+                             lookups=lookups)
         findings, queue_index, columns = assemble(
             inputs.findings, _Scorer(index, settings).queue(inputs.findings),
             with_index=with_index)
@@ -398,6 +401,8 @@ def rank(
         queue_index=queue_index,
         digest_parts=parts,
         columns=columns,
+        lookups=lookups,
+        service_places=service_places(services),
     )
 
 

@@ -4,7 +4,11 @@ and shared by every finding that has it."""
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
+from itertools import chain, compress
+from operator import attrgetter, or_
+from typing import Any, TypeVar
 
 from trustrank.risk.graph import ServiceContext
 from trustrank.risk.inputs import (
@@ -15,6 +19,7 @@ from trustrank.risk.inputs import (
     RankInputs,
     RankSettings,
     Reachability,
+    ServiceLibraries,
 )
 from trustrank.risk.libraries import component_matches
 from trustrank.risk.scoring import (
@@ -23,6 +28,9 @@ from trustrank.risk.scoring import (
     REACHABILITY_VALUES,
     Factor,
 )
+
+T = TypeVar("T")
+K = TypeVar("K")
 
 
 def points_of(weight: float, value: float) -> float:
@@ -73,38 +81,183 @@ def group_keys(component_key: str) -> list[str]:
     return [head + "/" + "/".join(parts[:n]) for n in range(len(parts) - 1, 0, -1)]
 
 
+_VERSION = attrgetter("project_version")
+_SERVICE = attrgetter("environment", "service")
+_DEPLOYMENT_ORDER = attrgetter("environment", "service", "project_version")
+
+
+def _of(records: Sequence[T], key: Callable[[T], K], keys: Collection[K]) -> list[T]:
+    """The records whose key is one of `keys`, in order (a pass in C)."""
+    return list(compress(records, map(keys.__contains__, map(key, records))))
+
+
+def _deployments_named(
+    records: Sequence[Deployment], versions: Collection[str],
+    services: Collection[tuple[str, str]],
+) -> list[Deployment]:
+    """The deployments of one of `versions` or on one of `services`, in order."""
+    return list(compress(records, map(
+        or_, map(versions.__contains__, map(_VERSION, records)),
+        map(services.__contains__, map(_SERVICE, records)))))
+
+
+def _libraries_of(
+    records: Iterable[ServiceLibraries],
+) -> dict[tuple[str, str], tuple[bool, dict[str, ObservedComponent]]]:
+    out: dict[tuple[str, str], tuple[bool, dict[str, ObservedComponent]]] = {}
+    for lib in records:
+        key = (lib.environment, lib.service)
+        traced, observed = out.get(key, (False, {}))
+        merged = dict(observed)
+        for o in lib.observed:
+            known = merged.get(o.component_key)
+            # Two records naming one key: keep the busier (then the smaller evidence
+            # name), whatever order they came in.
+            if known is None or (o.calls_per_minute, known.evidence) > (
+                    known.calls_per_minute, o.evidence):
+                merged[o.component_key] = o
+        out[key] = (traced or lib.traced or bool(lib.observed), merged)
+    return out
+
+
+def _components_of(
+    records: Iterable[Component],
+) -> tuple[dict[str, dict[str, Component]], dict[str, tuple[float, float]]]:
+    """Components by version then key (the last of a repeated key), and each version's
+    shares of components with hashes and with a known supplier."""
+    by_version: dict[str, dict[str, Component]] = {}
+    counts: dict[str, list[int]] = {}
+    for c in records:
+        v = c.project_version
+        keys = by_version.get(v)
+        if keys is None:
+            keys = by_version[v] = {}
+            counts[v] = [0, 0, 0]
+        keys[c.key] = c
+        row = counts[v]
+        row[0] += 1
+        row[1] += c.hashes_present
+        row[2] += c.supplier_known
+    return by_version, {k: (h / n, s / n) for k, (n, h, s) in counts.items()}
+
+
+def _deployments_of(
+    records: Iterable[Deployment],
+) -> tuple[dict[str, list[Deployment]], dict[tuple[str, str], list[Deployment]]]:
+    by_version: dict[str, list[Deployment]] = {}
+    by_service: dict[tuple[str, str], list[Deployment]] = {}
+    for d in sorted(records, key=_DEPLOYMENT_ORDER):
+        by_version.setdefault(d.project_version, []).append(d)
+        by_service.setdefault((d.environment, d.service), []).append(d)
+    return by_version, by_service
+
+
+@dataclass(frozen=True, slots=True)
+class InputLookups:
+    """What the factors and contexts look up in the inputs besides the graph: signed
+    versions, components and each version's provenance shares, library evidence by
+    service, deployments by version and by service (sorted by environment, service and
+    version). Kept with a result (`RankResult.lookups`) so an incremental run updates the
+    entries of the changed versions and services (`updated`) instead of building them
+    again over every component, deployment and library record. Never changed once made:
+    a result's lookups stay those of its inputs."""
+
+    signed: frozenset[str]
+    components: dict[str, dict[str, Component]]
+    version_shares: dict[str, tuple[float, float]]
+    libraries: dict[tuple[str, str], tuple[bool, dict[str, ObservedComponent]]]
+    by_version: dict[str, list[Deployment]]
+    by_service: dict[tuple[str, str], list[Deployment]]
+
+    @classmethod
+    def build(cls, inputs: RankInputs) -> InputLookups:
+        components, shares = _components_of(inputs.components)
+        by_version, by_service = _deployments_of(inputs.deployments)
+        return cls(
+            signed=frozenset(v.key for v in inputs.project_versions if v.sbom_signed),
+            components=components, version_shares=shares,
+            libraries=_libraries_of(inputs.libraries),
+            by_version=by_version, by_service=by_service,
+        )
+
+    def updated(
+        self, inputs: RankInputs, *, versions: Collection[str],
+        services: Collection[tuple[str, str]],
+    ) -> tuple[InputLookups, set[str], set[tuple[str, str]], dict[str, list[Any]]]:
+        """The lookups of `inputs`, which differ from those these were made of only in
+        the records of `versions` (project version, components, deployments) and of
+        `services` (library evidence, deployments): their entries are made again from
+        `inputs`, the others shared. With them, the versions and services whose entries
+        were made again: `versions` and `services`, and also the other side of every
+        deployment of one of them before or now (a deployment that moved between versions
+        refreshes both versions and its service however it was named), and the records
+        of `inputs` those entries were made of, by collection (the deployments, project
+        versions, components and libraries of those versions and services)."""
+        versions, services = set(versions), set(services)
+        rows: dict[str, list[Any]] = {
+            "deployments": [], "project_versions": [], "components": [], "libraries": []}
+        if not versions and not services:
+            return self, versions, services, rows
+        deployments = inputs.deployments
+        # Every deployment of a named version or service, before and now, and their
+        # versions and services in turn; until that closes (once or twice).
+        while True:
+            now = _deployments_named(deployments, versions, services)
+            before = [d for v in versions for d in self.by_version.get(v, ())]
+            before += [d for s in services for d in self.by_service.get(s, ())]
+            more_versions = {d.project_version for d in chain(now, before)} - versions
+            more_services = {(d.environment, d.service) for d in chain(now, before)} - services
+            if not more_versions and not more_services:
+                break
+            versions |= more_versions
+            services |= more_services
+        dep_versions, dep_services = _deployments_of(now)
+        by_version, by_service = dict(self.by_version), dict(self.by_service)
+        for v in versions:
+            by_version.pop(v, None)
+        for s in services:
+            by_service.pop(s, None)
+        by_version.update(dep_versions)
+        by_service.update(dep_services)
+        components, shares = dict(self.components), dict(self.version_shares)
+        for v in versions:
+            components.pop(v, None)
+            shares.pop(v, None)
+        rows["deployments"] = now
+        rows["components"] = _of(inputs.components, _VERSION, versions)
+        rows["libraries"] = _of(inputs.libraries, _SERVICE, services)
+        rows["project_versions"] = _of(inputs.project_versions, _KEY, versions)
+        new_components, new_shares = _components_of(rows["components"])
+        components.update(new_components)
+        shares.update(new_shares)
+        libraries = dict(self.libraries)
+        for s in services:
+            libraries.pop(s, None)
+        libraries.update(_libraries_of(rows["libraries"]))
+        signed = (self.signed - versions) | {
+            v.key for v in rows["project_versions"] if v.sbom_signed}
+        return InputLookups(
+            signed=frozenset(signed), components=components, version_shares=shares,
+            libraries=libraries, by_version=by_version, by_service=by_service,
+        ), versions, services, rows
+
+
+_KEY = attrgetter("key")
+
+
 class FactorSource:
     """Provenance and library-evidence lookups from the inputs, and cached factors."""
 
-    def __init__(self, *, inputs: RankInputs, settings: RankSettings) -> None:
+    def __init__(self, *, inputs: RankInputs, settings: RankSettings,
+                 lookups: InputLookups | None = None) -> None:
+        """`lookups`: those of `inputs` when the caller has them (else they are made)."""
         self.settings = settings
-        self.signed = {v.key for v in inputs.project_versions if v.sbom_signed}
-        self.components: dict[tuple[str, str], Component] = {
-            (c.project_version, c.key): c for c in inputs.components
-        }
-        # Version-level provenance for service trust: shares of components with each fact.
-        counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-        for c in inputs.components:
-            row = counts[c.project_version]
-            row[0] += 1
-            row[1] += c.hashes_present
-            row[2] += c.supplier_known
-        self.version_shares = {
-            k: (h / n, s / n) for k, (n, h, s) in counts.items() if n
-        }
-        self.libraries: dict[tuple[str, str], tuple[bool, dict[str, ObservedComponent]]] = {}
-        for lib in inputs.libraries:
-            key = (lib.environment, lib.service)
-            traced, observed = self.libraries.get(key, (False, {}))
-            merged = dict(observed)
-            for o in lib.observed:
-                known = merged.get(o.component_key)
-                # Two records naming one key: keep the busier (then the smaller evidence
-                # name), whatever order they came in.
-                if known is None or (o.calls_per_minute, known.evidence) > (
-                        known.calls_per_minute, o.evidence):
-                    merged[o.component_key] = o
-            self.libraries[key] = (traced or lib.traced or bool(lib.observed), merged)
+        lookups = lookups or InputLookups.build(inputs)
+        self.lookups = lookups
+        self.signed = lookups.signed
+        self.components = lookups.components
+        self.version_shares = lookups.version_shares
+        self.libraries = lookups.libraries
         self._trust_cache: dict[tuple[object, ...], tuple[float, Factor]] = {}
         self._reach_cache: dict[tuple[str, str, bool], tuple[Reachability, Factor]] = {}
         self._exposure_cache: dict[tuple[str, str], Factor] = {}
@@ -127,7 +280,7 @@ class FactorSource:
         if component_key is None:
             hashes, supplier = self.version_shares.get(project_version, (0.0, 0.0))
             return signed, hashes, supplier
-        c = self.components.get((project_version, component_key))
+        c = self.components.get(project_version, {}).get(component_key)
         return signed, float(bool(c and c.hashes_present)), float(bool(c and c.supplier_known))
 
     def fused_trust(

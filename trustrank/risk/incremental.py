@@ -18,6 +18,7 @@ from trustrank.risk.engine import (
     queue_key_for,
     rank,
 )
+from trustrank.risk.factors import InputLookups
 from trustrank.risk.graph import EnvironmentAnalysis
 from trustrank.risk.inputs import Finding, RankInputs, RankSettings
 from trustrank.risk.queue import QueueIndex, merge
@@ -29,7 +30,11 @@ from trustrank.risk.results import (
     findings_hash_sum,
     inputs_digest,
 )
-from trustrank.risk.service_results import service_results
+from trustrank.risk.service_results import (
+    service_places,
+    service_results,
+    service_results_updated,
+)
 
 
 def _to_rescore(
@@ -95,7 +100,10 @@ def rank_incremental(
     """Rank again reusing `previous` where nothing it depends on changed; the result is the
     same as `rank(inputs=…)` provided the caller names every project version whose SBOM,
     components or deployments changed and every service whose library evidence or
-    deployment changed (graph changes are detected by the environment digests).
+    deployment changed (graph changes are detected by the environment digests). The
+    lookups of `previous` (`factors.InputLookups`) and the parts of its inputs digest are
+    updated by those versions and services alone: every other deployment, project
+    version, component and library record is taken to be as before.
     `changed_findings`, when given, names every finding that is new, changed or gone
     since `previous`: the other records of `inputs` are taken to be those of `previous`,
     and are not compared one by one; `changed_records`, when given with them, are the
@@ -120,13 +128,32 @@ def rank_incremental(
         records_out: list[Finding] = []
         analyses = analyse(inputs=inputs, settings=settings, previous=previous.analyses,
                            previous_graph=previous.digest_parts)
-        services = set(changed_services)
+        if previous.lookups is not None:
+            # The previous run's lookups with the entries of the named versions and
+            # services made again (and of any version or service a deployment of theirs
+            # moved from or to, scored again too).
+            lookups, dirty_versions, services, rows = previous.lookups.updated(
+                inputs, versions=changed_project_versions, services=changed_services)
+            # The records that may differ from the previous ones are those: only their
+            # groups' parts of the inputs digest are hashed again (copies of the sets,
+            # which grow below by what the graph changed).
+            changed_groups: dict[str, tuple[set[Any], list[Any]]] | None = {
+                name: (set(services if name in ("deployments", "libraries")
+                           else dirty_versions), records)
+                for name, records in rows.items()}
+        else:
+            lookups = InputLookups.build(inputs)
+            dirty_versions, services = set(changed_project_versions), set(changed_services)
+            changed_groups = None
         dirty_envs = _changed_analyses(previous.analyses, analyses, services)
-        index = ContextIndex(inputs=inputs, analyses=analyses, settings=settings)
-        dirty_versions = set(changed_project_versions)
-        for d in inputs.deployments:
-            if d.environment in dirty_envs or (d.environment, d.service) in services:
-                dirty_versions.add(d.project_version)
+        index = ContextIndex(inputs=inputs, analyses=analyses, settings=settings,
+                             lookups=lookups)
+        by_service = lookups.by_service
+        for key in services:
+            dirty_versions.update(d.project_version for d in by_service.get(key, ()))
+        if dirty_envs:
+            dirty_versions.update(
+                d.project_version for d in inputs.deployments if d.environment in dirty_envs)
         kept: list[RankedFinding] = []  # still in previous queue order
         queue_index = changed_places = None
         if changed_findings is not None:
@@ -178,17 +205,29 @@ def rank_incremental(
         digest = inputs_digest(
             inputs=inputs, settings=settings, findings_sum=findings_sum,
             known=previous.digest_parts, parts=parts,
+            changed=changed_groups,
         ) if with_digest else ""
-        before = {(r.environment, r.name): r for r in previous.services}
+        # A service's result reads its environment's analysis, its deployment and the
+        # provenance of the version deployed: unchanged, the previous result stands.
+        services_out = places = None
+        if not dirty_envs and previous.lookups is not None:
+            places = previous.service_places or service_places(previous.services)
+            services_out = service_results_updated(
+                index, analyses, previous.services, places, previous.analyses,
+                previous.lookups.by_service, services | {
+                    (d.environment, d.service) for v in dirty_versions
+                    for d in lookups.by_version.get(v, ())})
+        if services_out is None:
+            before = {(r.environment, r.name): r for r in previous.services}
 
-        def reuse(env: str, name: str, version: str) -> ServiceResult | None:
-            # A service's result reads its environment's analysis, its deployment and the
-            # provenance of the version deployed: unchanged, the previous result stands.
-            if (env in dirty_envs or (env, name) in services or version in dirty_versions):
-                return None
-            return before.get((env, name))
+            def reuse(env: str, name: str, version: str) -> ServiceResult | None:
+                if (env in dirty_envs or (env, name) in services
+                        or version in dirty_versions):
+                    return None
+                return before.get((env, name))
 
-        services_out = service_results(index, analyses, reuse)
+            services_out = service_results(index, analyses, reuse)
+            places = None
     return RankResult(
         settings_version=settings.version,
         inputs_digest=digest,
@@ -199,4 +238,6 @@ def rank_incremental(
         changed_places=changed_places,
         queue_index=queue_index,
         digest_parts=parts,
+        lookups=lookups,
+        service_places=places,
     )

@@ -4,7 +4,7 @@ and the difference between two results ("what moved most, and why")."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, methodcaller
 from typing import Any, NamedTuple
@@ -100,6 +100,11 @@ class RankResult:
     # A full run's queue as columns (`queue.RankedColumns`), for a store that writes the
     # whole queue; None for an incremental result.
     columns: Any = field(default=None, compare=False, repr=False)
+    # The lookups the run made of its inputs (`factors.InputLookups`), for the next
+    # incremental run to update; and each service's place in `services` ((environment,
+    # name) -> index), made by the first incremental run that needs it.
+    lookups: Any = field(default=None, compare=False, repr=False)
+    service_places: Any = field(default=None, compare=False, repr=False)
 
 
 # --- canonical JSON and digests ---------------------------------------------------------
@@ -170,17 +175,78 @@ def findings_hash_sum(findings: Iterable[Finding]) -> int:
 _finding_fields = attrgetter(*Finding.__slots__)
 
 
+# The collections a ranking run reads anew every time, with what groups their rows: each
+# enters the digest as the sum of its rows' hashes (as the findings do), kept by group
+# so that an incremental run told which groups changed rehashes only theirs.
+_SUMMED: dict[str, Callable[[Any], Any]] = {
+    "deployments": attrgetter("environment", "service"),
+    "project_versions": attrgetter("key"),
+    "components": attrgetter("project_version"),
+    "libraries": attrgetter("environment", "service"),
+}
+
+
+def _row_hashes(name: str, records: Iterable[Any]) -> Iterator[int]:
+    """Each record's SHA-256 (of its fields in order, records nested in a field's tuple as
+    tuples of theirs, as orjson writes them), as a number."""
+    if name == "libraries":
+        values: Iterable[Any] = map(_nested_fields, records)
+    else:
+        records = tuple(records)
+        if not records:
+            return iter(())
+        values = map(attrgetter(*type(records[0]).__slots__), records)
+    return map(int.from_bytes, map(_digest_of, map(hashlib.sha256, map(orjson.dumps,
+                                                                         values))))
+
+
+def _group_sums(name: str, records: Sequence[Any]) -> dict[Any, int]:
+    """Group -> the sum of its rows' hashes (not reduced)."""
+    sums: dict[Any, int] = {}
+    get = sums.get
+    for key, h in zip(map(_SUMMED[name], records), _row_hashes(name, records),
+                      strict=True):
+        sums[key] = get(key, 0) + h
+    return sums
+
+
+@dataclass(frozen=True, slots=True)
+class SummedPart:
+    """A summed collection's part of the digest: the sum, and the sum of each group."""
+
+    total: int
+    groups: Mapping[Any, int]
+
+    def updated(self, name: str, changed: Collection[Any], rows: Sequence[Any]) -> SummedPart:
+        """The part of a collection whose rows differ from those this was made of only in
+        the groups `changed`, whose rows are now `rows`: their sums made again, the
+        others kept."""
+        fresh = _group_sums(name, rows)
+        groups = dict(self.groups)
+        total = self.total
+        for key in changed:
+            total -= groups.pop(key, 0)
+        groups.update(fresh)
+        return SummedPart((total + sum(fresh.values())) % _MODULUS, groups)
+
+
 def inputs_digest(
     *, inputs: RankInputs, settings: RankSettings, findings_sum: int | None = None,
-    known: Mapping[str, tuple[Any, bytes]] | None = None,
-    parts: dict[str, tuple[Any, bytes]] | None = None,
+    known: Mapping[str, tuple[Any, Any]] | None = None,
+    parts: dict[str, tuple[Any, Any]] | None = None,
+    changed: Mapping[str, tuple[Collection[Any], Sequence[Any]]] | None = None,
 ) -> str:
     """SHA-256 over the settings and every input record, each collection in an order-
-    independent form (the findings as `findings_hash_sum`, given here when the caller
-    has it; every other collection as its rows' digests, sorted), so input order does not
-    matter. Stored with a run, it proves which inputs a rank was made from. A collection
-    that is the very object `known` names (name -> (collection, part)) takes that part
-    as it is; `parts`, when given, receives each collection's."""
+    independent form, so input order does not matter: the findings as `findings_hash_sum`
+    (given here when the caller has it); deployments, project versions, components and
+    libraries each as the sum modulo 2^256 of its rows' hashes (`SummedPart`); the graph's
+    collections as their rows' digests, sorted. Stored with a run, it proves which inputs
+    a rank was made from. A collection that is the very object `known` names (name ->
+    (collection, part)) takes that part as it is; a summed collection whose rows differ
+    from the ones `known` was made of only in the groups `changed` names (name -> (groups,
+    their rows now); deployments and libraries by (environment, service), project versions
+    and components by version) updates that part by those groups. `parts`, when given,
+    receives each collection's."""
     h = hashlib.sha256(orjson.dumps(settings, option=_OPTS))
     sha256, dumps = hashlib.sha256, orjson.dumps
     known = known or {}
@@ -197,20 +263,27 @@ def inputs_digest(
             h.update(total.to_bytes(32))
             continue
         was = known.get(name)
+        part: Any
         if was is not None and was[0] is records:
             part = was[1]
+        elif name in _SUMMED:
+            if (changed is not None and name in changed and was is not None
+                    and isinstance(was[1], SummedPart)):
+                part = was[1].updated(name, *changed[name])
+            else:
+                sums = _group_sums(name, records)
+                part = SummedPart(sum(sums.values()) % _MODULUS, sums)
         else:
             fields = attrgetter(*type(records[0]).__slots__)
-            nested = name == "libraries"
             # Each row hashed on its own and the row digests sorted: order-independent,
             # and memory stays flat (no kilobyte orjson buffer kept per row).
             part = b"".join(sorted(
-                sha256(dumps(_nested_fields(x) if nested else fields(x))).digest()
+                sha256(dumps(fields(x))).digest()
                 for x in records
             ))
         if parts is not None:
             parts[name] = (records, part)
-        h.update(part)
+        h.update(part.total.to_bytes(32) if isinstance(part, SummedPart) else part)
     return h.hexdigest()
 
 
