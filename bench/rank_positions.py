@@ -5,11 +5,14 @@ Builds, in its own database `rankpos_bench_<rows>` (`--reuse` keeps one that hol
 rows), two tables of one team's open findings (plus a small second team) spread over five
 environments, made by `generate_series`:
 
-- `rp_ranked`, the proposed row: the queue key's parts as narrow, ascending columns
-  (`q_dec` smallint = decision order 0 immediate … 3 defer, `q_undep` bool = deployed
-  nowhere, `q_lvl` smallint = −SSVC level, `q_score` double = −score, `finding_id` bigint),
-  with B-tree indexes on (team, key…) and (team, environment, key…); a queue is the key's
-  ascending order. `rp_checkpoint` holds, every `--spacing` positions of the team queue
+- `rp_ranked`, the proposed row: the queue key as (`qkey`, `finding_id`), ascending,
+  where `qkey` bigint packs the engine's key before the id (`qkey()`: decision order 0
+  immediate … 3 defer, deployed nowhere, 8 − SSVC level, then −score on its 0.0001 grid),
+  with B-tree indexes on (team, key) and (team, environment, key); a queue is the key's
+  ascending order. (Five separate key columns, the first version of this script, made
+  PostgreSQL 15 read on past the end of a row-comparison range to the end of the leading
+  column's group: 1.3 s for the ranks of 50 findings at a million rows; see
+  docs/ranking.md.) `rp_checkpoint` holds, every `--spacing` positions of the team queue
   (`per_env` false) and of each environment's queue (`per_env` true), a key threshold and
   `below`, the count of rows of that queue with a smaller key, plus a sentinel below every
   key with `below` 0. A finding's rank = the nearest checkpoint at or below its key's
@@ -54,9 +57,9 @@ import psycopg
 TEAM = 1
 OTHER_TEAM = 2
 ENVIRONMENTS = ("", "prod", "staging", "dev", "qa")
-KEY = ("q_dec", "q_undep", "q_lvl", "q_score", "finding_id")
+KEY = ("qkey", "finding_id")
 # Below every real key: the first checkpoint of each queue, so every key has one at or below.
-SENTINEL = (-32768, False, -32768, float("-inf"), -(2**63))
+SENTINEL = (-(2**63), -(2**63))
 PAGE = 50
 
 
@@ -71,8 +74,7 @@ KEY_ASC = ", ".join(KEY)
 SCHEMA = f"""
 CREATE TABLE rp_ranked (
     finding_id bigint PRIMARY KEY, team_id int NOT NULL, run_id int,
-    environment varchar(120) NOT NULL, q_dec smallint NOT NULL, q_undep bool NOT NULL,
-    q_lvl smallint NOT NULL, q_score double precision NOT NULL,
+    environment varchar(120) NOT NULL, qkey bigint NOT NULL,
     score double precision NOT NULL, decision varchar(16) NOT NULL, context_id varchar(64)
 );
 CREATE TABLE rp_dense (
@@ -82,18 +84,14 @@ CREATE TABLE rp_dense (
 );
 CREATE TABLE rp_checkpoint (
     team_id int NOT NULL, per_env bool NOT NULL, environment varchar(120) NOT NULL,
-    q_dec smallint NOT NULL, q_undep bool NOT NULL, q_lvl smallint NOT NULL,
-    q_score double precision NOT NULL, finding_id bigint NOT NULL, below bigint NOT NULL,
+    qkey bigint NOT NULL, finding_id bigint NOT NULL, below bigint NOT NULL,
     PRIMARY KEY (team_id, per_env, environment, {KEY_ASC})
 );
 CREATE INDEX rp_checkpoint_below ON rp_checkpoint (team_id, per_env, environment, below);
 CREATE TABLE rp_history (
     id bigserial PRIMARY KEY, team_id int NOT NULL, run_id int NOT NULL,
     finding_id bigint NOT NULL,
-    env_before varchar(120), b_dec smallint, b_undep bool, b_lvl smallint,
-    b_score double precision,
-    env_after varchar(120), a_dec smallint, a_undep bool, a_lvl smallint,
-    a_score double precision
+    env_before varchar(120), b_qkey bigint, env_after varchar(120), a_qkey bigint
 );
 CREATE INDEX rp_history_run ON rp_history (team_id, run_id);
 CREATE INDEX rp_history_finding ON rp_history (finding_id, run_id);
@@ -106,8 +104,10 @@ CREATE INDEX rp_history_finding ON rp_history (finding_id, run_id);
 FILL = """
 INSERT INTO rp_ranked
 SELECT g, CASE WHEN g <= %(rows)s THEN 1 ELSE 2 END, 1, env,
-       dec, env = '', CASE WHEN env = '' THEN 0 ELSE -floor(u3 * 9)::smallint END,
-       -score, score,
+       (((dec * 2 + (env = '')::int) * 16
+         + 8 - CASE WHEN env = '' THEN 0 ELSE floor(u3 * 9)::int END)::bigint << 56)
+       + (36028797018963968 - round(score * 10000)::bigint),
+       score,
        (ARRAY['immediate', 'out-of-cycle', 'scheduled', 'defer'])[dec + 1],
        md5((g %% 3000)::text) || md5((g %% 3000 + 1)::text)
 FROM (
@@ -157,7 +157,7 @@ SELECT %(team)s, true, environment, {KEY_ASC}, pos - 1 FROM (
     FROM rp_ranked WHERE team_id = %(team)s
 ) q WHERE pos %% %(spacing)s = 1
 UNION ALL
-SELECT %(team)s, per_env, environment, %(s0)s, %(s1)s, %(s2)s, %(s3)s, %(s4)s, 0
+SELECT %(team)s, per_env, environment, %(s0)s, %(s1)s, 0
 FROM (SELECT false AS per_env, '' AS environment
       UNION ALL SELECT DISTINCT true, environment FROM rp_ranked
       WHERE team_id = %(team)s) e
@@ -255,7 +255,7 @@ SELECT {COLUMNS}, %(offset)s + row_number() OVER (ORDER BY {KEY_ASC}) AS rank FR
 KEYSET_KEY = f"""
 SELECT {COLUMNS}, %(after_rank)s + row_number() OVER (ORDER BY {KEY_ASC}) AS rank FROM (
     SELECT * FROM rp_ranked r WHERE team_id = %(team)s
-      AND {K_R} > (%(k0)s, %(k1)s, %(k2)s, %(k3)s, %(k4)s)
+      AND {K_R} > (%(k0)s, %(k1)s)
     ORDER BY {KEY_ASC} LIMIT {PAGE}
 ) p
 """
@@ -270,44 +270,38 @@ ORDER BY rank LIMIT {PAGE}
 
 # Session tables of one incremental run's findings: their keys before (`rp_old`, the rows
 # being changed or deleted) and after (`rp_new`, the upserted rows).
-TEMP = f"""
-CREATE TEMP TABLE rp_old (finding_id bigint, environment varchar(120), q_dec smallint,
-    q_undep bool, q_lvl smallint, q_score double precision) ON COMMIT DELETE ROWS;
+TEMP = """
+CREATE TEMP TABLE rp_old (finding_id bigint, environment varchar(120), qkey bigint)
+    ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE rp_new (LIKE rp_ranked) ON COMMIT DELETE ROWS;
 """
 
 INCREMENTAL = [
     # keys before, of every finding the run changes or removes
-    f"""INSERT INTO rp_old SELECT finding_id, environment, q_dec, q_undep, q_lvl, q_score
+    """INSERT INTO rp_old SELECT finding_id, environment, qkey
     FROM rp_ranked WHERE finding_id = ANY(%(touched)s)""",
     """INSERT INTO rp_new SELECT * FROM unnest(
         %(ids)s::bigint[], %(teams)s::int[], %(runs)s::int[], %(envs)s::varchar[],
-        %(decs)s::smallint[], %(undeps)s::bool[], %(lvls)s::smallint[], %(qscores)s::float8[],
-        %(scores)s::float8[], %(decisions)s::varchar[], %(contexts)s::varchar[])""",
+        %(qkeys)s::bigint[], %(scores)s::float8[], %(decisions)s::varchar[], %(contexts)s::varchar[])""",
     """INSERT INTO rp_ranked SELECT * FROM rp_new ON CONFLICT (finding_id) DO UPDATE SET
-        run_id = excluded.run_id, environment = excluded.environment, q_dec = excluded.q_dec,
-        q_undep = excluded.q_undep, q_lvl = excluded.q_lvl, q_score = excluded.q_score,
+        run_id = excluded.run_id, environment = excluded.environment, qkey = excluded.qkey,
         score = excluded.score, decision = excluded.decision,
         context_id = excluded.context_id""",
     "DELETE FROM rp_ranked WHERE finding_id = ANY(%(gone)s)",
     # history: the finding's own change only (entered: no key before; left: none after)
-    """INSERT INTO rp_history (team_id, run_id, finding_id, env_before, b_dec, b_undep, b_lvl,
-        b_score, env_after, a_dec, a_undep, a_lvl, a_score)
+    """INSERT INTO rp_history (team_id, run_id, finding_id, env_before, b_qkey, env_after,
+        a_qkey)
     SELECT %(team)s, %(run)s, coalesce(o.finding_id, n.finding_id),
-           o.environment, o.q_dec, o.q_undep, o.q_lvl, o.q_score,
-           n.environment, n.q_dec, n.q_undep, n.q_lvl, n.q_score
+           o.environment, o.qkey, n.environment, n.qkey
     FROM rp_old o FULL JOIN rp_new n ON n.finding_id = o.finding_id""",
     # each checkpoint's count: − old keys below its threshold + new keys below it, by one
     # running sum over the checkpoints and the changes in key order (at an equal key the
     # checkpoint comes first: `below` counts smaller keys only)
     f"""WITH delta AS (
-        SELECT false AS per_env, ''::varchar AS environment, q_dec, q_undep, q_lvl, q_score,
-               finding_id, -1 AS d FROM rp_old
-        UNION ALL SELECT true, environment, q_dec, q_undep, q_lvl, q_score, finding_id, -1
-        FROM rp_old
-        UNION ALL SELECT false, '', q_dec, q_undep, q_lvl, q_score, finding_id, 1 FROM rp_new
-        UNION ALL SELECT true, environment, q_dec, q_undep, q_lvl, q_score, finding_id, 1
-        FROM rp_new
+        SELECT false AS per_env, ''::varchar AS environment, {KEY_ASC}, -1 AS d FROM rp_old
+        UNION ALL SELECT true, environment, {KEY_ASC}, -1 FROM rp_old
+        UNION ALL SELECT false, '', {KEY_ASC}, 1 FROM rp_new
+        UNION ALL SELECT true, environment, {KEY_ASC}, 1 FROM rp_new
     ), merged AS (
         SELECT per_env, environment, {KEY_ASC}, 0 AS kind, 0 AS d FROM rp_checkpoint
         WHERE team_id = %(team)s
@@ -338,16 +332,15 @@ WHERE d.finding_id = n.finding_id AND (d.rank <> n.rank OR d.env_rank <> n.env_r
 # left out, findings that left after T come back. Then one row_number() over the keys.
 PAST_RANKS = f"""
 WITH first_after AS (
-    SELECT DISTINCT ON (finding_id) finding_id, env_before, b_dec, b_undep, b_lvl, b_score
+    SELECT DISTINCT ON (finding_id) finding_id, env_before, b_qkey
     FROM rp_history WHERE team_id = %(team)s AND run_id > %(as_of)s
     ORDER BY finding_id, run_id, id
 ), as_of AS (
-    SELECT r.finding_id, r.environment, r.q_dec, r.q_undep, r.q_lvl, r.q_score
+    SELECT r.finding_id, r.environment, r.qkey
     FROM rp_ranked r WHERE r.team_id = %(team)s
       AND NOT EXISTS (SELECT 1 FROM first_after f WHERE f.finding_id = r.finding_id)
     UNION ALL
-    SELECT finding_id, env_before, b_dec, b_undep, b_lvl, b_score FROM first_after
-    WHERE b_dec IS NOT NULL
+    SELECT finding_id, env_before, b_qkey FROM first_after WHERE b_qkey IS NOT NULL
 )
 SELECT finding_id,
        row_number() OVER (ORDER BY {KEY_ASC}) AS rank,
@@ -361,6 +354,14 @@ SELECT finding_id,
        row_number() OVER (PARTITION BY environment ORDER BY {KEY_ASC}) AS env_rank
 FROM rp_ranked WHERE team_id = %(team)s
 """
+
+
+def qkey(decision_order: int, undeployed: bool, level: int, score: float) -> int:
+    """The engine's queue key before the finding id, as one ascending bigint: decision
+    order (0 immediate … 3 defer, 2 bits), deployed nowhere (1 bit), 8 − SSVC level (4 bits),
+    then −score in 0.0001 steps (56 bits; scores are rounded to 4 decimals)."""
+    head = ((decision_order * 2 + int(undeployed)) * 16 + 8 - level) << 56
+    return head + (2**55 - round(score * 10000))
 
 
 def admin_url() -> str:
@@ -432,6 +433,23 @@ def verify_ranks(conn: psycopg.Connection) -> int:
     return sum(1 for f, (r, e) in truth.items() if ranks[f] != r or env_ranks[f] != e)
 
 
+def verify_keys(conn: psycopg.Connection) -> int:
+    """Rows whose packed key does not decode to their own decision, deployment and score
+    (0 = the SQL packing agrees with `qkey()`)."""
+    orders = {"immediate": 0, "out-of-cycle": 1, "scheduled": 2, "defer": 3}
+    bad = 0
+    for qk, decision, environment, score in conn.execute(
+        "SELECT qkey, decision, environment, score FROM rp_ranked"
+    ):
+        head = qk >> 56
+        order, undeployed, level = head >> 5, bool(head >> 4 & 1), 8 - (head & 15)
+        if not 0 <= level <= 8 or qk != qkey(order, undeployed, level, score) or (
+            order != orders[decision] or undeployed != (environment == "")
+        ):
+            bad += 1
+    return bad
+
+
 class Change:
     """One incremental run's change: 500 findings (one version's, say) rise to the top
     decisions with new keys (a few re-enter after an earlier run removed them, some move to
@@ -444,13 +462,13 @@ class Change:
         n = len(self.ids)
         envs = [rng.choice(ENVIRONMENTS[1:]) for _ in range(n)]
         decs = [rng.choice((0, 1)) for _ in range(n)]
-        lvls = [-rng.randint(5, 8) for _ in range(n)]
+        lvls = [rng.randint(5, 8) for _ in range(n)]
         scores = [round(rng.uniform(60, 100), 2) for _ in range(n)]
         self.params = {
             "team": TEAM, "run": run, "touched": self.ids + self.gone, "gone": self.gone,
             "ids": self.ids, "teams": [TEAM] * n, "runs": [run] * n, "envs": envs,
-            "decs": decs, "undeps": [False] * n, "lvls": lvls,
-            "qscores": [-s for s in scores], "scores": scores,
+            "qkeys": [qkey(d, False, lv, s) for d, lv, s in zip(decs, lvls, scores, strict=True)],
+            "scores": scores,
             "decisions": [("immediate", "out-of-cycle")[d] for d in decs],
             "contexts": ["c" * 64] * n,
         }
@@ -504,6 +522,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             conn.execute(f"SET work_mem = '{args.work_mem}'")
             if not exists:
                 out["build_seconds"] = round(build(conn, rows=args.rows), 1)
+                # before any run's updates leave dead rows in them
+                out["sizes_built_mb_per_million"] = sizes(conn, args.rows)
             run = (conn.execute("SELECT coalesce(max(run_id), 1) FROM rp_history").fetchone()[0])
             conn.execute(TEMP)
             print(f"built; load {loadavg()}", file=sys.stderr, flush=True)
@@ -513,6 +533,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
             out["checkpoints"] = conn.execute("SELECT count(*) FROM rp_checkpoint").fetchone()[0]
             if args.verify:
+                out["verify_key_mismatches"] = verify_keys(conn)
                 out["verify_mismatches_before"] = verify_ranks(conn)
                 snapshot = conn.execute(TRUTH, {"team": TEAM}).fetchall()
                 snapshot_run = run
@@ -596,7 +617,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
 
             if args.rewrite_reps:
-                conn.execute(DENSE_REWRITE, {"team": TEAM})  # catch up with the runs above
+                # The first rewrite also catches up with the runs above: each rewrites the
+                # ranks that moved since the previous one (rows_rewritten).
                 rewritten = []
 
                 def rewrite(i: int) -> None:
