@@ -204,12 +204,13 @@ def test_the_table_rows_are_the_templates_rows(rows, can_triage) -> None:
     from django.template import engines
 
     from trustrank.findings.table import finding_rows_html
+    from trustrank.ranking.templatetags.rank_tags import rank_why
 
     reference = engines["django"].from_string(
         (Path(__file__).parent / "findings_rows_reference.html").read_text()
     )
     expected = reference.render({"findings": rows, "can_triage": can_triage})
-    written = finding_rows_html(rows, can_triage=can_triage)
+    written = finding_rows_html(rows, can_triage=can_triage, rank_why=rank_why)
     assert written == expected
     # What the rows hold: escaped text, a truncated title, a why, an overdue date.
     for needle in ("&lt;pollution&gt; &amp; &quot;lodash&#x27;s&quot;", "…", 'data-testid="rank-why"',
@@ -217,7 +218,7 @@ def test_the_table_rows_are_the_templates_rows(rows, can_triage) -> None:
                    "Caf\u00e9 au lait"):
         assert needle in written, needle
     assert ('name="ids"' in written) is can_triage
-    assert finding_rows_html([], can_triage=can_triage) == ""
+    assert finding_rows_html([], can_triage=can_triage, rank_why=rank_why) == ""
 
 
 def test_the_page_shows_the_rows(rows, team, make_user, client) -> None:

@@ -175,6 +175,7 @@ def finding_rows_for_ids(qs: QuerySet[Finding], ids: list[int]) -> list[dict[str
     from django.contrib.auth import get_user_model
 
     from trustrank.jira.models import JiraIssueLink
+    from trustrank.ranking.serializers import context_fields
 
     username = get_user_model().USERNAME_FIELD
     found = {
@@ -285,15 +286,7 @@ def finding_rows_for_ids(qs: QuerySet[Finding], ids: list[int]) -> list[dict[str
             "score": score,
             "decision": decision or None,
             "baseline": baseline_priority,
-            "deployed": ctx.get("deployed"),
-            "exposure": ctx.get("exposure"),
-            "reachability": ctx.get("reachability"),
-            "exploitation": ctx.get("exploitation"),
-            "automatable": ctx.get("automatable"),
-            "human_impact": ctx.get("human_impact"),
-            "trust": ctx.get("trust"),
-            "explanation": ctx.get("explanation", []),
-            "path": ctx.get("path", []),
+            **context_fields(ctx),
         }
         out.append(data)
     return out

@@ -24,7 +24,6 @@ from django.utils.html import conditional_escape
 from django.utils.safestring import SafeString, mark_safe
 
 from trustrank.findings.models import Finding
-from trustrank.ranking.templatetags.rank_tags import rank_why
 
 _NOT_RANKED = '<span class="muted" title="not ranked yet">–</span>'
 _DASH = '<span class="muted">–</span>'
@@ -68,8 +67,11 @@ def _memo(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return call
 
 
-def finding_rows_html(findings: Iterable[Finding], *, can_triage: bool) -> SafeString:
-    """The table's rows, each as the template's loop wrote it ('' for none)."""
+def finding_rows_html(
+    findings: Iterable[Finding], *, can_triage: bool, rank_why: Callable[[Finding], Any]
+) -> SafeString:
+    """The table's rows, each as the template's loop wrote it ('' for none). `rank_why` is
+    the ranking's `{% rank_why %}` tag (findings sit below ranking, so the page passes it)."""
     # The finding page's address around its id ({% url 'findings:finding' f.pk %}).
     before, after = (
         conditional_escape(reverse("findings:finding", args=[_PK_MARK])).split(str(_PK_MARK))

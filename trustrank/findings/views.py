@@ -54,6 +54,7 @@ from trustrank.findings.totals import list_total
 from trustrank.inventory.models import Project
 from trustrank.lib.numbers import INT_MAX, int_or_none
 from trustrank.ranking.explain import finding_rank_explain
+from trustrank.ranking.templatetags.rank_tags import rank_why
 from trustrank.vulns import selectors as vuln_selectors
 
 PAGE_SIZE = 50
@@ -123,7 +124,9 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
             "findings/_findings_table.html",
             {
                 **table_context,
-                "rows": finding_rows_html(table_context["findings"], can_triage=can_triage),
+                "rows": finding_rows_html(
+                    table_context["findings"], can_triage=can_triage, rank_why=rank_why
+                ),
                 "filter": filterset,
                 "first_query": base_query,
                 "ordering": ordering,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rest_framework import serializers
@@ -30,6 +31,14 @@ def rank_fields(f: Finding) -> dict[str, Any]:
         "baseline": f.baseline_priority,
         "environment": ctx.get("environment") or None,
         "service": ctx.get("service") or None,
+        **context_fields(ctx),
+    }
+
+
+def context_fields(ctx: Mapping[str, Any]) -> dict[str, Any]:
+    """What a ranked finding's stored context says about it, as every API shape names it
+    (empty context: nulls and empty lists)."""
+    return {
         "deployed": ctx.get("deployed"),
         "exposure": ctx.get("exposure"),
         "reachability": ctx.get("reachability"),
