@@ -16,13 +16,18 @@ ready) and the worker's peak RSS.
 `--reuse` keeps the bench database of an earlier run (it is built once: ~3 min).
 Last line: {"p95_ms": …, "export_seconds": …, "export_peak_mb": …}
 
+The server runs as deployed (docker/Dockerfile, dev.py): gunicorn's threaded workers,
+`--web-workers` processes of `--web-threads` threads (4 and 4). Each client keeps its
+connection alive between requests, as a browser does; `connections_per_request` says how
+often one was opened. Until 2026-12-05 the bench ran sync workers (`--web-threads 1`), which
+close every connection: each request paid a connection, and a short request queued behind
+long ones in the four processes (p95 458 → 113 ms at 1M, back to back, load 3.3–4.2).
+
 The clients share the machine with the server, so what they cost counts against it:
-`client_cpu_ms_per_request` is this process's CPU per request. Each request opens a
-connection of its own either way (gunicorn's sync workers close every connection, so no
-client keeps one alive here). Until 2026-12 the clients used `requests`, ~4 ms of CPU a
-request (~0.4 of the two cores at 100 requests/s); they now send the same requests (same
-headers, cookie and key) with the standard library's http.client. `--client requests`
-measures as before, to compare figures across that change.
+`client_cpu_ms_per_request` is this process's CPU per request. Until 2026-12 the clients
+used `requests`, ~4 ms of CPU a request (~0.4 of the two cores at 100 requests/s); they now
+send the same requests (same headers, cookie and key) with the standard library's
+http.client. `--client requests` measures as before, to compare figures across that change.
 """
 
 from __future__ import annotations
@@ -167,18 +172,43 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], seconds: float = 60) -> N
     raise SystemExit(f"{url} did not answer within {seconds} s")
 
 
-def plain_get(base: str, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
-    """One GET on a connection of its own (gunicorn's sync workers close each one), with
-    the standard library's client: `requests` spent ~4 ms of CPU on each, in the 100 client
-    threads that share the server's two cores."""
-    host, _, port = base.removeprefix("http://").partition(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=60)
-    try:
-        conn.request("GET", path, headers=headers)
-        response = conn.getresponse()
-        return response.status, response.read()
-    finally:
-        conn.close()
+class PlainClient:
+    """GETs with the standard library's client (`requests` spent ~4 ms of CPU on each, in
+    the 100 client threads that share the server's two cores), on one connection kept
+    alive between requests as a browser keeps it, opened again when the server closed it
+    (gunicorn's sync workers close every connection; its threaded workers keep them)."""
+
+    def __init__(self, base: str) -> None:
+        host, _, port = base.removeprefix("http://").partition(":")
+        self._address = (host, int(port))
+        self._conn: http.client.HTTPConnection | None = None
+        self.connections = 0
+
+    def get(self, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
+        for attempt in (1, 2):
+            fresh = self._conn is None
+            if fresh:
+                self._conn = http.client.HTTPConnection(*self._address, timeout=60)
+                self.connections += 1
+            conn = self._conn
+            try:
+                conn.request("GET", path, headers=headers)
+                response = conn.getresponse()
+                body = response.read()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                self.close()
+                if fresh or attempt == 2:  # not a kept connection the server let go
+                    raise
+                continue
+            if response.will_close:
+                self.close()
+            return response.status, body
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
 
 def load(
@@ -190,6 +220,7 @@ def load(
 
     stop_at = time.monotonic() + seconds
     results: list[tuple[str, float, int]] = []
+    connections: list[int] = []
     lock = threading.Lock()
     # What either client sends besides: the same headers as requests' defaults.
     common = {"User-Agent": "bench", "Accept-Encoding": "gzip, deflate", "Accept": "*/*"}
@@ -202,6 +233,7 @@ def load(
         http.headers["X-Api-Key"] = key
         pages = requests.Session()
         pages.cookies.set("sessionid", session_id, domain="127.0.0.1")
+        plain = PlainClient(base)
         mine: list[tuple[str, float, int]] = []
         while time.monotonic() < stop_at:
             label, template = rnd.choice(SCENARIOS)
@@ -218,15 +250,17 @@ def load(
                 )
                 status, body = response.status_code, response.content
             else:
-                status, body = plain_get(base, path, page_headers if is_page else api_headers)
+                status, body = plain.get(path, page_headers if is_page else api_headers)
             took = (time.perf_counter() - started) * 1000
             if status != 200:
                 raise SystemExit(f"{path}: {status} {body[:300]!r}")
             mine.append((label, took, len(body)))
             if think:
                 time.sleep(rnd.uniform(0.5 * think, 1.5 * think))
+        plain.close()
         with lock:
             results.extend(mine)
+            connections.append(plain.connections)
 
     threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
     for thread in threads:
@@ -246,6 +280,8 @@ def load(
         "p95_ms": round(percentile(latencies, 0.95), 1),
         "p99_ms": round(percentile(latencies, 0.99), 1),
         "per_s": round(len(latencies) / seconds, 1),
+        # 1.0: every request opened a connection; near 0: connections were kept alive.
+        "connections_per_request": round(sum(connections) / max(1, len(latencies)), 3),
     }
 
 
@@ -396,6 +432,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--think", type=float, default=1.0)
     parser.add_argument("--web-workers", type=int, default=4)
+    # Threads per web worker: 4 as deployed (docker/Dockerfile, dev.py: gunicorn's gthread
+    # workers, which keep connections alive); 1 is a sync worker, which closes each one (the
+    # figures before 2026-12-05).
+    parser.add_argument("--web-threads", type=int, default=4)
     parser.add_argument("--reuse", action="store_true")
     parser.add_argument("--skip-export", action="store_true")
     # A finding written every this many seconds while the clients read (0: none): each write
@@ -421,7 +461,7 @@ def main() -> None:
     base = f"http://127.0.0.1:{port}"
     web = start([sys.executable, "-m", "gunicorn", "trustrank.wsgi:application",
                  "--bind", f"127.0.0.1:{port}", "--workers", str(args.web_workers),
-                 "--timeout", "300"], env, logs / "gunicorn.log")
+                 "--threads", str(args.web_threads), "--timeout", "300"], env, logs / "gunicorn.log")
     from django.conf import settings
 
     # --pool solo: the export runs in the worker's main process, whose VmHWM is its peak.
@@ -471,10 +511,12 @@ def main() -> None:
         "clients": args.clients,
         "think_s": args.think,
         "web_workers": args.web_workers,
+        "web_threads": args.web_threads,
         "web_cpu_ms_per_request": figures["web_cpu_ms_per_request"],
         "db_cpu_ms_per_request": figures["db_cpu_ms_per_request"],
         "client_cpu_ms_per_request": figures["client_cpu_ms_per_request"],
         "client": args.client,
+        "connections_per_request": figures["connections_per_request"],
         "writes": figures["writes"],
         "load_before": figures["load_before"],
         "load_after": figures["load_after"],
