@@ -469,8 +469,9 @@ class Change:
     """One incremental run's change: 500 findings (one version's, say) rise to the top
     decisions with new keys (a few re-enter after an earlier run removed them, some move to
     another environment), and 50 others leave. `narrow`: the 500 all enter one narrow key
-    range (immediate, level 8, in prod, 11 scores 0.01 apart), so that the bucket holding it
-    in the team queue and in prod's overflows and is split."""
+    range (scheduled, level 4, in prod, 11 scores 0.01 apart: the middle of the queue, where
+    the other runs' findings do not enter), so that the bucket holding it in the team queue
+    and in prod's overflows and is split."""
 
     def __init__(self, rng: random.Random, *, rows: int, run: int, changed: int = 500,
                  gone: int = 50, narrow: bool = False) -> None:
@@ -483,7 +484,7 @@ class Change:
         scores = [round(rng.uniform(60, 100), 2) for _ in range(n)]
         if narrow:
             center = round(rng.uniform(50, 95), 2)
-            envs, decs, lvls = ["prod"] * n, [0] * n, [8] * n
+            envs, decs, lvls = ["prod"] * n, [2] * n, [4] * n
             scores = [round(center + 0.01 * (j % 11), 2) for j in range(n)]
         self.added = 0
         self.params = {
@@ -491,7 +492,7 @@ class Change:
             "ids": self.ids, "teams": [TEAM] * n, "runs": [run] * n, "envs": envs,
             "qkeys": [qkey(d, False, lv, s) for d, lv, s in zip(decs, lvls, scores, strict=True)],
             "scores": scores,
-            "decisions": [("immediate", "out-of-cycle")[d] for d in decs],
+            "decisions": [("immediate", "out-of-cycle", "scheduled")[d] for d in decs],
             "contexts": ["c" * 64] * n,
         }
 
@@ -591,6 +592,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
             out["buckets"] = conn.execute("SELECT count(*) FROM rp_bucket").fetchone()[0]
             out["groups"] = conn.execute("SELECT count(*) FROM rp_group").fetchone()[0]
+            # as autovacuum would after a full run: the rebuilds above left dead rows
+            conn.execute("VACUUM ANALYZE rp_checkpoint, rp_bucket, rp_group")
             if args.verify:
                 out["verify_key_mismatches"] = verify_keys(conn)
                 out["verify_mismatches_before"] = verify_ranks(conn)
