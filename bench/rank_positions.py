@@ -18,23 +18,36 @@ environments, made by `generate_series`:
   key with `below` 0. A finding's rank = the nearest checkpoint at or below its key's
   `below` + the rows from that threshold up to its key + 1 (one LATERAL statement).
   `rp_history` keeps a finding's own key changes only (key before and after, per run).
+- `rp_bucket` and `rp_group` (bench/_rank_buckets.py), the bucket layout beside the
+  checkpoints: each queue cut into buckets at key thresholds holding their own row count
+  `n`, and groups of buckets holding the sum of theirs. A rank = the groups' sums before
+  the finding's group + its group's buckets before its bucket + the rows from its bucket's
+  threshold + 1; an incremental run adds its −1 and +1 to the changed findings' buckets and
+  groups only, and splits a bucket that grew past `--split-over` × `--spacing` rows.
 - `rp_dense`, today's `ranking_rankedfinding` shape: dense `rank` and `env_rank`, indexes
   (team, rank) and (team, environment, env_rank).
 
 Then times, p50/p95 over `--reps` repetitions (the plain counts and rewrites fewer): the
 first page with ranks, deep pages (offset, offset through a checkpoint, keyset), the rank
 and environment rank of 50 arbitrary findings (plain count, checkpoint + count between,
-and the dense column), an incremental run's write (500 findings' new keys upserted, 50
-deleted, history rows, every checkpoint's count adjusted, one transaction), a full rebuild
-of the checkpoints, the past ranks of a whole queue rebuilt from history, rewriting the
-dense ranks after such a change (today's cost), and the index sizes.
+and the dense column; and by buckets), an incremental run's write (500 findings' new keys
+upserted, 50 deleted, history rows, every checkpoint's count adjusted and the buckets'
+counts adjusted, one transaction: both layouts are kept by every run and each part is
+timed, so `incremental_write_ms` = rows + prefix + commit and
+`incremental_write_buckets_ms` = rows + buckets + split + commit), the same for
+`--split-reps` runs whose 500 findings all enter one narrow key range (a bucket split in
+each), a full rebuild of the checkpoints and of the buckets, the past ranks of a whole
+queue rebuilt from history, rewriting the dense ranks after such a change (today's cost),
+and the index sizes.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres \
-        python bench/rank_positions.py [--rows 1000000] [--spacing 1024] [--reuse] [--keep]
+        python bench/rank_positions.py [--rows 1000000] [--spacing 1024] [--group 64]
+            [--split-over 1.25] [--reuse] [--keep]
 
-`--verify` checks that the derived ranks and environment ranks of every row equal a
-row_number() over the key, before and after the incremental runs, and that the past ranks
-rebuilt from history equal the ranks the queue had then (for small sizes: tests/bench).
+`--verify` checks that the derived ranks and environment ranks of every row (by checkpoints
+and by buckets) equal a row_number() over the key, before and after the incremental runs,
+and that the past ranks rebuilt from history equal the ranks the queue had then (for small
+sizes: tests/bench).
 The database is dropped at the end unless `--keep` (or `--reuse`) is given.
 
 Last line: {"rows": …, "spacing": …, "first_page_ms": {"p50": …, "p95": …}, …}
