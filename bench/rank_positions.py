@@ -18,23 +18,36 @@ environments, made by `generate_series`:
   key with `below` 0. A finding's rank = the nearest checkpoint at or below its key's
   `below` + the rows from that threshold up to its key + 1 (one LATERAL statement).
   `rp_history` keeps a finding's own key changes only (key before and after, per run).
+- `rp_bucket` and `rp_group` (bench/_rank_buckets.py), the bucket layout beside the
+  checkpoints: each queue cut into buckets at key thresholds holding their own row count
+  `n`, and groups of buckets holding the sum of theirs. A rank = the groups' sums before
+  the finding's group + its group's buckets before its bucket + the rows from its bucket's
+  threshold + 1; an incremental run adds its −1 and +1 to the changed findings' buckets and
+  groups only, and splits a bucket that grew past `--split-over` × `--spacing` rows.
 - `rp_dense`, today's `ranking_rankedfinding` shape: dense `rank` and `env_rank`, indexes
   (team, rank) and (team, environment, env_rank).
 
 Then times, p50/p95 over `--reps` repetitions (the plain counts and rewrites fewer): the
 first page with ranks, deep pages (offset, offset through a checkpoint, keyset), the rank
 and environment rank of 50 arbitrary findings (plain count, checkpoint + count between,
-and the dense column), an incremental run's write (500 findings' new keys upserted, 50
-deleted, history rows, every checkpoint's count adjusted, one transaction), a full rebuild
-of the checkpoints, the past ranks of a whole queue rebuilt from history, rewriting the
-dense ranks after such a change (today's cost), and the index sizes.
+and the dense column; and by buckets), an incremental run's write (500 findings' new keys
+upserted, 50 deleted, history rows, every checkpoint's count adjusted and the buckets'
+counts adjusted, one transaction: both layouts are kept by every run and each part is
+timed, so `incremental_write_ms` = rows + prefix + commit and
+`incremental_write_buckets_ms` = rows + buckets + split + commit), the same for
+`--split-reps` runs whose 500 findings all enter one narrow key range (a bucket split in
+each), a full rebuild of the checkpoints and of the buckets, the past ranks of a whole
+queue rebuilt from history, rewriting the dense ranks after such a change (today's cost),
+and the index sizes.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres \
-        python bench/rank_positions.py [--rows 1000000] [--spacing 1024] [--reuse] [--keep]
+        python bench/rank_positions.py [--rows 1000000] [--spacing 1024] [--group 64]
+            [--split-over 1.25] [--reuse] [--keep]
 
-`--verify` checks that the derived ranks and environment ranks of every row equal a
-row_number() over the key, before and after the incremental runs, and that the past ranks
-rebuilt from history equal the ranks the queue had then (for small sizes: tests/bench).
+`--verify` checks that the derived ranks and environment ranks of every row (by checkpoints
+and by buckets) equal a row_number() over the key, before and after the incremental runs,
+and that the past ranks rebuilt from history equal the ranks the queue had then (for small
+sizes: tests/bench).
 The database is dropped at the end unless `--keep` (or `--reuse`) is given.
 
 Last line: {"rows": …, "spacing": …, "first_page_ms": {"p50": …, "p95": …}, …}
@@ -50,9 +63,14 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import _rank_buckets as rb
 
 TEAM = 1
 OTHER_TEAM = 2
@@ -348,6 +366,8 @@ SELECT finding_id,
 FROM as_of
 """
 
+DEEP_BUCKETS = rb.DEEP_PAGE.format(columns=COLUMNS, page=PAGE)
+
 TRUTH = f"""
 SELECT finding_id,
        row_number() OVER (ORDER BY {KEY_ASC}) AS rank,
@@ -377,6 +397,16 @@ def loadavg() -> float:
         return float(fh.read().split()[0])
 
 
+def summary(times: list[float], load: float) -> dict[str, float]:
+    times = sorted(times)
+    return {
+        "p50": round(statistics.median(times), 2),
+        "p95": round(times[min(len(times) - 1, int(len(times) * 0.95))], 2),
+        "reps": len(times),
+        "load": round(load, 2),
+    }
+
+
 def timed(fn: Callable[[int], Any], reps: int) -> dict[str, float]:
     """p50/p95 in milliseconds of `reps` calls fn(i), with the load average around them."""
     before = loadavg()
@@ -385,13 +415,7 @@ def timed(fn: Callable[[int], Any], reps: int) -> dict[str, float]:
         t0 = time.perf_counter()
         fn(i)
         times.append((time.perf_counter() - t0) * 1000)
-    times.sort()
-    return {
-        "p50": round(statistics.median(times), 2),
-        "p95": round(times[min(len(times) - 1, int(len(times) * 0.95))], 2),
-        "reps": reps,
-        "load": round((before + loadavg()) / 2, 2),
-    }
+    return summary(times, (before + loadavg()) / 2)
 
 
 def build(conn: psycopg.Connection, *, rows: int) -> float:
@@ -399,6 +423,7 @@ def build(conn: psycopg.Connection, *, rows: int) -> float:
     conn.execute("SET maintenance_work_mem = '1GB'")
     conn.execute("SET synchronous_commit = off")
     conn.execute(SCHEMA)
+    conn.execute(rb.SCHEMA)
     conn.execute("SELECT setseed(0.26)")
     conn.execute(FILL, {"rows": rows, "total": rows + max(rows // 100, 1)})
     conn.execute(INDEXES)
@@ -421,13 +446,16 @@ def checkpoints_rebuild(conn: psycopg.Connection, *, spacing: int) -> None:
     conn.execute("ANALYZE rp_checkpoint")
 
 
-def verify_ranks(conn: psycopg.Connection) -> int:
-    """Rows whose derived rank or environment rank differs from the dense truth (0 = all
-    equal); raises if the two sets of findings differ."""
+def verify_ranks(conn: psycopg.Connection, layout: str = "prefix") -> int:
+    """Rows whose derived rank or environment rank (`layout` prefix: checkpoints; buckets:
+    bucket and group counts) differs from the dense truth (0 = all equal); raises if the two
+    sets of findings differ."""
+    rank_sql, env_sql = {"prefix": (RANK_CHECKPOINT, ENV_RANK_CHECKPOINT),
+                         "buckets": (rb.RANK, rb.ENV_RANK)}[layout]
     truth = {f: (r, e) for f, r, e in conn.execute(TRUTH, {"team": TEAM}).fetchall()}
     ids = list(truth)
-    ranks = dict(conn.execute(RANK_CHECKPOINT, {"ids": ids}).fetchall())
-    env_ranks = dict(conn.execute(ENV_RANK_CHECKPOINT, {"ids": ids}).fetchall())
+    ranks = dict(conn.execute(rank_sql, {"ids": ids}).fetchall())
+    env_ranks = dict(conn.execute(env_sql, {"ids": ids}).fetchall())
     if set(ranks) != set(truth) or set(env_ranks) != set(truth):
         raise AssertionError("derived ranks cover other findings than the queue")
     return sum(1 for f, (r, e) in truth.items() if ranks[f] != r or env_ranks[f] != e)
@@ -453,10 +481,13 @@ def verify_keys(conn: psycopg.Connection) -> int:
 class Change:
     """One incremental run's change: 500 findings (one version's, say) rise to the top
     decisions with new keys (a few re-enter after an earlier run removed them, some move to
-    another environment), and 50 others leave."""
+    another environment), and 50 others leave. `narrow`: the 500 all enter one narrow key
+    range (scheduled, level 4, in prod, 11 scores 0.01 apart: the middle of the queue, where
+    the other runs' findings do not enter), so that the bucket holding it in the team queue
+    and in prod's overflows and is split."""
 
     def __init__(self, rng: random.Random, *, rows: int, run: int, changed: int = 500,
-                 gone: int = 50) -> None:
+                 gone: int = 50, narrow: bool = False) -> None:
         picked = rng.sample(range(1, rows + 1), changed + gone)
         self.ids, self.gone = picked[:changed], picked[changed:]
         n = len(self.ids)
@@ -464,19 +495,46 @@ class Change:
         decs = [rng.choice((0, 1)) for _ in range(n)]
         lvls = [rng.randint(5, 8) for _ in range(n)]
         scores = [round(rng.uniform(60, 100), 2) for _ in range(n)]
+        if narrow:
+            center = round(rng.uniform(50, 95), 2)
+            envs, decs, lvls = ["prod"] * n, [2] * n, [4] * n
+            scores = [round(center + 0.01 * (j % 11), 2) for j in range(n)]
+        self.added = 0
         self.params = {
             "team": TEAM, "run": run, "touched": self.ids + self.gone, "gone": self.gone,
             "ids": self.ids, "teams": [TEAM] * n, "runs": [run] * n, "envs": envs,
             "qkeys": [qkey(d, False, lv, s) for d, lv, s in zip(decs, lvls, scores, strict=True)],
             "scores": scores,
-            "decisions": [("immediate", "out-of-cycle")[d] for d in decs],
+            "decisions": [("immediate", "out-of-cycle", "scheduled")[d] for d in decs],
             "contexts": ["c" * 64] * n,
         }
 
-    def apply(self, conn: psycopg.Connection) -> None:
+    def apply(self, conn: psycopg.Connection, *, spacing: int, group: int,
+              split_over: float) -> dict[str, float]:
+        """Writes the run, keeping both layouts (prefix checkpoints and buckets) in one
+        transaction; returns each part's milliseconds: `rows` (old keys, upsert, delete,
+        history), `prefix`, `buckets`, `split`, `commit`. `added`: buckets a split made."""
+        ms: dict[str, float] = {}
+        t0 = time.perf_counter()
+
+        def lap(label: str) -> None:
+            nonlocal t0
+            t1 = time.perf_counter()
+            ms[label] = (t1 - t0) * 1000
+            t0 = t1
+
         with conn.transaction():
-            for statement in INCREMENTAL:
+            for statement in INCREMENTAL[:-1]:
                 conn.execute(statement, self.params)
+            lap("rows")
+            conn.execute(INCREMENTAL[-1], self.params)
+            lap("prefix")
+            full = rb.adjust(conn, self.params, spacing=spacing, split_over=split_over)
+            lap("buckets")
+            self.added = rb.split(conn, TEAM, full, spacing=spacing, group=group)
+            lap("split")
+        lap("commit")
+        return ms
 
 
 def sizes(conn: psycopg.Connection, rows: int) -> dict[str, float]:
@@ -484,7 +542,8 @@ def sizes(conn: psycopg.Connection, rows: int) -> dict[str, float]:
     out = {}
     for rel in ("rp_ranked", "rp_ranked_pkey", "rp_ranked_team_key", "rp_ranked_team_env_key",
                 "rp_dense", "rp_dense_pkey", "rp_dense_team_rank", "rp_dense_team_env",
-                "rp_checkpoint", "rp_checkpoint_pkey", "rp_checkpoint_below"):
+                "rp_checkpoint", "rp_checkpoint_pkey", "rp_checkpoint_below",
+                "rp_bucket", "rp_bucket_pkey", "rp_bucket_group", "rp_group"):
         size = conn.execute("SELECT pg_relation_size(%s)", [rel]).fetchone()[0]
         out[rel] = round(size / 2**20 / (rows / 1e6), 2)
     return out
@@ -494,6 +553,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--spacing", type=int, default=1024)
+    parser.add_argument("--group", type=int, default=64, help="buckets per group")
+    parser.add_argument("--split-over", type=float, default=1.25,
+                        help="a bucket past this many times spacing rows is split")
+    parser.add_argument("--split-reps", type=int, default=5,
+                        help="incremental runs whose findings enter one narrow key range")
     parser.add_argument("--reps", type=int, default=200, help="repetitions of the fast reads")
     parser.add_argument("--slow-reps", type=int, default=5,
                         help="repetitions of plain counts, rebuilds and past ranks")
@@ -526,15 +590,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 out["sizes_built_mb_per_million"] = sizes(conn, args.rows)
             run = (conn.execute("SELECT coalesce(max(run_id), 1) FROM rp_history").fetchone()[0])
             conn.execute(TEMP)
+            conn.execute(rb.SCHEMA)
+            layout = {"spacing": args.spacing, "group": args.group,
+                      "split_over": args.split_over}
             print(f"built; load {loadavg()}", file=sys.stderr, flush=True)
 
             out["checkpoint_rebuild_ms"] = timed(
                 lambda i: checkpoints_rebuild(conn, spacing=args.spacing), args.slow_reps
             )
             out["checkpoints"] = conn.execute("SELECT count(*) FROM rp_checkpoint").fetchone()[0]
+            out["bucket_rebuild_ms"] = timed(
+                lambda i: rb.rebuild(conn, teams=(TEAM, OTHER_TEAM), spacing=args.spacing,
+                                     group=args.group), args.slow_reps
+            )
+            out["buckets"] = conn.execute("SELECT count(*) FROM rp_bucket").fetchone()[0]
+            out["groups"] = conn.execute("SELECT count(*) FROM rp_group").fetchone()[0]
+            # as autovacuum would after a full run: the rebuilds above left dead rows
+            conn.execute("VACUUM ANALYZE rp_checkpoint, rp_bucket, rp_group")
             if args.verify:
                 out["verify_key_mismatches"] = verify_keys(conn)
                 out["verify_mismatches_before"] = verify_ranks(conn)
+                out["verify_bucket_mismatches_before"] = verify_ranks(conn, "buckets")
                 snapshot = conn.execute(TRUTH, {"team": TEAM}).fetchall()
                 snapshot_run = run
 
@@ -550,6 +626,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "env_first_page_ms": q(ENV_FIRST_PAGE_KEY, env=env),
                 "env_first_page_dense_ms": q(ENV_FIRST_PAGE_DENSE, env=env),
                 "deep_page_checkpoint_ms": q(DEEP_CHECKPOINT_KEY, offset=deep),
+                "deep_page_buckets_ms": q(DEEP_BUCKETS, offset=deep),
                 "deep_page_dense_rank_range_ms": q(KEYSET_DENSE, after_rank=deep),
             }
             after = conn.execute(
@@ -568,14 +645,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             # Deep pages must agree: same findings, same ranks.
             pages = [conn.execute(sql, {"team": TEAM, "offset": deep, "after_rank": deep,
                                         **{f"k{i}": v for i, v in enumerate(after)}}).fetchall()
-                     for sql in (DEEP_CHECKPOINT_KEY, DEEP_OFFSET_KEY, KEYSET_KEY)]
-            if not (pages[0] == pages[1] == pages[2]) or len(pages[0]) != PAGE:
-                raise AssertionError("deep pages by checkpoint, offset and keyset differ")
+                     for sql in (DEEP_CHECKPOINT_KEY, DEEP_OFFSET_KEY, KEYSET_KEY, DEEP_BUCKETS)]
+            if any(page != pages[0] for page in pages) or len(pages[0]) != PAGE:
+                raise AssertionError("deep pages by checkpoint, offset, keyset, buckets differ")
 
             ids_sets = [rng.sample(range(1, args.rows + 1), PAGE) for _ in range(args.reps)]
             for label, sql, reps in (
                 ("ranks_of_50_checkpoint_ms", RANK_CHECKPOINT, args.reps),
                 ("env_ranks_of_50_checkpoint_ms", ENV_RANK_CHECKPOINT, args.reps),
+                ("ranks_of_50_buckets_ms", rb.RANK, args.reps),
+                ("env_ranks_of_50_buckets_ms", rb.ENV_RANK, args.reps),
                 ("ranks_of_50_dense_ms", RANK_DENSE, args.reps),
                 ("env_ranks_of_50_dense_ms", ENV_RANK_DENSE, args.reps),
                 ("ranks_of_50_count_ms", RANK_COUNT, args.slow_reps),
@@ -586,17 +665,36 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 )
             ids = ids_sets[0]
             by = [dict(conn.execute(s, {"ids": ids}).fetchall())
-                  for s in (RANK_CHECKPOINT, RANK_COUNT, RANK_DENSE)]
-            if not by[0] == by[1] == by[2]:
-                raise AssertionError("ranks by checkpoint, count and dense column differ")
+                  for s in (RANK_CHECKPOINT, RANK_COUNT, RANK_DENSE, rb.RANK)]
+            if any(b != by[0] for b in by):
+                raise AssertionError("ranks by checkpoint, count, dense column, buckets differ")
 
-            changes = [Change(rng, rows=args.rows, run=run + 1 + i)
-                       for i in range(args.incremental_reps)]
-            out["incremental_write_ms"] = timed(lambda i: changes[i].apply(conn),
-                                                args.incremental_reps)
-            run += args.incremental_reps
+            # Each run keeps both layouts in one transaction, each part timed: the prefix
+            # layout's write is rows + prefix + commit, the bucket layout's rows + buckets +
+            # split + commit. Then runs whose 500 findings enter one narrow key range.
+            for label, reps, narrow in (("", args.incremental_reps, False),
+                                        ("_split", args.split_reps, True)):
+                load0, parts, added = loadavg(), [], []
+                for _ in range(reps):
+                    run += 1
+                    change = Change(rng, rows=args.rows, run=run, narrow=narrow)
+                    parts.append(change.apply(conn, **layout))
+                    added.append(change.added)
+                load = (load0 + loadavg()) / 2
+                if not reps:
+                    continue
+                out[f"incremental_write{label}_ms"] = summary(
+                    [p["rows"] + p["prefix"] + p["commit"] for p in parts], load)
+                out[f"incremental_write{label}_buckets_ms"] = summary(
+                    [p["rows"] + p["buckets"] + p["split"] + p["commit"] for p in parts], load)
+                for part in ("rows", "prefix", "buckets", "split"):
+                    out[f"incremental{label}_{part}_ms"] = summary([p[part] for p in parts], load)
+                out[f"incremental{label}_buckets_added"] = added
+            out["buckets_after"] = conn.execute("SELECT count(*) FROM rp_bucket").fetchone()[0]
+            out["groups_after"] = conn.execute("SELECT count(*) FROM rp_group").fetchone()[0]
             if args.verify:
                 out["verify_mismatches_after"] = verify_ranks(conn)
+                out["verify_bucket_mismatches_after"] = verify_ranks(conn, "buckets")
                 past = conn.execute(PAST_RANKS, {"team": TEAM, "as_of": snapshot_run}).fetchall()
                 out["verify_past_mismatches"] = len(set(snapshot) ^ set(past))
             out["history_rows"] = conn.execute("SELECT count(*) FROM rp_history").fetchone()[0]
@@ -626,7 +724,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     rewritten.append(cur.rowcount)
 
                 def rewrite_after_change(i: int) -> None:
-                    Change(rng, rows=args.rows, run=run + 1000 + i).apply(conn)
+                    Change(rng, rows=args.rows, run=run + 1000 + i).apply(conn, **layout)
                     t0 = time.perf_counter()
                     rewrite(i)
                     rewrite_ms.append((time.perf_counter() - t0) * 1000)
