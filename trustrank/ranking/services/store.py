@@ -52,6 +52,13 @@ def context_of(r: RankedFinding) -> dict[str, Any]:
 _Row = tuple[int, int, str, float, str, str]
 
 
+def _queued_in(r: RankedFinding) -> str:
+    """The environment a ranked finding is queued in: its context's when it runs
+    somewhere, else ''."""
+    context = r[5]
+    return context[1] if context[0] else ""
+
+
 # Above this many changed ranks a run rewrites the team's queue whole (delete + COPY) rather
 # than row by row.
 _REWRITE_ABOVE = 250_000
@@ -118,12 +125,11 @@ def _store_rows(
     previous_ids: Mapping[str, int] | None,
     row_hashes: Callable[[Iterable[tuple[int, _Row]]], int] | None = None,
 ) -> tuple[dict[str, Any], QueueRows, tuple[Ids, list[int]], int | None]:
-    # The context of a ranked finding, keyed cheaply: the engine shares one factor tuple
-    # per advisory facts and one per deployment context, so their identities (alive as
-    # long as `result`) stand for their values; the other fields are plain values, sliced
-    # in one go (`RankedFinding` order: exploitation, automatable, then deployed … path).
-    # Hashing the factors themselves (dataclasses) cost seconds at a million findings;
-    # equal contexts under different keys only compute the same digest twice.
+    # The context of a ranked finding, keyed cheaply: the engine shares one `facts` tuple
+    # per advisory facts and one `context` per deployment context, so their identities
+    # (alive as long as `result`) stand for their values. Hashing the factors themselves
+    # (dataclasses) cost seconds at a million findings; equal contexts under different
+    # keys only compute the same digest twice.
     contexts: dict[tuple[Any, ...], tuple[str, bytes]] = {}
     rows: QueueRows
     env_counter: dict[str, int] = {}
@@ -132,7 +138,7 @@ def _store_rows(
     gone_on_the_way: list[int] | None = None
 
     def row_of(r: RankedFinding, n: int, env: str) -> tuple[int, int, str, float, str, str]:
-        key = (id(r[9]), id(r[19]), r[7:9], r[10:19])
+        key = (id(r[4]), id(r[5]))
         ctx = contexts.get(key)
         if ctx is None:
             body = orjson.dumps(context_of(r), option=orjson.OPT_SORT_KEYS)
@@ -275,7 +281,7 @@ def _walk_changed(
         stop, rank = last_walked.get(env, (-1, 0))
         for k in range(i - 1, stop, -1):
             r = findings[k]
-            if (r[11] if r[10] else "") == env:
+            if _queued_in(r) == env:
                 return int(env_rank_of[k])
         return rank
 
@@ -295,13 +301,13 @@ def _walk_changed(
         if i >= n:
             break
         r = findings[i]
-        env = r[11] if r[10] else ""
+        env = _queued_in(r)
         same = i < n_prev and prev[i] is r
         if not same:
             if i < n_prev:
                 p = prev[i]
                 out.append(prev_pk(p[0]))
-                uneven -= shift(p[11] if p[10] else "", -1)
+                uneven -= shift(_queued_in(p), -1)
             uneven -= shift(env, 1)
         fid = pk(r[0])
         n_env = env_rank_before(i, env) + 1
@@ -369,7 +375,7 @@ def _queue_rows(
     n = len(findings)
     # The environment a finding is queued in: its context's when it runs somewhere.
     env_codes: dict[str, int] = {}
-    codes = np.fromiter(map(env_codes.setdefault, (r[11] if r[10] else "" for r in findings),
+    codes = np.fromiter(map(env_codes.setdefault, map(_queued_in, findings),
                             map(len, repeat(env_codes, n))), dtype=np.int32, count=n)
     env_rank = np.empty(n, dtype=np.int32)
     env_counter: dict[str, int] = {}
@@ -377,11 +383,10 @@ def _queue_rows(
         at = np.flatnonzero(codes == code)
         env_rank[at] = np.arange(1, len(at) + 1)
         env_counter[env] = len(at)
-    # The context of a ranked finding, keyed cheaply: the engine shares one factor tuple
-    # per advisory facts and one per deployment context, so their identities (alive as
-    # long as `findings`) stand for their values; the other fields are plain values
-    # (`RankedFinding` order: exploitation, automatable, then deployed … path). Each key
-    # is numbered by the first place it occurs at; its digest is made once, from there.
+    # The context of a ranked finding, keyed cheaply: the engine shares one `facts` tuple
+    # per advisory facts and one `context` per deployment context, so their identities
+    # (alive as long as `findings`) stand for their values. Each key is numbered by the
+    # first place it occurs at; its digest is made once, from there.
     first: dict[tuple[Any, ...], int] = {}
     code_at: dict[int, int] = {}
     digest_codes: dict[str, int] = {}
@@ -391,8 +396,7 @@ def _queue_rows(
         part = findings[start : start + _CHUNK]
         end = start + len(part)
         fid[start:end] = finding_pks(finding_ids, map(itemgetter(0), part), len(part))
-        keys = zip(map(id, map(itemgetter(9), part)), map(id, map(itemgetter(19), part)),
-                   map(itemgetter(slice(7, 9)), part), map(itemgetter(slice(10, 19)), part),
+        keys = zip(map(id, map(itemgetter(4), part)), map(id, map(itemgetter(5), part)),
                    strict=True)
         known = len(first)
         places = list(map(first.setdefault, keys, range(start, end)))
