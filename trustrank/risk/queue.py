@@ -233,12 +233,19 @@ def assemble(
     columns = RankedColumns(score=cols.score[order],
                             decision=cols.decision[order], mid=cols.mid[order],
                             tail=cols.tail[order], mids=cols.mids, tails=cols.tails)
-    rows = zip(map(ids.__getitem__, places), range(1, n + 1), _shared_scores(columns.score),
+    # The rank objects made before the ranked findings rather than one beside each: the
+    # tuples then fill arenas of their own, which the allocator gives back whole once an
+    # incremental run has renumbered and dropped them (a renumbered finding takes the rank
+    # object of the one that held its place, so the ranks stay); interleaved, no arena
+    # emptied and the memory stayed with the process through the store after it.
+    ranks = list(range(1, n + 1))
+    rows = zip(map(ids.__getitem__, places), ranks, _shared_scores(columns.score),
                map(DECISIONS.__getitem__, columns.decision.tolist()),
                map(cols.mids.__getitem__, columns.mid.tolist()),
                map(cols.tails.__getitem__, columns.tail.tolist()),
                map(records.__getitem__, places), strict=True)
     findings: tuple[RankedFinding, ...] = tuple(map(_new_ranked, repeat(RankedFinding), rows))
+    del ranks
     return findings, QueueIndex.build(findings) if with_index else None, columns
 
 
