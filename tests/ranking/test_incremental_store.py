@@ -493,7 +493,9 @@ def test_walking_only_the_changed_places_gives_every_row_a_full_walk_gives(seed)
     rng = random.Random(seed)
 
     def ranked(fid: str, rank: int, deployed: bool, env: str) -> tuple[object, ...]:
-        return (fid, rank, 50.0, "scheduled", *[None] * 6, deployed, env, *[None] * 9)
+        # `RankedFinding`'s layout: id, rank, score, decision, facts, context (deployed,
+        # environment, …), record.
+        return (fid, rank, 50.0, "scheduled", None, (deployed, env, *[None] * 8), None)
 
     def row_of(r, n, env):
         return (r[1], n, env, r[2], r[3], "ctx")
@@ -502,7 +504,7 @@ def test_walking_only_the_changed_places_gives_every_row_a_full_walk_gives(seed)
         counter: dict[str, int] = {}
         out = {}
         for r in queue:
-            env = r[11] if r[10] else ""
+            env = r[5][1] if r[5][0] else ""
             counter[env] = counter.get(env, 0) + 1
             out[int(r[0])] = row_of(r, counter[env], env)
         return out

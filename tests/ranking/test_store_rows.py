@@ -14,6 +14,7 @@ from trustrank.ranking.inputs.findings import _float_sharer, _shared_floats
 from trustrank.ranking.services.store_rows import (
     QueueRows,
     compare_rows,
+    compared_rows,
     decision_changed,
     moved_rows,
 )
@@ -78,6 +79,11 @@ def test_comparisons_on_columns_are_the_dictionarys(seed):
         or before[f][3] != rows[f][3] or before[f][4] != rows[f][4]]
     assert decision_changed(changed, QueueRows.of(before), QueueRows.of(rows)) == [
         f for f in changed.tolist() if f not in before or before[f][4] != rows[f][4]]
+    # Both from one lookup, as the store makes them when it rewrites the queue.
+    together = compared_rows(QueueRows.of(rows), QueueRows.of(before))
+    assert together[0].tolist() == changed.tolist() and together[1] == gone
+    assert together[2].tolist() == moved_rows(
+        changed, QueueRows.of(before), QueueRows.of(rows)).tolist()
 
 
 def test_an_empty_queue_has_no_rows():
@@ -88,6 +94,8 @@ def test_an_empty_queue_has_no_rows():
     changed, gone = compare_rows(rows, empty)
     assert changed.tolist() == [3] and gone == []
     assert compare_rows(empty, rows)[1] == [3]
+    changed, gone, moved = compared_rows(rows, empty)
+    assert changed.tolist() == moved.tolist() == [3] and gone == []
 
 
 def test_shared_scores_keep_their_values_and_signs():

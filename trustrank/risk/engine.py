@@ -31,6 +31,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from contextlib import contextmanager
 from dataclasses import replace
 from itertools import repeat
+from math import copysign
 from operator import attrgetter
 from typing import Any
 
@@ -123,6 +124,11 @@ class _Scorer:
         # The index's own cache, read directly: this lookup runs once per finding.
         self.context_cache = index.cache
         self.zeroed: dict[tuple[Factor, ...], tuple[Factor, ...]] = {}
+        # A ranked finding's `facts` and, deployed nowhere, its `context`, one tuple per
+        # distinct content: keyed by the identity of the factor tuple (or context) they
+        # hold, which keeps that object alive, so its id is not reused while cached.
+        self.facts: dict[tuple[Any, ...], _Row] = {}
+        self.nowhere: dict[tuple[Any, ...], tuple[_Row, _Row]] = {}
 
     def _zeroed(self, factors: tuple[Factor, ...]) -> tuple[Factor, ...]:
         zeroed = self.zeroed.get(factors)
@@ -132,8 +138,30 @@ class _Scorer:
             )
         return zeroed
 
+    def _facts_of(self, exploitation: Any, automatable: bool,
+                  factors: tuple[Factor, ...]) -> _Row:
+        key = (exploitation, automatable, id(factors))
+        facts = self.facts.get(key)
+        if facts is None:
+            facts = self.facts[key] = (exploitation, automatable, factors)
+        return facts
+
+    def _nowhere(self, best: DeploymentContext, baseline: float) -> _Row:
+        """The context of a finding deployed nowhere with `baseline` whose best context is
+        `best`: its factors listed with no effect and the static score's, shared by the
+        findings of equal baseline (by value and sign: -0.0 equals 0.0, yet is written
+        differently)."""
+        key = (id(best.tail), baseline, copysign(1.0, baseline))
+        kept = self.nowhere.get(key)
+        if kept is None:
+            context_factors = (*self._zeroed(best.factors), Factor(
+                "baseline", baseline, 0.0, "static score (deployed nowhere)", "high"))
+            kept = self.nowhere[key] = (best.tail, (*best.tail[:-1], context_factors))
+        return kept[1]
+
     def score(self, f: Finding) -> tuple[_Key, _Row]:
-        """(sort key, the ranked finding's fields after `rank`)."""
+        """(sort key, the ranked finding's fields after `rank`: score, decision, facts,
+        context, record)."""
         if f.kind == "vulnerability":
             vkey = (f.vuln_id, f.in_kev, f.kev_date, f.epss, f.epss_percentile, f.epss_date,
                     f.cvss_score, f.cvss_vector, f.severity, f.severity_source)
@@ -163,17 +191,15 @@ class _Scorer:
             ))
         if best.deployed:
             score = round(min(100.0, max(0.0, 50.0 + (facts.points + best.points))), 4)
-            row = (score, DECISIONS[best_d], f.kind, f.component_key, f.baseline,
-                   facts.exploitation, facts.automatable, facts.factors, *best.tail, f)
+            row = (score, DECISIONS[best_d], self._facts_of(
+                facts.exploitation, facts.automatable, facts.factors), best.tail, f)
         else:
             # Deployed nowhere: the static score keeps the order it had; the factors stay
             # listed with no effect so the page still says what is known.
             score = round(min(100.0, max(0.0, f.baseline)), 4)
-            context_factors = (*self._zeroed(best.factors), Factor(
-                "baseline", f.baseline, 0.0, "static score (deployed nowhere)", "high"))
-            row = (score, DECISIONS[best_d], f.kind, f.component_key, f.baseline,
-                   facts.exploitation, facts.automatable, self._zeroed(facts.factors),
-                   *best.tail[:-1], context_factors, f)
+            row = (score, DECISIONS[best_d], self._facts_of(
+                facts.exploitation, facts.automatable, self._zeroed(facts.factors)),
+                   self._nowhere(best, f.baseline), f)
         level = ssvc_level(
             exploitation=facts.exploitation,
             exposure=ssvc_exposure(best.exposure, self.settings),
@@ -241,10 +267,10 @@ class _Scorer:
             key, row = self.score(records[i])
             cols.score[i], cols.decision[i] = row[0], _DECISION_ORDER[row[1]]
             cols.level[i] = -key[2]
-            cols.deployed[i] = row[8]
+            cols.deployed[i] = row[3][0]
             cols.mid[i], cols.tail[i] = len(cols.mids), len(cols.tails)
-            cols.mids.append(row[5:8])
-            cols.tails.append(row[8:18])
+            cols.mids.append(row[2])
+            cols.tails.append(row[3])
         return cols
 
     def _facts(self, f: Finding) -> VulnFacts:
@@ -297,12 +323,13 @@ def queue_key_for(settings: RankSettings) -> Callable[[RankedFinding], _Key]:
     decision_order, exploitation_index = _DECISION_ORDER, EXPLOITATION_INDEX
 
     def key(r: RankedFinding) -> _Key:
-        # By position (decision 3, deployed 10, score 2, finding_id 0; exploitation 7,
-        # automatable 8, exposure 14, human impact 16): the merge's binary searches call
-        # this a score of times per rescored finding.
-        level = (exploitation_index[r[7]] + r[8] + exposure_index[r[14]]
-                 + impact_index[r[16]]) if r[10] else 0
-        return (-decision_order[r[3]], not r[10], -level, -r[2], r[0])
+        # By position (decision 3, score 2, finding_id 0; facts 4: exploitation 0,
+        # automatable 1; context 5: deployed 0, exposure 4, human impact 6): the merge's
+        # binary searches call this a score of times per rescored finding.
+        facts, context = r[4], r[5]
+        level = (exploitation_index[facts[0]] + facts[1] + exposure_index[context[4]]
+                 + impact_index[context[6]]) if context[0] else 0
+        return (-decision_order[r[3]], not context[0], -level, -r[2], r[0])
 
     return key
 

@@ -58,9 +58,9 @@ def _to_rescore(
     for i in removed:
         r = findings[i]
         if r[0] in touched:
-            records_out.append(r[20])
+            records_out.append(r[6])
         else:
-            current[r[0]] = r[20]
+            current[r[0]] = r[6]
     return removed
 
 

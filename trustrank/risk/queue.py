@@ -17,7 +17,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
-from operator import add, attrgetter, itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -25,8 +25,9 @@ import numpy as np
 from trustrank.risk.inputs import DECISIONS, Finding
 from trustrank.risk.results import RankedFinding
 
-# RankedFinding fields by position: 0 finding_id, 13 project_version, 20 finding.
-_ID, _CONTEXT_VERSION, _RECORD = 0, 13, 20
+# RankedFinding fields by position: 0 finding_id, 5 context (3: its project version),
+# 6 finding.
+_ID, _CONTEXT, _RECORD = 0, 5, 6
 
 _record_version = attrgetter("project_version")
 _record_env = attrgetter("environment")
@@ -84,7 +85,8 @@ class QueueIndex:
                 service[i] = services.setdefault((f.environment, f.service), len(services))
             for k, values in enumerate((
                 _codes(map(_record_version, records), versions, n),
-                _codes(map(itemgetter(_CONTEXT_VERSION), chunk), versions, n), env, service,
+                _codes(map(itemgetter(3), map(itemgetter(_CONTEXT), chunk)), versions, n),
+                env, service,
             )):
                 columns[k].append(values)
             yield None
@@ -137,9 +139,10 @@ class QueueIndex:
         for fresh findings, whose codes are `fresh_codes` in order)."""
         starts = np.array([p[0] for p in pieces], dtype=np.int64)
         lengths = np.array([p[1] for p in pieces], dtype=np.int64)
-        offsets = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(
-            np.cumsum(lengths) - lengths, lengths)
-        source = np.repeat(starts, lengths) + offsets
+        # In place: each array here is 8 bytes a place, made beside both queues.
+        source = np.arange(int(lengths.sum()), dtype=np.int64)
+        source -= np.repeat(np.cumsum(lengths) - lengths, lengths)
+        source += np.repeat(starts, lengths)
         is_fresh = np.repeat(starts < 0, lengths)
         # Fresh places read place 0 as a placeholder, then get their own codes.
         source[is_fresh] = 0
@@ -170,8 +173,8 @@ _new_ranked = tuple.__new__
 class QueueColumns:
     """A scored queue before it is sorted, one entry per finding in input order: score,
     decision (index in `DECISIONS`), deployed, SSVC level (`scoring.ssvc_level`), and
-    codes of the ranked finding's middle (exploitation, automatable, the advisory's
-    factors: `mids`) and tail (deployed … context factors: `tails`) fields."""
+    codes of the ranked finding's `facts` (exploitation, automatable, the advisory's
+    factors: `mids`) and `context` (deployed … context factors: `tails`)."""
 
     score: np.ndarray[Any, Any]
     decision: np.ndarray[Any, Any]
@@ -194,10 +197,10 @@ class QueueColumns:
 @dataclass(frozen=True)
 class RankedColumns:
     """A full run's queue as columns, place k being `RankResult.findings[k]`: its score,
-    its decision (index in `DECISIONS`), and codes of its middle and tail fields:
-    `mids[mid[k]]` are its fields 7–9 (exploitation, automatable, the advisory's
-    factors) and `tails[tail[k]]` its fields
-    10–19 (deployed … context factors), the very objects the ranked finding holds. Two
+    its decision (index in `DECISIONS`), and codes of its `facts` and `context`:
+    `mids[mid[k]]` is its `facts` (exploitation, automatable, the advisory's factors) and
+    `tails[tail[k]]` its `context` (deployed … context factors), the very objects the
+    ranked finding holds. Two
     places with equal codes share those objects, so what a store makes per context is made
     per distinct pair of codes, by array operations instead of a pass over a million
     tuples."""
@@ -208,9 +211,6 @@ class RankedColumns:
     tail: np.ndarray[Any, Any]
     mids: list[tuple[Any, ...]]
     tails: list[tuple[Any, ...]]
-
-
-_HEAD = attrgetter("kind", "component_key", "baseline")
 
 
 def assemble(
@@ -230,17 +230,22 @@ def assemble(
     order = np.lexsort((id_order, -cols.score, -cols.level.astype(np.int16), ~cols.deployed,
                         -cols.decision))
     places = order.tolist()
-    ranked = list(map(records.__getitem__, places))
     columns = RankedColumns(score=cols.score[order],
                             decision=cols.decision[order], mid=cols.mid[order],
                             tail=cols.tail[order], mids=cols.mids, tails=cols.tails)
-    heads = zip(map(ids.__getitem__, places), range(1, n + 1), _shared_scores(columns.score),
-                map(DECISIONS.__getitem__, columns.decision.tolist()), strict=True)
-    rows = map(add, map(add, map(add, map(add, heads, map(_HEAD, ranked)),
-                                     map(cols.mids.__getitem__, columns.mid.tolist())),
-                        map(cols.tails.__getitem__, columns.tail.tolist())),
-               zip(ranked))
+    # The rank objects made before the ranked findings rather than one beside each: the
+    # tuples then fill arenas of their own, which the allocator gives back whole once an
+    # incremental run has renumbered and dropped them (a renumbered finding takes the rank
+    # object of the one that held its place, so the ranks stay); interleaved, no arena
+    # emptied and the memory stayed with the process through the store after it.
+    ranks = list(range(1, n + 1))
+    rows = zip(map(ids.__getitem__, places), ranks, _shared_scores(columns.score),
+               map(DECISIONS.__getitem__, columns.decision.tolist()),
+               map(cols.mids.__getitem__, columns.mid.tolist()),
+               map(cols.tails.__getitem__, columns.tail.tolist()),
+               map(records.__getitem__, places), strict=True)
     findings: tuple[RankedFinding, ...] = tuple(map(_new_ranked, repeat(RankedFinding), rows))
+    del ranks
     return findings, QueueIndex.build(findings) if with_index else None, columns
 
 
@@ -333,5 +338,8 @@ def merge(
             a = b
     emit_fresh(len(kept))
     findings = tuple(out)
+    # Their pointers (8 bytes a place each) are not needed for the new index.
+    kept.clear()
+    out.clear()
     return Merged(findings, changed, index.moved(previous, findings, pieces, fresh_codes,
                                                  changed, removed))

@@ -27,38 +27,100 @@ from trustrank.risk.scoring import Factor
 
 class RankedFinding(NamedTuple):
     """One finding in the queue. A NamedTuple, not a dataclass: a run makes a million of
-    them and tuple construction is several times cheaper. `finding` is the input record
-    (kept for incremental runs; not part of the canonical JSON)."""
+    them and tuple construction is several times cheaper. Seven fields (96 bytes): what
+    is the finding's own is read from its input record `finding`, and what it shares with
+    other findings is held as one reference each, `facts` (its advisory's: exploitation,
+    automatable, the advisory's factors; `FACTS_FIELDS`) and `context` (the chosen
+    deployment's, `DeploymentContext.tail`; `CONTEXT_FIELDS`), where 21 fields copied
+    them all (208 bytes a finding, a million kept with a team's last run and as many
+    again renumbered by an incremental one). Each of those values is still an attribute
+    by its name (`kind`, `exploitation`, `environment`, …); `finding` is not part of the
+    canonical JSON."""
 
     finding_id: str
     rank: int
     score: float
     decision: Decision
-    kind: str
-    component_key: str
-    baseline: float
-    exploitation: Exploitation
-    automatable: bool
-    # The explanation in two halves: the advisory's factors and the deployment's, both
-    # shared with other findings, so a million findings do not hold a million tuples.
-    finding_factors: tuple[Factor, ...]
-    # From here to `context_factors`: the chosen deployment (`DeploymentContext.tail`).
-    deployed: bool
-    environment: str
-    service: str
-    project_version: str
-    exposure: ExposureValue
-    reachability: Reachability
-    human_impact: HumanImpact
-    trust: float
-    path: tuple[str, ...]
-    context_factors: tuple[Factor, ...]
+    facts: tuple[Exploitation, bool, tuple[Factor, ...]]
+    context: tuple[Any, ...]
     finding: Finding
+
+    @property
+    def kind(self) -> str:
+        return self[6].kind
+
+    @property
+    def component_key(self) -> str:
+        return self[6].component_key
+
+    @property
+    def baseline(self) -> float:
+        return self[6].baseline
+
+    @property
+    def exploitation(self) -> Exploitation:
+        return self[4][0]
+
+    @property
+    def automatable(self) -> bool:
+        return self[4][1]
+
+    @property
+    def finding_factors(self) -> tuple[Factor, ...]:
+        """The advisory's half of the explanation (shared by its findings)."""
+        return self[4][2]
+
+    @property
+    def deployed(self) -> bool:
+        return self[5][0]
+
+    @property
+    def environment(self) -> str:
+        return self[5][1]
+
+    @property
+    def service(self) -> str:
+        return self[5][2]
+
+    @property
+    def project_version(self) -> str:
+        return self[5][3]
+
+    @property
+    def exposure(self) -> ExposureValue:
+        return self[5][4]
+
+    @property
+    def reachability(self) -> Reachability:
+        return self[5][5]
+
+    @property
+    def human_impact(self) -> HumanImpact:
+        return self[5][6]
+
+    @property
+    def trust(self) -> float:
+        return self[5][7]
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        return self[5][8]
+
+    @property
+    def context_factors(self) -> tuple[Factor, ...]:
+        """The deployment's half of the explanation (shared by its findings)."""
+        return self[5][9]
 
     @property
     def explanation(self) -> tuple[Factor, ...]:
         """Every factor: name, value, effect on the score, source, confidence."""
-        return self.finding_factors + self.context_factors
+        return self[4][2] + self[5][9]
+
+
+# What `RankedFinding.facts` and `RankedFinding.context` hold, in order.
+FACTS_FIELDS = ("exploitation", "automatable", "finding_factors")
+CONTEXT_FIELDS = ("deployed", "environment", "service", "project_version", "exposure",
+                  "reachability", "human_impact", "trust", "path", "context_factors")
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,11 +181,16 @@ def factor_json(f: Factor) -> dict[str, Any]:
 
 def finding_json(r: RankedFinding) -> dict[str, Any]:
     """The JSON shape of one ranked finding, as the wiring stores and the API shows it."""
-    out = r._asdict()
-    del out["finding"], out["finding_factors"], out["context_factors"]
-    out["explanation"] = [factor_json(f) for f in r.explanation]
-    out["path"] = list(r.path)
-    return out
+    f, (exploitation, automatable, _), context = r[6], r[4], r[5]
+    return {
+        "finding_id": r[0], "rank": r[1], "score": r[2], "decision": r[3], "kind": f.kind,
+        "component_key": f.component_key, "baseline": f.baseline,
+        "exploitation": exploitation, "automatable": automatable, "deployed": context[0],
+        "environment": context[1], "service": context[2], "project_version": context[3],
+        "exposure": context[4], "reachability": context[5], "human_impact": context[6],
+        "trust": context[7], "path": list(context[8]),
+        "explanation": [factor_json(x) for x in r.explanation],
+    }
 
 
 def result_lines(result: RankResult) -> Iterator[bytes]:

@@ -27,6 +27,7 @@ from trustrank.ranking.services.store_rows import (
     Ids,
     QueueRows,
     compare_rows,
+    compared_rows,
     moved_rows,
 )
 from trustrank.risk.results import RankedFinding, RankResult, factor_json
@@ -50,6 +51,24 @@ def context_of(r: RankedFinding) -> dict[str, Any]:
 
 
 _Row = tuple[int, int, str, float, str, str]
+
+
+def _context_body(r: RankedFinding, bodies: dict[str, bytes]) -> tuple[str, bytes]:
+    """(digest, JSON) of a ranked finding's context, the JSON one object per digest
+    through `bodies`: the store keys contexts by the identity of the shared objects, and
+    an incremental run's rescored findings hold new ones, so the same context comes under
+    several keys (a rewritten queue of a million: 11,000 keys of 3,000 contexts, 5 kB
+    each)."""
+    body = orjson.dumps(context_of(r), option=orjson.OPT_SORT_KEYS)
+    digest = hashlib.sha256(body).hexdigest()
+    return digest, bodies.setdefault(digest, body)
+
+
+def _queued_in(r: RankedFinding) -> str:
+    """The environment a ranked finding is queued in: its context's when it runs
+    somewhere, else ''."""
+    context = r[5]
+    return context[1] if context[0] else ""
 
 
 # Above this many changed ranks a run rewrites the team's queue whole (delete + COPY) rather
@@ -118,25 +137,25 @@ def _store_rows(
     previous_ids: Mapping[str, int] | None,
     row_hashes: Callable[[Iterable[tuple[int, _Row]]], int] | None = None,
 ) -> tuple[dict[str, Any], QueueRows, tuple[Ids, list[int]], int | None]:
-    # The context of a ranked finding, keyed cheaply: the engine shares one factor tuple
-    # per advisory facts and one per deployment context, so their identities (alive as
-    # long as `result`) stand for their values; the other fields are plain values, sliced
-    # in one go (`RankedFinding` order: exploitation, automatable, then deployed … path).
-    # Hashing the factors themselves (dataclasses) cost seconds at a million findings;
-    # equal contexts under different keys only compute the same digest twice.
+    # The context of a ranked finding, keyed cheaply: the engine shares one `facts` tuple
+    # per advisory facts and one `context` per deployment context, so their identities
+    # (alive as long as `result`) stand for their values. Hashing the factors themselves
+    # (dataclasses) cost seconds at a million findings; equal contexts under different
+    # keys only compute the same digest twice.
     contexts: dict[tuple[Any, ...], tuple[str, bytes]] = {}
+    bodies: dict[str, bytes] = {}
     rows: QueueRows
     env_counter: dict[str, int] = {}
     finding_ids = gathered.finding_ids
     changed_on_the_way: Ids = []
     gone_on_the_way: list[int] | None = None
+    moved_on_the_way: Ids | None = None
 
     def row_of(r: RankedFinding, n: int, env: str) -> tuple[int, int, str, float, str, str]:
-        key = (id(r[9]), id(r[19]), r[7:9], r[10:19])
+        key = (id(r[4]), id(r[5]))
         ctx = contexts.get(key)
         if ctx is None:
-            body = orjson.dumps(context_of(r), option=orjson.OPT_SORT_KEYS)
-            ctx = contexts[key] = (hashlib.sha256(body).hexdigest(), body)
+            ctx = contexts[key] = _context_body(r, bodies)
         return (r[1], n, env, r[2], r[3], ctx[0])
 
     reused = 0
@@ -147,8 +166,8 @@ def _store_rows(
         # Most places changed (one finding rising shifts every rank below it): every row
         # made column by column, as a full run does, beats walking the places one by one
         # (33 of a profiled 184 s at a million), then compared with the stored ones.
-        rows, env_counter = _queue_rows(result.findings, finding_ids, contexts)
-        changed_on_the_way, gone_on_the_way = compare_rows(rows, before)
+        rows, env_counter = _queue_rows(result.findings, finding_ids, contexts, bodies)
+        changed_on_the_way, gone_on_the_way, moved_on_the_way = compared_rows(rows, before)
         reused = len(before)
     elif previous is not None and before is not None and previous.findings:
         # An incremental run: most ranked findings are the previous result's objects at
@@ -160,10 +179,10 @@ def _store_rows(
         reused = len(before)
         env_counter = rows.env_counts()
     else:
-        rows, env_counter = _queue_rows(result.findings, finding_ids, contexts)
+        rows, env_counter = _queue_rows(result.findings, finding_ids, contexts, bodies)
         if before is not None:
             changed_on_the_way = compare_rows(rows, before)[0]
-    new_context = {ctx[0]: ctx[1] for ctx in contexts.values()}
+    new_context = bodies  # digest -> JSON of every context met
     changed: Ids
     with connection.cursor() as cur:
         _contexts_insert(cur, new_context)
@@ -182,7 +201,8 @@ def _store_rows(
         else:
             changed = changed_on_the_way
             gone = gone_on_the_way or []
-        moved: Ids = moved_rows(changed, before, rows) if before else changed
+        moved: Ids = (moved_on_the_way if moved_on_the_way is not None
+                      else moved_rows(changed, before, rows) if before else changed)
         _history(cur, run=run, moved=moved, gone=gone, before=before, rows=rows,
                  new_context=new_context, first=not before)
         rewrite = len(changed) + len(gone) > _REWRITE_ABOVE
@@ -275,7 +295,7 @@ def _walk_changed(
         stop, rank = last_walked.get(env, (-1, 0))
         for k in range(i - 1, stop, -1):
             r = findings[k]
-            if (r[11] if r[10] else "") == env:
+            if _queued_in(r) == env:
                 return int(env_rank_of[k])
         return rank
 
@@ -295,13 +315,13 @@ def _walk_changed(
         if i >= n:
             break
         r = findings[i]
-        env = r[11] if r[10] else ""
+        env = _queued_in(r)
         same = i < n_prev and prev[i] is r
         if not same:
             if i < n_prev:
                 p = prev[i]
                 out.append(prev_pk(p[0]))
-                uneven -= shift(p[11] if p[10] else "", -1)
+                uneven -= shift(_queued_in(p), -1)
             uneven -= shift(env, 1)
         fid = pk(r[0])
         n_env = env_rank_before(i, env) + 1
@@ -361,15 +381,16 @@ def _rows_walked(
 
 def _queue_rows(
     findings: tuple[RankedFinding, ...], finding_ids: Mapping[str, int],
-    contexts: dict[tuple[Any, ...], tuple[str, bytes]],
+    contexts: dict[tuple[Any, ...], tuple[str, bytes]], bodies: dict[str, bytes],
 ) -> tuple[QueueRows, dict[str, int]]:
     """Every ranked finding's row, by place, and the findings per environment; the
-    contexts met go into `contexts`. Column by column, each a pass in C over a chunk: a
-    Python loop with a few lookups per finding cost seconds at a million findings."""
+    contexts met go into `contexts` (their JSON, one per digest, into `bodies`). Column by
+    column, each a pass in C over a chunk: a Python loop with a few lookups per finding
+    cost seconds at a million findings."""
     n = len(findings)
     # The environment a finding is queued in: its context's when it runs somewhere.
     env_codes: dict[str, int] = {}
-    codes = np.fromiter(map(env_codes.setdefault, (r[11] if r[10] else "" for r in findings),
+    codes = np.fromiter(map(env_codes.setdefault, map(_queued_in, findings),
                             map(len, repeat(env_codes, n))), dtype=np.int32, count=n)
     env_rank = np.empty(n, dtype=np.int32)
     env_counter: dict[str, int] = {}
@@ -377,11 +398,10 @@ def _queue_rows(
         at = np.flatnonzero(codes == code)
         env_rank[at] = np.arange(1, len(at) + 1)
         env_counter[env] = len(at)
-    # The context of a ranked finding, keyed cheaply: the engine shares one factor tuple
-    # per advisory facts and one per deployment context, so their identities (alive as
-    # long as `findings`) stand for their values; the other fields are plain values
-    # (`RankedFinding` order: exploitation, automatable, then deployed … path). Each key
-    # is numbered by the first place it occurs at; its digest is made once, from there.
+    # The context of a ranked finding, keyed cheaply: the engine shares one `facts` tuple
+    # per advisory facts and one `context` per deployment context, so their identities
+    # (alive as long as `findings`) stand for their values. Each key is numbered by the
+    # first place it occurs at; its digest is made once, from there.
     first: dict[tuple[Any, ...], int] = {}
     code_at: dict[int, int] = {}
     digest_codes: dict[str, int] = {}
@@ -391,16 +411,14 @@ def _queue_rows(
         part = findings[start : start + _CHUNK]
         end = start + len(part)
         fid[start:end] = finding_pks(finding_ids, map(itemgetter(0), part), len(part))
-        keys = zip(map(id, map(itemgetter(9), part)), map(id, map(itemgetter(19), part)),
-                   map(itemgetter(slice(7, 9)), part), map(itemgetter(slice(10, 19)), part),
+        keys = zip(map(id, map(itemgetter(4), part)), map(id, map(itemgetter(5), part)),
                    strict=True)
         known = len(first)
         places = list(map(first.setdefault, keys, range(start, end)))
         for key, i in islice(first.items(), known, None):
             ctx = contexts.get(key)
             if ctx is None:
-                body = orjson.dumps(context_of(findings[i]), option=orjson.OPT_SORT_KEYS)
-                ctx = contexts[key] = (hashlib.sha256(body).hexdigest(), body)
+                ctx = contexts[key] = _context_body(findings[i], bodies)
             code_at[i] = digest_codes.setdefault(ctx[0], len(digest_codes))
         context[start:end] = list(map(code_at.__getitem__, places))
     rows = QueueRows(

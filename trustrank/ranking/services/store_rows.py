@@ -107,8 +107,15 @@ class QueueRows(Mapping[int, Row]):
             self._sorted = self.fid[self._sorter]
         asked = np.argsort(fids, kind="stable") if len(fids) > 64 else None
         wanted = fids if asked is None else fids[asked]
-        at = np.minimum(np.searchsorted(self._sorted, wanted), len(self._sorted) - 1)
-        found = np.where(self._sorted[at] == wanted, self._sorter[at], -1)
+        at = np.searchsorted(self._sorted, wanted)
+        # In place where it can be: asked of a whole queue, each temporary array is 8 MB a
+        # million, made while the run's other large structures are alive.
+        np.minimum(at, len(self._sorted) - 1, out=at)
+        missing = self._sorted[at] != wanted
+        del wanted
+        found = self._sorter[at]
+        del at
+        found[missing] = -1
         if asked is None:
             return found
         out = np.empty(len(fids), dtype=np.int64)
@@ -141,9 +148,13 @@ class QueueRows(Mapping[int, Row]):
             yield from zip(part[found].tolist(), self.rows_at(at[found]), strict=True)
 
     def digests_of(self, fids: Sequence[int] | np.ndarray[Any, Any]) -> set[str]:
-        """The context digests of the rows of `fids`."""
-        at = self.places(fids)
-        return {self.digests[c] for c in np.unique(self.context[at[at >= 0]]).tolist()}
+        """The context digests of the rows of `fids`, looked up a part at a time (asked of
+        a whole queue, its index arrays at once were 40 MB a million)."""
+        seen = np.zeros(len(self.digests), dtype=bool)
+        for start in range(0, len(fids), _PART):
+            at = self.places(fids[start : start + _PART])
+            seen[self.context[at[at >= 0]]] = True
+        return {self.digests[c] for c in np.flatnonzero(seen).tolist()}
 
     # --- Mapping ----------------------------------------------------------------------
 
@@ -207,20 +218,53 @@ def _translation(old: list[str], new: list[str]) -> np.ndarray[Any, Any]:
 def compare_rows(rows: QueueRows, before: QueueRows) -> tuple[np.ndarray[Any, Any], list[int]]:
     """(findings of `rows` whose row is new or differs from `before`'s, in `rows`' order;
     findings of `before` with no row in `rows`, in `before`'s order)."""
+    changed, gone, _moved = _compared(rows, before, with_moved=False)
+    return changed, gone
+
+
+def compared_rows(
+    rows: QueueRows, before: QueueRows,
+) -> tuple[np.ndarray[Any, Any], list[int], np.ndarray[Any, Any]]:
+    """`compare_rows`, and of the findings it says changed, those `moved_rows` gives, made
+    from the same lookup of every row in `before` (looking the changed findings up again
+    in both, when nearly all changed, made a hundred megabytes of index arrays a million
+    at the run's peak)."""
+    changed, gone, moved = _compared(rows, before, with_moved=True)
+    assert moved is not None
+    return changed, gone, moved
+
+
+def _compared(
+    rows: QueueRows, before: QueueRows, *, with_moved: bool,
+) -> tuple[np.ndarray[Any, Any], list[int], np.ndarray[Any, Any] | None]:
     at = before.places(rows.fid)
     found = at >= 0
-    b = np.where(found, at, 0)
-    if len(before):
-        same = (found & (before.rank[b] == rows.rank) & (before.env_rank[b] == rows.env_rank)
-                & (before.score[b] == rows.score) & (before.decision[b] == rows.decision)
-                & (_translation(before.envs, rows.envs)[before.env[b]] == rows.env)
-                & (_translation(before.digests, rows.digests)[before.context[b]]
-                   == rows.context))
-    else:
-        same = found
     kept = np.zeros(len(before), dtype=bool)
     kept[at[found]] = True
-    return rows.fid[~same], before.fid[~kept].tolist()
+    gone = before.fid[~kept].tolist()
+    del kept
+    b = np.where(found, at, 0)
+    del at
+    moved = None
+    if len(before):
+        # Rank, score or decision differ (`moved_rows`); then the other fields.
+        differ = before.rank[b] != rows.rank
+        differ |= before.score[b] != rows.score
+        differ |= before.decision[b] != rows.decision
+        same = found & ~differ
+        if with_moved:
+            moved = differ
+        del differ
+        same &= before.env_rank[b] == rows.env_rank
+        same &= _translation(before.envs, rows.envs)[before.env[b]] == rows.env
+        same &= _translation(before.digests, rows.digests)[before.context[b]] == rows.context
+    else:
+        same = found
+    changed = rows.fid[~same]
+    if with_moved:
+        # Of the changed rows: new to `before`, or moved.
+        moved = rows.fid[~same & (~found | moved)] if moved is not None else changed
+    return changed, gone, moved
 
 
 def moved_rows(changed: Ids, before: QueueRows, rows: QueueRows) -> np.ndarray[Any, Any]:
