@@ -177,6 +177,76 @@ def test_a_broad_search_pages_in_the_list_order_with_a_capped_count(
     assert client.get("/api/v1/findings").json()["count_exact"] is True
 
 
+def _ranked_with_ties(team: Team) -> None:
+    """Eight findings: five ranked with ranks that tie, three unranked with priorities that
+    tie, so the order's tie-breaks show."""
+    from trustrank.ranking.models import RankContext, RankedFinding
+
+    found = _findings(team, 8)
+    context = RankContext.objects.create(digest="c" * 64, data={})
+    for finding, rank in zip(found, [2, 1, 2, 1, 3], strict=False):
+        RankedFinding.objects.create(finding=finding, team=team, rank=rank, env_rank=rank,
+                                     score=50.0, decision="scheduled", context=context)
+    # The older of two tied ranks has the higher priority: a rank's ties go by id alone.
+    Finding.objects.filter(pk__in=[f.pk for f in found[:2] + found[5:7]]).update(
+        severity_score=9.0
+    )
+
+
+def _broad_answers(client, monkeypatch, bound: int) -> tuple[list[dict], list[int], list[str]]:
+    """Every API page of a broad search (and the HTML page's rows) with BROAD_SORT_MAX at
+    `bound`, and the SQL that answered them."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from trustrank.findings import paging
+
+    monkeypatch.setattr(paging, "BROAD_SORT_MAX", bound)
+    cache.clear()
+    with CaptureQueriesContext(connection) as queries:
+        pages = [client["api"].get(f"/api/v1/findings?q=cve-2024-00&page_size=2&page={n}").json()
+                 for n in (1, 2, 3, 4)]
+        page = client["web"].get("/findings/?q=cve-2024-00")
+    return pages, [f.pk for f in page.context["findings"]], [q["sql"] for q in queries]
+
+
+def test_a_broad_search_s_first_pages_come_sorted_from_its_matches_in_the_walk_s_order(
+    team: Team, api, make_user, client, monkeypatch
+) -> None:
+    """Below BROAD_SORT_MAX a broad search's head is its matches sorted (a top-N over them),
+    not a walk of the rank order: the same answers as the walk, ties, totals and links
+    included; above it, the walk."""
+    from trustrank.findings import apis, paging, views
+
+    for module in (paging, apis, views):
+        monkeypatch.setattr(module, "SEARCH_SORT_MAX", 7)
+    _ranked_with_ties(team)
+    client.force_login(make_user("erin", team=team))
+    clients = {"api": api(team, "read"), "web": client}
+    sorted_pages, sorted_rows, sorted_sql = _broad_answers(clients, monkeypatch, 100)
+    walked_pages, walked_rows, walked_sql = _broad_answers(clients, monkeypatch, 0)
+    walk = '"ranking_rankedfinding"."rank" ASC'
+    assert any("CASE WHEN" in sql for sql in sorted_sql)
+    assert not any(walk in sql for sql in sorted_sql)
+    assert not any("CASE WHEN" in sql for sql in walked_sql)
+    assert any(walk in sql for sql in walked_sql)
+    assert sorted_pages == walked_pages and sorted_rows == walked_rows
+    # Eight matches against a bound of four: counted past it, so walked.
+    counted_pages, counted_rows, counted_sql = _broad_answers(clients, monkeypatch, 4)
+    assert any("LIMIT 5) AS matches" in sql for sql in counted_sql)
+    assert any(walk in sql for sql in counted_sql)
+    assert (counted_pages, counted_rows) == (walked_pages, walked_rows)
+    assert [p["count"] for p in sorted_pages] == [7] * 4
+    assert not any(p["count_exact"] for p in sorted_pages)
+    assert sorted_pages[3]["next"] is None and sorted_pages[0]["next"]
+    ids = [f["id"] for p in sorted_pages for f in p["results"]]
+    assert len(ids) == 7 and sorted_rows[:7] == ids and len(sorted_rows) == 8
+    # Ranked by rank then newest first, then the unranked by priority then newest first.
+    ranked = Finding.objects.filter(ranked__isnull=False).order_by("ranked__rank", "-id")
+    unranked = Finding.objects.filter(ranked__isnull=True).order_by("-baseline_priority", "-id")
+    assert sorted_rows == [f.pk for f in [*ranked, *unranked]]
+
+
 def test_a_broad_search_on_the_page_says_more_than(team: Team, make_user, client,
                                                     monkeypatch) -> None:
     from trustrank.findings import paging, views
