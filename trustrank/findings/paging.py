@@ -14,7 +14,6 @@ contextual order without a sort of the whole team.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -25,7 +24,7 @@ from django.db.models import F, OrderBy, OuterRef, QuerySet, Subquery
 
 from trustrank.findings.generation import findings_generation
 from trustrank.findings.models import Finding
-from trustrank.findings.totals import cached_count, list_total
+from trustrank.findings.totals import cached_count, list_total, planner_rows
 from trustrank.lib.single_flight import cache_get_or_compute_once
 
 # What reads the rows of a page from their ids, in that order: model instances
@@ -145,6 +144,7 @@ class SortedMatches:
         self._empty = False
         self._sql: tuple[str, Any, str] | None = None
         self._broad_order: str | None = None
+        self._qs = qs
         order = list(qs.query.order_by) or (
             list(qs.model._meta.ordering or ()) if qs.query.default_ordering else []
         )
@@ -256,12 +256,7 @@ class SortedMatches:
 
         def sort() -> list[int]:
             # Empty for "walk": a broad search has more than SEARCH_SORT_MAX matches.
-            with connection.cursor() as cur:
-                cur.execute(f"EXPLAIN (FORMAT JSON) {inner}", params)
-                plan = cur.fetchone()[0]
-            if isinstance(plan, str):
-                plan = json.loads(plan)
-            if plan[0]["Plan"]["Plan Rows"] > 2 * BROAD_SORT_MAX:
+            if planner_rows(self._qs) > 2 * BROAD_SORT_MAX:
                 return []
             rows = self._select(extra=", count(*) OVER ()", tail=f" LIMIT {SEARCH_HEAD}",
                                 inner_limit=BROAD_SORT_MAX + 1, order=self._broad_order)
