@@ -214,11 +214,9 @@ class FindingListApi(ListAPIView[Finding]):
             # matches told it holds more than the cap, so it is not counted again.
             cap = SEARCH_SORT_MAX if search else None
             over_cap = matches is not None and matches.usable
-            # Its first pages from its matches sorted, when they are few enough to.
-            head = matches.broad_head if matches is not None and over_cap else None
             rows = (
                 RankOrderedRows(queryset, team_ids=team_ids, cap=cap, over_cap=over_cap,
-                                load=finding_rows_for_ids, head=head)
+                                load=finding_rows_for_ids)
                 if ordering == "rank"
                 else CountedRows(queryset, team_ids=team_ids, cap=cap, over_cap=over_cap,
                                  load=finding_rows_for_ids)

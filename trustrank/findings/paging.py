@@ -24,7 +24,7 @@ from django.db.models import F, OrderBy, OuterRef, QuerySet, Subquery
 
 from trustrank.findings.generation import findings_generation
 from trustrank.findings.models import Finding
-from trustrank.findings.totals import cached_count, list_total, planner_rows
+from trustrank.findings.totals import cached_count, list_total
 from trustrank.lib.single_flight import cache_get_or_compute_once
 
 # What reads the rows of a page from their ids, in that order: model instances
@@ -85,19 +85,11 @@ SEARCH_HEAD = 1000
 # One package's findings (20,000 at 10M) are still sorted: they share a severity, so they sit
 # in one stretch of the list's order, and a walk of the order would pass millions first.
 SEARCH_SORT_MAX = 25_000
-# A broad search matching at most this many findings has the head of its contextual order
-# sorted from all its matches (`SortedMatches.broad_head`): at 10M, the first page of a
-# package's 220,000 matches walked the rank order for 40 s; their top-N sort takes 1.4 s.
-# Above it (`pkg1`, 2,200,000 matches) the walk finds a page soon and is the cheaper one;
-# the planner's estimate says so first, without reading the matches.
-BROAD_SORT_MAX = 250_000
 
 
 # Relations to one-to-one rows a search's order may read (trustrank.ranking's rank, the due
 # date): one row per finding, so the join neither repeats nor drops a match.
 _ORDER_RELATIONS = {"ranked", "due"}
-# The contextual order's columns (filters.findings_ordered's "rank").
-CONTEXTUAL = ["ranked__rank", "baseline_priority", "id"]
 
 
 def _order_column(entry: Any) -> tuple[str, str] | None:
@@ -143,8 +135,6 @@ class SortedMatches:
         self._head: tuple[int, list[tuple[Any, ...]]] | None = None
         self._empty = False
         self._sql: tuple[str, Any, str] | None = None
-        self._broad_order: str | None = None
-        self._qs = qs
         order = list(qs.query.order_by) or (
             list(qs.model._meta.ordering or ()) if qs.query.default_ordering else []
         )
@@ -183,26 +173,16 @@ class SortedMatches:
             f"{columns.index(f) + 1} {d}" for f, d in zip(fields, directions, strict=True)
         ) or "1"
         self._sql = (inner, params, order_sql)
-        if (fields, directions) == (CONTEXTUAL, ["ASC NULLS LAST", "DESC", "DESC"]):
-            # RankOrderedRows' order, ties included: the ranked by rank then id, the
-            # unranked after them by baseline priority then id.
-            rank, prio = (f'matches."{names[columns.index(f)]}"' for f in CONTEXTUAL[:2])
-            self._broad_order = (
-                f"{rank} ASC NULLS LAST, CASE WHEN {rank} IS NULL THEN {prio} END DESC, "
-                'matches."id" DESC'
-            )
 
     @property
     def usable(self) -> bool:
         return self._empty or self._sql is not None
 
     def _select(
-        self, *, extra: str, tail: str, inner_limit: int | None = None,
-        order: str | None = None,
+        self, *, extra: str, tail: str, inner_limit: int | None = None
     ) -> list[tuple[Any, ...]]:
         assert self._sql is not None
         inner, params, order_sql = self._sql
-        order_sql = order or order_sql
         fence = "OFFSET 0" if inner_limit is None else f"LIMIT {int(inner_limit)}"
         # Django's own SQL, column positions and integers; the values stay parameters.
         sql = f"SELECT *{extra} FROM ({inner} {fence}) AS matches"  # noqa: S608
@@ -241,31 +221,6 @@ class SortedMatches:
         it in the list's order (the matches are then common enough that a walk of the
         order's index finds a page soon) with a total capped at SEARCH_SORT_MAX."""
         return self._load()[0] > SEARCH_SORT_MAX
-
-    def broad_head(self) -> list[int] | None:
-        """A broad search's first SEARCH_HEAD ids in the contextual order (as RankOrderedRows
-        walks it), when it matches at most BROAD_SORT_MAX findings: every match's rank by an
-        index probe, then a top-N sort, kept under the teams' generation. None when there are
-        more (the walk reaches a page sooner), or for another order, or a narrow search."""
-        if self._broad_order is None or not self.broad:
-            return None
-        assert self._sql is not None
-        inner, params, _ = self._sql
-        digest = hashlib.sha256(repr((inner, params, BROAD_SORT_MAX)).encode()).hexdigest()[:32]
-        key = f"findings-broad-head:{findings_generation(team_ids=self._team_ids)}:{digest}"
-
-        def sort() -> list[int]:
-            # Empty for "walk": a broad search has more than SEARCH_SORT_MAX matches.
-            if planner_rows(self._qs) > 2 * BROAD_SORT_MAX:
-                return []
-            rows = self._select(extra=", count(*) OVER ()", tail=f" LIMIT {SEARCH_HEAD}",
-                                inner_limit=BROAD_SORT_MAX + 1, order=self._broad_order)
-            return [] if not rows or rows[0][-1] > BROAD_SORT_MAX else [r[0] for r in rows]
-
-        return cache_get_or_compute_once(
-            key, sort, timeout=settings.TRUSTRANK_FINDINGS_COUNT_TTL,
-            wait=settings.TRUSTRANK_FINDINGS_COUNT_WAIT_SECONDS,
-        ) or None
 
     def count(self) -> int:
         return self._load()[0]
@@ -378,12 +333,9 @@ class RankOrderedRows:
     def __init__(
         self, qs: QuerySet[Finding], *, team_ids: Iterable[int], cap: int | None = None,
         over_cap: bool = False, load: RowsLoader | None = None,
-        head: Callable[[], list[int] | None] | None = None,
     ) -> None:
         self._team_ids = list(team_ids)
         self._load = load or rows_for_ids
-        # A broad search's head, sorted from its matches (SortedMatches.broad_head).
-        self._head = head
         self._cap = cap
         self._over_cap = over_cap
         self.capped = False
@@ -422,10 +374,6 @@ class RankOrderedRows:
         stop = item.stop if item.stop is not None else self.count()
         if stop <= start:
             return []
-        sorted_head = self._head() if self._head is not None and stop <= SEARCH_HEAD else None
-        # A head shorter than SEARCH_HEAD holds every match.
-        if sorted_head is not None and (stop <= len(sorted_head) or len(sorted_head) < SEARCH_HEAD):
-            return self._load(self._base, sorted_head[start:stop])
         if _from_head(slice(start, stop)):
             try:
                 head = kept_order_head(

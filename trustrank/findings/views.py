@@ -6,7 +6,6 @@ team's triage policy are in triage_views.py."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from datetime import date
 from typing import Any
 
@@ -186,14 +185,11 @@ def _table_context(
     # A search's matches are found, sorted and kept with their total (paging.SortedMatches).
     matches: SortedMatches | None = None
     broad = False
-    head: Callable[[], list[int] | None] | None = None
     if filterset.searches():
         matches = SortedMatches(qs, team_ids=team_ids)
         # A broad search pages like the list; its matches told it holds more than
         # SEARCH_SORT_MAX, which is what its total says.
         broad = matches.usable and matches.broad
-        # Its first pages from its matches sorted, when they are few enough to.
-        head = matches.broad_head if broad else None
         matches = matches if matches.usable and not broad else None
     count_exact = True
     if matches is not None:
@@ -216,7 +212,7 @@ def _table_context(
         if matches is not None:
             rows = rows_for_ids(qs, matches.ids(window))
         elif ordering == "rank":
-            rows = RankOrderedRows(qs, team_ids=team_ids, head=head)[window]
+            rows = RankOrderedRows(qs, team_ids=team_ids)[window]
         else:
             rows = rows_by_id(qs, window)
         next_after = f"@{offset + PAGE_SIZE}"
