@@ -25,10 +25,8 @@ How the wiring should use it:
 
 from __future__ import annotations
 
-import gc
 from bisect import bisect_left
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from itertools import repeat
 from math import copysign
@@ -37,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from trustrank.risk.collector import collector_paused
 from trustrank.risk.context import ContextIndex, DeploymentContext
 from trustrank.risk.factors import InputLookups
 from trustrank.risk.graph import EnvironmentAnalysis, analyse_environment, environment_digest
@@ -366,20 +365,6 @@ def _merge(
     return tuple(out)
 
 
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """A run allocates millions of small tuples and creates no reference cycles; the
-    cyclic collector would otherwise walk the whole, growing heap again and again (a
-    third of the run time at a million findings)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _check_ids(findings: Collection[Finding]) -> None:
     if len({f.id for f in findings}) != len(findings):
         raise ValueError("finding ids must be unique")
@@ -402,7 +387,7 @@ def rank(
     Raises ValueError when two findings share an id: the id is the last tiebreak."""
     settings = settings or RankSettings()
     _check_ids(inputs.findings)
-    with _collector_paused():
+    with collector_paused():
         analyses = analyse(inputs=inputs, settings=settings, previous=analyses)
         lookups = InputLookups.build(inputs)
         index = ContextIndex(inputs=inputs, analyses=analyses, settings=settings,
@@ -444,7 +429,7 @@ def with_inputs_digest(
     if findings_sum is None:
         findings_sum = findings_hash_sum(inputs.findings)
     parts: dict[str, tuple[Any, bytes]] = {}
-    with _collector_paused():
+    with collector_paused():
         digest = inputs_digest(inputs=inputs, settings=settings,
                                findings_sum=findings_sum % (1 << 256), parts=parts)
     return replace(result, inputs_digest=digest, findings_sum=findings_sum % (1 << 256),

@@ -9,9 +9,9 @@ from collections.abc import Callable, Collection, Mapping
 from operator import itemgetter
 from typing import Any
 
+from trustrank.risk.collector import collector_paused
 from trustrank.risk.context import ContextIndex
 from trustrank.risk.engine import (
-    _collector_paused,
     _merge,
     _Scorer,
     analyse,
@@ -114,7 +114,7 @@ def rank_incremental(
     settings = settings or RankSettings()
     if previous.settings_version != settings.version:
         return rank(inputs=inputs, settings=settings, with_digest=with_digest)
-    with _collector_paused():
+    with collector_paused():
         if changed_findings is None:
             current = {f.id: f for f in inputs.findings}
             if len(current) != len(inputs.findings):

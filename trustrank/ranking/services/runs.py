@@ -30,11 +30,12 @@ from trustrank.ranking.services.due import (
     due_dates_apply,
     due_dates_unsettled,
 )
-from trustrank.ranking.services.store import _collector_paused, _store, rewrites_rows
+from trustrank.ranking.services.store import _store, rewrites_rows
 from trustrank.ranking.services.store_columns import place_ids, store_first_from_columns
 from trustrank.ranking.services.store_rows import Ids, QueueRows, Row, decision_changed
 from trustrank.ranking.services.store_services import services_store
 from trustrank.risk import inputs as ri
+from trustrank.risk.collector import collector_paused
 from trustrank.risk.engine import rank, with_inputs_digest
 from trustrank.risk.incremental import rank_incremental
 from trustrank.risk.queue import QueueIndex
@@ -94,7 +95,7 @@ def ranking_run_handle(*, job: RankingRun, progress: Any) -> None:
     the transaction that stores its queue (so ranks and run agree); a crash before that
     commit leaves the run to the sweep, and the next attempt ranks again from the start."""
     _phase(job, "gathering", progress)
-    with _collector_paused(), _run_settings():
+    with collector_paused(), _run_settings():
         _execute(job, progress)
 
 

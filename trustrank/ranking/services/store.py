@@ -5,10 +5,8 @@ is `store_columns`'; the per-service results `store_services`'."""
 
 from __future__ import annotations
 
-import gc
 import hashlib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import islice, repeat
 from operator import itemgetter
 from typing import Any
@@ -30,6 +28,7 @@ from trustrank.ranking.services.store_rows import (
     compared_rows,
     moved_rows,
 )
+from trustrank.risk.collector import collector_paused
 from trustrank.risk.results import RankedFinding, RankResult, factor_json
 
 
@@ -95,7 +94,7 @@ def _store(
     PostgreSQL stores the chunk before, where it costs no wall time."""
     # A team's first queue from a full run is written by `store_columns` (the runs module
     # tries it first); with no stored row `_store_rows` writes every row as new.
-    with _collector_paused():
+    with collector_paused():
         return _store_rows(run=run, result=result, gathered=gathered, before=before,
                            previous=previous, previous_ids=previous_ids,
                            row_hashes=row_hashes)
@@ -428,19 +427,6 @@ def _queue_rows(
                              dtype=np.int8, count=n),
         context=context, envs=list(env_codes), digests=list(digest_codes), by_place=True)
     return rows, env_counter
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Storing makes a few million small tuples and no reference cycles; the cyclic
-    collector would walk the whole heap (the engine's result included) again and again."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _json_object(bodies: dict[str, bytes]) -> str:
