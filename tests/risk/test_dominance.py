@@ -252,7 +252,7 @@ def test_the_reading_of_an_unknown_exposure_is_a_versioned_setting():
     rows: list[Axes] = [("none", "unknown", True, "very high", 0.01, None, False)]
     [default] = rank(inputs=_inputs(rows), with_digest=False).findings
     assert (default.exposure, default.decision) == ("unknown", "out-of-cycle")
-    assert RankSettings().version == "risk-2" and RankSettings().unknown_exposure == "open"
+    assert RankSettings().version == "risk-3" and RankSettings().unknown_exposure == "open"
     controlled = RankSettings(version="local-1", unknown_exposure="controlled")
     [r] = rank(inputs=_inputs(rows), settings=controlled, with_digest=False).findings
     assert (r.exposure, r.decision) == ("unknown", "scheduled")

@@ -5,10 +5,12 @@ Order of the queue: the SSVC decision first (immediate > out-of-cycle > schedule
 defer), then findings running somewhere before findings of versions deployed nowhere,
 then the SSVC level (`scoring.ssvc_level`: the four Deployer inputs' steps above their
 lowest value, summed; 0 for findings deployed nowhere), then the score (for undeployed
-findings: their baseline), then the finding id. So a more urgent decision always ranks
-above a less urgent one, a finding whose SSVC inputs dominate another's (all at least as
-high, one higher) always ranks above it whatever its trust, EPSS, severity or
-reachability, and equal inputs always give the same order.
+findings: their baseline), then the finding id, shorter first and equal lengths in string
+order (numeric order for database ids; `queue_key.id_key`). So a more urgent decision
+always ranks above a less urgent one, a finding whose SSVC inputs dominate another's (all
+at least as high, one higher) always ranks above it whatever its trust, EPSS, severity or
+reachability, and equal inputs always give the same order. `queue_key` packs the parts
+before the id into one integer, the key the database orders the queue by.
 
 How the wiring should use it:
 1. Full run: build `RankInputs`, call `rank(inputs=…, settings=…)`, store the result's
@@ -41,14 +43,13 @@ from trustrank.risk.factors import InputLookups
 from trustrank.risk.graph import EnvironmentAnalysis, analyse_environment, environment_digest
 from trustrank.risk.inputs import (
     DECISIONS,
-    EXPOSURES,
-    HUMAN_IMPACTS,
     Finding,
     RankInputs,
     RankSettings,
     ssvc_exposure,
 )
 from trustrank.risk.queue import QueueColumns, assemble
+from trustrank.risk.queue_key import Key as _Key
 from trustrank.risk.results import (
     RankedFinding,
     RankResult,
@@ -66,9 +67,6 @@ from trustrank.risk.scoring import (
 )
 from trustrank.risk.service_results import service_places, service_results
 
-# (−decision rank, not deployed, −SSVC level, −score, finding id): ascending order is
-# queue order.
-_Key = tuple[int, bool, int, float, str]
 _Row = tuple[Any, ...]
 
 
@@ -204,7 +202,7 @@ class _Scorer:
             exposure=ssvc_exposure(best.exposure, self.settings),
             automatable=facts.automatable, human_impact=best.human_impact,
         ) if best.deployed else 0
-        return (-best_d, not best.deployed, -level, -score, f.id), row
+        return (-best_d, not best.deployed, -level, -score, len(f.id), f.id), row
 
     def queue(self, records: Sequence[Finding]) -> QueueColumns:
         """Every finding of `records` scored, as columns: what `score` gives per finding,
@@ -312,25 +310,6 @@ _new_ranked = tuple.__new__
 
 
 _DECISION_ORDER = {d: i for i, d in enumerate(DECISIONS)}
-
-
-def queue_key_for(settings: RankSettings) -> Callable[[RankedFinding], _Key]:
-    """A ranked finding's queue key (the one `_Scorer.score` gives) under `settings`."""
-    exposure_index: dict[str, int] = {x: i for i, x in enumerate(EXPOSURES)}
-    exposure_index["unknown"] = EXPOSURES.index(settings.unknown_exposure)
-    impact_index = {h: i for i, h in enumerate(HUMAN_IMPACTS)}
-    decision_order, exploitation_index = _DECISION_ORDER, EXPLOITATION_INDEX
-
-    def key(r: RankedFinding) -> _Key:
-        # By position (decision 3, score 2, finding_id 0; facts 4: exploitation 0,
-        # automatable 1; context 5: deployed 0, exposure 4, human impact 6): the merge's
-        # binary searches call this a score of times per rescored finding.
-        facts, context = r[4], r[5]
-        level = (exploitation_index[facts[0]] + facts[1] + exposure_index[context[4]]
-                 + impact_index[context[6]]) if context[0] else 0
-        return (-decision_order[r[3]], not context[0], -level, -r[2], r[0])
-
-    return key
 
 
 def _merge(

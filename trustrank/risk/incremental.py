@@ -15,13 +15,13 @@ from trustrank.risk.engine import (
     _merge,
     _Scorer,
     analyse,
-    queue_key_for,
     rank,
 )
 from trustrank.risk.factors import InputLookups
 from trustrank.risk.graph import EnvironmentAnalysis
 from trustrank.risk.inputs import Finding, RankInputs, RankSettings
 from trustrank.risk.queue import QueueIndex, merge
+from trustrank.risk.queue_key import queue_key_for
 from trustrank.risk.results import (
     RankedFinding,
     RankResult,

@@ -267,7 +267,11 @@ class ScoreWeights:
 @dataclass(frozen=True, slots=True)
 class RankSettings:
     """The engine's knobs. `version` is stored with every run: change it whenever a default
-    changes so an old rank can be reproduced with the weights it was made with.
+    or the order changes, so an old rank can be reproduced with the weights it was made
+    with and an incremental run never merges into a queue ordered otherwise (it ranks in
+    full when the previous run's version differs). risk-3: findings equal up to the id are
+    ordered by the id as a number for database ids (shorter ids first, `queue_key.id_key`),
+    where risk-2 used string order ("10" before "9"); nothing else changed.
 
     - `decay`: the 0.95 of formula 1.
     - `trust_floor`: trust below it is treated as none (stops the best-path search early).
@@ -291,7 +295,7 @@ class RankSettings:
       explanations name it ("peak 10.1/s over 24 h").
     """
 
-    version: str = "risk-2"
+    version: str = "risk-3"
     decay: float = 0.95
     trust_floor: float = 1e-6
     identity_trust_weight: float = 0.6

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from trustrank.risk.inputs import DECISIONS, Finding
+from trustrank.risk.queue_key import id_places, queue_keys
 from trustrank.risk.results import RankedFinding
 
 # RankedFinding fields by position: 0 finding_id, 5 context (3: its project version),
@@ -211,6 +212,9 @@ class RankedColumns:
     tail: np.ndarray[Any, Any]
     mids: list[tuple[Any, ...]]
     tails: list[tuple[Any, ...]]
+    # Each place's integer queue key (`queue_key.queue_key`, int64): ascending, and the
+    # queue is in order of (key, finding id as a number) for database ids.
+    qkey: np.ndarray[Any, Any]
 
 
 def assemble(
@@ -219,20 +223,24 @@ def assemble(
     """The queue of `records` scored as `cols`, its index (unless not `with_index`) and its
     columns. Queue order:
     decision (most urgent first), deployed before deployed nowhere, SSVC level (highest
-    first), score (highest first), finding id; sorted by numpy on those columns (the id by
-    its place among the ids in string order), and each ranked finding made of its columns
-    by passes in C."""
+    first), score (highest first), finding id (`queue_key.id_key`); sorted by numpy on the
+    integer queue key (`queue_key.queue_keys`, which packs the parts before the id) and
+    the id's place among the ids, and each ranked finding made of its columns by passes
+    in C. Raises ValueError when two different scores share a key (closer than 0.0001:
+    the engine rounds to 4 decimals), rather than give a queue that the key, and so the
+    database, orders otherwise."""
     n = len(records)
     ids = list(map(attrgetter("id"), records))
-    id_order = np.empty(n, dtype=np.int64)
-    # Python's string order (numpy's drops trailing NUL characters).
-    id_order[sorted(range(n), key=ids.__getitem__)] = np.arange(n)
-    order = np.lexsort((id_order, -cols.score, -cols.level.astype(np.int16), ~cols.deployed,
-                        -cols.decision))
+    qkey = queue_keys(cols.decision, cols.deployed, cols.level, cols.score)
+    order = np.lexsort((id_places(ids), qkey))
+    qkey = qkey[order]
+    score = cols.score[order]
+    if ((qkey[1:] == qkey[:-1]) & (score[1:] != score[:-1])).any():
+        raise ValueError("scores closer than 0.0001 share a queue key")
     places = order.tolist()
-    columns = RankedColumns(score=cols.score[order],
-                            decision=cols.decision[order], mid=cols.mid[order],
-                            tail=cols.tail[order], mids=cols.mids, tails=cols.tails)
+    columns = RankedColumns(score=score, decision=cols.decision[order],
+                            mid=cols.mid[order], tail=cols.tail[order], mids=cols.mids,
+                            tails=cols.tails, qkey=qkey)
     # The rank objects made before the ranked findings rather than one beside each: the
     # tuples then fill arenas of their own, which the allocator gives back whole once an
     # incremental run has renumbered and dropped them (a renumbered finding takes the rank

@@ -136,9 +136,10 @@ for _feed, _source in TRUSTRANK_FEED_SOURCES.items():
 # --- Contextual ranking (docs/ranking.md) ----------------------------------------------------
 # Points each factor can move a score away from 50 (trustrank.risk.inputs.ScoreWeights;
 # they should sum to 100). Change TRUSTRANK_RANKING_WEIGHTS_VERSION with them: it is stored
-# with every run, so an old rank can be reproduced.
+# with every run, so an old rank can be reproduced. risk-3: ties broken by the finding id as
+# a number (risk-2: as a string); the same default as `RankSettings.version`.
 TRUSTRANK_RANKING_WEIGHTS: dict[str, float] = {}
-TRUSTRANK_RANKING_WEIGHTS_VERSION = envstr("TRUSTRANK_RANKING_WEIGHTS_VERSION", "risk-2")
+TRUSTRANK_RANKING_WEIGHTS_VERSION = envstr("TRUSTRANK_RANKING_WEIGHTS_VERSION", "risk-3")
 # EPSS probability from which exploitation counts as "public PoC".
 TRUSTRANK_RANKING_EPSS_POC_THRESHOLD = envfloat("TRUSTRANK_RANKING_EPSS_POC_THRESHOLD", 0.1)
 # Telemetry (calls, library use) older than this does not count.
