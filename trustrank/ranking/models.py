@@ -131,6 +131,9 @@ class RankedFinding(models.Model):
         RankContext, on_delete=models.PROTECT, related_name="+", db_constraint=False,
         db_index=False,
     )
+    # The queue key (`trustrank.risk.queue_key`): ascending in queue order, the finding id
+    # breaking ties. The bucket counts of `trustrank.ranking.positions` count ranks from it.
+    qkey = models.BigIntegerField(default=0)
 
     class Meta:
         indexes = [
@@ -138,6 +141,9 @@ class RankedFinding(models.Model):
             models.Index(
                 fields=["team", "environment", "env_rank"], name="rankedfinding_team_env"
             ),
+            models.Index(fields=["team", "qkey", "finding"], name="rankedfinding_team_key"),
+            models.Index(fields=["team", "environment", "qkey", "finding"],
+                         name="rankedfinding_env_key"),
         ]
 
     def __str__(self) -> str:

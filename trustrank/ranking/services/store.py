@@ -20,6 +20,7 @@ from trustrank.ranking.inputs.ids import finding_pks, pk_of
 from trustrank.ranking.models import RankingRun
 from trustrank.ranking.services.store_copy import _CHUNK, _copy_ranked, _int_array
 from trustrank.ranking.services.store_history import _history
+from trustrank.ranking.services.store_keys import KeyParts, buckets_store
 from trustrank.ranking.services.store_rows import (
     _DECISION_INDEX,
     Ids,
@@ -52,14 +53,17 @@ def context_of(r: RankedFinding) -> dict[str, Any]:
 _Row = tuple[int, int, str, float, str, str]
 
 
-def _context_body(r: RankedFinding, bodies: dict[str, bytes]) -> tuple[str, bytes]:
+def _context_body(r: RankedFinding, bodies: dict[str, bytes],
+                  parts: KeyParts | None = None) -> tuple[str, bytes]:
     """(digest, JSON) of a ranked finding's context, the JSON one object per digest
     through `bodies`: the store keys contexts by the identity of the shared objects, and
     an incremental run's rescored findings hold new ones, so the same context comes under
     several keys (a rewritten queue of a million: 11,000 keys of 3,000 contexts, 5 kB
-    each)."""
+    each). `parts` notes the context's parts of the queue key."""
     body = orjson.dumps(context_of(r), option=orjson.OPT_SORT_KEYS)
     digest = hashlib.sha256(body).hexdigest()
+    if parts is not None:
+        parts.add(digest, r)
     return digest, bodies.setdefault(digest, body)
 
 
@@ -143,6 +147,7 @@ def _store_rows(
     # keys only compute the same digest twice.
     contexts: dict[tuple[Any, ...], tuple[str, bytes]] = {}
     bodies: dict[str, bytes] = {}
+    parts = KeyParts()
     rows: QueueRows
     env_counter: dict[str, int] = {}
     finding_ids = gathered.finding_ids
@@ -154,7 +159,7 @@ def _store_rows(
         key = (id(r[4]), id(r[5]))
         ctx = contexts.get(key)
         if ctx is None:
-            ctx = contexts[key] = _context_body(r, bodies)
+            ctx = contexts[key] = _context_body(r, bodies, parts)
         return (r[1], n, env, r[2], r[3], ctx[0])
 
     reused = 0
@@ -165,7 +170,7 @@ def _store_rows(
         # Most places changed (one finding rising shifts every rank below it): every row
         # made column by column, as a full run does, beats walking the places one by one
         # (33 of a profiled 184 s at a million), then compared with the stored ones.
-        rows, env_counter = _queue_rows(result.findings, finding_ids, contexts, bodies)
+        rows, env_counter = _queue_rows(result.findings, finding_ids, contexts, bodies, parts)
         changed_on_the_way, gone_on_the_way, moved_on_the_way = compared_rows(rows, before)
         reused = len(before)
     elif previous is not None and before is not None and previous.findings:
@@ -175,10 +180,11 @@ def _store_rows(
             result.findings, previous.findings, before, finding_ids,
             previous_ids or finding_ids, row_of, differ=result.changed_places,
         )
+        parts.update(rows)
         reused = len(before)
         env_counter = rows.env_counts()
     else:
-        rows, env_counter = _queue_rows(result.findings, finding_ids, contexts, bodies)
+        rows, env_counter = _queue_rows(result.findings, finding_ids, contexts, bodies, parts)
         if before is not None:
             changed_on_the_way = compare_rows(rows, before)[0]
     new_context = bodies  # digest -> JSON of every context met
@@ -187,11 +193,12 @@ def _store_rows(
         _contexts_insert(cur, new_context)
         if before is None:
             cur.execute(
-                "SELECT finding_id, rank, env_rank, environment, score, decision, context_id "
-                "FROM ranking_rankedfinding WHERE team_id = %s",
+                "SELECT finding_id, rank, env_rank, environment, score, decision, context_id, "
+                "qkey FROM ranking_rankedfinding WHERE team_id = %s",
                 [run.team_id],
             )
-            before = QueueRows.from_items(((row[0], row[1:]) for row in cur), cur.rowcount)
+            before = QueueRows.from_items(((row[0], row[1:]) for row in cur), cur.rowcount,
+                                          keyed=True)
             if before:
                 changed, gone = compare_rows(rows, before)
             else:
@@ -227,6 +234,8 @@ def _store_rows(
                 hashed.append(row_hashes(rows.items_of(chunk)))
         _copy_ranked(cur, team_id=run.team_id, run_id=run.pk, targets=targets, rows=rows,
                      on_chunk=on_chunk)
+        buckets = buckets_store(cur, team_id=run.team_id, rows=rows, before=before,
+                                changed=changed, gone=gone, rewrite=rewrite)
         if rewrite:
             # The planner must know the new queue's size to walk its index for a page.
             cur.execute("ANALYZE ranking_rankedfinding")
@@ -237,6 +246,7 @@ def _store_rows(
         "moved": len(moved),
         "updated": len(changed),
         "left_queue": len(gone),
+        "buckets": buckets,
     }
     return counts, rows, (changed, gone), sum(hashed) if on_chunk is not None else None
 
@@ -353,11 +363,11 @@ def _rows_walked(
     digest_codes = {d: k for k, d in enumerate(digests)}
     cols = []
     for column in (before.fid, before.rank, before.env_rank, before.env, before.score,
-                   before.decision, before.context):
+                   before.decision, before.context, before.qkey):
         values = np.zeros(n, dtype=column.dtype)
         values[: len(of_place)] = column[of_place]
         cols.append(values)
-    fid, rank, env_rank, env, score, decision, context = cols
+    fid, rank, env_rank, env, score, decision, context, qkey = cols
     at = np.asarray(walked, dtype=np.int64)
     if len(at):
         fid[at] = walked_ids
@@ -375,12 +385,13 @@ def _rows_walked(
         context[at] = [digest_codes[r[5]] for r in walked_rows]
     return QueueRows(fid=fid, rank=rank, env_rank=env_rank, env=env, score=score,
                      decision=decision, context=context, envs=envs, digests=digests,
-                     by_place=True)
+                     by_place=True, qkey=qkey)
 
 
 def _queue_rows(
     findings: tuple[RankedFinding, ...], finding_ids: Mapping[str, int],
     contexts: dict[tuple[Any, ...], tuple[str, bytes]], bodies: dict[str, bytes],
+    parts: KeyParts,
 ) -> tuple[QueueRows, dict[str, int]]:
     """Every ranked finding's row, by place, and the findings per environment; the
     contexts met go into `contexts` (their JSON, one per digest, into `bodies`). Column by
@@ -418,6 +429,8 @@ def _queue_rows(
             ctx = contexts.get(key)
             if ctx is None:
                 ctx = contexts[key] = _context_body(findings[i], bodies)
+            if ctx[0] not in digest_codes:
+                parts.add(ctx[0], findings[i])
             code_at[i] = digest_codes.setdefault(ctx[0], len(digest_codes))
         context[start:end] = list(map(code_at.__getitem__, places))
     rows = QueueRows(
@@ -426,6 +439,7 @@ def _queue_rows(
         decision=np.fromiter(map(_DECISION_INDEX.__getitem__, map(itemgetter(3), findings)),
                              dtype=np.int8, count=n),
         context=context, envs=list(env_codes), digests=list(digest_codes), by_place=True)
+    parts.update(rows)
     return rows, env_counter
 
 

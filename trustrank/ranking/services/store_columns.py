@@ -31,6 +31,7 @@ from trustrank.ranking.services.store_copy import (
     _QueuedWriter,
     _text_type,
 )
+from trustrank.ranking.services.store_keys import buckets_store
 from trustrank.ranking.services.store_rows import Ids, QueueRows
 from trustrank.risk.inputs import DECISIONS
 from trustrank.risk.results import RankResult
@@ -54,6 +55,7 @@ class _Queue:
     envs: list[str]
     digests: list[str]
     bodies: dict[str, bytes]  # digest -> context JSON
+    qkey: np.ndarray[Any, Any]  # the queue key (`store_keys`)
 
 
 def _queue(result: RankResult, fid: np.ndarray[Any, Any]) -> _Queue:
@@ -94,7 +96,7 @@ def _queue(result: RankResult, fid: np.ndarray[Any, Any]) -> _Queue:
     return _Queue(
         fid=fid, env_rank=env_rank, env=env.astype(np.int32), score=cols.score,
         decision=cols.decision, context=code_of_pair.astype(np.int32)[inverse.reshape(-1)],
-        envs=list(env_codes), digests=list(digest_codes), bodies=bodies,
+        envs=list(env_codes), digests=list(digest_codes), bodies=bodies, qkey=cols.qkey,
     )
 
 
@@ -110,7 +112,7 @@ def _rows(q: _Queue) -> QueueRows:
     """The queue's rows (its columns, as they are stored)."""
     return QueueRows(fid=q.fid, rank=np.arange(1, len(q.fid) + 1), env_rank=q.env_rank,
                      env=q.env, score=q.score, decision=q.decision, context=q.context,
-                     envs=q.envs, digests=q.digests, by_place=True)
+                     envs=q.envs, digests=q.digests, by_place=True, qkey=q.qkey)
 
 
 def _chunks(q: _Queue) -> Iterator[tuple[int, int, list[int]]]:
@@ -134,7 +136,7 @@ def _copy(cur: Any, q: _Queue, *, team_id: int, run_id: int,
     env_bytes = [e.encode() for e in q.envs]
     with cur.copy(
         "COPY ranking_rankedfinding (finding_id, team_id, run_id, rank, env_rank, "
-        "environment, score, decision, context_id) FROM STDIN (FORMAT BINARY)",
+        "environment, score, decision, context_id, qkey) FROM STDIN (FORMAT BINARY)",
         writer=_QueuedWriter(cur.cursor),
     ) as copy:
         copy.write(_BINARY_HEADER)
@@ -152,6 +154,7 @@ def _copy(cur: Any, q: _Queue, *, team_id: int, run_id: int,
                     (">i4", at + 1), (">i4", q.env_rank[at]), (_text_type(env_b), env_b),
                     (">f8", q.score[at]), (_text_type(decision_b), decision_b),
                     (f"S{size}", tables[size][q.context[at]]) if size else ("S0", b""),
+                    (">i8", q.qkey[at]),
                 ], len(at)))
             on_chunk(start, end)
         copy.write(_BINARY_TRAILER)
@@ -191,6 +194,8 @@ def store_first_from_columns(
         _copy(cur, q, team_id=run.team_id, run_id=run.pk, chunks=_chunks(q),
               on_chunk=on_chunk)
         _contexts_insert(cur, q.bodies)
+        buckets = buckets_store(cur, team_id=run.team_id, rows=rows, before=None,
+                                changed=rows.fid, gone=[], rewrite=True)
         if len(rows) > _REWRITE_ABOVE:
             # The planner must know the new queue's size to walk its index for a page.
             cur.execute("ANALYZE ranking_rankedfinding")
@@ -202,5 +207,6 @@ def store_first_from_columns(
         "moved": len(rows),
         "updated": len(rows),
         "left_queue": 0,
+        "buckets": buckets,
     }
     return counts, rows, (rows.fid, []), sum(hashed) if row_hashes is not None else None

@@ -111,7 +111,7 @@ def _copy_ranked_chunks(
     env_bytes = [e.encode() for e in rows.envs]
     with cur.copy(
         "COPY ranking_rankedfinding (finding_id, team_id, run_id, rank, env_rank, "
-        "environment, score, decision, context_id) FROM STDIN (FORMAT BINARY)",
+        "environment, score, decision, context_id, qkey) FROM STDIN (FORMAT BINARY)",
         writer=_QueuedWriter(cur.cursor),
     ) as copy:
         copy.write(_BINARY_HEADER)
@@ -134,6 +134,7 @@ def _copy_ranked_chunks(
                     (_text_type(env_b), env_b), (">f8", rows.score[some]),
                     (_text_type(decision_b), decision_b),
                     (f"S{size}", tables[size][rows.context[some]]) if size else ("S0", b""),
+                    (">i8", rows.qkey[some]),
                 ], len(some)))
             if on_chunk is not None:
                 on_chunk(chunk)

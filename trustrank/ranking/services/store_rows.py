@@ -42,19 +42,20 @@ def _codes(values: Iterable[str], table: dict[str, int], n: int) -> np.ndarray[A
 class QueueRows(Mapping[int, Row]):
     """Finding id -> (rank, env rank, environment, score, decision, context digest), one
     row per index of the columns: `fid`, `rank`, `env_rank`, `score`, `decision` (index in
-    `DECISIONS`), `env` (code in `envs`) and `context` (code in `digests`; one code per
-    digest). `by_place`: row k is place k of the queue the rows were made from (as the
-    store makes them), which the incremental store's walk relies on; rows read from
-    elsewhere are looked up by finding id."""
+    `DECISIONS`), `env` (code in `envs`), `context` (code in `digests`; one code per
+    digest) and `qkey` (the queue key, `store_keys`; not part of the row's tuple: it
+    follows from the decision, score and context). `by_place`: row k is place k of the
+    queue the rows were made from (as the store makes them), which the incremental store's
+    walk relies on; rows read from elsewhere are looked up by finding id."""
 
     __slots__ = ("_sorted", "_sorter", "by_place", "context", "decision", "digests", "env",
-                 "env_rank", "envs", "fid", "rank", "score")
+                 "env_rank", "envs", "fid", "qkey", "rank", "score")
 
     def __init__(self, *, fid: np.ndarray[Any, Any], rank: np.ndarray[Any, Any],
                  env_rank: np.ndarray[Any, Any], env: np.ndarray[Any, Any],
                  score: np.ndarray[Any, Any], decision: np.ndarray[Any, Any],
                  context: np.ndarray[Any, Any], envs: list[str], digests: list[str],
-                 by_place: bool = False) -> None:
+                 by_place: bool = False, qkey: np.ndarray[Any, Any] | None = None) -> None:
         self.fid = fid.astype(np.int64, copy=False)
         self.rank = rank.astype(np.int32, copy=False)
         self.env_rank = env_rank.astype(np.int32, copy=False)
@@ -62,6 +63,8 @@ class QueueRows(Mapping[int, Row]):
         self.score = score.astype(np.float64, copy=False)
         self.decision = decision.astype(np.int8, copy=False)
         self.context = context.astype(np.int32, copy=False)
+        self.qkey = (np.zeros(len(self.fid), dtype=np.int64) if qkey is None
+                     else qkey.astype(np.int64, copy=False))
         self.envs, self.digests, self.by_place = envs, digests, by_place
         self._sorter: np.ndarray[Any, Any] | None = None
         self._sorted: np.ndarray[Any, Any] | None = None
@@ -74,8 +77,10 @@ class QueueRows(Mapping[int, Row]):
         return cls.from_items(rows.items(), len(rows))
 
     @classmethod
-    def from_items(cls, items: Iterable[tuple[int, Row]], n: int) -> QueueRows:
-        """The columns of `n` (finding id, row) pairs, in their order."""
+    def from_items(cls, items: Iterable[tuple[int, Row]], n: int,
+                   keyed: bool = False) -> QueueRows:
+        """The columns of `n` (finding id, row) pairs, in their order; `keyed`: each row
+        has the queue key after its six fields (as read from the table)."""
         pairs = list(items)
         values = list(map(itemgetter(1), pairs))
         envs: dict[str, int] = {}
@@ -90,6 +95,8 @@ class QueueRows(Mapping[int, Row]):
                                  dtype=np.int8, count=n),
             context=_codes(map(itemgetter(5), values), digests, n),
             envs=list(envs), digests=list(digests),
+            qkey=np.fromiter(map(itemgetter(6), values), dtype=np.int64, count=n)
+            if keyed else None,
         )
 
     # --- lookups ---------------------------------------------------------------------
@@ -256,6 +263,7 @@ def _compared(
             moved = differ
         del differ
         same &= before.env_rank[b] == rows.env_rank
+        same &= before.qkey[b] == rows.qkey
         same &= _translation(before.envs, rows.envs)[before.env[b]] == rows.env
         same &= _translation(before.digests, rows.digests)[before.context[b]] == rows.context
     else:

@@ -1,0 +1,236 @@
+"""Ranks counted from the queue key and the bucket counts (trustrank/ranking/positions.py)
+equal the dense ranks the store writes, after every kind of run: a team's first queue,
+incremental runs that write a few rows, runs that rewrite the queue, buckets split by a
+run, findings deleted between runs, and a queue stored before keys were."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from django.db import connection
+
+from trustrank.accounts.models import Team
+from trustrank.findings.models import Finding
+from trustrank.ranking import positions
+from trustrank.ranking.services import runs, store
+
+from .test_run_sequences import _open_only, _run, _team
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _fresh_worker():
+    runs._PREVIOUS.clear()
+    yield
+    runs._PREVIOUS.clear()
+
+
+def _stored_ranks(team_id: int) -> dict[int, tuple[int, int]]:
+    with connection.cursor() as cur:
+        cur.execute("SELECT finding_id, rank, env_rank FROM ranking_rankedfinding "
+                    "WHERE team_id = %s", [team_id])
+        return {fid: (rank, env_rank) for fid, rank, env_rank in cur.fetchall()}
+
+
+def _counted(team_id: int) -> dict[int, tuple[int, int]]:
+    with connection.cursor() as cur:
+        cur.execute("SELECT finding_id FROM ranking_rankedfinding WHERE team_id = %s",
+                    [team_id])
+        ids = [row[0] for row in cur.fetchall()]
+        return positions.ranks_of(cur, ids)
+
+
+def _key_order(team_id: int) -> list[int]:
+    with connection.cursor() as cur:
+        cur.execute("SELECT finding_id FROM ranking_rankedfinding WHERE team_id = %s "
+                    "ORDER BY qkey, finding_id", [team_id])
+        return [row[0] for row in cur.fetchall()]
+
+
+def _rank_order(team_id: int) -> list[int]:
+    with connection.cursor() as cur:
+        cur.execute("SELECT finding_id FROM ranking_rankedfinding WHERE team_id = %s "
+                    "ORDER BY rank", [team_id])
+        return [row[0] for row in cur.fetchall()]
+
+
+def _assert_counted_as_stored(team_id: int) -> None:
+    assert _key_order(team_id) == _rank_order(team_id)
+    assert _counted(team_id) == _stored_ranks(team_id)
+    t = positions.PRODUCT
+    with connection.cursor() as cur:
+        # Every bucket counts the rows from its threshold up to the next one's, and every
+        # group the sum of its buckets (a count a rank does not read, the last bucket's,
+        # must hold too: the next run's rank reads it once another bucket follows).
+        cur.execute(f"""
+            SELECT c.per_env, c.environment, c.qkey, c.finding_id, c.n, (
+                SELECT count(*) FROM {t.ranked} x WHERE x.team_id = c.team_id
+                  AND (NOT c.per_env OR x.environment = c.environment)
+                  AND (x.qkey, x.finding_id) >= (c.qkey, c.finding_id)
+                  AND (x.qkey, x.finding_id) < coalesce((
+                      SELECT (d.qkey, d.finding_id) FROM {t.bucket} d
+                      WHERE d.team_id = c.team_id AND d.per_env = c.per_env
+                        AND d.environment = c.environment
+                        AND (d.qkey, d.finding_id) > (c.qkey, c.finding_id)
+                      ORDER BY d.qkey, d.finding_id LIMIT 1), ({positions.MAX_KEY}, 0)))
+            FROM {t.bucket} c WHERE c.team_id = %s""", [team_id])
+        for *where, n, rows in cur.fetchall():
+            assert n == rows, where
+        cur.execute(f"""
+            SELECT gr.per_env, gr.environment, gr.g, gr.n, (
+                SELECT coalesce(sum(c.n), 0) FROM {t.bucket} c WHERE c.team_id = gr.team_id
+                  AND c.per_env = gr.per_env AND c.environment = gr.environment
+                  AND c.g = gr.g)
+            FROM {t.group} gr WHERE gr.team_id = %s""", [team_id])
+        for *where, n, total in cur.fetchall():
+            assert n == total, where
+
+
+def _buckets(team_id: int) -> int:
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT count(*) FROM {positions.PRODUCT.bucket} WHERE team_id = %s",
+                    [team_id])
+        return cur.fetchone()[0]
+
+
+@pytest.mark.parametrize("spacing", [2, 3, 1024])
+def test_ranks_counted_from_the_buckets_equal_the_stored_ranks_over_runs(monkeypatch, spacing):
+    """A chain of runs of one worker (incremental: a few rows written, buckets adjusted and
+    split) and of workers that kept nothing (the rows compared with the stored ones), with
+    findings opening and closing, equals the stored dense ranks after every run. Small
+    spacings make every run split buckets and groups."""
+    monkeypatch.setattr(positions, "SPACING", spacing)
+    monkeypatch.setattr(positions, "GROUP", 2)
+    team_id, ids = _team(60)
+    rng = random.Random(spacing)
+    for step in range(8):
+        _open_only(team_id, sorted(rng.sample(ids, rng.randint(1, len(ids)))))
+        if step == 4:
+            runs._PREVIOUS.clear()
+        run = _run(team_id)
+        assert run.incremental == (step not in (0, 4))
+        # The first queue's counts are made whole; after it a run adjusts them.
+        assert run.counts["buckets"] == ("rebuilt" if step == 0 else "adjusted")
+        _assert_counted_as_stored(team_id)
+    assert _buckets(team_id) > (4 if spacing < 10 else 0)
+
+
+def test_a_run_that_rewrites_the_queue_rebuilds_the_counts(monkeypatch):
+    monkeypatch.setattr(store, "_REWRITE_ABOVE", 0)
+    team_id, ids = _team(30)
+    _open_only(team_id, ids[:20])
+    _run(team_id)
+    _open_only(team_id, ids[5:30])
+    run = _run(team_id)
+    assert run.incremental and run.counts["buckets"] == "rebuilt"
+    _assert_counted_as_stored(team_id)
+
+
+def test_a_finding_deleted_between_runs_leaves_no_count_behind(monkeypatch):
+    """A deleted finding takes its ranked row (the ORM cascades) but not its count; the
+    next run finds the counts disagree with its queue and counts them anew."""
+    monkeypatch.setattr(positions, "SPACING", 2)
+    team_id, ids = _team(20)
+    _open_only(team_id, ids)
+    _run(team_id)
+    Finding.objects.filter(pk__in=ids[3:6]).delete()
+    runs._PREVIOUS.clear()
+    assert _run(team_id).counts["buckets"] == "rebuilt"
+    _assert_counted_as_stored(team_id)
+    assert not set(ids[3:6]) & set(_stored_ranks(team_id))
+
+
+def test_a_queue_stored_before_keys_were_gets_them_at_the_next_run(monkeypatch):
+    monkeypatch.setattr(positions, "SPACING", 2)
+    team_id, ids = _team(20)
+    _open_only(team_id, ids)
+    _run(team_id)
+    with connection.cursor() as cur:
+        cur.execute("UPDATE ranking_rankedfinding SET qkey = 0 WHERE team_id = %s", [team_id])
+        cur.execute(f"DELETE FROM {positions.PRODUCT.bucket} WHERE team_id = %s", [team_id])
+        cur.execute(f"DELETE FROM {positions.PRODUCT.group} WHERE team_id = %s", [team_id])
+    runs._PREVIOUS.clear()
+    _run(team_id)
+    _assert_counted_as_stored(team_id)
+
+
+def test_other_teams_counts_are_untouched(monkeypatch):
+    monkeypatch.setattr(positions, "SPACING", 2)
+    first, first_ids = _team(15)
+    # The bench's build replaces the team of its name: keep this one.
+    Team.objects.filter(pk=first).update(name="first")
+    _open_only(first, first_ids)
+    _run(first)
+    before = _counted(first)
+    other, other_ids = _team(15)
+    _open_only(other, other_ids)
+    _run(other)
+    _open_only(other, other_ids[:4])
+    _run(other)
+    assert _counted(first) == before == _stored_ranks(first)
+    _assert_counted_as_stored(other)
+
+
+def test_a_queue_that_gets_its_first_findings_gets_its_first_bucket(monkeypatch):
+    """An empty queue has no bucket; a run that puts findings in it (the team's, or an
+    environment's) makes the one below every key before adjusting the counts."""
+    monkeypatch.setattr(positions, "SPACING", 2)
+    team_id, ids = _team(12)
+    with connection.cursor() as cur:
+        # Half the services run in a second environment.
+        cur.execute("INSERT INTO runtime_environment (team_id, name, first_seen, last_seen) "
+                    "VALUES (%s, 'staging', now(), now()) RETURNING id", [team_id])
+        staging = cur.fetchone()[0]
+        cur.execute("UPDATE runtime_deployment d SET environment_id = %s FROM "
+                    "runtime_environment e WHERE e.id = d.environment_id AND e.team_id = %s "
+                    "AND d.id %% 2 = 0", [staging, team_id])
+    _open_only(team_id, [])
+    _run(team_id)
+    assert _buckets(team_id) == 0
+    _open_only(team_id, ids)
+    everywhere = _run(team_id).counts["by_environment"]
+    assert len(everywhere) > 1
+    # One environment's findings first, then the others'.
+    env = sorted(everywhere)[0]
+    with connection.cursor() as cur:
+        cur.execute("SELECT finding_id FROM ranking_rankedfinding WHERE team_id = %s "
+                    "AND environment = %s", [team_id, env])
+        first = [row[0] for row in cur.fetchall()]
+    _open_only(team_id, [])
+    _run(team_id)
+    for opened in (first, ids):
+        _open_only(team_id, opened)
+        run = _run(team_id)
+        assert run.incremental
+        _assert_counted_as_stored(team_id)
+    assert run.counts["buckets"] == "adjusted"
+
+
+@pytest.mark.parametrize("spacing", [2, 5])
+def test_counts_made_from_the_rows_in_memory_equal_those_postgresql_makes(monkeypatch, spacing):
+    """A run that writes the whole queue lays the buckets out from its rows in memory;
+    PostgreSQL's numbering of the stored rows (`positions.rebuild`) gives the same rows."""
+    monkeypatch.setattr(positions, "SPACING", spacing)
+    monkeypatch.setattr(positions, "GROUP", 2)
+    team_id, ids = _team(40)
+    _open_only(team_id, ids)
+    assert _run(team_id).counts["buckets"] == "rebuilt"
+
+    def layout() -> tuple[list[tuple], list[tuple]]:
+        t = positions.PRODUCT
+        with connection.cursor() as cur:
+            cur.execute(f"SELECT per_env, environment, qkey, finding_id, g, n FROM {t.bucket} "
+                        "WHERE team_id = %s ORDER BY 1, 2, 3, 4", [team_id])
+            buckets = cur.fetchall()
+            cur.execute(f"SELECT per_env, environment, g, n FROM {t.group} "
+                        "WHERE team_id = %s ORDER BY 1, 2, 3", [team_id])
+            return buckets, cur.fetchall()
+
+    from_rows = layout()
+    assert len(from_rows[0]) > 8
+    with connection.cursor() as cur:
+        positions.rebuild(cur, team_id=team_id)
+    assert layout() == from_rows
+    _assert_counted_as_stored(team_id)
