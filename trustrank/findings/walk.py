@@ -1,26 +1,27 @@
-"""The first page of the ranked part of a list in the contextual order, when its filter is
-broad: a walk of the team's rank order that stops after a bound, then the matches sorted.
+"""The first page of the ranked part of a list in the contextual order: a walk of the team's
+rank order in one process, bounded, and the matches sorted only when it comes back short.
 
-PostgreSQL pages `ORDER BY rank` under a filter by walking the team's rank index and testing
-each finding's row, expecting the matches spread evenly along the order. At 10,000,000
-findings a purl prefix of a few packages (220,000 matches) sits in a few stretches of the
-order, and the walk passed millions of rows before its first page (up to 40 s). Sorting every
-match by its rank instead (a probe each, then a top-N sort: ~2 s for 220,000) made the mix
-worse: most broad searches (CVE-id fragments, package substrings of a hundred packages) have
-matches spread along the order, and the walk finds their page within a few thousand rows.
-What decides is where the matches sit, which only the walk tells. So:
+At 10,000,000 findings the first page of a broad search (`pkg:maven/org.bench/pkg31`, 220,000
+matches) took 20-50 s, though its 51st match sits 5,413 findings down the rank order (every
+broad search of the bench's mix finds its page within the first 5,617). PostgreSQL planned the
+walk in parallel: workers share out the rank index's pages and a Gather Merge puts their rows
+back in order, so it waits on each worker for its next match, and every worker walked on
+through stretches without one: 1,000,000 rows read, each finding's row probed, for a page
+within the first 3,200 (`pkg5`, 5 s). Sorting every match by its rank instead (a probe each,
+then a top-N sort, ~2 s for 220,000) made the bench's mix worse (docs/triage.md). So:
 
 1. `bounded_walk`: the team's first WALK_ROWS ranked findings in rank order (a LIMIT on the
-   rank index, in a subquery PostgreSQL cannot flatten), each tested against the filter (an
-   `EXISTS` fenced with `OFFSET 0`, so it stays a probe of that finding by primary key, not a
-   join that reads every match). It stops at the page's last match, as the walk does, and
-   never reads past WALK_ROWS.
+   rank index, in a subquery PostgreSQL does not flatten), each tested against the filter by
+   an `EXISTS` fenced with `OFFSET 0`: a correlated subquery, a probe of that finding by
+   primary key, which keeps the walk in one process and never becomes a join that reads every
+   match. It stops at the page's last match and never reads past WALK_ROWS.
 2. Only when it comes back short of the page: `sorted_matches`, the filter's matches first
-   (from the search indexes), each one's rank by key, the page by a top-N sort; at most
-   SORT_MATCHES_MAX of them are read, beyond that the unbounded walk is the cheaper one and
-   the caller walks.
+   (from the search indexes), each one's rank by key, the page by a top-N sort. A search of
+   more than 25,000 matches (a broad one) is sorted in the time the walk takes for ~10,000
+   rows (~8 µs a match against ~18 µs a walked row), hence WALK_ROWS.
+3. More than SORT_MATCHES_MAX matches: the same walk, unbounded.
 
-Both answer the same ids in the same order as the walk (rank, then id descending).
+All three answer the same ids in the same order as the walk (rank, then id descending).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from django.db.models.expressions import RawSQL
 
 from trustrank.findings.models import Finding
 
-# How many of the team's ranked findings the bounded walk tests (see the module's docstring).
+# How many of the team's ranked findings the bounded walk tests (the module's docstring).
 WALK_ROWS = 10_000
 # The bounded walk answers pages that end within this many matches (the first pages); a
 # deeper slice (the kept order head) walks as before.
