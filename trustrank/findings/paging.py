@@ -25,6 +25,7 @@ from django.db.models import F, OrderBy, OuterRef, QuerySet, Subquery
 from trustrank.findings.generation import findings_generation
 from trustrank.findings.models import Finding
 from trustrank.findings.totals import cached_count, list_total
+from trustrank.findings.walk import WALK_STOP_MAX, bounded_walk, sorted_matches
 from trustrank.lib.single_flight import cache_get_or_compute_once
 
 # What reads the rows of a page from their ids, in that order: model instances
@@ -392,7 +393,7 @@ class RankOrderedRows:
         # a ranked team) needs no total, and a short read tells where it ends.
         ids: list[int] = []
         if self._ranked_count is None or start < self._ranked_count:
-            ids = list(self._ranked.values_list("pk", flat=True)[start:stop])
+            ids = self._ranked_ids(start, stop)
             if len(ids) == stop - start:
                 return ids
             if ids or start == 0:
@@ -403,3 +404,18 @@ class RankOrderedRows:
                 self._unranked.values_list("pk", flat=True)[max(0, start - ranked) : stop - ranked]
             )
         return ids
+
+    def _ranked_ids(self, start: int, stop: int) -> list[int]:
+        """Ids [start:stop] of the ranked part. A first page: from a walk of the rank order
+        bounded to walk.WALK_ROWS findings; when that came back short, sorted from the
+        matches, or when they are too many to sort, from the whole walk (walk.py). A deeper
+        slice (the kept order head) is read by PostgreSQL's own plan."""
+        if stop > WALK_STOP_MAX:
+            return list(self._ranked.values_list("pk", flat=True)[start:stop])
+        ids, complete = bounded_walk(self._base, team_ids=self._team_ids, stop=stop)
+        if not complete:
+            found = sorted_matches(self._base, team_ids=self._team_ids, start=start, stop=stop)
+            if found is not None:
+                return found
+            ids, _ = bounded_walk(self._base, team_ids=self._team_ids, stop=stop, rows=0)
+        return ids[start:stop]
