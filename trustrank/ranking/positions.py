@@ -76,6 +76,34 @@ def _queue(alias: str, per_env: bool, env: str) -> str:
             f" AND {alias}.environment = {env}")
 
 
+def page_sql(t: Tables, *, columns: str, page: int | str) -> str:
+    """`page` rows of the team's queue from place `%(offset)s` with their ranks: the group
+    holding that place (a running sum over the groups), then its bucket (a running sum over
+    the group's buckets), then fewer than a bucket's rows walked in key order."""
+    return f"""
+WITH grp AS (
+    SELECT g, n, sum(n) OVER (ORDER BY g) - n AS start FROM {t.group}
+    WHERE team_id = %(team)s AND NOT per_env AND environment = ''
+), gp AS (
+    SELECT g, start FROM grp WHERE start <= %(offset)s AND start + n > %(offset)s
+), bk AS (
+    SELECT c.qkey, c.finding_id, c.n,
+           gp.start + sum(c.n) OVER (ORDER BY c.qkey, c.finding_id) - c.n AS start
+    FROM gp JOIN {t.bucket} c ON c.team_id = %(team)s AND NOT c.per_env
+      AND c.environment = '' AND c.g = gp.g
+), b AS (
+    SELECT * FROM bk WHERE start <= %(offset)s AND start + n > %(offset)s
+)
+SELECT {columns}, %(offset)s + row_number() OVER (ORDER BY qkey, finding_id) AS rank FROM (
+    SELECT r.* FROM b CROSS JOIN LATERAL (
+        SELECT r.* FROM {t.ranked} r WHERE r.team_id = %(team)s
+          AND (r.qkey, r.finding_id) >= (b.qkey, b.finding_id)
+        ORDER BY r.qkey, r.finding_id OFFSET %(offset)s - b.start LIMIT {page}
+    ) r
+) p
+"""
+
+
 def rank_sql(t: Tables, *, per_env: bool) -> str:
     """(finding id, rank) of the ranked rows whose ids are `%(ids)s`: in the team's queue,
     or with `per_env` in their environment's."""
@@ -237,11 +265,19 @@ def adjust(cur: Any, *, team_id: int, t: Tables = PRODUCT, spacing: int | None =
     """The counts after a run that wrote some rows, inside its transaction, once `t.old`
     holds the keys of the rows it deleted or replaced and `t.new` those of the rows it
     wrote. Splits the buckets that grew too full; returns the number of buckets added."""
-    spacing, group = _sizes(spacing, group)
+    full = adjust_counts(cur, team_id=team_id, t=t, spacing=spacing, split_over=split_over)
+    return split(cur, team_id, full, t=t, spacing=spacing, group=group)
+
+
+def adjust_counts(cur: Any, *, team_id: int, t: Tables = PRODUCT, spacing: int | None = None,
+                  split_over: float = SPLIT_OVER) -> list[tuple[Any, ...]]:
+    """`adjust` without the splits: returns the buckets grown past `split_over` ×
+    `spacing` (per_env, environment, qkey, finding id, g)."""
+    spacing, _group = _sizes(spacing, None)
     for statement in _ensure(t):
         cur.execute(statement, {"team": team_id, "min": MIN_KEY})
     cur.execute(_adjust(t), {"team": team_id, "limit": int(split_over * spacing)})
-    return split(cur, team_id, cur.fetchall(), t=t, spacing=spacing, group=group)
+    return list(cur.fetchall())
 
 
 def split(cur: Any, team_id: int, full: Iterable[tuple[Any, ...]], *, t: Tables = PRODUCT,
