@@ -15,16 +15,10 @@ from trustrank.findings.models import Finding
 from trustrank.ranking import positions
 from trustrank.ranking.services import runs, store
 
-from .test_run_sequences import _open_only, _run, _team
+# `_fresh_worker` (autouse): each test starts as a new worker, remembering no run.
+from .test_run_sequences import _fresh_worker, _open_only, _run, _team  # noqa: F401
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _fresh_worker():
-    runs._PREVIOUS.clear()
-    yield
-    runs._PREVIOUS.clear()
 
 
 def _stored_ranks(team_id: int) -> dict[int, tuple[int, int]]:
