@@ -17,14 +17,6 @@ class Migration(migrations.Migration):
             name='qkey',
             field=models.BigIntegerField(default=0),
         ),
-        migrations.AddIndex(
-            model_name='rankedfinding',
-            index=models.Index(fields=['team', 'qkey', 'finding'], name='rankedfinding_team_key'),
-        ),
-        migrations.AddIndex(
-            model_name='rankedfinding',
-            index=models.Index(fields=['team', 'environment', 'qkey', 'finding'], name='rankedfinding_env_key'),
-        ),
         # The bucket counts ranks are counted from (trustrank/ranking/positions.py); the
         # next ranking run of each team fills them (its stored rows have no key yet, so
         # the run writes every row again).
