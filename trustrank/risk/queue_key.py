@@ -143,3 +143,15 @@ def queue_key_of(settings: RankSettings) -> Callable[[RankedFinding], int]:
         return queue_key(decision_index[r[3]], context[0], level_of(r[4], context), r[2])
 
     return key
+
+
+def key_parts_of(settings: RankSettings) -> Callable[[RankedFinding], tuple[bool, int]]:
+    """The parts of a ranked finding's queue key that its facts and context decide:
+    (deployed somewhere, SSVC level) under `settings`."""
+    level_of = _level_of(settings)
+
+    def parts(r: RankedFinding) -> tuple[bool, int]:
+        context = r[5]
+        return bool(context[0]), level_of(r[4], context)
+
+    return parts

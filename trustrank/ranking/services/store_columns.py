@@ -27,6 +27,7 @@ from trustrank.ranking.services.store_copy import (
     _BINARY_HEADER,
     _BINARY_TRAILER,
     _CHUNK,
+    RANKED_COPY,
     _binary_rows,
     _QueuedWriter,
     _text_type,
@@ -135,8 +136,7 @@ def _copy(cur: Any, q: _Queue, *, team_id: int, run_id: int,
               for size in set(width.tolist()) if size}
     env_bytes = [e.encode() for e in q.envs]
     with cur.copy(
-        "COPY ranking_rankedfinding (finding_id, team_id, run_id, rank, env_rank, "
-        "environment, score, decision, context_id, qkey) FROM STDIN (FORMAT BINARY)",
+        RANKED_COPY,
         writer=_QueuedWriter(cur.cursor),
     ) as copy:
         copy.write(_BINARY_HEADER)

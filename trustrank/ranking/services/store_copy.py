@@ -16,6 +16,11 @@ from trustrank.risk.inputs import DECISIONS
 
 _CHUNK = 50_000
 
+# The ranked rows' COPY, in the column order `_binary_rows` lays them out.
+RANKED_COPY = (
+    "COPY ranking_rankedfinding (finding_id, team_id, run_id, rank, env_rank, environment, "
+    "score, decision, context_id, qkey) FROM STDIN (FORMAT BINARY)")
+
 
 # COPY's binary format: the file header, and the end-of-data word.
 _BINARY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)
@@ -110,8 +115,7 @@ def _copy_ranked_chunks(
                              dtype=f"S{size}") for size in set(widths.tolist()) if size}
     env_bytes = [e.encode() for e in rows.envs]
     with cur.copy(
-        "COPY ranking_rankedfinding (finding_id, team_id, run_id, rank, env_rank, "
-        "environment, score, decision, context_id, qkey) FROM STDIN (FORMAT BINARY)",
+        RANKED_COPY,
         writer=_QueuedWriter(cur.cursor),
     ) as copy:
         copy.write(_BINARY_HEADER)

@@ -9,7 +9,6 @@ context and combined with the decision and score columns by numpy.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -17,23 +16,11 @@ import numpy as np
 from trustrank.ranking import positions
 from trustrank.ranking.inputs import rank_settings
 from trustrank.ranking.services.store_rows import Ids, QueueRows
-from trustrank.risk.queue_key import queue_key_for, queue_keys
+from trustrank.risk.queue_key import key_parts_of, queue_keys
 from trustrank.risk.results import RankedFinding
 
 # (deployed, SSVC level) of a ranked finding's context.
 Parts = tuple[bool, int]
-
-
-def parts_for() -> Callable[[RankedFinding], Parts]:
-    """A ranked finding's (deployed, level) under the run's settings: the parts of its
-    queue key that its context decides."""
-    key = queue_key_for(rank_settings())
-
-    def parts(r: RankedFinding) -> Parts:
-        k = key(r)
-        return (not k[1], -k[2])
-
-    return parts
 
 
 def keys_of(decision: np.ndarray[Any, Any], score: np.ndarray[Any, Any],
@@ -132,7 +119,7 @@ class KeyParts:
     holding it, and the keys of the rows holding those contexts."""
 
     def __init__(self) -> None:
-        self._parts = parts_for()
+        self._parts = key_parts_of(rank_settings())
         self.by_digest: dict[str, Parts] = {}
 
     def add(self, digest: str, r: RankedFinding) -> None:
