@@ -12,7 +12,7 @@ from django.db import connection
 
 from trustrank.accounts.models import Team
 from trustrank.findings.models import Finding
-from trustrank.ranking import positions
+from trustrank.ranking import positions, ranks
 from trustrank.ranking.services import runs, store
 
 # `_fresh_worker` (autouse): each test starts as a new worker, remembering no run.
@@ -53,6 +53,8 @@ def _rank_order(team_id: int) -> list[int]:
 def _assert_counted_as_stored(team_id: int) -> None:
     assert _key_order(team_id) == _rank_order(team_id)
     assert _counted(team_id) == _stored_ranks(team_id)
+    # The SQL functions every reader counts with (ranking.0008) agree.
+    assert ranks.ranks_of(_key_order(team_id)) == _stored_ranks(team_id)
     t = positions.PRODUCT
     with connection.cursor() as cur:
         # Every bucket counts the rows from its threshold up to the next one's, and every

@@ -132,17 +132,17 @@ class RankedFinding(models.Model):
         db_index=False,
     )
     # The queue key (`trustrank.risk.queue_key`): ascending in queue order, the finding id
-    # breaking ties. The bucket counts of `trustrank.ranking.positions` count ranks from it.
-    # Not indexed yet: its two indexes ((team, qkey, finding), (team, environment, qkey,
-    # finding)) come when readers count ranks from it and the two rank indexes go (both
-    # pairs at once cost 40 s of PostgreSQL a full run at ten million, docs/ranking.md).
+    # breaking ties. Readers order by (team, qkey, finding) and count a rank from the bucket
+    # counts of `trustrank.ranking.positions` (`trustrank.ranking.ranks`), not from `rank`
+    # and `env_rank`, which hold the ranks as of the run that last wrote the row.
     qkey = models.BigIntegerField(default=0)
 
     class Meta:
         indexes = [
-            models.Index(fields=["team", "rank"], name="rankedfinding_team_rank"),
+            models.Index(fields=["team", "qkey", "finding"], name="rankedfinding_team_qkey"),
             models.Index(
-                fields=["team", "environment", "env_rank"], name="rankedfinding_team_env"
+                fields=["team", "environment", "qkey", "finding"],
+                name="rankedfinding_team_env_qkey",
             ),
         ]
 
