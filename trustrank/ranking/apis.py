@@ -114,7 +114,11 @@ class PriorityListApi(APIView):
             paginator.known_count = selectors.priority_count(
                 principal=principal, environment=environment
             )
-        page = paginator.paginate_queryset(filterset.qs, request, view=self) or []
+        # In queue order (merged by rank across several teams), each page's ranks counted.
+        queue = selectors.PriorityQueue(
+            filterset.qs, team_ids=sorted(principal.team_ids), environment=environment
+        )
+        page = paginator.paginate_queryset(queue, request, view=self) or []
         return paginator.get_paginated_response(PrioritySerializer(page, many=True).data)
 
 

@@ -4,22 +4,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet, Subquery
+from django.db.models import BooleanField, QuerySet, Subquery
+from django.db.models.expressions import RawSQL
 from django.db.models.fields.json import KeyTransform
 from django.http import Http404
 
 from trustrank.accounts.principal import Principal
 from trustrank.findings.choices import OPEN_STATES
-from trustrank.findings.models import Finding
+from trustrank.findings.models import ENV_RANK_ANNOTATION, RANK_ANNOTATION, Finding
+from trustrank.ranking import ranks
 from trustrank.ranking.models import RankChange, RankingRun, RunStatus, ServiceResults
 
 
 def priority_list(
     *, principal: Principal, environment: str | None = None, open_only: bool = True
 ) -> QuerySet[Finding]:
-    """Open findings in rank order: the team's queue, or one environment's. The order walks
-    the ranked table's (team, rank) or (team, environment, env_rank) index. `open_only=False`
-    leaves the states to the caller's filter (PriorityFilterSet defaults to open)."""
+    """Open findings of the principal's teams in each team's queue order, the team's or one
+    environment's: by the ranked row's (qkey, finding), the order of its (team, qkey,
+    finding) and (team, environment, qkey, finding) indexes. With several teams the rows
+    are ordered team by team; `priority_page` and `PriorityQueue` give the merged order.
+    `open_only=False` leaves the states to the caller's filter (PriorityFilterSet defaults
+    to open)."""
     qs = Finding.objects.filter(ranked__team_id__in=principal.team_ids)
     if open_only:
         qs = qs.filter(state__in=OPEN_STATES)
@@ -30,14 +35,169 @@ def priority_list(
     qs = qs.select_related("ranked").prefetch_related(
         "project", "project_version", "ranked__context", "team", "assignee", "due"
     )
-    # Ranks are unique within a team's queue: with one team the rank alone orders, which
-    # lets PostgreSQL read the index in order and stop after a page.
-    tiebreak = [] if len(principal.team_ids) == 1 else ["ranked__team_id"]
     if environment is not None:
-        return qs.filter(ranked__environment=environment).order_by(
-            "ranked__env_rank", *tiebreak
-        )
-    return qs.order_by("ranked__rank", *tiebreak)
+        qs = qs.filter(ranked__environment=environment)
+    # With one team the key alone orders, which lets PostgreSQL read the index in order and
+    # stop after a page.
+    team = [] if len(principal.team_ids) == 1 else ["ranked__team_id"]
+    return qs.order_by(*team, "ranked__qkey", "ranked__finding_id")
+
+
+def findings_with_ranks(qs: QuerySet[Finding]) -> QuerySet[Finding]:
+    """The findings with their current ranks annotated (`Finding.rank` / `env_rank` read
+    them): the ranks are counted per row returned, about 0.15 ms each, so only for a page
+    or a few thousand rows, never over a whole queue (nor past a large OFFSET)."""
+    return qs.annotate(**{
+        RANK_ANNOTATION: ranks.team_rank("ranked__"),
+        ENV_RANK_ANNOTATION: ranks.env_rank("ranked__"),
+    })
+
+
+def ranks_attach(findings: list[Finding]) -> None:
+    """Set the current ranks on findings already fetched, as `findings_with_ranks` would
+    have annotated them: one statement for all (None for the unranked)."""
+    _ranks_set(findings, ranks.ranks_of(f.pk for f in findings))
+
+
+def _ranks_set(findings: list[Finding], counted: dict[int, tuple[int, int]]) -> None:
+    for f in findings:
+        rank, env = counted.get(f.pk, (None, None))
+        setattr(f, RANK_ANNOTATION, rank)
+        setattr(f, ENV_RANK_ANNOTATION, env)
+
+
+# A page's position in the queue: per team, the (qkey, finding id) of the last row shown.
+QueueCursor = dict[int, tuple[int, int]]
+
+
+def _after_key(key: tuple[int, int]) -> RawSQL:
+    """Rows after `key` in a team's queue, as one row comparison: PostgreSQL continues the
+    (team, [environment,] qkey, finding) index range where the previous page ended."""
+    return RawSQL(
+        '("ranking_rankedfinding"."qkey", "ranking_rankedfinding"."finding_id") > (%s, %s)',
+        key, output_field=BooleanField(),
+    )
+
+
+# A team's row in a merge: (team, qkey, finding id).
+Head = tuple[int, int, int]
+
+
+def _merged(
+    heads: list[Head], *, environment: str | None
+) -> tuple[list[Head], dict[int, tuple[int, int]]]:
+    """Rows of several teams' queues in the merged order, by rank (the environment's when
+    one is shown), then team, then finding, as one queue; and their counted ranks."""
+    counted = ranks.ranks_of(fid for _t, _q, fid in heads)
+    at = 1 if environment is not None else 0
+    rows = [h for h in heads if h[2] in counted]
+    rows.sort(key=lambda h: (counted[h[2]][at], h[0], h[2]))
+    return rows, counted
+
+
+def _fetch_in_order(
+    queue: QuerySet[Finding], heads: list[Head], counted: dict[int, tuple[int, int]]
+) -> list[Finding]:
+    """The findings of `heads`, in their order, with their counted ranks set."""
+    by_id = {f.pk: f for f in queue.filter(pk__in=[fid for _t, _q, fid in heads]).order_by()}
+    rows = [by_id[fid] for _t, _q, fid in heads if fid in by_id]
+    _ranks_set(rows, counted)
+    return rows
+
+
+def priority_page(
+    *, queue: QuerySet[Finding], team_ids: list[int], environment: str | None,
+    after: QueueCursor, size: int,
+) -> tuple[list[Finding], QueueCursor | None]:
+    """One page of `priority_list`'s queue after the cursor, with the rows' current ranks,
+    and the cursor of the next page (None after the last).
+
+    One team: the page is read along the key index. Several teams: the merged order
+    restricted to one team is that team's key order, so the next `size` rows are among the
+    next `size` + 1 of each team; those heads (ids and keys, a query a team) get their
+    ranks counted (teams × (size + 1) rows, about 0.15 ms each), are merged, and the page's
+    findings are fetched by id."""
+    if len(team_ids) == 1:
+        qs = queue
+        if team_ids[0] in after:
+            qs = qs.filter(_after_key(after[team_ids[0]]))
+        found = list(qs[: size + 1])
+        more, rows = len(found) > size, found[:size]
+        shown = [(team_ids[0], f.ranked.qkey, f.pk) for f in rows]
+        ranks_attach(rows)
+    else:
+        heads: list[Head] = []
+        for team_id in team_ids:
+            qs = queue.filter(ranked__team_id=team_id)
+            if team_id in after:
+                qs = qs.filter(_after_key(after[team_id]))
+            heads += [(team_id, q, fid) for q, fid in
+                      qs.values_list("ranked__qkey", "ranked__finding_id")[: size + 1]]
+        merged, counted = _merged(heads, environment=environment)
+        more, shown = len(merged) > size, merged[:size]
+        rows = _fetch_in_order(queue, shown, counted)
+    if not more:
+        return rows, None
+    nxt = dict(after)
+    for team_id, qkey, fid in shown:
+        nxt[team_id] = (qkey, fid)
+    return rows, nxt
+
+
+def queue_cursor_parse(value: str, *, team_ids: list[int]) -> QueueCursor:
+    """A cursor from `queue_cursor_text`; {} (the first page) when it is not one."""
+    out: QueueCursor = {}
+    for part in value.split(","):
+        try:
+            team_id, qkey, fid = (int(v) for v in part.split(":"))
+        except ValueError:
+            return {}
+        if team_id in team_ids:
+            out[team_id] = (qkey, fid)
+    return out
+
+
+def queue_cursor_text(cursor: QueueCursor) -> str:
+    """`team:qkey:finding` of each team's last row shown, comma-separated."""
+    return ",".join(f"{t}:{q}:{fid}" for t, (q, fid) in sorted(cursor.items()))
+
+
+class PriorityQueue:
+    """`priority_list`'s queue as a sequence in the merged order, for page-number
+    pagination (Django's Paginator slices it): a slice's rows carry their current ranks.
+
+    One team: the slice is an OFFSET along the key index, and only its rows' ranks are
+    counted. Several teams: each team's first `stop` rows (ids and keys) get their ranks
+    counted and are merged, so page n costs teams × n × page size rank counts (about
+    0.15 ms each): fine for the first pages, slow deep in a large queue."""
+
+    ordered = True
+
+    def __init__(self, queue: QuerySet[Finding], *, team_ids: list[int],
+                 environment: str | None) -> None:
+        self.queue = queue
+        self.team_ids = team_ids
+        self.environment = environment
+
+    def count(self) -> int:
+        return self.queue.count()
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def __getitem__(self, part: slice) -> list[Finding]:
+        start, stop = part.start or 0, part.stop
+        if len(self.team_ids) == 1:
+            rows = list(self.queue[start:stop])
+            ranks_attach(rows)
+            return rows
+        heads: list[Head] = []
+        for team_id in self.team_ids:
+            qs = self.queue.filter(ranked__team_id=team_id).values_list(
+                "ranked__qkey", "ranked__finding_id")
+            heads += [(team_id, q, fid) for q, fid in (qs[:stop] if stop is not None else qs)]
+        merged, counted = _merged(heads, environment=self.environment)
+        return _fetch_in_order(self.queue, merged[start:stop], counted)
 
 
 def priority_count(*, principal: Principal, environment: str | None = None) -> int | None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.db.models import BooleanField
-from django.db.models.expressions import RawSQL
 from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
@@ -29,32 +27,6 @@ PAGE_SIZE = 50
 PENDING = (RunStatus.QUEUED, RunStatus.RUNNING)
 
 
-def _cursor(value: str) -> tuple[int, int, int] | None:
-    try:
-        rank, team_id, pk = (int(v) for v in value.split(":"))
-    except ValueError:
-        return None
-    return rank, team_id, pk
-
-
-def _after(cursor: tuple[int, int, int], *, by_environment: bool) -> RawSQL:
-    """Rows after the cursor in queue order, as one row comparison: PostgreSQL continues
-    the index range where the previous page ended."""
-    if by_environment:
-        return RawSQL(
-            '("ranking_rankedfinding"."env_rank", "ranking_rankedfinding"."team_id", '
-            '"ranking_rankedfinding"."finding_id") > (%s, %s, %s)',
-            cursor,
-            output_field=BooleanField(),
-        )
-    return RawSQL(
-        '("ranking_rankedfinding"."rank", "ranking_rankedfinding"."team_id", '
-        '"ranking_rankedfinding"."finding_id") > (%s, %s, %s)',
-        cursor,
-        output_field=BooleanField(),
-    )
-
-
 def _runs_context(principal: Principal) -> dict[str, Any]:
     runs = selectors.ranking_runs_latest(principal=principal)
     rank_teams = list(Team.objects.filter(pk__in=principal.teams_with(Scope.TRIAGE)))
@@ -69,9 +41,11 @@ def _runs_context(principal: Principal) -> dict[str, Any]:
 @require_GET
 def priorities_page(request: HtmxHttpRequest) -> HttpResponse:
     """The ranked queue, team-wide or one environment's. Keyset pagination on the order
-    of the ranked table's indexes (team, rank) and (team, environment, env_rank), so page 1
-    of a million ranked findings reads 51 index entries; the total comes from the latest
-    runs' counts unless a filter narrows the queue (then it is counted up to a cap)."""
+    of the ranked table's indexes (team, qkey, finding) and (team, environment, qkey,
+    finding), the cursor holding each team's last (qkey, finding) shown, so page 1 of a
+    million ranked findings reads 51 index entries and counts the ranks of 50; the total
+    comes from the latest runs' counts unless a filter narrows the queue (then it is
+    counted up to a cap)."""
     principal = principal_for_request(request)
     environment = request.GET.get("environment") or None
     queue = selectors.priority_list(
@@ -91,21 +65,17 @@ def priorities_page(request: HtmxHttpRequest) -> HttpResponse:
         count, capped = capped_cached_count(qs, team_ids=principal.team_ids)
     else:
         count = selectors.priority_count(principal=principal, environment=environment) or 0
-    after = _cursor(request.GET.get("after", ""))
-    page_qs = qs
-    if after is not None:
-        page_qs = qs.filter(_after(after, by_environment=environment is not None))
-    found = list(page_qs[: PAGE_SIZE + 1])
-    has_next = len(found) > PAGE_SIZE
-    found = found[:PAGE_SIZE]
+    team_ids = sorted(principal.team_ids)
+    after = selectors.queue_cursor_parse(request.GET.get("after", ""), team_ids=team_ids)
+    found, nxt = selectors.priority_page(
+        queue=qs, team_ids=team_ids, environment=environment, after=after, size=PAGE_SIZE
+    )
     params = request.GET.copy()
     params.pop("after", None)
     first_query = params.urlencode()
     next_query = ""
-    if has_next:
-        last = found[-1]
-        position = last.env_rank if environment is not None else last.rank
-        params["after"] = f"{position}:{last.team_id}:{last.pk}"
+    if nxt is not None:
+        params["after"] = selectors.queue_cursor_text(nxt)
         next_query = params.urlencode()
     context: dict[str, Any] = {
         "filter": filterset,
@@ -117,7 +87,7 @@ def priorities_page(request: HtmxHttpRequest) -> HttpResponse:
         "environments": selectors.priority_environments(principal=principal),
         "next_query": next_query,
         "first_query": first_query,
-        "is_first_page": after is None,
+        "is_first_page": not after,
         **_runs_context(principal),
     }
     if request.htmx:

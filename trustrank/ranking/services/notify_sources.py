@@ -17,6 +17,7 @@ from django.db.models import F, Q
 from trustrank.findings.choices import OPEN_STATES
 from trustrank.findings.models import Finding
 from trustrank.ranking.models import RankChange, RankedFinding, RankingRun
+from trustrank.ranking.ranks import ranks_of
 
 IMMEDIATE = "immediate"
 _CHUNK = 2000
@@ -49,11 +50,14 @@ def finding_payloads(finding_ids: list[int]) -> dict[int, dict[str, Any]]:
     site = settings.TRUSTRANK_SITE_URL
     for start in range(0, len(finding_ids), _CHUNK):
         ids = finding_ids[start : start + _CHUNK]
+        # The current ranks, counted from the keys (the stored ones are as of the run
+        # that last wrote each row): one statement a chunk.
+        counted = ranks_of(ids)
         ranked = {
-            fid: (rank, score, decision, data)
-            for fid, rank, score, decision, data in RankedFinding.objects.filter(
+            fid: (counted[fid][0] if fid in counted else None, score, decision, data)
+            for fid, score, decision, data in RankedFinding.objects.filter(
                 finding_id__in=ids
-            ).values_list("finding_id", "rank", "score", "decision", "context__data")
+            ).values_list("finding_id", "score", "decision", "context__data")
         }
         for f in Finding.objects.filter(pk__in=ids).values(
             "pk", "title", "kind", "vuln_id", "cve_id", "component_name", "component_version",
