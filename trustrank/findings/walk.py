@@ -26,7 +26,6 @@ All three answer the same ids in the same order as the walk (rank, then id desce
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from django.core.exceptions import EmptyResultSet
