@@ -20,7 +20,7 @@ def rank_of(rank_sql: RankSql, *, team: str, key: str) -> str:
     """The SQL of the rank of the ranked row whose key array (`base_sql`'s g_key, or the
     least of them) is `key`, in team `team`: counted once for this one row."""
     return (
-        f"(SELECT {rank_sql('k')} FROM (SELECT {team} AS team_id, {key}[1] AS qkey,"
+        f"(SELECT {rank_sql('k')} FROM (SELECT {team} AS team_id, {key}[1] AS qkey,"  # noqa: S608
         f" {key}[2] AS finding_id, {key}[3] AS rank) k)"
     )
 
