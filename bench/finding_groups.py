@@ -117,6 +117,7 @@ def main() -> None:
         project_risk_for_projects,
         project_risk_summary,
     )
+    from trustrank.ranking.ranks import rank_sql
 
     start = time.perf_counter()
     team_id = build(findings=args.findings)
@@ -126,7 +127,8 @@ def main() -> None:
     def groups(query: str, by: str, page: int = 1) -> Callable[[], Any]:
         filterset = FindingFilterSet(QueryDict(query), queryset=base)
         assert filterset.is_valid(), filterset.errors
-        return lambda: finding_groups(qs=filterset.qs, by=by, limit=50, offset=(page - 1) * 50)
+        return lambda: finding_groups(qs=filterset.qs, by=by, limit=50, offset=(page - 1) * 50,
+                                      rank_sql=rank_sql)
 
     project = Project.objects.filter(team_id=team_id).order_by("name").first()
     assert project is not None

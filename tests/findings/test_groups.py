@@ -11,6 +11,7 @@ from trustrank.findings.groups import smallest_fix_above
 from trustrank.findings.models import Finding
 from trustrank.inventory.models import Project
 from trustrank.ranking.models import RankContext, RankedFinding
+from trustrank.ranking.ranks import rank_sql
 
 pytestmark = pytest.mark.django_db
 
@@ -36,7 +37,7 @@ def vf(team, proj, *, eco: str, pkg: str, version: str, fixed: list[str], vuln: 
     if decision is not None:
         ctx, _ = RankContext.objects.get_or_create(digest="t" * 64, defaults={"data": {}})
         RankedFinding.objects.create(
-            finding=f, team=team, rank=rank or n, env_rank=rank or n, score=1.0,
+            finding=f, team=team, rank=rank or n, env_rank=rank or n, qkey=rank or n, score=1.0,
             decision=decision, context=ctx,
         )
     return f
@@ -171,7 +172,7 @@ def test_a_filter_across_a_to_many_relation_counts_each_finding_once(team, estat
     for body in ("first look", "second look"):
         Comment.objects.create(finding=f, author_label="alice", body=body)
     qs = Finding.objects.filter(team=team, comments__body__contains="look")
-    page = fix_groups(qs=qs, limit=10, offset=0)
+    page = fix_groups(qs=qs, limit=10, offset=0, rank_sql=rank_sql)
     assert page.count == 1 and page.groups[0].findings_closed == 1
     assert page.groups[0].finding_ids == (estate["m1"],)
 

@@ -36,7 +36,7 @@ def _rank(team: Team, findings: list[Finding]) -> None:
     context = RankContext.objects.create(digest="c" * 64, data={})
     for place, finding in enumerate(findings, start=1):
         RankedFinding.objects.create(
-            finding=finding, team=team, rank=place, env_rank=place, score=50.0,
+            finding=finding, team=team, rank=place, env_rank=place, qkey=place, score=50.0,
             decision="scheduled", context=context,
         )
 

@@ -38,7 +38,7 @@ def _package(place: int) -> str:
 
 @pytest.fixture
 def seeded(team: Team, other_team: Team) -> Team:
-    """RANKED ranked findings (ranks in threes: ties broken by id) in an order unrelated to
+    """RANKED ranked findings (keys in threes: ties broken by id) in an order unrelated to
     their ids, then UNRANKED more, and another team's findings of the same packages."""
     context = RankContext.objects.create(digest="w" * 64, data={})
     places = sorted(range(RANKED + UNRANKED), key=lambda p: (p * 37) % (RANKED + UNRANKED))
@@ -52,7 +52,8 @@ def seeded(team: Team, other_team: Team) -> Team:
         )
         if place < RANKED:
             RankedFinding.objects.create(
-                finding=finding, team=team, rank=place // 3, env_rank=place, score=50.0,
+                finding=finding, team=team, rank=place // 3, env_rank=place, qkey=place // 3,
+                score=50.0,
                 decision="scheduled", context=context,
             )
     for n in range(10):
@@ -65,9 +66,9 @@ def seeded(team: Team, other_team: Team) -> Team:
 
 
 def _walked(qs: QuerySet[Finding], team: Team) -> list[int]:
-    """The order as the walk of the whole rank index gives it (ties of rank by id,
-    descending), then the unranked by baseline priority."""
-    ranked = qs.filter(ranked__team_id=team.pk).order_by("ranked__rank", "-id")
+    """The order as the walk of the whole key index gives it (ties of the key by id), then
+    the unranked by baseline priority."""
+    ranked = qs.filter(ranked__team_id=team.pk).order_by("ranked__qkey", "id")
     unranked = qs.filter(ranked__isnull=True).order_by("-baseline_priority", "-id")
     return [*ranked.values_list("id", flat=True), *unranked.values_list("id", flat=True)]
 
@@ -114,10 +115,10 @@ def test_the_bounded_walk_says_when_it_came_back_short(seeded: Team) -> None:
     bottom = purl_condition(mine, "pkg:maven/org.walk/omega")
     expected = _walked(bottom, seeded)
     # The omega findings sit in the last 20 ranked places: 30 rows of the walk find none.
-    assert walk.bounded_walk(bottom, team_ids=[seeded.pk], stop=5, rows=30) == ([], False)
+    assert walk.bounded_walk(bottom, team_id=seeded.pk, stop=5, rows=30) == ([], False)
     # The whole ranked part walked: what it found is the answer, however short.
-    ids, complete = walk.bounded_walk(bottom, team_ids=[seeded.pk], stop=50, rows=RANKED + 1)
+    ids, complete = walk.bounded_walk(bottom, team_id=seeded.pk, stop=50, rows=RANKED + 1)
     assert complete and ids == expected[:20]
     # The sort gives the same page, and declines above its bound.
-    assert walk.sorted_matches(bottom, team_ids=[seeded.pk], start=0, stop=5) == expected[:5]
-    assert walk.sorted_matches(bottom, team_ids=[seeded.pk], start=0, stop=5, most=19) is None
+    assert walk.sorted_matches(bottom, team_id=seeded.pk, start=0, stop=5) == expected[:5]
+    assert walk.sorted_matches(bottom, team_id=seeded.pk, start=0, stop=5, most=19) is None

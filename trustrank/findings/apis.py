@@ -27,7 +27,11 @@ from trustrank.findings.list_cache import list_cache_get, list_cache_key, list_c
 from trustrank.findings.models import Finding
 from trustrank.findings.paging import SEARCH_SORT_MAX, CountedRows, RankOrderedRows, SortedMatches
 from trustrank.findings.search import search_value
-from trustrank.findings.serializers import FindingSerializer, finding_rows_for_ids
+from trustrank.findings.serializers import (
+    FindingSerializer,
+    finding_rows_for_ids,
+    team_ranks_of,
+)
 from trustrank.findings.triage_apis import (
     finding_etag,
 )
@@ -204,7 +208,10 @@ class FindingListApi(ListAPIView[Finding]):
         search = bool(search_value(self.request.query_params))
         if not asked:  # the filter left the queryset in the baseline order
             queryset = findings_ordered(queryset, ordering)
-        matches = SortedMatches(queryset, team_ids=team_ids) if search else None
+        # Several teams' rank orders are merged by counted rank (RankOrderedRows): the queue
+        # key that sorts one team's matches does not order them across teams.
+        merged = ordering in ("rank", "-rank") and len(set(team_ids)) > 1
+        matches = SortedMatches(queryset, team_ids=team_ids) if search and not merged else None
         if matches is not None and matches.usable and not matches.broad:
             # A search's matches are found, sorted by rank lookups and kept (SortedMatches).
             rows = CountedRows(queryset, team_ids=team_ids, matches=matches,
@@ -216,8 +223,9 @@ class FindingListApi(ListAPIView[Finding]):
             over_cap = matches is not None and matches.usable
             rows = (
                 RankOrderedRows(queryset, team_ids=team_ids, cap=cap, over_cap=over_cap,
-                                load=finding_rows_for_ids)
-                if ordering == "rank"
+                                load=finding_rows_for_ids, ranks_of=team_ranks_of,
+                                descending=ordering == "-rank")
+                if ordering in ("rank", "-rank")
                 else CountedRows(queryset, team_ids=team_ids, cap=cap, over_cap=over_cap,
                                  load=finding_rows_for_ids)
             )

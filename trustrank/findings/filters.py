@@ -59,11 +59,18 @@ SEARCH_MIN_SUBSTRING = 3
 
 
 def findings_ordered(qs: QuerySet[Finding], value: str) -> QuerySet[Finding]:
-    """`qs` in one of the list's orders (ORDERINGS); "baseline" keeps the queryset's."""
+    """`qs` in one of the list's orders (ORDERINGS); "baseline" keeps the queryset's.
+
+    The rank orders are one team's queue order, its key (qkey, then the finding id), which
+    is the order of its ranks: the stored `rank` column is the rank as of the run that last
+    wrote the row. Across several teams the key does not give the rank: the pages read those
+    lists through paging.RankOrderedRows, which merges the teams' orders by counted rank."""
     if value == "rank":
-        return qs.order_by(F("ranked__rank").asc(nulls_last=True), "-baseline_priority", "-id")
+        return qs.order_by(F("ranked__qkey").asc(nulls_last=True), "ranked__finding_id",
+                           "-baseline_priority", "-id")
     if value == "-rank":
-        return qs.order_by(F("ranked__rank").desc(nulls_first=True), "id")
+        return qs.order_by(F("ranked__qkey").desc(nulls_first=True),
+                           F("ranked__finding_id").desc(), "id")
     if value == "due":
         return qs.order_by(F("due__due_date").asc(nulls_last=True), "-baseline_priority", "-id")
     return qs

@@ -20,6 +20,7 @@ from trustrank.findings.groups import GROUP_BY_CHOICES, GroupByError, finding_gr
 from trustrank.lib.api import Pagination, problem
 from trustrank.lib.filters import unknown_params_refuse
 from trustrank.lib.numbers import BIGINT_MAX, NumberInvalid, int_parse
+from trustrank.ranking.ranks import rank_sql
 
 # Query parameters of the groups list besides the findings filters.
 GROUP_PARAMS = ("by", Pagination.page_query_param, Pagination.page_size_query_param, "format")
@@ -161,7 +162,8 @@ class FindingGroupListApi(APIView):
             )
         try:
             page = finding_groups(
-                qs=filterset.qs, by=by, limit=paging.size, offset=paging.offset
+                qs=filterset.qs, by=by, limit=paging.size, offset=paging.offset,
+                rank_sql=rank_sql,
             )
         except GroupByError as exc:  # pragma: no cover - checked above
             return problem(400, "Invalid group", str(exc))

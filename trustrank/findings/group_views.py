@@ -16,6 +16,7 @@ from trustrank.findings.group_apis import PageParamError, groups_filterset, page
 from trustrank.findings.groups import GROUP_BY_CHOICES, finding_groups
 from trustrank.inventory.models import Project
 from trustrank.lib.pages import HtmxHttpRequest
+from trustrank.ranking.ranks import rank_sql
 from trustrank.risk.inputs import DECISIONS
 
 PAGE_SIZE = 50
@@ -66,7 +67,8 @@ def finding_groups_page(request: HtmxHttpRequest) -> HttpResponse:
             )
             status = 400
         elif paging is not None:
-            page = finding_groups(qs=filterset.qs, by=by, limit=PAGE_SIZE, offset=paging.offset)
+            page = finding_groups(qs=filterset.qs, by=by, limit=PAGE_SIZE, offset=paging.offset,
+                                  rank_sql=rank_sql)
             paginator = Paginator(_GroupPages(page.count), PAGE_SIZE)
             context["page_obj"] = paginator.get_page(paging.number)
             context["groups"] = page.groups

@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F, QuerySet
+from django.db.models import QuerySet
 
 from trustrank.findings.choices import OPEN_STATES, FindingKind, TriageState
 from trustrank.findings.group_shapes import (
@@ -31,6 +31,7 @@ from trustrank.findings.group_shapes import (
     decision_for_level,
     severity_for_level,
 )
+from trustrank.findings.group_sql import RankSql, base_sql, rank_of, teams_many
 from trustrank.findings.models import Finding
 from trustrank.risk.inputs import DECISIONS
 from trustrank.vulns.engine.versions import parse, scheme_for
@@ -89,60 +90,6 @@ def _greatest(ecosystem: str, versions: set[str]) -> str | None:
 # --- the queries ---------------------------------------------------------------------------
 
 
-def _plain(qs: QuerySet[Finding]) -> QuerySet[Finding]:
-    """The queryset without the DISTINCT django-filter's multiple-choice filters add: every
-    finding filter joins to-one relations only (ranked is one-to-one), so no row repeats, and
-    a DISTINCT over the wide rows would stop PostgreSQL flattening the subquery (measured:
-    a hash aggregate of every filtered finding, 3 s at a million). Should a filter ever join
-    a to-many relation, the rows are de-duplicated by id instead."""
-    qs = qs.order_by()
-    to_many = any(
-        getattr(getattr(join, "join_field", None), "one_to_many", False)
-        or getattr(getattr(join, "join_field", None), "many_to_many", False)
-        for join in qs.query.alias_map.values()
-    )
-    if to_many:
-        return Finding.objects.filter(pk__in=qs.values("pk"))
-    plain = qs.all()
-    plain.query.distinct = False
-    plain.query.distinct_fields = ()
-    return plain
-
-
-def _base_sql(qs: QuerySet[Finding]) -> tuple[str, tuple[Any, ...]]:
-    """The filtered findings as a subquery of the columns the groupings read, with their rank.
-
-    The rank is joined here on (finding, team) rather than through the ORM's `ranked__`: with
-    the team in the join, PostgreSQL reads only that team's ranks through their (team, rank)
-    index instead of hashing the whole ranks table, which other teams may fill."""
-    values = _plain(qs).values(
-        "id",
-        "team_id",
-        "ecosystem",
-        "package_name",
-        "component_name",
-        "component_version",
-        "vuln_id",
-        "cve_id",
-        "severity",
-        "state",
-        "project_id",
-        "in_kev",
-        g_fixed=F("fixed_versions"),
-        g_aliases=F("aliases"),
-        g_title=F("title"),
-    )
-    sql, params = values.query.sql_with_params()
-    # Ranks through the finding's own relation (ranking's RankedFinding points at it): this
-    # app sits below ranking and does not import it.
-    ranks = Finding._meta.get_field("ranked").related_model._meta.db_table
-    wrapped = (
-        f"SELECT f.*, r.rank AS g_rank, r.decision AS g_decision FROM ({sql}) f "  # noqa: S608
-        f"LEFT JOIN {ranks} r ON r.finding_id = f.id AND r.team_id = f.team_id"
-    )
-    return wrapped, tuple(params)
-
-
 def _tune(cursor: Any) -> None:
     """For this transaction only: no JIT (compiling the plan costs more than the query saves:
     1.5 s of 4.6 s measured on a million findings) and enough work_mem to hash-aggregate the
@@ -150,37 +97,66 @@ def _tune(cursor: Any) -> None:
     cursor.execute("SELECT set_config('jit', 'off', true), set_config('work_mem', '64MB', true)")
 
 
-def fix_groups(*, qs: QuerySet[Finding], limit: int, offset: int) -> GroupPage:
+def fix_groups(
+    *, qs: QuerySet[Finding], limit: int, offset: int, rank_sql: RankSql
+) -> GroupPage:
     """Open vulnerability findings of `qs` grouped by (ecosystem, package), most urgent first."""
     qs = qs.filter(kind=FindingKind.VULNERABILITY, state__in=OPEN_STATES)
-    base, params = _base_sql(qs)
+    base, params = base_sql(qs)
     level = _LEVEL_SQL.format(col="b.g_decision")
     # The page of packages is cut from an aggregate over the narrow columns; the second copy
     # of the filtered findings then reads only that page's packages (the (ecosystem,
     # package_name) index) for the per-version detail. A materialised CTE read twice would
     # spill every wide row to disk instead.
+    # A variant's rows are kept per team (the Python sums them): each team's least key gives
+    # the rank of that team's part.
     sql = f"""
-        WITH page AS (
-            SELECT b.ecosystem, b.package_name,
-                   max({level}) AS level, min(b.g_rank) AS best_rank, count(*) AS n,
-                   count(*) OVER () AS total
+        WITH per_team AS (
+            SELECT b.ecosystem, b.package_name, b.team_id,
+                   max({level}) AS level, min(b.g_key) AS best_key, count(*) AS n
             FROM ({base}) b
-            GROUP BY b.ecosystem, b.package_name
-            ORDER BY level DESC, best_rank ASC NULLS LAST, n DESC, b.ecosystem, b.package_name
-            LIMIT %s OFFSET %s
+            GROUP BY b.ecosystem, b.package_name, b.team_id
         ),
-        variants AS (
+        ordered AS (
+            SELECT t.ecosystem, t.package_name, max(t.level) AS level, sum(t.n)::bigint AS n,
+                   min(t.best_key) AS best_key, min(t.team_id) AS team_id,
+                   min(CASE WHEN {teams_many()} AND t.best_key IS NOT NULL
+                       THEN {rank_of(rank_sql, team="t.team_id", key="t.best_key")} END)
+                       AS order_rank,
+                   count(*) OVER () AS total
+            FROM per_team t
+            GROUP BY t.ecosystem, t.package_name
+        ),
+        page AS (
+            SELECT o.*, CASE WHEN o.order_rank IS NOT NULL THEN o.order_rank
+                             WHEN o.best_key IS NOT NULL
+                             THEN {rank_of(rank_sql, team="o.team_id", key="o.best_key")}
+                        END AS best_rank
+            FROM (
+                SELECT * FROM ordered
+                ORDER BY level DESC, order_rank ASC NULLS LAST, best_key ASC NULLS LAST,
+                         n DESC, ecosystem, package_name
+                LIMIT %s OFFSET %s
+            ) o
+        ),
+        variant_teams AS (
             SELECT b.ecosystem, b.package_name, b.component_version,
-                   b.g_fixed::text AS fixed,
+                   b.g_fixed::text AS fixed, b.team_id,
                    count(*) AS n,
                    count(*) FILTER (WHERE b.in_kev) AS kev,
                    max({level}) AS level,
-                   min(b.g_rank) AS rank,
+                   min(b.g_key) AS best_key,
                    array_agg(DISTINCT b.project_id) AS projects,
-                   (array_agg(b.id ORDER BY b.g_rank ASC NULLS LAST, b.id))[1:{MAX_IDS}] AS ids
+                   (array_agg(b.id ORDER BY b.g_key ASC NULLS LAST, b.id))[1:{MAX_IDS}] AS ids
             FROM ({base}) b
             JOIN page p ON p.ecosystem = b.ecosystem AND p.package_name = b.package_name
-            GROUP BY b.ecosystem, b.package_name, b.component_version, b.g_fixed::text
+            GROUP BY b.ecosystem, b.package_name, b.component_version, b.g_fixed::text,
+                     b.team_id
+        ),
+        variants AS (
+            SELECT v.*, CASE WHEN v.best_key IS NOT NULL
+                        THEN {rank_of(rank_sql, team="v.team_id", key="v.best_key")} END AS rank
+            FROM variant_teams v
         )
         SELECT p.ecosystem, p.package_name, p.total,
                p.level, p.best_rank, p.n,
@@ -190,8 +166,10 @@ def fix_groups(*, qs: QuerySet[Finding], limit: int, offset: int) -> GroupPage:
                ))
         FROM page p JOIN variants v
           ON v.ecosystem = p.ecosystem AND v.package_name = p.package_name
-        GROUP BY p.ecosystem, p.package_name, p.total, p.level, p.best_rank, p.n
-        ORDER BY p.level DESC, p.best_rank ASC NULLS LAST, p.n DESC, p.ecosystem, p.package_name
+        GROUP BY p.ecosystem, p.package_name, p.total, p.level, p.best_rank, p.n,
+                 p.order_rank, p.best_key
+        ORDER BY p.level DESC, p.order_rank ASC NULLS LAST, p.best_key ASC NULLS LAST, p.n DESC,
+                 p.ecosystem, p.package_name
     """  # noqa: S608 (Django's own SQL and constants; values are parameters)
     with transaction.atomic(), connection.cursor() as cursor:
         _tune(cursor)
@@ -276,11 +254,13 @@ def _group_count(qs: QuerySet[Finding], fields: tuple[str, ...]) -> int:
     return qs.order_by().values(*fields).distinct().count()
 
 
-def vulnerability_groups(*, qs: QuerySet[Finding], limit: int, offset: int) -> GroupPage:
+def vulnerability_groups(
+    *, qs: QuerySet[Finding], limit: int, offset: int, rank_sql: RankSql
+) -> GroupPage:
     """Vulnerability findings of `qs` grouped by advisory group (`vuln_id`, the canonical id
     of the aliases) across projects, most urgent first."""
     qs = qs.filter(kind=FindingKind.VULNERABILITY)
-    base, params = _base_sql(qs)
+    base, params = base_sql(qs)
     level = _LEVEL_SQL.format(col="b.g_decision")
     severity = _SEVERITY_LEVEL_SQL.format(col="b.severity")
     open_states = [str(s) for s in OPEN_STATES]
@@ -291,20 +271,50 @@ def vulnerability_groups(*, qs: QuerySet[Finding], limit: int, offset: int) -> G
     # copy of the filtered findings is joined to the page's ids for the detail (aliases are
     # aggregated as text: array_agg cannot stack arrays of different lengths).
     sql = f"""
-        WITH page AS (
-            SELECT b.vuln_id,
+        WITH per_team AS (
+            SELECT b.vuln_id, b.team_id,
                    max({level}) AS level,
-                   min(b.g_rank) AS best_rank,
+                   min(b.g_key) AS best_key,
                    count(*) AS n,
                    count(*) FILTER (WHERE b.state = ANY(%s)) AS n_open,
                    max({severity}) AS severity,
                    bool_or(b.in_kev) AS in_kev,
-                   max(b.cve_id) AS cve_id,
-                   count(*) OVER () AS total
+                   max(b.cve_id) AS cve_id
             FROM ({base}) b
-            GROUP BY b.vuln_id
-            ORDER BY level DESC, best_rank ASC NULLS LAST, n_open DESC, n DESC, b.vuln_id
-            LIMIT %s OFFSET %s
+            GROUP BY b.vuln_id, b.team_id
+        ),
+        ordered AS (
+            SELECT t.vuln_id, max(t.level) AS level, sum(t.n)::bigint AS n,
+                   sum(t.n_open)::bigint AS n_open, max(t.severity) AS severity,
+                   bool_or(t.in_kev) AS in_kev, max(t.cve_id) AS cve_id,
+                   min(t.best_key) AS best_key, min(t.team_id) AS team_id,
+                   min(CASE WHEN {teams_many()} AND t.best_key IS NOT NULL
+                       THEN {rank_of(rank_sql, team="t.team_id", key="t.best_key")} END)
+                       AS order_rank,
+                   count(*) OVER () AS total
+            FROM per_team t
+            GROUP BY t.vuln_id
+        ),
+        page AS (
+            SELECT o.*, CASE WHEN o.order_rank IS NOT NULL THEN o.order_rank
+                             WHEN o.best_key IS NOT NULL
+                             THEN {rank_of(rank_sql, team="o.team_id", key="o.best_key")}
+                        END AS best_rank
+            FROM (
+                SELECT * FROM ordered
+                ORDER BY level DESC, order_rank ASC NULLS LAST, best_key ASC NULLS LAST,
+                         n_open DESC, n DESC, vuln_id
+                LIMIT %s OFFSET %s
+            ) o
+        ),
+        -- The ids in rank order: one team's by key; across teams by the ranks counted for
+        -- each team's first MAX_IDS (no later one can be among the first MAX_IDS).
+        placed AS (
+            SELECT b.*, CASE WHEN {teams_many()} AND b.g_key IS NOT NULL AND row_number() OVER (
+                                 PARTITION BY b.vuln_id, b.team_id ORDER BY b.g_key) <= {MAX_IDS}
+                             THEN {rank_of(rank_sql, team="b.team_id", key="b.g_key")}
+                        END AS g_rank
+            FROM ({base}) b JOIN page p ON p.vuln_id = b.vuln_id
         ),
         detail AS (
             SELECT b.vuln_id,
@@ -316,8 +326,9 @@ def vulnerability_groups(*, qs: QuerySet[Finding], limit: int, offset: int) -> G
                    array_agg(DISTINCT b.package_name) AS packages,
                    array_agg(DISTINCT array_to_string(b.g_aliases, ' ')) AS aliases,
                    max(b.g_title) AS title,
-                   (array_agg(b.id ORDER BY b.g_rank ASC NULLS LAST, b.id))[1:{MAX_IDS}] AS ids
-            FROM ({base}) b JOIN page p ON p.vuln_id = b.vuln_id
+                   (array_agg(b.id ORDER BY b.g_rank ASC NULLS LAST, b.g_key ASC NULLS LAST,
+                              b.id))[1:{MAX_IDS}] AS ids
+            FROM placed b
             GROUP BY b.vuln_id
         )
         SELECT g.vuln_id, g.total, g.level, g.best_rank, g.n, g.n_open, g.severity,
@@ -325,7 +336,8 @@ def vulnerability_groups(*, qs: QuerySet[Finding], limit: int, offset: int) -> G
                d.states, d.projects, d.components, d.versions, d.packages, d.ids, d.title
         FROM page g
         JOIN detail d ON d.vuln_id = g.vuln_id
-        ORDER BY g.level DESC, g.best_rank ASC NULLS LAST, g.n_open DESC, g.n DESC, g.vuln_id
+        ORDER BY g.level DESC, g.order_rank ASC NULLS LAST, g.best_key ASC NULLS LAST,
+                 g.n_open DESC, g.n DESC, g.vuln_id
     """  # noqa: S608 (Django's own SQL and constants; values are parameters)
     with transaction.atomic(), connection.cursor() as cursor:
         _tune(cursor)
@@ -366,10 +378,12 @@ def vulnerability_groups(*, qs: QuerySet[Finding], limit: int, offset: int) -> G
     return GroupPage(by="vulnerability", count=total, groups=groups)
 
 
-def finding_groups(*, qs: QuerySet[Finding], by: str, limit: int, offset: int) -> GroupPage:
+def finding_groups(
+    *, qs: QuerySet[Finding], by: str, limit: int, offset: int, rank_sql: RankSql
+) -> GroupPage:
     """Dispatch on `by` ("fix" or "vulnerability"); GroupByError for anything else."""
     if by == "fix":
-        return fix_groups(qs=qs, limit=limit, offset=offset)
+        return fix_groups(qs=qs, limit=limit, offset=offset, rank_sql=rank_sql)
     if by == "vulnerability":
-        return vulnerability_groups(qs=qs, limit=limit, offset=offset)
+        return vulnerability_groups(qs=qs, limit=limit, offset=offset, rank_sql=rank_sql)
     raise GroupByError(f"`by` must be one of {', '.join(GROUP_BY_CHOICES)}, not {by!r}")

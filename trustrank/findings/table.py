@@ -86,7 +86,9 @@ def finding_rows_html(
         pk = _value(f.pk)
         overdue = f.overdue
         decision = f.decision
-        rank = f.rank
+        # The rank counted from the queue key, as the page annotated its rows
+        # (serializers.page_rows_for_ids); the stored column may be stale.
+        rank = f.counted_rank if hasattr(f, "counted_rank") else f.rank
         add(f'\n    <tr data-finding="{pk}"{_OVERDUE_ROW if overdue else ""}>\n      ')
         if can_triage:
             add(f'<td><input type="checkbox" name="ids" value="{pk}:{_value(f.version)}" '

@@ -39,8 +39,8 @@ from trustrank.findings.paging import (
     SortedMatches,
     capped_cached_count,
     rows_by_id,
-    rows_for_ids,
 )
+from trustrank.findings.serializers import page_rows_for_ids, team_ranks_of
 from trustrank.findings.services.triage import (
     UNSET,
     TriageConflict,
@@ -185,7 +185,10 @@ def _table_context(
     # A search's matches are found, sorted and kept with their total (paging.SortedMatches).
     matches: SortedMatches | None = None
     broad = False
-    if filterset.searches():
+    # Several teams' rank orders are merged by counted rank (paging.RankOrderedRows): the
+    # queue key that sorts one team's matches does not order them across teams.
+    merged = ordering in ("rank", "-rank") and len(set(team_ids)) > 1
+    if filterset.searches() and not merged:
         matches = SortedMatches(qs, team_ids=team_ids)
         # A broad search pages like the list; its matches told it holds more than
         # SEARCH_SORT_MAX, which is what its total says.
@@ -210,11 +213,14 @@ def _table_context(
         offset = _offset_cursor(raw_after)
         window = slice(offset, offset + PAGE_SIZE + 1)
         if matches is not None:
-            rows = rows_for_ids(qs, matches.ids(window))
-        elif ordering == "rank":
-            rows = RankOrderedRows(qs, team_ids=team_ids)[window]
+            rows = page_rows_for_ids(qs, matches.ids(window))
+        elif ordering in ("rank", "-rank"):
+            rows = RankOrderedRows(
+                qs, team_ids=team_ids, load=page_rows_for_ids, ranks_of=team_ranks_of,
+                descending=ordering == "-rank",
+            )[window]
         else:
-            rows = rows_by_id(qs, window)
+            rows = rows_by_id(qs, window, load=page_rows_for_ids)
         next_after = f"@{offset + PAGE_SIZE}"
         is_first = offset == 0
     else:
@@ -240,8 +246,9 @@ def _table_context(
             )
             if ids is None:  # past the kept head: this page's matches, sorted
                 ids = SortedMatches(page_qs, team_ids=team_ids).query_ids(slice(0, PAGE_SIZE + 1))
-        rows = rows_by_id(page_qs, slice(0, PAGE_SIZE + 1)) if ids is None else rows_for_ids(
-            page_qs, ids
+        rows = (
+            rows_by_id(page_qs, slice(0, PAGE_SIZE + 1), load=page_rows_for_ids)
+            if ids is None else page_rows_for_ids(page_qs, ids)
         )
         next_after = f"{rows[PAGE_SIZE - 1].baseline_priority!r}:{rows[PAGE_SIZE - 1].pk}" if (
             len(rows) > PAGE_SIZE

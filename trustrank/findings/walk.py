@@ -26,7 +26,6 @@ All three answer the same ids in the same order as the walk (rank, then id desce
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from django.core.exceptions import EmptyResultSet
@@ -59,17 +58,23 @@ def _rows(sql: str, params: Any) -> list[tuple[Any, ...]]:
         return [tuple(row) for row in cur.fetchall()]
 
 
+def _direction(descending: bool) -> str:
+    return "DESC" if descending else "ASC"
+
+
 def bounded_walk(
-    base: QuerySet[Finding], *, team_ids: Iterable[int], stop: int, rows: int | None = None
+    base: QuerySet[Finding], *, team_id: int, stop: int, rows: int | None = None,
+    descending: bool = False,
 ) -> tuple[list[int], bool]:
-    """(ids, complete): the first `stop` ids of `base`'s ranked findings in rank order
-    (then id descending) among the teams' first `rows` ranked findings (WALK_ROWS by default,
-    0 for all of them). `complete` is true when those ids are the answer: `stop` of them
-    were found, or the teams hold no more than `rows` ranked findings."""
-    teams = list(team_ids)
+    """(ids, complete): the first `stop` ids of `base`'s findings ranked in team `team_id`,
+    in its queue order ((qkey, finding id); `descending`: the reverse), among the team's
+    first `rows` ranked findings (WALK_ROWS by default, 0 for all of them). `complete` is
+    true when those ids are the answer: `stop` of them were found, or the team holds no more
+    than `rows` ranked findings."""
     rows = WALK_ROWS if rows is None else rows
-    ranks = _ranks().filter(team_id__in=teams)
-    walk = ranks.order_by("rank", "-finding_id").values_list("finding_id", "rank")
+    ranks = _ranks().filter(team_id=team_id)
+    order = ("-qkey", "-finding_id") if descending else ("qkey", "finding_id")
+    walk = ranks.order_by(*order).values_list("finding_id", "qkey")
     walk_sql, walk_params = (walk[:rows] if rows else walk).query.sql_with_params()
     try:
         test_sql, test_params = (
@@ -82,40 +87,65 @@ def bounded_walk(
     # a correlated subquery (`OFFSET 0` keeps PostgreSQL from making it a join), so the walk
     # runs in one process: a parallel walk of the rank index, merged in order, read 1,000,000
     # rows to find 51 matches that sat within the first 3,200 (5 s at 10M).
+    way = _direction(descending)
     sql = (
-        f'SELECT "walk"."finding_id" FROM ({walk_sql}) AS "walk" ("finding_id", "rank") '  # noqa: S608
+        f'SELECT "walk"."finding_id" FROM ({walk_sql}) AS "walk" ("finding_id", "qkey") '  # noqa: S608
         f"WHERE EXISTS ({test_sql} OFFSET 0) "
-        f'ORDER BY "walk"."rank" ASC, "walk"."finding_id" DESC LIMIT {int(stop)}'
+        f'ORDER BY "walk"."qkey" {way}, "walk"."finding_id" {way} LIMIT {int(stop)}'
     )
     ids = [row[0] for row in _rows(sql, (*walk_params, *test_params))]
     return ids, len(ids) >= stop or not rows or ranks[: rows + 1].count() <= rows
 
 
 def sorted_matches(
-    base: QuerySet[Finding], *, team_ids: Iterable[int], start: int, stop: int,
-    most: int | None = None,
+    base: QuerySet[Finding], *, team_id: int, start: int, stop: int,
+    most: int | None = None, descending: bool = False,
 ) -> list[int] | None:
-    """Ids [start:stop] of `base`'s ranked findings in rank order (then id descending),
+    """Ids [start:stop] of `base`'s findings ranked in team `team_id`, in its queue order,
     sorted from the matches; None when `base` matches more than `most` findings."""
     most = SORT_MATCHES_MAX if most is None else most
-    rank = Subquery(
-        _ranks().filter(finding_id=OuterRef("pk"), team_id__in=list(team_ids))
-        .values("rank")[:1]
+    key = Subquery(
+        _ranks().filter(finding_id=OuterRef("pk"), team_id=team_id).values("qkey")[:1]
     )
     try:
         inner, params = (
-            base.order_by().annotate(walk_rank=rank).values_list("pk", "walk_rank")
+            base.order_by().annotate(walk_key=key).values_list("pk", "walk_key")
             .query.sql_with_params()
         )
     except EmptyResultSet:
         return []
-    # The matches first (at most `most` + 1 read), their ranks by key, a top-N sort; the
-    # window counts every match read, ranked or not (the unranked sort last).
+    # The matches first (at most `most` + 1 read), their keys by the finding's, a top-N sort;
+    # the window counts every match read, ranked or not (the unranked sort last). A ranked
+    # row's finding id is the match's id: it breaks ties of the key, as in the queue.
+    way = _direction(descending)
     sql = (
-        f"SELECT id, rank, count(*) OVER () FROM ({inner} LIMIT {int(most) + 1}) "  # noqa: S608
-        f"AS matches (id, rank) ORDER BY rank ASC NULLS LAST, id DESC LIMIT {int(stop)}"
+        f"SELECT id, qkey, count(*) OVER () FROM ({inner} LIMIT {int(most) + 1}) "  # noqa: S608
+        f"AS matches (id, qkey) ORDER BY qkey {way} NULLS LAST, id {way} LIMIT {int(stop)}"
     )
     found = _rows(sql, params)
     if found and found[0][2] > most:
         return None
     return [row[0] for row in found if row[1] is not None][start:stop]
+
+
+def team_ranked_ids(
+    base: QuerySet[Finding], *, team_id: int, start: int, stop: int, descending: bool = False,
+) -> list[int]:
+    """Ids [start:stop] of `base`'s findings ranked in team `team_id`, in its queue order. A
+    first page: from a walk of the key order bounded to WALK_ROWS findings; when that came
+    back short, sorted from the matches, or when they are too many to sort, from the whole
+    walk. A deeper slice (the kept order head) is read by PostgreSQL's own plan, on the
+    (team, qkey, finding) index."""
+    if stop > WALK_STOP_MAX:
+        order = ("-ranked__qkey", "-ranked__finding_id") if descending else (
+            "ranked__qkey", "ranked__finding_id")
+        ranked = base.order_by().filter(ranked__team_id=team_id).order_by(*order)
+        return list(ranked.values_list("pk", flat=True)[start:stop])
+    ids, complete = bounded_walk(base, team_id=team_id, stop=stop, descending=descending)
+    if not complete:
+        found = sorted_matches(base, team_id=team_id, start=start, stop=stop,
+                               descending=descending)
+        if found is not None:
+            return found
+        ids, _ = bounded_walk(base, team_id=team_id, stop=stop, rows=0, descending=descending)
+    return ids[start:stop]
