@@ -34,7 +34,7 @@ def _stored(team_id: int) -> list[tuple[object, ...]]:
     rows' places in key order (`row_number()` over (qkey, finding_id))."""
     with connection.cursor() as cur:
         cur.execute(
-            f"SELECT r.finding_id, {rank_sql('r')}, {env_rank_sql('r')}, r.environment, "  # noqa: S608
+            f"SELECT r.finding_id, {rank_sql('r')}, {env_rank_sql('r')}, r.environment, "
             "r.score, r.decision, r.context_id, r.qkey, "
             "row_number() OVER (ORDER BY r.qkey, r.finding_id), row_number() OVER "
             "(PARTITION BY r.environment ORDER BY r.qkey, r.finding_id) "

@@ -52,7 +52,6 @@ def test_same_inputs_same_result_and_nothing_moves(team):
 def test_resolved_findings_leave_the_queue(team):
     from trustrank.accounts.principal import Principal
     from trustrank.findings.services.triage import finding_triage
-
     from trustrank.ranking.models import RankedFinding
     from trustrank.ranking.ranks import ranks_of
 

@@ -66,7 +66,7 @@ def _run(team_id: int) -> RankingRun:
 def _stored(team_id: int) -> list[tuple[int, int, float, str]]:
     """(finding, rank counted from the key, score, decision) in queue order."""
     with connection.cursor() as cur:
-        cur.execute(f"SELECT r.finding_id, {rank_sql('r')}, r.score, r.decision "  # noqa: S608
+        cur.execute(f"SELECT r.finding_id, {rank_sql('r')}, r.score, r.decision "
                     "FROM ranking_rankedfinding r WHERE r.team_id = %s "
                     "ORDER BY r.qkey, r.finding_id", [team_id])
         return cur.fetchall()
@@ -82,7 +82,7 @@ def _assert_ranked_as_a_full_run(team_id: int, run: RankingRun, open_ids: list[i
     assert sorted(row[0] for row in stored) == sorted(open_ids)
     with connection.cursor() as cur:
         # Each environment's ranks are 1..n too.
-        cur.execute(f"SELECT r.environment, array_agg({env_rank_sql('r')} "  # noqa: S608
+        cur.execute(f"SELECT r.environment, array_agg({env_rank_sql('r')} "
                     "ORDER BY r.qkey, r.finding_id) FROM ranking_rankedfinding r "
                     "WHERE r.team_id = %s GROUP BY r.environment", [team_id])
         for _env, env_ranks in cur.fetchall():

@@ -103,7 +103,7 @@ def test_key_ranks_are_the_places_in_key_order(seed):
     fids = rng.sample(range(1, 10_000), rng.randint(1, 300))
     rows = QueueRows.of(_rows(rng, fids))
     rows.qkey = np.array([rng.randint(1, 20) for _ in fids], dtype="int64")
-    order = sorted(zip(rows.qkey.tolist(), fids))
+    order = sorted(zip(rows.qkey.tolist(), fids, strict=True))
     expected = {f: k for k, (_q, f) in enumerate(order, start=1)}
     asked = [*rng.sample(fids, min(40, len(fids))), 10_001]
     want = [expected.get(f, 0) for f in asked]

@@ -148,7 +148,8 @@ def _past_rank(column: str, run_id: int) -> Any:
     shifted because others moved has no row), so the rank is rebuilt from the keys:
     `_ranks_as_of`."""
     if column == "rank":
-        return Cast(Func(RawSQL(_RANKS_AS_OF, [run_id, run_id, run_id]),
+        # A constant statement, the run's id passed as a parameter.
+        return Cast(Func(RawSQL(_RANKS_AS_OF, [run_id, run_id, run_id]),  # noqa: S611
                          Cast(F("pk"), CharField()), arg_joiner=" ->> ",
                          template="(%(expressions)s)", output_field=CharField()),
                     IntegerField())

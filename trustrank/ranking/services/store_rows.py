@@ -52,8 +52,8 @@ class QueueRows(Mapping[int, Row]):
     queue the rows were made from (as the store makes them), which the incremental store's
     walk relies on; rows read from elsewhere are looked up by finding id."""
 
-    __slots__ = ("_key_rank", "_sorted", "_sorter", "by_place", "context", "decision", "digests", "env",
-                 "env_rank", "envs", "fid", "qkey", "rank", "score")
+    __slots__ = ("_key_rank", "_sorted", "_sorter", "by_place", "context", "decision",
+                 "digests", "env", "env_rank", "envs", "fid", "qkey", "rank", "score")
 
     def __init__(self, *, fid: np.ndarray[Any, Any], rank: np.ndarray[Any, Any],
                  env_rank: np.ndarray[Any, Any], env: np.ndarray[Any, Any],
