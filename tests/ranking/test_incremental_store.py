@@ -1,7 +1,9 @@
 """An incremental run stores exactly what a full run over the same evidence stores: the
 shortcuts of the store (rows of unmoved findings reused, contexts keyed by identity,
-fresh findings merged by binary search) must not change a rank, an environment rank, a
-score, a decision, a context or a digest."""
+fresh findings merged by binary search) must not change a key, a counted rank or
+environment rank, a score, a decision, a context or a digest. A run writes only the rows
+whose own values changed: the stored `rank` columns of the others go stale, and the
+ranks compared here are those counted from the keys (`trustrank.ranking.ranks`)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from django.db import connection
 
 from bench.rerank import build
 from trustrank.ranking.models import RankChange, RankingRun
+from trustrank.ranking.ranks import env_rank_sql, rank_sql
 from trustrank.ranking.services import due as due_service
 from trustrank.ranking.services import runs
 from trustrank.ranking.services.requests import ranking_run_request
@@ -26,11 +29,35 @@ def _run(team_id: int) -> RankingRun:
 
 
 def _stored(team_id: int) -> list[tuple[object, ...]]:
+    """(finding, rank, environment rank, environment, score, decision, context, key) of
+    every ranked row of the team, the ranks counted from the keys, which must be the
+    rows' places in key order (`row_number()` over (qkey, finding_id))."""
     with connection.cursor() as cur:
         cur.execute(
-            "SELECT finding_id, rank, env_rank, environment, score, decision, context_id "
-            "FROM ranking_rankedfinding WHERE team_id = %s ORDER BY finding_id", [team_id])
-        return cur.fetchall()
+            f"SELECT r.finding_id, {rank_sql('r')}, {env_rank_sql('r')}, r.environment, "
+            "r.score, r.decision, r.context_id, r.qkey, "
+            "row_number() OVER (ORDER BY r.qkey, r.finding_id), row_number() OVER "
+            "(PARTITION BY r.environment ORDER BY r.qkey, r.finding_id) "
+            "FROM ranking_rankedfinding r WHERE r.team_id = %s ORDER BY r.finding_id",
+            [team_id])
+        rows = cur.fetchall()
+    assert [r[1:3] for r in rows] == [r[8:10] for r in rows]
+    return [r[:8] for r in rows]
+
+
+def _fresh(team_id: int) -> RankingRun:
+    """A full run over no stored queue: every row written anew."""
+    with connection.cursor() as cur:
+        cur.execute("DELETE FROM ranking_rankedfinding WHERE team_id = %s", [team_id])
+    runs._PREVIOUS.clear()
+    return _run(team_id)
+
+
+def _digest_of(stored: list[tuple[object, ...]]) -> str:
+    from trustrank.ranking.services.store_rows import QueueRows
+
+    return runs._rows_digest(QueueRows.from_items(
+        ((r[0], r[1:]) for r in stored), len(stored), keyed=True))
 
 
 def _set_impact(team_id: int, service: str, impact: str) -> None:
@@ -52,6 +79,8 @@ def test_incremental_run_stores_what_a_full_run_stores():
         assert incremental.incremental and incremental.counts["moved"] > 0
         stored = _stored(team_id)
         assert RankChange.objects.filter(run=incremental).count() == incremental.counts["moved"]
+        # Only the rows whose own values changed were written.
+        assert _written_by(incremental) == incremental.counts["updated"] < len(stored)
         # The same evidence ranked from scratch by a worker that kept nothing.
         runs._PREVIOUS.clear()
         full = _run(team_id)
@@ -60,7 +89,54 @@ def test_incremental_run_stores_what_a_full_run_stores():
         assert full.results_digest == incremental.results_digest
         assert full.inputs_digest == incremental.inputs_digest
         assert full.counts["contexts"] == incremental.counts["contexts"]
-        assert full.counts["moved"] == 0
+        assert full.counts["moved"] == full.counts["updated"] == _written_by(full) == 0
+        fresh = _fresh(team_id)
+        assert _stored(team_id) == stored and fresh.results_digest == full.results_digest
+
+
+def _written_by(run: RankingRun) -> int:
+    from trustrank.ranking.models import RankedFinding
+
+    return RankedFinding.objects.filter(run=run).count()
+
+
+def test_one_finding_rising_writes_only_its_own_row_and_history():
+    """One finding rises (its EPSS went up): the incremental run writes its ranked row and
+    one history line, not the rows of the findings it passed, whose stored ranks go stale
+    while their counted ranks shift by one; every counted rank is a fresh full run's, and
+    the history line's ranks are those counted before and after the run's writes."""
+    from trustrank.ranking.models import RankedFinding
+    from trustrank.ranking.ranks import ranks_of
+
+    team_id = build(findings=800, services=60, edges=200, versions=30, seed=21)
+    runs._PREVIOUS.clear()
+    first = _run(team_id)
+    queue = list(RankedFinding.objects.filter(team_id=team_id).order_by(
+        "qkey", "finding_id").values_list("finding_id", flat=True))
+    low = queue[-1]
+    counted = ranks_of(queue)
+    with connection.cursor() as cur:
+        cur.execute("UPDATE findings_finding SET epss = 0.99, epss_percentile = 0.99, "
+                    "cvss_score = 10.0, in_kev = true, updated_at = now() WHERE id = %s", [low])
+    second = _run(team_id)
+    assert second.incremental
+    assert list(RankedFinding.objects.filter(run=second).values_list(
+        "finding_id", flat=True)) == [low]
+    change = RankChange.objects.get(run=second)
+    after = ranks_of(queue)
+    assert change.finding_id == low and change.previous_rank == counted[low][0] == len(queue)
+    assert change.rank == after[low][0] < len(queue) // 2
+    assert change.qkey == RankedFinding.objects.get(finding_id=low).qkey != change.previous_qkey
+    passed = [fid for fid in queue if after[fid][0] > counted[fid][0]]
+    assert len(passed) == len(queue) - after[low][0]
+    assert all(after[fid][0] == counted[fid][0] + 1 for fid in passed)
+    assert second.counts["updated"] == second.counts["moved"] == 1
+    # Their stored rows are the first run's, ranks included.
+    assert set(RankedFinding.objects.filter(finding_id__in=passed).values_list(
+        "run_id", flat=True)) == {first.pk}
+    stored = _stored(team_id)
+    fresh = _fresh(team_id)
+    assert _stored(team_id) == stored and fresh.results_digest == second.results_digest
 
 
 def test_ranks_follow_their_finding_without_database_foreign_keys():
@@ -236,8 +312,7 @@ def test_a_queue_written_whole_has_the_digest_of_its_rows(monkeypatch):
     runs._PREVIOUS.clear()
     row_by_row = _run(team_id)
     stored = _stored(team_id)
-    rows = {r[0]: (r[1], r[2], r[3], r[4], r[5], r[6]) for r in stored}
-    assert row_by_row.results_digest == runs._rows_digest(rows)
+    assert row_by_row.results_digest == _digest_of(stored)
     monkeypatch.setattr(store, "_REWRITE_ABOVE", 0)
     with connection.cursor() as cur:
         cur.execute("DELETE FROM ranking_rankedfinding WHERE team_id = %s", [team_id])
@@ -267,8 +342,7 @@ def test_an_incremental_run_that_rewrites_the_queue_takes_the_digest_hashed_on_t
     incremental = _run(team_id)
     assert incremental.incremental and incremental.counts["updated"] > 0
     stored = _stored(team_id)
-    rows = {r[0]: (r[1], r[2], r[3], r[4], r[5], r[6]) for r in stored}
-    assert incremental.results_digest == runs._rows_digest(rows)
+    assert incremental.results_digest == _digest_of(stored)
     assert RankChange.objects.filter(run=incremental).count() == incremental.counts["moved"]
     # Above the threshold its rows were made column by column, not walked place by place:
     # what it stored is what a full run stores.
@@ -439,17 +513,31 @@ def test_a_first_run_inserts_due_dates_equal_to_a_recomputation_and_keeps_a_hand
 
 
 def test_results_digest_updated_by_the_changed_rows_equals_the_whole_digest():
+    """The digest hashes each row's own values (key, environment, score, decision,
+    context), not its ranks: a row whose ranks alone shifted hashes as before, so the
+    rows a run writes are all that update it."""
+    from trustrank.ranking.services.store_rows import QueueRows
+
+    def keyed(rows):
+        return QueueRows.from_items(((f, (*r, int(r[3] * 1000))) for f, r in rows.items()),
+                                    len(rows), keyed=True)
+
     before = {fid: (fid, fid, "prod", fid / 7, "scheduled", f"{fid:064x}")
               for fid in range(1, 200)}
     rows = {fid: row for fid, row in before.items() if fid % 11}
     for fid in range(150, 230):
         rows[fid] = (fid + 3, fid, "prod", fid / 5, "immediate", f"{fid:064x}")
-    changed = [fid for fid, row in rows.items() if before.get(fid) != row]
+    changed = [fid for fid, row in rows.items() if before.get(fid) is None
+               or before[fid][2:] != row[2:]]
     gone = [fid for fid in before if fid not in rows]
     assert runs._rows_digest_update(
-        runs._rows_digest(before), before=before, rows=rows, changed=changed, gone=gone,
-    ) == runs._rows_digest(rows) != runs._rows_digest(before)
-    assert runs._rows_digest(dict(reversed(rows.items()))) == runs._rows_digest(rows)
+        runs._rows_digest(keyed(before)), before=keyed(before), rows=keyed(rows),
+        changed=changed, gone=gone,
+    ) == runs._rows_digest(keyed(rows)) != runs._rows_digest(keyed(before))
+    assert runs._rows_digest(keyed(dict(reversed(rows.items())))) == runs._rows_digest(
+        keyed(rows))
+    shifted = {fid: (rank + 1, env + 1, *rest) for fid, (rank, env, *rest) in rows.items()}
+    assert runs._rows_digest(keyed(shifted)) == runs._rows_digest(keyed(rows))
 
 
 def test_incremental_run_with_closed_and_reopened_findings_stores_what_a_full_run_stores():
@@ -461,8 +549,8 @@ def test_incremental_run_with_closed_and_reopened_findings_stores_what_a_full_ru
     team_id = build(findings=1200, services=100, edges=400, versions=40, seed=13)
     runs._PREVIOUS.clear()
     _run(team_id)
-    queue = list(RankedFinding.objects.filter(team_id=team_id).order_by("rank").values_list(
-        "finding_id", flat=True))
+    queue = list(RankedFinding.objects.filter(team_id=team_id).order_by(
+        "qkey", "finding_id").values_list("finding_id", flat=True))
     picked = [queue[0], queue[len(queue) // 2], queue[-1]]
     for state, impact in (("resolved", "very high"), ("in_triage", "low")):
         with connection.cursor() as cur:
@@ -538,7 +626,9 @@ def test_walking_only_the_changed_places_gives_every_row_a_full_walk_gives(seed)
     differ = [i for i, r in enumerate(new) if i >= len(prev) or prev[i] is not r]
     assert _walk_changed(tuple(new), prev, before, ids, ids, row_of, differ=differ) == (
         rows, changed, gone)
-    assert sorted(changed) == sorted(f for f, row in expected.items() if before.get(f) != row)
+    # Changed: new, or its own values differ (a shifted rank alone is not a change).
+    assert sorted(changed) == sorted(f for f, row in expected.items()
+                                     if f not in before or before[f][2:] != row[2:])
     assert sorted(gone) == sorted(f for f in before if f not in expected)
 
 

@@ -17,6 +17,7 @@ from django.db import connection
 from bench.rerank import build
 from trustrank.ranking.inputs import rank_settings, ranking_inputs_gather
 from trustrank.ranking.models import RankingRun, RunStatus
+from trustrank.ranking.ranks import env_rank_sql, rank_sql
 from trustrank.ranking.services import runs
 from trustrank.ranking.services.requests import ranking_run_request
 from trustrank.risk.engine import rank
@@ -63,9 +64,11 @@ def _run(team_id: int) -> RankingRun:
 
 
 def _stored(team_id: int) -> list[tuple[int, int, float, str]]:
+    """(finding, rank counted from the key, score, decision) in queue order."""
     with connection.cursor() as cur:
-        cur.execute("SELECT finding_id, rank, score, decision FROM ranking_rankedfinding "
-                    "WHERE team_id = %s ORDER BY rank", [team_id])
+        cur.execute(f"SELECT r.finding_id, {rank_sql('r')}, r.score, r.decision "
+                    "FROM ranking_rankedfinding r WHERE r.team_id = %s "
+                    "ORDER BY r.qkey, r.finding_id", [team_id])
         return cur.fetchall()
 
 
@@ -79,9 +82,9 @@ def _assert_ranked_as_a_full_run(team_id: int, run: RankingRun, open_ids: list[i
     assert sorted(row[0] for row in stored) == sorted(open_ids)
     with connection.cursor() as cur:
         # Each environment's ranks are 1..n too.
-        cur.execute("SELECT environment, array_agg(env_rank ORDER BY env_rank) "
-                    "FROM ranking_rankedfinding WHERE team_id = %s GROUP BY environment",
-                    [team_id])
+        cur.execute(f"SELECT r.environment, array_agg({env_rank_sql('r')} "
+                    "ORDER BY r.qkey, r.finding_id) FROM ranking_rankedfinding r "
+                    "WHERE r.team_id = %s GROUP BY r.environment", [team_id])
         for _env, env_ranks in cur.fetchall():
             assert env_ranks == list(range(1, len(env_ranks) + 1))
     assert run.counts["findings"] == len(open_ids)
@@ -124,7 +127,9 @@ def _fail_on(table: str, when: str = "") -> None:
     with connection.cursor() as cur:
         cur.execute("CREATE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql AS "
                     "$$ BEGIN RAISE EXCEPTION 'injected failure'; END $$")
-        cur.execute(f"CREATE TRIGGER test_refuse BEFORE INSERT OR UPDATE ON {table} "
+        # A run whose findings only left the queue writes no row, it only deletes them.
+        events = "INSERT OR UPDATE" if when else "INSERT OR UPDATE OR DELETE"
+        cur.execute(f"CREATE TRIGGER test_refuse BEFORE {events} ON {table} "
                     f"FOR EACH ROW {when} EXECUTE FUNCTION test_refuse()")
 
 
@@ -134,7 +139,7 @@ def _allow(table: str) -> None:
         cur.execute("DROP FUNCTION test_refuse()")
 
 
-# Where the run fails: while storing the queue (the ranked rows' COPY), or at its very
+# Where the run fails: while storing the queue (the ranked rows' writes), or at its very
 # end (marking the run done, after everything else was written in its transaction).
 FAILURES = [
     ("ranking_rankedfinding", ""),

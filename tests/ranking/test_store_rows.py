@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import orjson
 import pytest
 
@@ -71,19 +72,50 @@ def test_comparisons_on_columns_are_the_dictionarys(seed):
             field = rng.randrange(6)
             rows[fid] = new if old is None else (
                 *old[:field], (rank, *new[1:])[field], *old[field + 1:])
-    changed, gone = compare_rows(QueueRows.of(rows), QueueRows.of(before))
-    assert changed.tolist() == [f for f, row in rows.items() if before.get(f) != row]
+    # The key: one per (score, decision) here; rows whose ranks alone differ are not
+    # changed (others moved around them), nor moved.
+    def keyed(rows):
+        columns = QueueRows.of(rows)
+        columns.qkey = (columns.score * 7 + columns.decision).astype("int64")
+        return columns
+
+    changed, gone = compare_rows(keyed(rows), keyed(before))
+    assert changed.tolist() == [f for f, row in rows.items()
+                                if f not in before or before[f][2:] != row[2:]]
     assert gone == [f for f in before if f not in rows]
-    assert moved_rows(changed, QueueRows.of(before), QueueRows.of(rows)).tolist() == [
-        f for f in changed.tolist() if f not in before or before[f][0] != rows[f][0]
+    assert moved_rows(changed, keyed(before), keyed(rows)).tolist() == [
+        f for f in changed.tolist() if f not in before
         or before[f][3] != rows[f][3] or before[f][4] != rows[f][4]]
     assert decision_changed(changed, QueueRows.of(before), QueueRows.of(rows)) == [
         f for f in changed.tolist() if f not in before or before[f][4] != rows[f][4]]
     # Both from one lookup, as the store makes them when it rewrites the queue.
-    together = compared_rows(QueueRows.of(rows), QueueRows.of(before))
+    together = compared_rows(keyed(rows), keyed(before))
     assert together[0].tolist() == changed.tolist() and together[1] == gone
-    assert together[2].tolist() == moved_rows(
-        changed, QueueRows.of(before), QueueRows.of(rows)).tolist()
+    assert together[2].tolist() == moved_rows(changed, keyed(before), keyed(rows)).tolist()
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_key_ranks_are_the_places_in_key_order(seed):
+    """`key_ranks`: a finding's rank among the rows ordered by (key, finding id), whether
+    the rows are by place in that order (ranked by place) or not (sorted); the rows of a
+    queue stored before the keys keep their stored ranks."""
+    rng = random.Random(seed)
+    fids = rng.sample(range(1, 10_000), rng.randint(1, 300))
+    rows = QueueRows.of(_rows(rng, fids))
+    rows.qkey = np.array([rng.randint(1, 20) for _ in fids], dtype="int64")
+    order = sorted(zip(rows.qkey.tolist(), fids, strict=True))
+    expected = {f: k for k, (_q, f) in enumerate(order, start=1)}
+    asked = [*rng.sample(fids, min(40, len(fids))), 10_001]
+    want = [expected.get(f, 0) for f in asked]
+    assert rows.key_ranks(asked).tolist() == want
+    at = rows.places([f for _q, f in order])
+    by_place = QueueRows(fid=rows.fid[at], rank=rows.rank[at], env_rank=rows.env_rank[at],
+                         env=rows.env[at], score=rows.score[at], decision=rows.decision[at],
+                         context=rows.context[at], envs=rows.envs, digests=rows.digests,
+                         by_place=True, qkey=rows.qkey[at])
+    assert by_place.key_ranks(asked).tolist() == want
+    keyless = QueueRows.of(_rows(rng, fids))
+    assert keyless.key_ranks(fids).tolist() == [keyless[f][0] for f in fids]
 
 
 def test_an_empty_queue_has_no_rows():
@@ -94,6 +126,7 @@ def test_an_empty_queue_has_no_rows():
     changed, gone = compare_rows(rows, empty)
     assert changed.tolist() == [3] and gone == []
     assert compare_rows(empty, rows)[1] == [3]
+    assert empty.key_ranks([3]).tolist() == [0] and list(empty.own_items()) == []
     changed, gone, moved = compared_rows(rows, empty)
     assert changed.tolist() == moved.tolist() == [3] and gone == []
 

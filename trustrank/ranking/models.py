@@ -151,12 +151,17 @@ class RankedFinding(models.Model):
 
 
 class RankChange(models.Model):
-    """A finding's rank history: one row per run in which its rank, score or decision
-    changed (an unchanged finding writes nothing).
+    """A finding's rank history: one row per run in which its own key, score or decision
+    changed, or in which it entered or left the queue (a finding whose rank shifted only
+    because others moved writes nothing). `rank` and `previous_rank` are counted from the
+    keys when the run wrote the row (after and before its writes); `qkey` and
+    `previous_qkey` are the finding's queue key after and before, so that the ranks of a
+    past run can be rebuilt (a finding's key as of run R is the `qkey` of its latest change
+    at or before R, else the `previous_qkey` of its earliest change after R, else its
+    current key). Rows written before the keys were recorded have neither.
 
-    A run that moves a few findings shifts the ranks of thousands behind them, all written
-    here; like RankedFinding the table has no database foreign keys (their deferred checks
-    were most of such a run's commit). Deletion still cascades in the ORM, and the readers
+    Like RankedFinding the table has no database foreign keys (their deferred checks were
+    most of a large run's commit). Deletion still cascades in the ORM, and the readers
     join the finding, so a row outliving its finding is never shown."""
 
     # No single-column indexes of their own: the two below lead with these columns, and a
@@ -178,6 +183,8 @@ class RankChange(models.Model):
     # Which factors moved, and by how much: [{"factor", "before", "after"}].
     why = models.JSONField(default=list, blank=True)
     at = models.DateTimeField(default=timezone.now)
+    qkey = models.BigIntegerField(null=True)
+    previous_qkey = models.BigIntegerField(null=True)
 
     class Meta:
         ordering = ["at", "id"]

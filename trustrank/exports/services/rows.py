@@ -29,6 +29,7 @@ from django.db.models import (
     Exists,
     F,
     FloatField,
+    Func,
     IntegerField,
     OuterRef,
     QuerySet,
@@ -36,6 +37,7 @@ from django.db.models import (
     Value,
     When,
 )
+from django.db.models.expressions import RawSQL
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce, Concat, NullIf
 from django.http import QueryDict
@@ -142,10 +144,18 @@ def _rank_source(req: ExportRequest) -> tuple[RankSource, RankingRun | None]:
 
 def _past_rank(column: str, run_id: int) -> Any:
     """The value of a RankChange column (rank, score, decision) as ranking run `run_id` left
-    it for the outer finding."""
+    it for the outer finding. History holds a finding's own changes only (a rank that
+    shifted because others moved has no row), so the rank is rebuilt from the keys:
+    `_ranks_as_of`."""
+    if column == "rank":
+        # A constant statement, the run's id passed as a parameter.
+        return Cast(Func(RawSQL(_RANKS_AS_OF, [run_id, run_id, run_id]),  # noqa: S611
+                         Cast(F("pk"), CharField()), arg_joiner=" ->> ",
+                         template="(%(expressions)s)", output_field=CharField()),
+                    IntegerField())
     upto = RankChange.objects.filter(finding=OuterRef("pk"), run_id__lte=run_id)
     after = RankChange.objects.filter(finding=OuterRef("pk"), run_id__gt=run_id)
-    current = {"rank": "ranked__rank", "score": "ranked__score", "decision": "ranked__decision"}
+    current = {"score": "ranked__score", "decision": "ranked__decision"}
     return Case(
         When(Exists(upto), then=Subquery(upto.order_by("-run_id", "-id").values(column)[:1])),
         When(
@@ -154,6 +164,39 @@ def _past_rank(column: str, run_id: int) -> Any:
         ),
         default=F(current[column]),
     )
+
+
+# Finding id (as text) -> rank at ranking run %s, for the findings of that run's team, as
+# one JSON object made once per export (an uncorrelated subquery; a row's lookup is a
+# binary search of its keys). A finding's key as of the run: the `qkey` of its latest
+# change at or before it (none when that change took it out of the queue), else the
+# `previous_qkey` of its earliest change after it (none when that change put it in), else
+# its ranked row's key; its rank is its place among the team's findings ranked then by
+# (key, id). A history row from before the keys were recorded has a rank and no key: that
+# rank is taken as it was written (history then had every shift).
+_RANKS_AS_OF = """(SELECT jsonb_object_agg(r.finding_id, r.rank) FROM (
+  SELECT a.finding_id,
+    coalesce(a.legacy, row_number() OVER (ORDER BY a.k NULLS LAST, a.finding_id)) AS rank
+  FROM (SELECT f.id AS finding_id,
+          CASE WHEN up.rank IS NOT NULL THEN up.qkey WHEN up.at IS NOT NULL THEN NULL
+               WHEN aft.previous_rank IS NOT NULL THEN aft.previous_qkey
+               WHEN aft.at IS NOT NULL THEN NULL ELSE rf.qkey END AS k,
+          CASE WHEN up.at IS NOT NULL THEN up.rank IS NOT NULL
+               WHEN aft.at IS NOT NULL THEN aft.previous_rank IS NOT NULL
+               ELSE rf.finding_id IS NOT NULL END AS ranked,
+          CASE WHEN up.at IS NOT NULL THEN
+                 CASE WHEN up.qkey IS NULL THEN up.rank END
+               WHEN aft.previous_qkey IS NULL THEN aft.previous_rank END AS legacy
+        FROM findings_finding f
+        LEFT JOIN ranking_rankedfinding rf ON rf.finding_id = f.id
+        LEFT JOIN LATERAL (SELECT c.rank, c.qkey, c.at FROM ranking_rankchange c
+          WHERE c.finding_id = f.id AND c.run_id <= %s ORDER BY c.run_id DESC, c.id DESC
+          LIMIT 1) up ON true
+        LEFT JOIN LATERAL (SELECT c.previous_rank, c.previous_qkey, c.at
+          FROM ranking_rankchange c WHERE c.finding_id = f.id AND c.run_id > %s
+          ORDER BY c.run_id, c.id LIMIT 1) aft ON true
+        WHERE f.team_id = (SELECT team_id FROM ranking_rankingrun WHERE id = %s)) a
+  WHERE a.ranked) r)"""
 
 
 def export_selection(req: ExportRequest) -> ExportSelection:

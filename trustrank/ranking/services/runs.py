@@ -7,7 +7,7 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -32,7 +32,7 @@ from trustrank.ranking.services.due import (
 )
 from trustrank.ranking.services.store import _store, rewrites_rows
 from trustrank.ranking.services.store_columns import place_ids, store_first_from_columns
-from trustrank.ranking.services.store_rows import Ids, QueueRows, Row, decision_changed
+from trustrank.ranking.services.store_rows import Ids, OwnRow, QueueRows, decision_changed
 from trustrank.ranking.services.store_services import services_store
 from trustrank.risk import inputs as ri
 from trustrank.risk.collector import collector_paused
@@ -157,7 +157,8 @@ def _changed_since(old: ri.RankInputs, new: ri.RankInputs) -> tuple[set[str], se
 
 
 def _places_in(cached: _Cached) -> Callable[[str], int | None]:
-    """A finding id's place in the cached result's queue: its stored rank less one."""
+    """A finding id's place in the cached result's queue: its rank less one in the rows the
+    run kept in memory (every rank as of that run; the table's go stale)."""
     rows, ids = cached.rows, cached.gathered.finding_ids
 
     def place_of(fid: str) -> int | None:
@@ -254,9 +255,8 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any =
             result = meanwhile.finish(result, inputs=gathered.inputs, settings=rs)
         t3 = time.perf_counter()
         if rows_hash is not None:
-            # `_rows_digest(rows)`, hashed by the store while PostgreSQL took the rows: a
-            # run that rewrote the whole queue (one finding rising shifts every rank below
-            # it) would otherwise hash each changed row twice more, before and after.
+            # `_rows_digest(rows)`, hashed by the store while PostgreSQL took the rows (a
+            # run that rewrote the whole queue would otherwise hash each row twice more).
             digest = f"{rows_hash % _MODULUS:064x}"
         elif incremental and cached is not None and cached.results_digest:
             digest = _rows_digest_update(cached.results_digest, before=cached.rows,
@@ -420,8 +420,8 @@ def _written_since(team_id: int, since: datetime) -> tuple[int, ...]:
 _MODULUS = 1 << 256
 
 
-def _row_hashes(rows: Iterable[tuple[int, Row]]) -> int:
-    """The sum of the SHA-256 of each (finding id, (rank, env rank, environment, score,
+def _row_hashes(rows: Iterable[tuple[int, OwnRow]]) -> int:
+    """The sum of the SHA-256 of each (finding id, (queue key, environment, score,
     decision, context digest)) as orjson writes it, as a number."""
     return sum(map(int.from_bytes, map(_digest_of, map(hashlib.sha256, map(
         orjson.dumps, rows)))))
@@ -430,21 +430,21 @@ def _row_hashes(rows: Iterable[tuple[int, Row]]) -> int:
 _digest_of = methodcaller("digest")
 
 
-def _rows_digest(rows: Mapping[int, Row]) -> str:
-    """What the run stored, as a digest: the sum modulo 2^256 of one SHA-256 per stored
-    row (the finding's id, rank, environment rank, environment, score, decision and the
-    digest of its context, which covers the explanation), in 64 hex digits. Equal rows,
-    equal digest, in any order; and a run that changed a few rows updates its
-    predecessor's digest by those rows alone (`_rows_digest_update`)."""
-    return f"{_row_hashes(rows.items()) % _MODULUS:064x}"
+def _rows_digest(rows: QueueRows) -> str:
+    """What the run stored, as a digest: the sum modulo 2^256 of one SHA-256 per row of
+    its own values (the finding's id, queue key, environment, score, decision and the
+    digest of its context, which covers the explanation), in 64 hex digits. The key fixes
+    the order, so the ranks are not hashed: one finding rising changes its own row's hash,
+    not those of the findings below it. Equal rows, equal digest, in any order; and a run
+    that changed a few rows updates its predecessor's digest by those rows alone."""
+    return f"{_row_hashes(rows.own_items()) % _MODULUS:064x}"
 
 
 def _rows_digest_update(
-    digest: str, *, before: Mapping[int, Row], rows: Mapping[int, Row], changed: Ids,
-    gone: list[int],
+    digest: str, *, before: QueueRows, rows: QueueRows, changed: Ids, gone: list[int],
 ) -> str:
     """`_rows_digest(rows)` from the digest of `before`, given every finding whose row
     changed or is new (`changed`) and every one whose row left (`gone`)."""
-    old = _row_hashes(QueueRows.of(before).items_of([*changed, *gone]))
-    new = _row_hashes(QueueRows.of(rows).items_of(changed))
+    old = _row_hashes(before.own_items([*changed, *gone]))
+    new = _row_hashes(rows.own_items(changed))
     return f"{(int(digest, 16) - old + new) % _MODULUS:064x}"

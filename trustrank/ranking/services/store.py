@@ -1,7 +1,9 @@
-"""Storing a run's ranks: the rows of the queue (all of them, or an incremental run's
-changed ones), the rank contexts they point at, and the history of what moved
-(`store_history`). The COPY itself is `store_copy`'s; a team's first queue from a full run
-is `store_columns`'; the per-service results `store_services`'."""
+"""Storing a run's ranks: the new rows and those whose own values (`store_rows.OwnRow`)
+changed, the contexts they point at, and the history of own changes (`store_history`).
+A row whose ranks alone changed (others rose above it) is not written: its `rank`,
+`env_rank` and `run` stay those of the run that last wrote it; readers count ranks from
+the key (`trustrank.ranking.ranks`). The COPY is `store_copy`'s; a team's first queue
+from a full run `store_columns`'; the per-service results `store_services`'."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from trustrank.ranking.services.store_keys import KeyParts, buckets_store
 from trustrank.ranking.services.store_rows import (
     _DECISION_INDEX,
     Ids,
+    OwnRow,
     QueueRows,
     compare_rows,
     compared_rows,
@@ -74,8 +77,8 @@ def _queued_in(r: RankedFinding) -> str:
     return context[1] if context[0] else ""
 
 
-# Above this many changed ranks a run rewrites the team's queue whole (delete + COPY) rather
-# than row by row.
+# Above this many changed rows (own values) a run rewrites the team's queue whole (delete +
+# COPY) rather than row by row.
 _REWRITE_ABOVE = 250_000
 
 
@@ -87,15 +90,14 @@ def _store(
     before: Mapping[int, _Row] | None = None,
     previous: RankResult | None = None,
     previous_ids: Mapping[str, int] | None = None,
-    row_hashes: Callable[[Iterable[tuple[int, _Row]]], int] | None = None,
+    row_hashes: Callable[[Iterable[tuple[int, OwnRow]]], int] | None = None,
 ) -> tuple[dict[str, Any], QueueRows, tuple[Ids, list[int]], int | None]:
-    """Write the run's ranks; `before` is the stored queue when the caller knows it (an
-    incremental run), else it is read; `previous` is the result `before` was made from, if
-    the caller kept it, and `previous_ids` the finding ids it was made with. Returns the
-    counts, the rows now stored, the findings whose row was written (new or changed)
-    and whose row was dropped, and, when the whole queue was written and `row_hashes`
-    given, `row_hashes` of every (finding id, row): computed chunk by chunk while
-    PostgreSQL stores the chunk before, where it costs no wall time."""
+    """Write the rows whose own values changed (the rows in memory hold every rank as of
+    this run); `before` is the stored queue when known (an incremental run), else read;
+    `previous` the result it was made from, `previous_ids` its finding ids. Returns the
+    counts, the rows, the findings whose row was written and whose row was dropped, and,
+    when the whole queue was written and `row_hashes` given, `row_hashes` of every
+    (finding id, own values), made chunk by chunk while PostgreSQL stores the one before."""
     # A team's first queue from a full run is written by `store_columns` (the runs module
     # tries it first); with no stored row `_store_rows` writes every row as new.
     with collector_paused():
@@ -138,13 +140,10 @@ def _store_rows(
     before: Mapping[int, _Row] | None,
     previous: RankResult | None,
     previous_ids: Mapping[str, int] | None,
-    row_hashes: Callable[[Iterable[tuple[int, _Row]]], int] | None = None,
+    row_hashes: Callable[[Iterable[tuple[int, OwnRow]]], int] | None = None,
 ) -> tuple[dict[str, Any], QueueRows, tuple[Ids, list[int]], int | None]:
-    # The context of a ranked finding, keyed cheaply: the engine shares one `facts` tuple
-    # per advisory facts and one `context` per deployment context, so their identities
-    # (alive as long as `result`) stand for their values. Hashing the factors themselves
-    # (dataclasses) cost seconds at a million findings; equal contexts under different
-    # keys only compute the same digest twice.
+    # The context of a ranked finding, keyed by the identities of the engine's shared
+    # `facts` and `context` tuples (alive as long as `result`): see `_queue_rows`.
     contexts: dict[tuple[Any, ...], tuple[str, bytes]] = {}
     bodies: dict[str, bytes] = {}
     parts = KeyParts()
@@ -231,7 +230,7 @@ def _store_rows(
         on_chunk = None
         if rewrite and row_hashes is not None:
             def on_chunk(chunk: Ids) -> None:
-                hashed.append(row_hashes(rows.items_of(chunk)))
+                hashed.append(row_hashes(rows.own_items(chunk)))
         _copy_ranked(cur, team_id=run.team_id, run_id=run.pk, targets=targets, rows=rows,
                      on_chunk=on_chunk)
         buckets = buckets_store(cur, team_id=run.team_id, rows=rows, before=before,
@@ -344,7 +343,7 @@ def _walk_changed(
             walked.append(i)
             walked_rows.append(row)
             walked_ids.append(fid)
-            if old != row:
+            if old is None or old[2:] != row[2:]:  # its own values, not its ranks
                 changed.append(fid)
         i += 1
     out.extend(prev_pk(p[0]) for p in prev[n:])

@@ -22,7 +22,7 @@ from django.db import connection
 from trustrank.ranking.inputs import Gathered
 from trustrank.ranking.inputs.ids import finding_pks
 from trustrank.ranking.models import RankingRun
-from trustrank.ranking.services.store import _REWRITE_ABOVE, _contexts_insert, _Row, context_of
+from trustrank.ranking.services.store import _REWRITE_ABOVE, _contexts_insert, context_of
 from trustrank.ranking.services.store_copy import (
     _BINARY_HEADER,
     _BINARY_TRAILER,
@@ -33,7 +33,7 @@ from trustrank.ranking.services.store_copy import (
     _text_type,
 )
 from trustrank.ranking.services.store_keys import buckets_store
-from trustrank.ranking.services.store_rows import Ids, QueueRows
+from trustrank.ranking.services.store_rows import Ids, OwnRow, QueueRows
 from trustrank.risk.inputs import DECISIONS
 from trustrank.risk.results import RankResult
 
@@ -162,7 +162,7 @@ def _copy(cur: Any, q: _Queue, *, team_id: int, run_id: int,
 
 def store_first_from_columns(
     *, run: RankingRun, result: RankResult, gathered: Gathered,
-    row_hashes: Callable[[Iterable[tuple[int, _Row]]], int] | None,
+    row_hashes: Callable[[Iterable[tuple[int, OwnRow]]], int] | None,
     fid: np.ndarray[Any, Any] | None = None,
     meanwhile: Callable[[], object] | None = None,
 ) -> tuple[dict[str, Any], QueueRows, tuple[Ids, list[int]], int | None] | None:
@@ -186,7 +186,7 @@ def store_first_from_columns(
         def on_chunk(start: int, end: int) -> None:
             if row_hashes is not None:
                 part = slice(start, end)
-                hashed.append(row_hashes(zip(q.fid[part].tolist(), rows.rows_at(part),
+                hashed.append(row_hashes(zip(q.fid[part].tolist(), rows.own_rows_at(part),
                                              strict=True)))
             if meanwhile is not None:
                 meanwhile()

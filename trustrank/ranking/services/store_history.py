@@ -1,5 +1,7 @@
-"""A run's rank history: RankChange rows for the findings that moved, entered or left the
-queue, with which factors moved (`why`), and the reading of what moved most."""
+"""A run's rank history: RankChange rows for the findings whose own key, score or decision
+changed, or that entered or left the queue, with which factors moved (`why`), and the
+reading of what moved most. A finding pushed down by others has no line: its rank at any
+run follows from the keys (`qkey`, `previous_qkey`) the lines record."""
 
 from __future__ import annotations
 
@@ -28,9 +30,11 @@ def _history(
     new_context: dict[str, bytes],
     first: bool,
 ) -> None:
-    """RankChange rows: findings whose rank, score or decision moved, entered the queue
-    (after the team's first run: on the first, everything is new and nothing moved) or
-    left it."""
+    """RankChange rows: findings whose key, score or decision changed (`moved`), entered
+    the queue (after the team's first run: on the first, everything is new and nothing
+    moved) or left it (`gone`). Their ranks are counted from the keys as PostgreSQL counts
+    them (`trustrank.ranking.ranks`): the previous among the rows before the run's writes
+    (`before`), the new among the rows after them (`rows`)."""
     if first:
         return
     before, rows = QueueRows.of(before), QueueRows.of(rows)
@@ -79,21 +83,32 @@ def _history(
         for start in range(0, len(moved), _LINES):
             part = moved[start : start + _LINES]
             olds = dict(before.items_of(part))
-            yield from (line(fid, new, olds.get(fid)) for fid, new in rows.items_of(part))
-        for fid, old in before.items_of(gone):
-            yield f"{run.pk}\t{fid}\t\\N\t\\N\t\t{old[0]}\t{old[3]!r}\t{old[4]}\t[]\t{at}\n"
+            old_rank = dict(zip(map(int, part), before.key_ranks(part).tolist(), strict=True))
+            old_key = dict(before.own_items(part))
+            ranks = rows.key_ranks(part).tolist()
+            yield from (line(fid, new, olds.get(fid), rank, own[0], old_rank[fid],
+                             old_key.get(fid))
+                        for (fid, new), rank, (_f, own) in zip(
+                            rows.items_of(part), ranks, rows.own_items(part), strict=True))
+        for (fid, old), rank, (_f, own) in zip(before.items_of(gone), before.key_ranks(gone)
+                                               .tolist(), before.own_items(gone), strict=True):
+            yield (f"{run.pk}\t{fid}\t\\N\t\\N\t\t{rank}\t{old[3]!r}\t{old[4]}\t[]\t{at}"
+                   f"\t\\N\t{own[0]}\n")
 
-    def line(fid: int, new: Row, old: Row | None) -> str:
-        if old is None:
-            return f"{run.pk}\t{fid}\t{new[0]}\t{new[3]!r}\t{new[4]}\t\\N\t\\N\t\t[]\t{at}\n"
-        return (f"{run.pk}\t{fid}\t{new[0]}\t{new[3]!r}\t{new[4]}\t{old[0]}\t"
-                f"{old[3]!r}\t{old[4]}\t{text(why_of(old[5], new[5]))}\t{at}\n")
+    def line(fid: int, new: Row, old: Row | None, rank: int, qkey: int, old_rank: int,
+             old_own: tuple[Any, ...] | None) -> str:
+        if old is None or old_own is None:
+            return (f"{run.pk}\t{fid}\t{rank}\t{new[3]!r}\t{new[4]}\t\\N\t\\N\t\t[]\t{at}"
+                    f"\t{qkey}\t\\N\n")
+        return (f"{run.pk}\t{fid}\t{rank}\t{new[3]!r}\t{new[4]}\t{old_rank}\t"
+                f"{old[3]!r}\t{old[4]}\t{text(why_of(old[5], new[5]))}\t{at}\t{qkey}\t"
+                f"{old_own[0]}\n")
 
-    # Formatted and sent 20,000 lines at a time: a run that shifted a million ranks held
-    # every line (140 MB at a million) until the last was made.
+    # Formatted and sent 20,000 lines at a time (a run that rewrote a million keys would
+    # hold every line, 140 MB a million, until the last was made).
     with cur.copy(
         "COPY ranking_rankchange (run_id, finding_id, rank, score, decision, previous_rank, "
-        "previous_score, previous_decision, why, at) FROM STDIN"
+        "previous_score, previous_decision, why, at, qkey, previous_qkey) FROM STDIN"
     ) as copy:
         made = lines()
         while part := "".join(islice(made, _LINES)):

@@ -23,6 +23,10 @@ from trustrank.risk.inputs import DECISIONS
 # A stored rank row: (rank, env rank, environment, score, decision, context digest).
 Row = tuple[int, int, str, float, str, str]
 
+# A row's own values: (queue key, environment, score, decision, context digest). A run
+# writes a row when these change; its ranks follow from the other rows' keys.
+OwnRow = tuple[int, str, float, str, str]
+
 _DECISION_INDEX: dict[str, int] = {d: i for i, d in enumerate(DECISIONS)}
 
 # Rows made into tuples at a time by an iteration over many.
@@ -48,8 +52,8 @@ class QueueRows(Mapping[int, Row]):
     queue the rows were made from (as the store makes them), which the incremental store's
     walk relies on; rows read from elsewhere are looked up by finding id."""
 
-    __slots__ = ("_sorted", "_sorter", "by_place", "context", "decision", "digests", "env",
-                 "env_rank", "envs", "fid", "qkey", "rank", "score")
+    __slots__ = ("_key_rank", "_sorted", "_sorter", "by_place", "context", "decision",
+                 "digests", "env", "env_rank", "envs", "fid", "qkey", "rank", "score")
 
     def __init__(self, *, fid: np.ndarray[Any, Any], rank: np.ndarray[Any, Any],
                  env_rank: np.ndarray[Any, Any], env: np.ndarray[Any, Any],
@@ -68,6 +72,7 @@ class QueueRows(Mapping[int, Row]):
         self.envs, self.digests, self.by_place = envs, digests, by_place
         self._sorter: np.ndarray[Any, Any] | None = None
         self._sorted: np.ndarray[Any, Any] | None = None
+        self._key_rank: np.ndarray[Any, Any] | None = None
 
     @classmethod
     def of(cls, rows: Mapping[int, Row]) -> QueueRows:
@@ -144,6 +149,45 @@ class QueueRows(Mapping[int, Row]):
                    map(self.envs.__getitem__, self.env[at].tolist()), self.score[at].tolist(),
                    map(DECISIONS.__getitem__, self.decision[at].tolist()),
                    map(self.digests.__getitem__, self.context[at].tolist()), strict=True)
+
+    def own_rows_at(self, at: np.ndarray[Any, Any] | slice) -> Iterator[OwnRow]:
+        """The own values (`OwnRow`) of the rows at indexes `at`."""
+        return zip(self.qkey[at].tolist(), map(self.envs.__getitem__, self.env[at].tolist()),
+                   self.score[at].tolist(),
+                   map(DECISIONS.__getitem__, self.decision[at].tolist()),
+                   map(self.digests.__getitem__, self.context[at].tolist()), strict=True)
+
+    def own_items(self, fids: Sequence[int] | np.ndarray[Any, Any] | None = None,
+                  ) -> Iterator[tuple[int, OwnRow]]:
+        """(finding id, own values) of each of `fids` that has a row (of every row when
+        None), made a part at a time."""
+        for start in range(0, len(self) if fids is None else len(fids), _PART):
+            if fids is None:
+                at: Any = np.arange(start, min(start + _PART, len(self)))
+            else:
+                at = self.places(fids[start : start + _PART])
+                at = at[at >= 0]
+            yield from zip(self.fid[at].tolist(), self.own_rows_at(at), strict=True)
+
+    def key_ranks(self, fids: Sequence[int] | np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """The rank of each of `fids` among these rows ordered by (key, finding id), as the
+        ranks are counted from the key (`trustrank.ranking.ranks`); 0 for an id without a
+        row. Rows by place in key order (as a run makes them) are ranked by their place;
+        others are sorted once. Rows without keys (a queue stored before them) keep
+        their stored ranks, which nothing has shifted since."""
+        if self._key_rank is None:
+            n, q, f = len(self), self.qkey, self.fid
+            if not q.any():
+                self._key_rank = self.rank.astype(np.int64)
+            elif self.by_place and (n < 2 or bool(
+                    ((q[1:] > q[:-1]) | ((q[1:] == q[:-1]) & (f[1:] > f[:-1]))).all())):
+                self._key_rank = np.arange(1, n + 1, dtype=np.int64)
+            else:
+                self._key_rank = np.empty(n, dtype=np.int64)
+                self._key_rank[np.lexsort((f, q))] = np.arange(1, n + 1)
+        at = self.places(fids)
+        return np.where(at >= 0, self._key_rank[np.maximum(at, 0)], 0) if len(self) else (
+            np.zeros(len(at), dtype=np.int64))
 
     def items_of(self, fids: Sequence[int] | np.ndarray[Any, Any]) -> Iterator[tuple[int, Row]]:
         """(finding id, row) of each of `fids` that has a row, in their order, made a part
@@ -223,8 +267,9 @@ def _translation(old: list[str], new: list[str]) -> np.ndarray[Any, Any]:
 
 
 def compare_rows(rows: QueueRows, before: QueueRows) -> tuple[np.ndarray[Any, Any], list[int]]:
-    """(findings of `rows` whose row is new or differs from `before`'s, in `rows`' order;
-    findings of `before` with no row in `rows`, in `before`'s order)."""
+    """(findings of `rows` whose row is new or whose own values (`OwnRow`) differ from
+    `before`'s, in `rows`' order; findings of `before` with no row in `rows`, in `before`'s
+    order). A row whose ranks alone differ is not changed: others moved around it."""
     changed, gone, _moved = _compared(rows, before, with_moved=False)
     return changed, gone
 
@@ -254,16 +299,16 @@ def _compared(
     del at
     moved = None
     if len(before):
-        # Rank, score or decision differ (`moved_rows`); then the other fields.
-        differ = before.rank[b] != rows.rank
+        # A row's own values: its key, score or decision (`moved_rows`); then its
+        # environment and context. Its ranks are not compared: one finding rising shifts
+        # the ranks of every finding below it, whose rows are not written again.
+        differ = before.qkey[b] != rows.qkey
         differ |= before.score[b] != rows.score
         differ |= before.decision[b] != rows.decision
         same = found & ~differ
         if with_moved:
             moved = differ
         del differ
-        same &= before.env_rank[b] == rows.env_rank
-        same &= before.qkey[b] == rows.qkey
         same &= _translation(before.envs, rows.envs)[before.env[b]] == rows.env
         same &= _translation(before.digests, rows.digests)[before.context[b]] == rows.context
     else:
@@ -276,14 +321,14 @@ def _compared(
 
 
 def moved_rows(changed: Ids, before: QueueRows, rows: QueueRows) -> np.ndarray[Any, Any]:
-    """Of `changed` (findings with a row in `rows`), those new to `before` or whose rank,
-    score or decision differs there."""
+    """Of `changed` (findings with a row in `rows`), those new to `before` or whose key,
+    score or decision differs there: the findings whose history has a line."""
     fids = np.asarray(changed, dtype=np.int64)
     new, old = rows.places(fids), before.places(fids)
     differ = old < 0
     if len(before):
         o = np.where(differ, 0, old)
-        differ |= ((before.rank[o] != rows.rank[new]) | (before.score[o] != rows.score[new])
+        differ |= ((before.qkey[o] != rows.qkey[new]) | (before.score[o] != rows.score[new])
                    | (before.decision[o] != rows.decision[new]))
     return fids[differ]
 
