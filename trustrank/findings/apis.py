@@ -30,13 +30,13 @@ from trustrank.findings.search import search_value
 from trustrank.findings.serializers import (
     FindingSerializer,
     finding_rows_for_ids,
-    team_ranks_of,
 )
 from trustrank.findings.triage_apis import (
     finding_etag,
 )
 from trustrank.lib.api import Pagination
 from trustrank.lib.filters import StrictFilterBackend
+from trustrank.ranking.ranks import team_ranks_of
 from trustrank.vulns import selectors as vuln_selectors
 
 

@@ -9,7 +9,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from trustrank.findings.choices import OPEN_STATES, VEX_RESPONSES, Justification, TriageState
-from trustrank.findings.models import Finding
+from trustrank.findings.models import ENV_RANK_ANNOTATION, RANK_ANNOTATION, Finding
 from trustrank.findings.records import BulkTriageJob, TriagePolicy
 from trustrank.lib.numbers import INT_MAX, int_or_none
 
@@ -144,42 +144,15 @@ class FindingSerializer(serializers.ModelSerializer[Finding]):
         return {"probability": obj.epss, "percentile": obj.epss_percentile}
 
 
-def with_counted_ranks(qs: QuerySet[Finding]) -> QuerySet[Finding]:
-    """`qs` with each finding's rank in its team's queue (`counted_rank`) and in its
-    environment's (`counted_env_rank`), counted from the queue key (trustrank.ranking.ranks):
-    the stored `rank` columns hold the ranks as of the run that last wrote the row. About
-    0.15 ms a row: for the rows of a page, never over a whole queue."""
-    from trustrank.ranking.ranks import env_rank, team_rank
-
-    return qs.annotate(counted_rank=team_rank("ranked__"),
-                       counted_env_rank=env_rank("ranked__"))
-
-
 def page_rows_for_ids(qs: QuerySet[Finding], ids: list[int]) -> list[Finding]:
     """The findings `ids` (those `qs` still matches) in that order, with their counted ranks
-    (`with_counted_ranks`): the rows of one page of the findings list."""
+    (`findings_with_ranks`): the rows of one page of the findings list."""
     if not ids:
         return []
-    found = {f.pk: f for f in with_counted_ranks(qs.order_by().filter(pk__in=ids))}
+    from trustrank.ranking.selectors import findings_with_ranks
+
+    found = {f.pk: f for f in findings_with_ranks(qs.order_by().filter(pk__in=ids))}
     return [found[pk] for pk in ids if pk in found]
-
-
-def team_ranks_of(ids: list[int]) -> dict[int, int]:
-    """Finding id -> its rank in its team's queue, counted from the key, for the ranked of
-    `ids`: one statement, ~0.15 ms a row (paging.RankOrderedRows merges teams by it)."""
-    from django.db import connection
-
-    from trustrank.ranking.ranks import rank_sql
-
-    if not ids:
-        return {}
-    with connection.cursor() as cur:
-        cur.execute(
-            f"SELECT r.finding_id, {rank_sql('r')} FROM ranking_rankedfinding r"  # noqa: S608
-            " WHERE r.finding_id = ANY(%s)",
-            [sorted(set(ids))],
-        )
-        return {int(pk): int(rank) for pk, rank in cur.fetchall()}
 
 
 # DRF's own date-time representation (its time zone and `Z`), shared by the list's rows.
@@ -196,7 +169,7 @@ _ROW_COLUMNS = (
     "epss_percentile", "baseline_priority", "state", "justification", "response", "detail",
     "match_status", "match_reason", "fixed_versions", "first_seen", "last_seen",
     "resolved_at", "auto_resolved", "assignee_id", "assignee_name", "due__due_date",
-    "due__manual", "version", "counted_rank", "counted_env_rank", "ranked__score",
+    "due__manual", "version", RANK_ANNOTATION, ENV_RANK_ANNOTATION, "ranked__score",
     "ranked__decision", "ranked__context__data",
 )
 
@@ -213,12 +186,13 @@ def finding_rows_for_ids(qs: QuerySet[Finding], ids: list[int]) -> list[dict[str
     from django.contrib.auth import get_user_model
 
     from trustrank.jira.models import JiraIssueLink
+    from trustrank.ranking.selectors import findings_with_ranks
     from trustrank.ranking.serializers import context_fields
 
     username = get_user_model().USERNAME_FIELD
     found = {
         row[0]: row
-        for row in with_counted_ranks(qs.order_by().prefetch_related(None).filter(pk__in=ids))
+        for row in findings_with_ranks(qs.order_by().prefetch_related(None).filter(pk__in=ids))
         .annotate(assignee_name=F(f"assignee__{username}"))
         .values_list(*_ROW_COLUMNS)
     }

@@ -88,7 +88,7 @@ def finding_rows_html(
         decision = f.decision
         # The rank counted from the queue key, as the page annotated its rows
         # (serializers.page_rows_for_ids); the stored column may be stale.
-        rank = f.counted_rank if hasattr(f, "counted_rank") else f.rank
+        rank = f.rank
         add(f'\n    <tr data-finding="{pk}"{_OVERDUE_ROW if overdue else ""}>\n      ')
         if can_triage:
             add(f'<td><input type="checkbox" name="ids" value="{pk}:{_value(f.version)}" '

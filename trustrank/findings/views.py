@@ -40,7 +40,7 @@ from trustrank.findings.paging import (
     capped_cached_count,
     rows_by_id,
 )
-from trustrank.findings.serializers import page_rows_for_ids, team_ranks_of
+from trustrank.findings.serializers import page_rows_for_ids
 from trustrank.findings.services.triage import (
     UNSET,
     TriageConflict,
@@ -54,6 +54,7 @@ from trustrank.findings.totals import list_total
 from trustrank.inventory.models import Project
 from trustrank.lib.numbers import INT_MAX, int_or_none
 from trustrank.ranking.explain import finding_rank_explain
+from trustrank.ranking.ranks import team_ranks_of
 from trustrank.ranking.templatetags.rank_tags import rank_why
 from trustrank.vulns import selectors as vuln_selectors
 

@@ -71,3 +71,17 @@ def ranks_of(finding_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
             [ids],
         )
         return {fid: (int(rank), int(env)) for fid, rank, env in cur.fetchall()}
+
+
+def team_ranks_of(finding_ids: Iterable[int]) -> dict[int, int]:
+    """Finding id -> rank in its team's queue, for the ids that are ranked: one statement."""
+    ids = sorted(set(finding_ids))
+    if not ids:
+        return {}
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT r.finding_id, {rank_sql('r')}"  # noqa: S608
+            " FROM ranking_rankedfinding r WHERE r.finding_id = ANY(%s)",
+            [ids],
+        )
+        return {fid: int(rank) for fid, rank in cur.fetchall()}
