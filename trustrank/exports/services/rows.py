@@ -38,11 +38,10 @@ from django.db.models import (
 )
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce, Concat, NullIf
-from django.db.models.expressions import Expression
-from django.db.models.sql.constants import LOUTER
 from django.http import QueryDict
 
 from trustrank.exports.services.params import ExportRequest
+from trustrank.exports.services.queue_ranks import queue_ranks, queue_ranks_unread
 from trustrank.findings.choices import OPEN_STATES
 from trustrank.findings.filters import FindingFilterSet
 from trustrank.findings.models import Finding
@@ -158,91 +157,6 @@ def _past_rank(column: str, run_id: int) -> Any:
     )
 
 
-class _QueueRanksJoin:
-    """`LEFT JOIN` of the team's queue positions to the findings: one pass over the team's
-    ranked rows in key order (the (team, qkey, finding) index) numbers them, and a second
-    numbers them per environment. The stored `rank` columns are the ranks as of the run that
-    last wrote each row (trustrank/ranking/ranks.py); counting per row from the buckets costs
-    ~0.15 ms a rank, minutes for a million. The numbering is over the whole queue, so a
-    filtered export shows each finding's rank in the queue, not its place among the rows
-    kept; its cost (about a second a million ranked rows) is the same whatever the filter.
-
-    Django joins only relations, so this is an alias_map entry of its own (the interface
-    `Join` documents: table_name, table_alias, join_type, parent_alias, as_sql,
-    relabeled_clone)."""
-
-    table_name = "queue_ranks"
-    nullable = True
-    filtered_relation = None
-
-    def __init__(self, team_id: int, parent_alias: str, table_alias: str | None = None) -> None:
-        self.team_id = team_id
-        self.parent_alias = parent_alias
-        self.table_alias = table_alias
-        self.join_type = LOUTER
-
-    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
-        qn = compiler.quote_name_unless_alias
-        alias, parent = qn(self.table_alias), qn(self.parent_alias)
-        return (
-            "LEFT OUTER JOIN (SELECT finding_id,"
-            " row_number() OVER (ORDER BY qkey, finding_id) AS rank,"
-            " row_number() OVER (PARTITION BY environment ORDER BY qkey, finding_id)"
-            " AS env_rank FROM ranking_rankedfinding WHERE team_id = %s)"
-            f" {alias} ON ({alias}.finding_id = {parent}.id)",
-            (self.team_id,),
-        )
-
-    def relabeled_clone(self, change_map: dict[str, str]) -> _QueueRanksJoin:
-        return _QueueRanksJoin(
-            self.team_id, change_map.get(self.parent_alias, self.parent_alias),
-            change_map.get(self.table_alias or "", self.table_alias),
-        )
-
-    def demote(self) -> _QueueRanksJoin:
-        return self  # a finding without a ranked row keeps its row: always an outer join
-
-    promote = demote
-
-    @property
-    def identity(self) -> tuple[Any, ...]:
-        return (self.__class__, self.team_id, self.parent_alias)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _QueueRanksJoin) and self.identity == other.identity
-
-    def __hash__(self) -> int:
-        return hash(self.identity)
-
-
-class _QueueRank(Expression):
-    """One column (`rank` or `env_rank`) of the joined queue numbering."""
-
-    output_field = BigIntegerField()
-
-    def __init__(self, alias: str, column: str) -> None:
-        super().__init__()
-        self.alias, self.column = alias, column
-
-    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
-        alias = compiler.quote_name_unless_alias(self.alias)
-        return f"{alias}.{connection.ops.quote_name(self.column)}", []
-
-    def relabeled_clone(self, relabels: dict[str, str]) -> _QueueRank:
-        return _QueueRank(relabels.get(self.alias, self.alias), self.column)
-
-    def get_group_by_cols(self) -> list[Any]:
-        return [self]
-
-
-def _queue_ranks(qs: QuerySet[Finding], team_id: int) -> tuple[_QueueRank, _QueueRank]:
-    """The (rank, environment rank) of each finding of `qs` in the team's queue, NULL for
-    one not ranked: joins the queue's numbering (_QueueRanksJoin) into `qs`."""
-    query = qs.query
-    alias = query.join(_QueueRanksJoin(team_id, query.get_initial_alias()))  # type: ignore[arg-type]
-    return _QueueRank(alias, "rank"), _QueueRank(alias, "env_rank")
-
-
 def export_selection(req: ExportRequest) -> ExportSelection:
     """The queryset an export reads (values rows named as in _FIELDS) and what its metadata
     must say about where states and ranks come from."""
@@ -316,7 +230,7 @@ def export_selection(req: ExportRequest) -> ExportSelection:
             context_=Value(None, output_field=CharField()),
         )
     else:
-        rank, env_rank = _queue_ranks(qs, req.team_id)
+        rank, env_rank = queue_ranks(qs, team_id=req.team_id)
         qs = qs.annotate(
             rank_=rank,
             score_=F("ranked__score"),
@@ -464,9 +378,7 @@ def export_count(selection: ExportSelection, *, cap: int | None = None) -> int:
     qs = selection.queryset.order_by().values("pk")
     # A count reads no rank: the queue's numbering is left out (PostgreSQL cannot drop a join
     # to a derived table by itself, and it would number the team's whole queue).
-    for alias, join in qs.query.alias_map.items():
-        if isinstance(join, _QueueRanksJoin):
-            qs.query.alias_refcount[alias] = 0
+    queue_ranks_unread(qs)
     if cap is not None:
         return int(qs[: cap + 1].count())
     return int(qs.count())
