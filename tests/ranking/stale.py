@@ -16,7 +16,7 @@ def stale_stored_ranks(team_id: int | None = None) -> None:
     where = "" if team_id is None else " WHERE team_id = %s"
     with connection.cursor() as cur:
         cur.execute(
-            f"UPDATE ranking_rankedfinding SET rank = {STALE} - rank,"  # noqa: S608
+            f"UPDATE ranking_rankedfinding SET rank = {STALE} - rank,"
             f" env_rank = {STALE} - env_rank{where}",
             [] if team_id is None else [team_id],
         )

@@ -14,6 +14,7 @@ functions instead).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.db.models import BigIntegerField, QuerySet
@@ -25,9 +26,9 @@ from trustrank.findings.models import Finding
 
 class QueueRanksJoin:
     """`LEFT JOIN` of the team's queue numbering to the findings: `rank` in key order,
-    `env_rank` in key order within each environment. Django joins only relations, so this is an alias_map entry of its own (the interface
-    `Join` documents: table_name, table_alias, join_type, parent_alias, as_sql,
-    relabeled_clone)."""
+    `env_rank` in key order within each environment. Django joins only relations, so this
+    is an alias_map entry of its own (the interface `Join` documents: table_name,
+    table_alias, join_type, parent_alias, as_sql, relabeled_clone)."""
 
     table_name = "queue_ranks"
     nullable = True
@@ -42,8 +43,9 @@ class QueueRanksJoin:
     def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
         qn = compiler.quote_name_unless_alias
         alias, parent = qn(self.table_alias), qn(self.parent_alias)
+        # The aliases are Django's, quoted; the team is a parameter.
         return (
-            "LEFT OUTER JOIN (SELECT finding_id,"
+            "LEFT OUTER JOIN (SELECT finding_id,"  # noqa: S608
             " row_number() OVER (ORDER BY qkey, finding_id) AS rank,"
             " row_number() OVER (PARTITION BY environment ORDER BY qkey, finding_id)"
             " AS env_rank FROM ranking_rankedfinding WHERE team_id = %s)"
@@ -82,11 +84,11 @@ class QueueRank(Expression):
         super().__init__()
         self.alias, self.column = alias, column
 
-    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
         alias = compiler.quote_name_unless_alias(self.alias)
-        return f"{alias}.{connection.ops.quote_name(self.column)}", []
+        return f"{alias}.{connection.ops.quote_name(self.column)}", ()
 
-    def relabeled_clone(self, relabels: dict[str, str]) -> QueueRank:
+    def relabeled_clone(self, relabels: Mapping[str, str]) -> QueueRank:
         return QueueRank(relabels.get(self.alias, self.alias), self.column)
 
     def get_group_by_cols(self) -> list[Any]:
