@@ -22,6 +22,7 @@ from trustrank.gate.selectors import GateTarget, gate_policy_for
 from trustrank.inventory.models import ProjectVersion
 from trustrank.jobs.models import JobStatus
 from trustrank.ranking.models import RankingRun
+from trustrank.ranking.ranks import ranks_of
 from trustrank.runtime.models import Deployment
 
 DECISIONS = ("immediate", "out-of-cycle", "scheduled", "defer")
@@ -244,7 +245,7 @@ def _judge(
         .only(
             "pk", "vuln_id", "cve_id", "aliases", "component_name", "component_version",
             "state", "justification", "response", "auto_resolved",
-            "ranked__rank", "ranked__score", "ranked__decision", "due__decision",
+            "ranked__qkey", "ranked__score", "ranked__decision", "due__decision",
         )
         .order_by("pk")
     )
@@ -263,7 +264,7 @@ def _judge(
         g = GateFinding(
             finding_id=f.pk, vuln_id=f.vuln_id, component=f.component_name,
             component_version=f.component_version, decision=decision,
-            rank=ranked.rank if ranked else None, score=ranked.score if ranked else None,
+            rank=None, score=ranked.score if ranked else None,
             state=f.state, waiver=_waiver(f),
         )
         if known is not None:
@@ -284,6 +285,11 @@ def _judge(
                 result.not_new_failing += 1
             else:
                 result.failing.append(g)
+    # The stored rank is the one of the run that last wrote the row: count it from the key,
+    # for the findings the verdict lists (a version's, a few hundred at most).
+    ranks = ranks_of(g.finding_id for g in [*result.failing, *result.waived])
+    for g in [*result.failing, *result.waived]:
+        g.rank = ranks[g.finding_id][0] if g.finding_id in ranks else None
     result.failing.sort(key=lambda g: (g.rank or 0, g.finding_id))
     sources = _waiver_sources([g.finding_id for g in result.waived])
     for g in result.waived:

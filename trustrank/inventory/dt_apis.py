@@ -45,6 +45,7 @@ from trustrank.inventory.dt_serializers import (
 from trustrank.inventory.models import ProjectVersion
 from trustrank.lib.filters import ParamRefused, unknown_params_refuse
 from trustrank.lib.numbers import INT_MAX, NumberInvalid, int_parse
+from trustrank.ranking.ranks import ranks_of
 
 TOTAL_COUNT_HEADER = "X-Total-Count"
 # The Dependency-Track API version these routes speak (the Jenkins plugin's connection test
@@ -132,7 +133,11 @@ def _paged(request: Request, rows: list[Any]) -> Response:
 
 def _findings(pv: ProjectVersion, *, suppressed: bool, source: str | None) -> list[dict[str, Any]]:
     rows = dt_finding_rows(project_version=pv, suppressed=suppressed, source=source)
-    return [dt_finding_data(r, project_version=pv) for r in rows]
+    # The rank counted from the queue key (the stored one is the rank as of the run that last
+    # wrote the row): about 0.15 ms a ranked finding, for one version's findings.
+    ranks = ranks_of(r["id"] for r in rows if r["ranked__score"] is not None)
+    return [dt_finding_data({**r, "rank": ranks.get(r["id"], (None,))[0]}, project_version=pv)
+            for r in rows]
 
 
 def _metrics(pv: ProjectVersion) -> dict[str, Any]:

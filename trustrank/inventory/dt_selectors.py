@@ -22,6 +22,7 @@ from trustrank.findings.choices import OPEN_STATES, FindingKind
 from trustrank.findings.models import Finding
 from trustrank.findings.records import AuditEvent
 from trustrank.inventory.models import ProjectVersion, Sbom
+from trustrank.inventory.selectors import QUEUE_ORDER
 
 # Audit actions by which a person (or a bulk change) set a finding's triage: until one, an
 # untouched `in_triage` finding is Dependency-Track's NOT_SET.
@@ -62,7 +63,6 @@ _ROW_FIELDS = (
     "component__group",
     "advisory__published",
     "advisory__raw__database_specific__cwe_ids",
-    "ranked__rank",
     "ranked__score",
     "ranked__decision",
     "triaged",
@@ -143,9 +143,7 @@ def dt_finding_rows(
     if source:
         qs = qs.filter(_source_condition(source))
     triaged = AuditEvent.objects.filter(finding_id=OuterRef("pk"), action__in=TRIAGE_ACTIONS)
-    qs = qs.annotate(triaged=Exists(triaged)).order_by(
-        F("ranked__rank").asc(nulls_last=True), "-baseline_priority", "-id"
-    )
+    qs = qs.annotate(triaged=Exists(triaged)).order_by(*QUEUE_ORDER)
     return list(qs.values(*_ROW_FIELDS))
 
 

@@ -143,7 +143,7 @@ def dt_finding_data(row: dict[str, Any], *, project_version: ProjectVersion) -> 
         },
         "matrix": f"{project_uuid}:{component_uuid}:{vuln_uuid}",
         "decision": row["ranked__decision"] or None,
-        "rank": row["ranked__rank"],
+        "rank": row["rank"],
         "score": row["ranked__score"],
         "finding_id": row["id"],
     }

@@ -27,6 +27,15 @@ from trustrank.findings.models import Finding
 from trustrank.findings.selectors import finding_list
 from trustrank.inventory.models import Component, Project, ProjectVersion, Sbom
 
+# The findings list's contextual order: the ranked in their team's queue order (the queue key,
+# the finding breaking ties, as the ranking engine orders them; the stored rank is the one of
+# the run that last wrote the row), then the unranked by baseline priority.
+QUEUE_ORDER = (
+    F("ranked__qkey").asc(nulls_last=True), F("ranked__finding_id").asc(nulls_last=True),
+    F("baseline_priority").desc(), F("id").desc(),
+)
+
+
 
 def project_list(*, principal: Principal) -> QuerySet[Project]:
     versions = ProjectVersion.objects.select_related("current_sbom").order_by("-updated_at")
@@ -317,5 +326,5 @@ def project_findings(*, principal: Principal, project: Project) -> QuerySet[Find
     """The project's findings as the findings list shows them (the list's FilterSet
     applies); the best contextual rank first, then the baseline priority."""
     return finding_list(principal=principal).filter(project_id=project.pk).order_by(
-        F("ranked__rank").asc(nulls_last=True), "-baseline_priority", "-id"
+        *QUEUE_ORDER
     )

@@ -28,6 +28,15 @@ from trustrank.runtime.models import (
     TraceSample,
 )
 
+# The findings list's contextual order: the ranked in their team's queue order (the queue key,
+# the finding breaking ties, as the ranking engine orders them; the stored rank is the one of
+# the run that last wrote the row), then the unranked by baseline priority.
+QUEUE_ORDER = (
+    F("ranked__qkey").asc(nulls_last=True), F("ranked__finding_id").asc(nulls_last=True),
+    F("baseline_priority").desc(), F("id").desc(),
+)
+
+
 
 def window_since(window: timedelta | None) -> datetime | None:
     return None if window is None else timezone.now() - window
@@ -274,7 +283,7 @@ def findings_for_service(*, service: Service) -> QuerySet[Finding]:
             state__in=OPEN_STATES,
         )
         .select_related("project", "project_version", "ranked__context")
-        .order_by(F("ranked__rank").asc(nulls_last=True), "-baseline_priority", "-id")
+        .order_by(*QUEUE_ORDER)
     )
 
 

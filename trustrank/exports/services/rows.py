@@ -43,6 +43,7 @@ from django.db.models.functions import Cast, Coalesce, Concat, NullIf
 from django.http import QueryDict
 
 from trustrank.exports.services.params import ExportRequest
+from trustrank.exports.services.queue_ranks import queue_ranks, queue_ranks_unread
 from trustrank.findings.choices import OPEN_STATES
 from trustrank.findings.filters import FindingFilterSet
 from trustrank.findings.models import Finding
@@ -272,11 +273,12 @@ def export_selection(req: ExportRequest) -> ExportSelection:
             context_=Value(None, output_field=CharField()),
         )
     else:
+        rank, env_rank = queue_ranks(qs, team_id=req.team_id)
         qs = qs.annotate(
-            rank_=F("ranked__rank"),
+            rank_=rank,
             score_=F("ranked__score"),
             decision_=F("ranked__decision"),
-            env_rank_=F("ranked__env_rank"),
+            env_rank_=env_rank,
             context_=F("ranked__context_id"),
         )
     # Nothing ranked (a constant NULL rank may not stand in an ORDER BY): the tiebreaks only.
@@ -416,7 +418,10 @@ def export_rows(
 
 
 def export_count(selection: ExportSelection, *, cap: int | None = None) -> int:
-    qs = selection.queryset.order_by()
+    qs = selection.queryset.order_by().values("pk")
+    # A count reads no rank: the queue's numbering is left out (PostgreSQL cannot drop a join
+    # to a derived table by itself, and it would number the team's whole queue).
+    queue_ranks_unread(qs)
     if cap is not None:
         return int(qs[: cap + 1].count())
     return int(qs.count())
