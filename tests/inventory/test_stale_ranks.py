@@ -3,6 +3,8 @@ not the stored `rank` (the rank as of the run that last wrote the row), in that 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.exports.helpers import rerank
@@ -29,3 +31,20 @@ def test_dependency_track_findings_show_ranks_counted_from_the_key(api, team, sh
     for f in found:
         pk = Finding.objects.get(project_version=shop, vuln_id=f["vulnerability"]["vulnId"]).pk
         assert f["rank"] == truth[pk]
+
+
+def test_the_project_page_shows_ranks_counted_from_the_key(
+    client, make_user, team, shop, django_assert_max_num_queries  # noqa: F811
+):
+    load_sbom(team, bom(COMPONENTS[:2]), project="other", version="1")
+    rerank(team)
+    truth = dict(RankedFinding.objects.filter(team=team).values_list("finding_id", "rank"))
+    stale_stored_ranks(team.pk)
+    client.force_login(make_user("alice", team=team))
+    with django_assert_max_num_queries(40):
+        html = client.get(f"/projects/{shop.project_id}/").content.decode()
+    table = html[html.index("<th class=\"num\">Rank</th>"):]
+    shown = [int(r) for r in re.findall(r'<td class="num">(\d+)</td>', table)]
+    mine = sorted(truth[pk] for pk in Finding.objects.filter(project_version=shop)
+                  .values_list("pk", flat=True))
+    assert shown == mine  # the counted ranks, best first

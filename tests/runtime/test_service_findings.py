@@ -10,10 +10,12 @@ import re
 import pytest
 
 from tests.ranking.scenario import build
+from tests.ranking.stale import stale_stored_ranks
 from tests.ranking.test_ranking_runs import rerank
 from tests.vulns.helpers import bom, import_osv, load_sbom, osv
 from trustrank.accounts.principal import Principal
 from trustrank.findings.models import Finding
+from trustrank.ranking.models import RankedFinding
 from trustrank.runtime.deployment import DeploymentRequest, deployment_set
 from trustrank.runtime.models import Service
 
@@ -55,7 +57,8 @@ def test_the_top_ranked_service_lists_its_vulnerability_findings_with_their_rank
     ]
 
 
-def test_a_service_with_many_findings_pages_them_in_rank_order(team, client, make_user):
+def _catalog(team) -> Service:
+    """A service running a version with 30 vulnerable packages, ranked."""
     data = build(team)
     names = [f"pkg{i}" for i in range(30)]
     import_osv(team, [osv(f"GHSA-cat0-0000-{i:04d}", "npm", n, [{"introduced": "0"}])
@@ -70,6 +73,11 @@ def test_a_service_with_many_findings_pages_them_in_rank_order(team, client, mak
                    request=DeploymentRequest(project="catalog", version="2.0"), source="api",
                    principal=Principal(scopes_by_team={team.pk: frozenset({"sbom:write"})}))
     rerank(team)
+    return catalog
+
+
+def test_a_service_with_many_findings_pages_them_in_rank_order(team, client, make_user):
+    catalog = _catalog(team)
     expected = list(
         Finding.objects.filter(team=team, project_version__project__name="catalog")
         .order_by("ranked__rank").values_list("pk", flat=True)
@@ -97,3 +105,21 @@ def test_a_service_nobody_deployed_says_why_it_lists_no_vulnerabilities(
     client.force_login(make_user("reader", team=team, role="viewer"))
     html = client.get(f"/services/{lonely.pk}/").content.decode()
     assert "nobody has said which project version it runs" in html
+
+
+def test_a_service_page_shows_ranks_counted_from_the_key_in_one_statement(
+    team, client, make_user, django_assert_max_num_queries
+):
+    """Stored ranks are those of the run that last wrote each row: the page counts its
+    rows' ranks from the queue key, in one statement for the page."""
+    catalog = _catalog(team)
+    truth = dict(RankedFinding.objects.filter(team=team).values_list("finding_id", "rank"))
+    stale_stored_ranks(team.pk)
+    client.force_login(make_user("reader", team=team, role="viewer"))
+    with django_assert_max_num_queries(30):  # 25 rows: not one rank query each
+        first = client.get(f"/services/{catalog.pk}/").content.decode()
+    rows = _rows(first)
+    assert len(rows) == 25 and [truth[pk] for pk in rows] == sorted(truth[pk] for pk in rows)
+    for pk in rows:
+        row = first[first.index(f'<tr data-finding="{pk}"'):]
+        assert f'<td class="num rank">{truth[pk]}</td>' in row[: row.index("</tr>")]

@@ -26,6 +26,7 @@ from trustrank.inventory.selectors import (
     project_sbom_history,
 )
 from trustrank.lib.pages import HtmxHttpRequest, paginate
+from trustrank.ranking.selectors import ranks_attach
 
 FINDINGS_PAGE_SIZE = 25
 FINDINGS_TARGET = "project-findings"
@@ -54,6 +55,9 @@ def _findings_context(request: HtmxHttpRequest, project: Project) -> dict[str, A
                                                                    project=project))
     paginator = Paginator(filterset.qs, FINDINGS_PAGE_SIZE)
     findings_page = paginator.get_page(request.GET.get("fpage"))
+    # The page's ranks counted in one statement (Finding.rank would count row by row).
+    findings_page.object_list = list(findings_page.object_list)
+    ranks_attach(findings_page.object_list)
     keep = request.GET.copy()
     keep.pop("fpage", None)
     encoded = keep.urlencode()

@@ -175,7 +175,11 @@ def _service_findings(request: HttpRequest, service: Any) -> dict[str, Any]:
     # Matched first, then sorted by rank, with the total in the same query (search=True).
     rows = CountedRows(qs, team_ids=[service.environment.team_id], search=True)
     pager = paginate(request, rows, per_page=FINDINGS_PER_PAGE)  # type: ignore[arg-type]
-    return {"findings": pager["page_obj"], **pager}
+    # The page's ranks counted in one statement (Finding.rank would count row by row).
+    page = pager["page_obj"]
+    page.object_list = list(page.object_list)
+    ranking_selectors.ranks_attach(page.object_list)
+    return {"findings": page, **pager}
 
 
 def _service_rank(service: Any) -> dict[str, Any]:
