@@ -238,18 +238,20 @@ def stream(team_id: int) -> tuple[float, dict]:
     from trustrank.accounts.principal import Principal
     from trustrank.jobs.runner import job_run
     from trustrank.ranking.models import RankingRun
+    from trustrank.ranking.ranks import rank_sql
     from trustrank.ranking.services.requests import ranking_evidence_sweep
     from trustrank.ranking.services.runs import ranking_run_execute
 
     def ranked() -> tuple:
         with connection.cursor() as cur:
+            # The version's best finding in queue order, with its rank counted from the key.
             cur.execute(
-                "SELECT r.finding_id, r.rank, r.decision, r.score FROM ranking_rankedfinding r "
-                "JOIN findings_finding f ON f.id = r.finding_id "
+                f"SELECT r.finding_id, {rank_sql('r')}, r.decision, r.score "
+                "FROM ranking_rankedfinding r JOIN findings_finding f ON f.id = r.finding_id "
                 "WHERE f.team_id = %s AND f.project_version_id = (SELECT v.id FROM "
                 "inventory_projectversion v JOIN inventory_project p ON p.id = v.project_id "
-                "WHERE p.team_id = %s AND p.name = 'proj-2') ORDER BY r.rank LIMIT 1",
-                [team_id, team_id])
+                "WHERE p.team_id = %s AND p.name = 'proj-2') ORDER BY r.qkey, r.finding_id "
+                "LIMIT 1", [team_id, team_id])
             return cur.fetchone()
 
     before = ranked()
