@@ -209,6 +209,28 @@ def test_a_first_upload_still_queued_is_pending_not_404(api, team):
     assert body["pending"] is True and body["pass"] is False and body["project_uuid"] is None
 
 
+def test_a_first_upload_that_finishes_between_the_two_reads_is_found(api, team, monkeypatch):
+    """The version read finds nothing, then the upload commits: the job read sees it done, so
+    the version is read again instead of answering 404 (a race the gate's wait loop hits)."""
+    from ingest.models import IngestJob
+    from trustrank.gate import selectors
+
+    job = job_create(team=team, kind="sbom", payload=bom([LOG4J]), principal=principal_for(team),
+                     params={"projectName": "shop", "projectVersion": "2.0", "autoCreate": True})
+    load_sbom(team, bom([LOG4J]), project="shop", version="2.0")
+    IngestJob.objects.filter(pk=job.pk).update(status="done")
+    loaded, reads = selectors._loaded_target, []
+
+    def before_the_commit_once(*args):
+        reads.append(args)
+        return None if len(reads) == 1 else loaded(*args)
+
+    monkeypatch.setattr(selectors, "_loaded_target", before_the_commit_once)
+    response = api(team, "read").get(URL, {"project": "shop", "version": "2.0"})
+    assert response.status_code == 200, response.content
+    assert response.json()["version"] == "2.0" and len(reads) == 2
+
+
 def test_an_unranked_finding_keeps_the_answer_pending(api, team):
     advisories(team)
     load_sbom(team, bom([LOG4J]), project="shop", version="1.4")

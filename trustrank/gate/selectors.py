@@ -113,19 +113,9 @@ def gate_target_find(
             raise GateNotFound("project_uuid", f"no project version with uuid {project_uuid}")
         return GateTarget(team=by_id[pv.project.team_id], project=pv.project.name,
                           version=pv.version, project_version=pv)
-    versions = list(
-        ProjectVersion.objects.select_related("project")
-        .filter(project__team_id__in=by_id, project__name=project, version=version)
-    )
-    if len(versions) > 1:
-        raise GateTeamRequired(
-            f"project {project!r} version {version!r} exists in several of your teams: "
-            "name one with `team`"
-        )
-    if versions:
-        pv = versions[0]
-        return GateTarget(team=by_id[pv.project.team_id], project=project, version=version,
-                          project_version=pv)
+    loaded = _loaded_target(by_id, project, version)
+    if loaded is not None:
+        return loaded
     # Not loaded yet: its first upload may still be queued or running (looked for among the
     # last week's uploads: the walk of a busy team's jobs stays short).
     since = timezone.now() - timedelta(days=FIRST_UPLOAD_LOOKBACK_DAYS)
@@ -142,6 +132,29 @@ def gate_target_find(
                 f"project {project!r} has no version {version!r}: its SBOM upload "
                 f"(job {job.pk}) failed: {job.error}",
             )
+        if job is not None and job.status == JobStatus.DONE:
+            # The upload finished between the two reads above: the version is there now.
+            loaded = _loaded_target(by_id, project, version)
+            if loaded is not None:
+                return loaded
     if not Project.objects.filter(team_id__in=by_id, name=project).exists():
         raise GateNotFound("project", f"no project {project!r}")
     raise GateNotFound("version", f"project {project!r} has no version {version!r}")
+
+
+def _loaded_target(by_id: dict[int, Any], project: str, version: str) -> GateTarget | None:
+    """The loaded project version of that name in one of the teams `by_id`, or None."""
+    versions = list(
+        ProjectVersion.objects.select_related("project")
+        .filter(project__team_id__in=by_id, project__name=project, version=version)
+    )
+    if len(versions) > 1:
+        raise GateTeamRequired(
+            f"project {project!r} version {version!r} exists in several of your teams: "
+            "name one with `team`"
+        )
+    if not versions:
+        return None
+    pv = versions[0]
+    return GateTarget(team=by_id[pv.project.team_id], project=project, version=version,
+                      project_version=pv)
