@@ -12,7 +12,8 @@ from trustrank.accounts.models import Team
 from trustrank.findings.choices import FindingKind, FindingSource
 from trustrank.findings.generation import findings_generation
 from trustrank.findings.models import Finding
-from trustrank.findings.paging import RankOrderedRows, cached_count
+from trustrank.findings.paging import cached_count
+from trustrank.findings.rank_rows import RankOrderedRows
 from trustrank.ranking.models import RankContext, RankedFinding, RankingRun
 
 pytestmark = pytest.mark.django_db

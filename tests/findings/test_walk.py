@@ -12,7 +12,7 @@ from trustrank.accounts.models import Team
 from trustrank.findings import walk
 from trustrank.findings.choices import FindingKind, FindingSource
 from trustrank.findings.models import Finding
-from trustrank.findings.paging import RankOrderedRows
+from trustrank.findings.rank_rows import RankOrderedRows
 from trustrank.findings.search import purl_condition, substring_condition
 from trustrank.ranking.models import RankContext, RankedFinding
 

@@ -25,7 +25,8 @@ from trustrank.findings.choices import FindingKind
 from trustrank.findings.filters import DEFAULT_ORDERING, FindingFilterSet, findings_ordered
 from trustrank.findings.list_cache import list_cache_get, list_cache_key, list_cache_set
 from trustrank.findings.models import Finding
-from trustrank.findings.paging import SEARCH_SORT_MAX, CountedRows, RankOrderedRows, SortedMatches
+from trustrank.findings.paging import SEARCH_SORT_MAX, CountedRows, SortedMatches
+from trustrank.findings.rank_rows import RankOrderedRows
 from trustrank.findings.search import search_value
 from trustrank.findings.serializers import (
     FindingSerializer,

@@ -46,7 +46,7 @@ ORDERINGS = [
     ("due", "Due date, soonest first"),
 ]
 # The findings list's order when none is asked for: the latest ranking run's, the unranked
-# after the ranked by baseline priority (paging.RankOrderedRows).
+# after the ranked by baseline priority (rank_rows.RankOrderedRows).
 DEFAULT_ORDERING = "rank"
 
 OPEN_CHOICES = [("true", "Open"), ("false", "Closed"), ("all", "All states")]
@@ -64,7 +64,7 @@ def findings_ordered(qs: QuerySet[Finding], value: str) -> QuerySet[Finding]:
     The rank orders are one team's queue order, its key (qkey, then the finding id), which
     is the order of its ranks: the stored `rank` column is the rank as of the run that last
     wrote the row. Across several teams the key does not give the rank: the pages read those
-    lists through paging.RankOrderedRows, which merges the teams' orders by counted rank."""
+    lists through rank_rows.RankOrderedRows, which merges the teams' orders by counted rank."""
     if value == "rank":
         return qs.order_by(F("ranked__qkey").asc(nulls_last=True), "ranked__finding_id",
                            "-baseline_priority", "-id")

@@ -9,7 +9,8 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from trustrank.findings.choices import OPEN_STATES, VEX_RESPONSES, Justification, TriageState
-from trustrank.findings.models import ENV_RANK_ANNOTATION, RANK_ANNOTATION, Finding
+from trustrank.findings.models import Finding
+from trustrank.findings.ranked import ENV_RANK_ANNOTATION, RANK_ANNOTATION
 from trustrank.findings.records import BulkTriageJob, TriagePolicy
 from trustrank.lib.numbers import INT_MAX, int_or_none
 

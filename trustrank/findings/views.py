@@ -35,11 +35,11 @@ from trustrank.findings.filters import ORDERINGS, FindingFilterSet, findings_ord
 from trustrank.findings.list_cache import list_cache_get, list_cache_key, list_cache_set
 from trustrank.findings.paging import (
     SEARCH_SORT_MAX,
-    RankOrderedRows,
     SortedMatches,
     capped_cached_count,
     rows_by_id,
 )
+from trustrank.findings.rank_rows import RankOrderedRows
 from trustrank.findings.serializers import page_rows_for_ids
 from trustrank.findings.services.triage import (
     UNSET,
@@ -90,7 +90,7 @@ def _cursor(value: str) -> tuple[float, int] | None:
 @login_required
 def finding_list_page(request: HttpRequest) -> HttpResponse:
     """The contextual order by default (the latest ranking run's ranks, then the unranked by
-    baseline priority), read from the rank index a page at a time (paging.RankOrderedRows);
+    baseline priority), read from the rank index a page at a time (rank_rows.RankOrderedRows);
     `ordering=baseline` pages by key on (baseline_priority, id), the index's order, so page
     1,000 costs what page 1 costs. The total is counted up to a cap, never over the table."""
     principal = principal_for_request(request)
@@ -186,7 +186,7 @@ def _table_context(
     # A search's matches are found, sorted and kept with their total (paging.SortedMatches).
     matches: SortedMatches | None = None
     broad = False
-    # Several teams' rank orders are merged by counted rank (paging.RankOrderedRows): the
+    # Several teams' rank orders are merged by counted rank (rank_rows.RankOrderedRows): the
     # queue key that sorts one team's matches does not order them across teams.
     merged = ordering in ("rank", "-rank") and len(set(team_ids)) > 1
     if filterset.searches() and not merged:
@@ -210,7 +210,7 @@ def _table_context(
     raw_after = request.GET.get("after", "")
     if ordering != "baseline":
         # Other orders than the baseline index's page by position; the contextual order reads
-        # the rank index (paging.RankOrderedRows), so a page costs its depth, not a team sort.
+        # the rank index (rank_rows.RankOrderedRows), so a page costs its depth, not a team sort.
         offset = _offset_cursor(raw_after)
         window = slice(offset, offset + PAGE_SIZE + 1)
         if matches is not None:

@@ -25,7 +25,7 @@ class RankingConfig(AppConfig):
             "ranking_run", "trustrank.ranking.services.notify_sources.ranking_run_events"
         )
         notify_source_register("kev", "trustrank.ranking.services.notify_sources.kev_added_events")
-        from trustrank.findings.models import finding_ranks_counter_register
+        from trustrank.findings.ranked import finding_ranks_counter_register
         from trustrank.ranking.ranks import ranks_of
 
         # Finding.rank / env_rank of a finding whose queryset did not annotate them.

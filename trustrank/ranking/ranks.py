@@ -19,6 +19,7 @@ with, which nothing has shifted since (the functions return NULL there).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from django.db import connection
 from django.db.models import BigIntegerField, F, Func
@@ -61,27 +62,23 @@ def env_rank_sql(alias: str) -> str:
 
 def ranks_of(finding_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
     """Finding id -> (rank, environment rank), for the ids that are ranked: one statement."""
-    ids = sorted(set(finding_ids))
-    if not ids:
-        return {}
-    with connection.cursor() as cur:
-        cur.execute(
-            f"SELECT r.finding_id, {rank_sql('r')}, {env_rank_sql('r')}"  # noqa: S608
-            " FROM ranking_rankedfinding r WHERE r.finding_id = ANY(%s)",
-            [ids],
-        )
-        return {fid: (int(rank), int(env)) for fid, rank, env in cur.fetchall()}
+    return {fid: (int(rank), int(env)) for fid, rank, env in _counted(
+        finding_ids, f"{rank_sql('r')}, {env_rank_sql('r')}")}
 
 
 def team_ranks_of(finding_ids: Iterable[int]) -> dict[int, int]:
     """Finding id -> rank in its team's queue, for the ids that are ranked: one statement."""
+    return {fid: int(rank) for fid, rank in _counted(finding_ids, rank_sql("r"))}
+
+
+def _counted(finding_ids: Iterable[int], columns: str) -> list[tuple[Any, ...]]:
     ids = sorted(set(finding_ids))
     if not ids:
-        return {}
+        return []
     with connection.cursor() as cur:
         cur.execute(
-            f"SELECT r.finding_id, {rank_sql('r')}"  # noqa: S608
-            " FROM ranking_rankedfinding r WHERE r.finding_id = ANY(%s)",
+            f"SELECT r.finding_id, {columns} FROM ranking_rankedfinding r"  # noqa: S608
+            " WHERE r.finding_id = ANY(%s)",
             [ids],
         )
-        return {fid: int(rank) for fid, rank in cur.fetchall()}
+        return cur.fetchall()

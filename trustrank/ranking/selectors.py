@@ -11,7 +11,8 @@ from django.http import Http404
 
 from trustrank.accounts.principal import Principal
 from trustrank.findings.choices import OPEN_STATES
-from trustrank.findings.models import ENV_RANK_ANNOTATION, RANK_ANNOTATION, Finding
+from trustrank.findings.models import Finding
+from trustrank.findings.ranked import ENV_RANK_ANNOTATION, RANK_ANNOTATION
 from trustrank.ranking import ranks
 from trustrank.ranking.models import RankChange, RankingRun, RunStatus, ServiceResults
 
