@@ -32,8 +32,10 @@ import random
 import resource
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "trustrank.settings")
@@ -227,7 +229,23 @@ def _stream_export(service: str) -> bytes:
     }]}).encode()
 
 
-def stream(team_id: int) -> tuple[float, dict]:
+def profiled(call: Callable[[], Any], profile: bool) -> Any:
+    """`call()`, under cProfile when `profile`: its 45 costliest calls (cumulative time),
+    then 30 by own time."""
+    if not profile:
+        return call()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        return call()
+    finally:
+        profiler.disable()
+        stats = pstats.Stats(profiler)
+        stats.sort_stats("cumulative").print_stats(45)
+        stats.sort_stats("tottime").print_stats(30)
+
+
+def stream(team_id: int, profile: bool = False) -> tuple[float, dict]:
     """Store a trace window through the traces ingest job, then do what beat's evidence
     sweep and a worker do; (seconds from the job's commit to the moved rank read back,
     what the run said)."""
@@ -263,7 +281,7 @@ def stream(team_id: int) -> tuple[float, dict]:
     stored = time.perf_counter()  # the window's job and its evidence change committed
     assert ranking_evidence_sweep() == 1  # beat's next tick
     run = RankingRun.objects.get(team_id=team_id, status="queued")
-    assert ranking_run_execute(run_id=run.pk) == "done"
+    assert profiled(lambda: ranking_run_execute(run_id=run.pk), profile) == "done"
     after = ranked()
     took = time.perf_counter() - stored
     run = RankingRun.objects.get(pk=run.pk)
@@ -291,6 +309,9 @@ def main() -> None:
     parser.add_argument(
         "--profile-full", action="store_true",
         help="profile the full run, as --profile does the incremental one")
+    parser.add_argument(
+        "--profile-stream", action="store_true",
+        help="profile the run after the trace window (--stream), as --profile does")
     parser.add_argument(
         "--stream", action="store_true",
         help="after the runs, store a trace window that changes the reachability of some "
@@ -328,18 +349,9 @@ def main() -> None:
     def run(label: str, profile: bool = False) -> float:
         r = ranking_run_request(team_id=team_id, trigger="bench", delay_seconds=0)
         pg = _backend_cpu()
-        profiler = cProfile.Profile() if profile else None
         start, c = time.perf_counter(), time.process_time()
-        if profiler is not None:
-            profiler.enable()
-        status = ranking_run_execute(run_id=r.pk)
-        if profiler is not None:
-            profiler.disable()
+        status = profiled(lambda: ranking_run_execute(run_id=r.pk), profile)
         took, took_cpu = time.perf_counter() - start, time.process_time() - c
-        if profiler is not None:
-            stats = pstats.Stats(profiler)
-            stats.sort_stats("cumulative").print_stats(45)
-            stats.sort_stats("tottime").print_stats(30)
         pg = _backend_cpu() - pg
         r = RankingRun.objects.get(pk=r.pk)
         assert status == "done", r.error
@@ -384,7 +396,7 @@ def main() -> None:
         "peak_mb": round(peak),
     }
     if args.stream:
-        took, said = stream(team_id)
+        took, said = stream(team_id, profile=args.profile_stream)
         print(f"stream: {said}")
         out["seconds_from_window_to_rank"] = round(took, 2)
         out["peak_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
