@@ -148,6 +148,13 @@ def test_a_queue_stored_before_keys_were_gets_them_at_the_next_run(monkeypatch):
         cur.execute("UPDATE ranking_rankedfinding SET qkey = 0 WHERE team_id = %s", [team_id])
         cur.execute(f"DELETE FROM {positions.PRODUCT.bucket} WHERE team_id = %s", [team_id])
         cur.execute(f"DELETE FROM {positions.PRODUCT.group} WHERE team_id = %s", [team_id])
+    # Until that run, readers show the ranks the queue was stored with.
+    with connection.cursor() as cur:
+        cur.execute("SELECT finding_id, rank, env_rank FROM ranking_rankedfinding "
+                    "WHERE team_id = %s", [team_id])
+        stored = {fid: (rank, env) for fid, rank, env in cur.fetchall()}
+    assert stored and ranks.ranks_of(ids) == stored
+    assert ranks.team_ranks_of(ids) == {f: r for f, (r, _e) in stored.items()}
     runs._PREVIOUS.clear()
     _run(team_id)
     _assert_counted_as_dense(team_id)

@@ -137,9 +137,11 @@ def test_a_findings_rank_is_counted_in_one_query(teams, django_assert_num_querie
     with django_assert_num_queries(1):
         assert (finding.rank, finding.env_rank) == (truth[fid][1], truth[fid][3])
     assert finding.ranked.rank > STALE // 2  # the stored one is the stale one
-    # An annotated list reads its annotation: no query per row.
-    listed = list(selectors.findings_with_ranks(
-        Finding.objects.filter(team=alpha, ranked__isnull=False).select_related("ranked")))
+    # A list's ranks are counted for all its rows in one statement, then read: no query a row.
+    listed = list(Finding.objects.filter(team=alpha, ranked__isnull=False)
+                  .select_related("ranked"))
+    with django_assert_num_queries(1):
+        selectors.ranks_attach(listed)
     with django_assert_num_queries(0):
         assert {f.pk: (f.rank, f.env_rank) for f in listed} == {
             f.pk: (truth[f.pk][1], truth[f.pk][3]) for f in listed}

@@ -10,8 +10,8 @@ from django.core.exceptions import ObjectDoesNotExist
 
 # A ranked finding's `rank` and `env_rank` columns hold its ranks as of the run that last
 # wrote its ranked row; the current ones are counted from its queue key by the ranking app
-# (trustrank.ranking.ranks), which this lower layer may not import. So a list annotates
-# them under these names (trustrank.ranking.selectors.findings_with_ranks), and a single
+# (trustrank.ranking.ranks), which this lower layer may not import. So a list sets them
+# under these names on its rows (trustrank.ranking.selectors.ranks_attach), and a single
 # finding counts them through the counter the ranking app registers when it loads.
 RANK_ANNOTATION = "queue_rank"
 ENV_RANK_ANNOTATION = "queue_env_rank"

@@ -10,7 +10,6 @@ from rest_framework import serializers
 
 from trustrank.findings.choices import OPEN_STATES, VEX_RESPONSES, Justification, TriageState
 from trustrank.findings.models import Finding
-from trustrank.findings.ranked import ENV_RANK_ANNOTATION, RANK_ANNOTATION
 from trustrank.findings.records import BulkTriageJob, TriagePolicy
 from trustrank.lib.numbers import INT_MAX, int_or_none
 
@@ -147,13 +146,15 @@ class FindingSerializer(serializers.ModelSerializer[Finding]):
 
 def page_rows_for_ids(qs: QuerySet[Finding], ids: list[int]) -> list[Finding]:
     """The findings `ids` (those `qs` still matches) in that order, with their counted ranks
-    (`findings_with_ranks`): the rows of one page of the findings list."""
+    (counted for the page at once): the rows of one page of the findings list."""
     if not ids:
         return []
-    from trustrank.ranking.selectors import findings_with_ranks
+    from trustrank.ranking.selectors import ranks_attach
 
-    found = {f.pk: f for f in findings_with_ranks(qs.order_by().filter(pk__in=ids))}
-    return [found[pk] for pk in ids if pk in found]
+    found = {f.pk: f for f in qs.order_by().filter(pk__in=ids)}
+    rows = [found[pk] for pk in ids if pk in found]
+    ranks_attach(rows)
+    return rows
 
 
 # DRF's own date-time representation (its time zone and `Z`), shared by the list's rows.
@@ -170,7 +171,7 @@ _ROW_COLUMNS = (
     "epss_percentile", "baseline_priority", "state", "justification", "response", "detail",
     "match_status", "match_reason", "fixed_versions", "first_seen", "last_seen",
     "resolved_at", "auto_resolved", "assignee_id", "assignee_name", "due__due_date",
-    "due__manual", "version", RANK_ANNOTATION, ENV_RANK_ANNOTATION, "ranked__score",
+    "due__manual", "version", "ranked__rank", "ranked__env_rank", "ranked__score",
     "ranked__decision", "ranked__context__data",
 )
 
@@ -187,13 +188,13 @@ def finding_rows_for_ids(qs: QuerySet[Finding], ids: list[int]) -> list[dict[str
     from django.contrib.auth import get_user_model
 
     from trustrank.jira.models import JiraIssueLink
-    from trustrank.ranking.selectors import findings_with_ranks
+    from trustrank.ranking.ranks import ranks_of
     from trustrank.ranking.serializers import context_fields
 
     username = get_user_model().USERNAME_FIELD
     found = {
         row[0]: row
-        for row in findings_with_ranks(qs.order_by().prefetch_related(None).filter(pk__in=ids))
+        for row in qs.order_by().prefetch_related(None).filter(pk__in=ids)
         .annotate(assignee_name=F(f"assignee__{username}"))
         .values_list(*_ROW_COLUMNS)
     }
@@ -204,6 +205,8 @@ def finding_rows_for_ids(qs: QuerySet[Finding], ids: list[int]) -> list[dict[str
     ).values_list("finding_id", "created_at", "pk", "key", "url"):
         if finding_id not in jira or (created_at, pk) < jira[finding_id][:2]:
             jira[finding_id] = (created_at, pk, key, url)
+    # The stored ranks are those of the run that last wrote each row: counted for the page.
+    counted = ranks_of(found)
     today = timezone.localdate()
     datetime_data = _DATETIME.to_representation
     out = []
@@ -223,6 +226,8 @@ def finding_rows_for_ids(qs: QuerySet[Finding], ids: list[int]) -> list[dict[str
             assignee_name, due_date, due_manual, version, rank, env_rank, score, decision,
             context,
         ) = row
+        if rank is not None:
+            rank, env_rank = counted.get(pk, (rank, env_rank))
         if vuln_id:
             shown_id = advisory_id or vuln_id
             advisory: dict[str, Any] | None = {

@@ -387,9 +387,17 @@ def ranks_of(cur: Any, finding_ids: Iterable[int], *,
              t: Tables = PRODUCT) -> dict[int, tuple[int, int]]:
     """Finding id -> (rank, environment rank) counted from the buckets, for the ids that
     have a ranked row."""
-    ids = "{" + ",".join(map(str, finding_ids)) + "}"
-    cur.execute(rank_sql(t, per_env=False), {"ids": ids})
-    team = dict(cur.fetchall())
-    cur.execute(rank_sql(t, per_env=True), {"ids": ids})
-    env = dict(cur.fetchall())
-    return {fid: (int(rank), int(env[fid])) for fid, rank in team.items()}
+    cur.execute(ranks_sql(t), {"ids": ids_text(finding_ids)})
+    return {fid: (int(rank), int(env)) for fid, rank, env in cur.fetchall()}
+
+
+def ranks_sql(t: Tables) -> str:
+    """(finding id, rank, environment rank) of the ranked rows whose ids are `%(ids)s`."""
+    return (f"SELECT t.finding_id, t.rank, e.rank FROM ({rank_sql(t, per_env=False)}) t"
+            f"(finding_id, rank) JOIN ({rank_sql(t, per_env=True)}) e(finding_id, rank)"
+            " USING (finding_id)")
+
+
+def ids_text(finding_ids: Iterable[int]) -> str:
+    """Finding ids as the array literal `rank_sql`'s `%(ids)s` takes."""
+    return "{" + ",".join(map(str, finding_ids)) + "}"

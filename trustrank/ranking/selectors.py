@@ -44,19 +44,9 @@ def priority_list(
     return qs.order_by(*team, "ranked__qkey", "ranked__finding_id")
 
 
-def findings_with_ranks(qs: QuerySet[Finding]) -> QuerySet[Finding]:
-    """The findings with their current ranks annotated (`Finding.rank` / `env_rank` read
-    them): the ranks are counted per row returned, about 0.15 ms each, so only for a page
-    or a few thousand rows, never over a whole queue (nor past a large OFFSET)."""
-    return qs.annotate(**{
-        RANK_ANNOTATION: ranks.team_rank("ranked__"),
-        ENV_RANK_ANNOTATION: ranks.env_rank("ranked__"),
-    })
-
-
 def ranks_attach(findings: list[Finding]) -> None:
-    """Set the current ranks on findings already fetched, as `findings_with_ranks` would
-    have annotated them: one statement for all (None for the unranked)."""
+    """Set the current ranks (`Finding.rank` / `env_rank` read them) on findings already
+    fetched, counted for them all at once (ranks.ranks_of; None for the unranked)."""
     _ranks_set(findings, ranks.ranks_of(f.pk for f in findings))
 
 
