@@ -108,7 +108,10 @@ SELECT {columns}, %(offset)s + row_number() OVER (ORDER BY qkey, finding_id) AS 
 
 def rank_sql(t: Tables, *, per_env: bool) -> str:
     """(finding id, rank) of the ranked rows whose ids are `%(ids)s`: in the team's queue,
-    or with `per_env` in their environment's."""
+    or with `per_env` in their environment's. The count inside a bucket also bounds `qkey`
+    alone (implied by the row comparisons): PostgreSQL guesses a ninth of the table for a
+    row comparison's range and read it with a bitmap scan (0.5 ms a row at a million
+    findings), a range on one column it guesses narrow and reads along the index."""
     env = "r.environment" if per_env else "''"
     same_env = "AND x.environment = r.environment" if per_env else ""
     return f"""
@@ -119,6 +122,7 @@ SELECT r.finding_id,
         WHERE {_queue("c", per_env, env)} AND c.g = b.g
           AND (c.qkey, c.finding_id) < (b.qkey, b.finding_id))
      + (SELECT count(*) FROM {t.ranked} x WHERE x.team_id = r.team_id {same_env}
+          AND x.qkey BETWEEN b.qkey AND r.qkey
           AND (x.qkey, x.finding_id) >= (b.qkey, b.finding_id)
           AND (x.qkey, x.finding_id) < (r.qkey, r.finding_id))
      + 1
