@@ -160,6 +160,32 @@ def test_a_queue_stored_before_keys_were_gets_them_at_the_next_run(monkeypatch):
     _assert_counted_as_dense(team_id)
 
 
+@pytest.mark.parametrize("spacing", [3, 7])
+def test_ranks_among_runs_of_equal_keys_count_each_row_once(spacing):
+    """A queue holds few distinct keys (some hundreds for a million findings), so a bucket
+    starts inside a run of equal keys and a row's key is often its threshold's: the count
+    inside the bucket takes the rest of the threshold's key, the keys between and the
+    start of the row's own key, each row once."""
+    team_id, ids = _team(40)
+    _open_only(team_id, ids)
+    _run(team_id)
+    with connection.cursor() as cur:
+        cur.execute("UPDATE ranking_rankedfinding SET qkey = (finding_id * 7 %% 3) * 10 "
+                    "WHERE team_id = %s", [team_id])
+        positions.rebuild(cur, team_id=team_id, spacing=spacing, group=2)
+    dense = _dense_ranks(team_id)
+    assert len(set(_keys(team_id))) == 3
+    assert _counted(team_id) == dense
+    assert ranks.ranks_of(ids) == dense
+    assert ranks.team_ranks_of(ids) == {f: r for f, (r, _e) in dense.items()}
+
+
+def _keys(team_id: int) -> list[int]:
+    with connection.cursor() as cur:
+        cur.execute("SELECT qkey FROM ranking_rankedfinding WHERE team_id = %s", [team_id])
+        return [row[0] for row in cur.fetchall()]
+
+
 def test_other_teams_counts_are_untouched(monkeypatch):
     monkeypatch.setattr(positions, "SPACING", 2)
     first, first_ids = _team(15)

@@ -34,7 +34,7 @@ from typing import Any
 GAP = 2**32
 MIN_KEY = -(2**63)
 MAX_KEY = 2**63 - 1
-SPACING = 1024
+SPACING = 256
 GROUP = 64
 SPLIT_OVER = 1.25
 # The SQL functions' name prefix in the product's database (`function_sql`).
@@ -106,33 +106,60 @@ SELECT {columns}, %(offset)s + row_number() OVER (ORDER BY qkey, finding_id) AS 
 """
 
 
+def _walk(t: Tables, same_env: str, bq: str, bf: str, q: str, f: str) -> str:
+    """The ranked rows from a bucket's threshold (`bq`, `bf`) up to a key (`q`, `f`),
+    counted as plain ranges of the key index: the rest of the threshold's `qkey`, the keys
+    strictly between, and the start of the key's own `qkey`. A queue holds few distinct
+    keys (some hundreds for a million findings), and PostgreSQL reads a range bounded by a
+    row comparison and by `qkey` from the first row of the threshold's `qkey` to the last
+    of the key's (thousands of rows for a few dozen counted: 27 ms for 50 rows' two ranks,
+    against 7 ms so; docs/ranking.md)."""
+    def count(where: str) -> str:
+        return (f"(SELECT count(*) FROM {t.ranked} x WHERE x.team_id = r.team_id {same_env}"
+                f" AND {where})")
+    same = count(f"x.qkey = {q} AND x.finding_id >= {bf} AND x.finding_id < {f}")
+    rest = count(f"x.qkey = {bq} AND x.finding_id >= {bf}")
+    between = count(f"x.qkey > {bq} AND x.qkey < {q}")
+    start = count(f"x.qkey = {q} AND x.finding_id < {f}")
+    return f"CASE WHEN {bq} = {q} THEN {same} ELSE {rest} + {between} + {start} END"
+
+
 def rank_sql(t: Tables, *, per_env: bool) -> str:
     """(finding id, rank) of the ranked rows whose ids are `%(ids)s`: in the team's queue,
-    or with `per_env` in their environment's. The count inside a bucket also bounds `qkey`
-    alone (implied by the row comparisons): PostgreSQL guesses a ninth of the table for a
-    row comparison's range and read it with a bitmap scan (0.5 ms a row at a million
-    findings), a range on one column it guesses narrow and reads along the index."""
-    env = "r.environment" if per_env else "''"
+    or with `per_env` in their environment's. The counts of the groups before each row's
+    group are one running sum over the groups of the rows' queues, made once for the
+    statement; each row then sums the buckets before its own in its group and walks its
+    bucket (`_walk`). Each step is materialized: PostgreSQL, guessing one row for the
+    groups' sum, looked up the buckets of every row once per group (4 s for 50 rows)."""
+    env = "r.environment" if per_env else "''::varchar"
     same_env = "AND x.environment = r.environment" if per_env else ""
     return f"""
+WITH r AS MATERIALIZED (
+    SELECT r.finding_id, r.team_id, {env} AS environment, r.qkey FROM {t.ranked} r
+    WHERE r.finding_id = ANY(%(ids)s::bigint[])
+), b AS MATERIALIZED (
+    SELECT r.*, b.qkey AS b_qkey, b.finding_id AS b_finding, b.g FROM r CROSS JOIN LATERAL (
+        SELECT c.qkey, c.finding_id, c.g FROM {t.bucket} c
+        WHERE {_queue("c", per_env, "r.environment")}
+          AND (c.qkey, c.finding_id) <= (r.qkey, r.finding_id)
+        ORDER BY c.qkey DESC, c.finding_id DESC LIMIT 1
+    ) b
+), gs AS MATERIALIZED (
+    SELECT gr.team_id, gr.environment, gr.g,
+           sum(gr.n) OVER (PARTITION BY gr.team_id, gr.environment ORDER BY gr.g) - gr.n
+               AS start
+    FROM (SELECT DISTINCT team_id, environment FROM r) q
+    JOIN {t.group} gr ON gr.team_id = q.team_id AND gr.per_env = {per_env}
+      AND gr.environment = q.environment
+)
 SELECT r.finding_id,
-       (SELECT coalesce(sum(gr.n), 0) FROM {t.group} gr
-        WHERE {_queue("gr", per_env, env)} AND gr.g < b.g)
+       gs.start
      + (SELECT coalesce(sum(c.n), 0) FROM {t.bucket} c
-        WHERE {_queue("c", per_env, env)} AND c.g = b.g
-          AND (c.qkey, c.finding_id) < (b.qkey, b.finding_id))
-     + (SELECT count(*) FROM {t.ranked} x WHERE x.team_id = r.team_id {same_env}
-          AND x.qkey BETWEEN b.qkey AND r.qkey
-          AND (x.qkey, x.finding_id) >= (b.qkey, b.finding_id)
-          AND (x.qkey, x.finding_id) < (r.qkey, r.finding_id))
+        WHERE {_queue("c", per_env, "r.environment")} AND c.g = r.g
+          AND (c.qkey, c.finding_id) < (r.b_qkey, r.b_finding))
+     + {_walk(t, same_env, "r.b_qkey", "r.b_finding", "r.qkey", "r.finding_id")}
      + 1
-FROM {t.ranked} r
-CROSS JOIN LATERAL (
-    SELECT c.qkey, c.finding_id, c.g FROM {t.bucket} c
-    WHERE {_queue("c", per_env, env)} AND (c.qkey, c.finding_id) <= (r.qkey, r.finding_id)
-    ORDER BY c.qkey DESC, c.finding_id DESC LIMIT 1
-) b
-WHERE r.finding_id = ANY(%(ids)s::bigint[])
+FROM b r JOIN gs ON gs.team_id = r.team_id AND gs.environment = r.environment AND gs.g = r.g
 """
 
 
@@ -397,9 +424,9 @@ def ranks_of(cur: Any, finding_ids: Iterable[int], *,
 
 def ranks_sql(t: Tables) -> str:
     """(finding id, rank, environment rank) of the ranked rows whose ids are `%(ids)s`."""
-    return (f"SELECT t.finding_id, t.rank, e.rank FROM ({rank_sql(t, per_env=False)}) t"
-            f"(finding_id, rank) JOIN ({rank_sql(t, per_env=True)}) e(finding_id, rank)"
-            " USING (finding_id)")
+    return (f"WITH t(finding_id, rank) AS MATERIALIZED ({rank_sql(t, per_env=False)}),"
+            f" e(finding_id, rank) AS MATERIALIZED ({rank_sql(t, per_env=True)})"
+            " SELECT t.finding_id, t.rank, e.rank FROM t JOIN e USING (finding_id)")
 
 
 def ids_text(finding_ids: Iterable[int]) -> str:
