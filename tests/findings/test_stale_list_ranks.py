@@ -8,16 +8,12 @@ import re
 
 import pytest
 from django.core.cache import cache
-from django.db import connection
 
-from bench.rerank import build
-from tests.ranking.stale import stale_stored_ranks
-from trustrank.accounts.models import Team
+from tests.ranking.stale import Truth, ranked_team, run_truth, stale_stored_ranks, stale_teams
 from trustrank.accounts.services import membership_set
 from trustrank.findings.choices import OPEN_STATES
 from trustrank.findings.models import Finding
 from trustrank.ranking.services import runs
-from trustrank.ranking.services.requests import ranking_run_request
 
 pytestmark = pytest.mark.django_db
 
@@ -32,26 +28,13 @@ def _fresh_worker():
     runs._PREVIOUS.clear()
 
 
-def _ranked_team(name: str, seed: int) -> Team:
-    team_id = build(findings=12, services=6, edges=10, versions=2, seed=seed)
-    Team.objects.filter(pk=team_id).update(name=name)
-    run = ranking_run_request(team_id=team_id, trigger="test", delay_seconds=0)
-    runs.ranking_run_execute(run_id=run.pk)
-    return Team.objects.get(pk=team_id)
+# A small queue per team: the list's pages hold all of it.
+SIZES = {"findings": 12, "services": 6, "edges": 10, "versions": 2}
 
 
-def _true_ranks(team_ids: list[int]) -> dict[int, tuple[int, int]]:
-    """Finding id -> (rank, environment rank): places in the key order, as the run left it."""
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT finding_id, row_number() OVER (PARTITION BY team_id ORDER BY qkey,"
-            " finding_id), row_number() OVER (PARTITION BY team_id, environment ORDER BY"
-            " qkey, finding_id), rank, env_rank FROM ranking_rankedfinding"
-            " WHERE team_id = ANY(%s)", [team_ids])
-        rows = cur.fetchall()
-    # In this branch the run still writes dense ranks: the key order is theirs.
-    assert all(rank == stored and env == stored_env for _, rank, env, stored, stored_env in rows)
-    return {fid: (rank, env) for fid, rank, env, _, _ in rows}
+def _ranks(truth: Truth) -> dict[int, tuple[int, int]]:
+    """Finding id -> (rank, environment rank), as the run ranked them."""
+    return {fid: (rank, env_rank) for fid, (_team, rank, _env, env_rank) in truth.items()}
 
 
 def _expected(team_ids: list[int], ranks: dict[int, tuple[int, int]], *,
@@ -82,8 +65,8 @@ def _page_rows(client, query: str = "") -> list[tuple[int, str]]:
 
 
 def test_one_teams_list_shows_the_counted_ranks_in_key_order(client, api, make_user) -> None:
-    team = _ranked_team("stale-one", seed=3)
-    ranks = _true_ranks([team.pk])
+    team = ranked_team("stale-one", 3, **SIZES)
+    ranks = _ranks(run_truth([team.pk]))
     assert len(ranks) > 5
     stale_stored_ranks(team.pk)
     reader = api(team, "read")
@@ -101,11 +84,9 @@ def test_one_teams_list_shows_the_counted_ranks_in_key_order(client, api, make_u
 
 
 def test_several_teams_merge_by_counted_rank(client, make_user) -> None:
-    first = _ranked_team("stale-first", seed=3)
-    second = _ranked_team("stale-second", seed=5)
+    first, second, truth = stale_teams(("stale-first", "stale-second"), **SIZES)
     teams = [first.pk, second.pk]
-    ranks = _true_ranks(teams)
-    stale_stored_ranks()
+    ranks = _ranks(truth)
     user = make_user("stale-both", team=first, role="viewer")
     membership_set(team=second, user=user, role="viewer")
     client.force_login(user)
@@ -119,8 +100,8 @@ def test_several_teams_merge_by_counted_rank(client, make_user) -> None:
 
 
 def test_groups_show_the_counted_rank_of_their_first_finding(api) -> None:
-    team = _ranked_team("stale-groups", seed=3)
-    ranks = _true_ranks([team.pk])
+    team = ranked_team("stale-groups", 3, **SIZES)
+    ranks = _ranks(run_truth([team.pk]))
     stale_stored_ranks(team.pk)
     reader = api(team, "read")
     body = reader.get("/api/v1/findings/groups?by=vulnerability&page_size=100").json()

@@ -7,22 +7,15 @@ still show the true ones."""
 from __future__ import annotations
 
 import pytest
-from django.db import connection
 
-from bench.rerank import build
-from tests.ranking.stale import STALE, stale_stored_ranks
+from tests.ranking.stale import STALE, Truth, stale_teams
 from trustrank.accounts.models import Team
 from trustrank.findings.models import Finding
 from trustrank.ranking import selectors, views
-from trustrank.ranking.models import RunStatus
 from trustrank.ranking.services import runs
 from trustrank.ranking.services.notify_sources import finding_payloads
-from trustrank.ranking.services.requests import ranking_run_request
 
 pytestmark = pytest.mark.django_db
-
-# finding id -> (team, rank, environment, environment rank), as the run ranked them.
-Truth = dict[int, tuple[int, int, str, int]]
 
 
 @pytest.fixture(autouse=True)
@@ -32,27 +25,11 @@ def _fresh_worker():
     runs._PREVIOUS.clear()
 
 
-def _ranked_team(name: str, seed: int) -> Team:
-    team_id = build(findings=40, services=8, edges=16, versions=3, seed=seed)
-    Team.objects.filter(pk=team_id).update(name=name)
-    run = ranking_run_request(team_id=team_id, trigger="test", delay_seconds=0)
-    runs.ranking_run_execute(run_id=run.pk)
-    run.refresh_from_db()
-    assert run.status == RunStatus.DONE, run.error
-    return Team.objects.get(pk=team_id)
-
-
 @pytest.fixture
 def teams() -> tuple[Team, Team, Truth]:
-    alpha = _ranked_team("alpha", 3)
-    beta = _ranked_team("beta", 5)
-    with connection.cursor() as cur:
-        cur.execute("SELECT finding_id, team_id, rank, environment, env_rank "
-                    "FROM ranking_rankedfinding")
-        truth = {fid: (team, rank, env, env_rank)
-                 for fid, team, rank, env, env_rank in cur.fetchall()}
+    alpha, beta, truth = stale_teams(("alpha", "beta"), findings=40, services=8, edges=16,
+                                     versions=3)
     assert len([t for t in truth.values() if t[0] == alpha.pk]) > 20
-    stale_stored_ranks()
     return alpha, beta, truth
 
 

@@ -4,12 +4,15 @@ triage policy."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from django.conf import settings
 from django.core.paginator import EmptyPage, Page, PageNotAnInteger
 from django.core.paginator import Paginator as DjangoPaginator
+from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework.generics import ListAPIView
 from rest_framework.renderers import JSONRenderer
@@ -25,7 +28,12 @@ from trustrank.findings.choices import FindingKind
 from trustrank.findings.filters import DEFAULT_ORDERING, FindingFilterSet, findings_ordered
 from trustrank.findings.list_cache import list_cache_get, list_cache_key, list_cache_set
 from trustrank.findings.models import Finding
-from trustrank.findings.paging import SEARCH_SORT_MAX, CountedRows, SortedMatches
+from trustrank.findings.paging import (
+    SEARCH_SORT_MAX,
+    CountedRows,
+    RowsLoader,
+    SortedMatches,
+)
 from trustrank.findings.rank_rows import RankOrderedRows
 from trustrank.findings.search import search_value
 from trustrank.findings.serializers import (
@@ -178,6 +186,46 @@ class FindingPagination(Pagination):
         return out
 
 
+@dataclass(frozen=True)
+class ListRows:
+    """Where the findings list (the page and the API) reads a filter's rows from in an order:
+    a search's matches, found, sorted and kept (paging.SortedMatches), when there are few
+    enough to sort; else, in the contextual order, the rank index (`ranked`); else the caller
+    pages the queryset. `broad`: a search matching more than SEARCH_SORT_MAX findings, paged
+    like the list, whose total is that cap."""
+
+    matches: SortedMatches | None
+    broad: bool
+    ranked: RankOrderedRows | None
+
+
+def list_rows(
+    qs: QuerySet[Finding], *, team_ids: Iterable[int], ordering: str, search: bool,
+    load: RowsLoader, cap: int | None = None,
+) -> ListRows:
+    """The rows of `qs` (already in `ordering`) for the list's page and API alike; `load`
+    reads a page's rows from their ids, `cap` bounds the contextual order's total. The
+    ranks that merge several teams are counted by the ranking app (`team_ranks_of`), which
+    the findings app's lower modules may not import."""
+    team_ids = list(team_ids)
+    ranked_order = ordering in ("rank", "-rank")
+    # Several teams' rank orders are merged by counted rank (RankOrderedRows): the queue
+    # key that sorts one team's matches does not order them across teams.
+    merged = ranked_order and len(set(team_ids)) > 1
+    matches: SortedMatches | None = None
+    broad = False
+    if search and not merged:
+        found = SortedMatches(qs, team_ids=team_ids)
+        broad = found.usable and found.broad
+        matches = found if found.usable and not broad else None
+    ranked = (
+        RankOrderedRows(qs, team_ids=team_ids, cap=cap, over_cap=broad, load=load,
+                        ranks_of=team_ranks_of, descending=ordering == "-rank")
+        if matches is None and ranked_order else None
+    )
+    return ListRows(matches=matches, broad=broad, ranked=ranked)
+
+
 class FindingListApi(ListAPIView[Finding]):
     """Findings of every kind (filter `kind`) of the caller's teams, as the findings page
     lists them: most urgent first by the latest ranking run's rank, the unranked after by
@@ -209,27 +257,19 @@ class FindingListApi(ListAPIView[Finding]):
         search = bool(search_value(self.request.query_params))
         if not asked:  # the filter left the queryset in the baseline order
             queryset = findings_ordered(queryset, ordering)
-        # Several teams' rank orders are merged by counted rank (RankOrderedRows): the queue
-        # key that sorts one team's matches does not order them across teams.
-        merged = ordering in ("rank", "-rank") and len(set(team_ids)) > 1
-        matches = SortedMatches(queryset, team_ids=team_ids) if search and not merged else None
-        if matches is not None and matches.usable and not matches.broad:
-            # A search's matches are found, sorted by rank lookups and kept (SortedMatches).
-            rows = CountedRows(queryset, team_ids=team_ids, matches=matches,
+        # A broad search is paged like the list, its total capped (`count_exact`): the
+        # matches told it holds more than the cap, so it is not counted again.
+        cap = SEARCH_SORT_MAX if search else None
+        found = list_rows(queryset, team_ids=team_ids, ordering=ordering, search=search,
+                          load=finding_rows_for_ids, cap=cap)
+        if found.matches is not None:
+            rows = CountedRows(queryset, team_ids=team_ids, matches=found.matches,
                                load=finding_rows_for_ids)
+        elif found.ranked is not None:
+            rows = found.ranked
         else:
-            # A broad search is paged like the list, its total capped (`count_exact`): the
-            # matches told it holds more than the cap, so it is not counted again.
-            cap = SEARCH_SORT_MAX if search else None
-            over_cap = matches is not None and matches.usable
-            rows = (
-                RankOrderedRows(queryset, team_ids=team_ids, cap=cap, over_cap=over_cap,
-                                load=finding_rows_for_ids, ranks_of=team_ranks_of,
-                                descending=ordering == "-rank")
-                if ordering in ("rank", "-rank")
-                else CountedRows(queryset, team_ids=team_ids, cap=cap, over_cap=over_cap,
-                                 load=finding_rows_for_ids)
-            )
+            rows = CountedRows(queryset, team_ids=team_ids, cap=cap, over_cap=found.broad,
+                               load=finding_rows_for_ids)
         return self.paginator.paginate_queryset(rows, self.request, view=self)
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:

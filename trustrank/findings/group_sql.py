@@ -34,6 +34,66 @@ def teams_many() -> str:
 
 
 
+def group_order(tail: tuple[str, ...], *, alias: str = "") -> str:
+    """The groups' order, most urgent first: highest decision level, best rank, least key,
+    then `tail` (columns of `ordered`, with their direction); `alias.` before each column."""
+    at = f"{alias}." if alias else ""
+    return ", ".join(
+        f"{at}{term}" for term in
+        ("level DESC", "order_rank ASC NULLS LAST", "best_key ASC NULLS LAST", *tail)
+    )
+
+
+def group_page_sql(
+    *, base: str, keys: tuple[str, ...], level: str, rank_sql: RankSql,
+    per_team: tuple[str, ...] = (), merged: tuple[str, ...] = (), tail: tuple[str, ...],
+) -> str:
+    """The CTEs `per_team`, `ordered` and `page` of a grouping of `base` (aliased b) by the
+    columns `keys`: a group's decision level (`level`, SQL over b), least key, team and
+    count per team (with `per_team`'s aggregates, `expr AS name`), then per group (with
+    `merged`, their aggregates over per_team t), its total of groups and rank, and the page
+    (LIMIT %s OFFSET %s) cut in `group_order(tail)`, each group with its `best_rank`.
+
+    The page is cut from an aggregate over the narrow columns; the caller joins a second
+    copy of the filtered findings to it for the detail. A materialised CTE read twice would
+    spill every wide row to disk instead. A group's rows are kept per team: each team's
+    least key gives the rank of that team's part."""
+    columns = ", ".join(f"b.{k}" for k in keys)
+    per_team_sql = "".join(f", {a}" for a in per_team)
+    merged_sql = "".join(f", {a}" for a in merged)
+    # Django's own SQL, our columns and constants; the values stay parameters.
+    return f"""
+        WITH per_team AS (
+            SELECT {columns}, b.team_id,
+                   max({level}) AS level, min(b.g_key) AS best_key, count(*) AS n
+                   {per_team_sql}
+            FROM ({base}) b
+            GROUP BY {columns}, b.team_id
+        ),
+        ordered AS (
+            SELECT {", ".join(f"t.{k}" for k in keys)}, max(t.level) AS level,
+                   sum(t.n)::bigint AS n{merged_sql},
+                   min(t.best_key) AS best_key, min(t.team_id) AS team_id,
+                   min(CASE WHEN {teams_many()} AND t.best_key IS NOT NULL
+                       THEN {rank_of(rank_sql, team="t.team_id", key="t.best_key")} END)
+                       AS order_rank,
+                   count(*) OVER () AS total
+            FROM per_team t
+            GROUP BY {", ".join(f"t.{k}" for k in keys)}
+        ),
+        page AS (
+            SELECT o.*, CASE WHEN o.order_rank IS NOT NULL THEN o.order_rank
+                             WHEN o.best_key IS NOT NULL
+                             THEN {rank_of(rank_sql, team="o.team_id", key="o.best_key")}
+                        END AS best_rank
+            FROM (
+                SELECT * FROM ordered
+                ORDER BY {group_order(tail)}
+                LIMIT %s OFFSET %s
+            ) o
+        )"""  # noqa: S608
+
+
 def _plain(qs: QuerySet[Finding]) -> QuerySet[Finding]:
     """The queryset without the DISTINCT django-filter's multiple-choice filters add: every
     finding filter joins to-one relations only (ranked is one-to-one), so no row repeats, and

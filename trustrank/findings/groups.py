@@ -31,7 +31,14 @@ from trustrank.findings.group_shapes import (
     decision_for_level,
     severity_for_level,
 )
-from trustrank.findings.group_sql import RankSql, base_sql, rank_of, teams_many
+from trustrank.findings.group_sql import (
+    RankSql,
+    base_sql,
+    group_order,
+    group_page_sql,
+    rank_of,
+    teams_many,
+)
 from trustrank.findings.models import Finding
 from trustrank.risk.inputs import DECISIONS
 from trustrank.vulns.engine.versions import parse, scheme_for
@@ -53,6 +60,11 @@ _SEVERITY_LEVEL_SQL = (
     )
     + " ELSE 0 END"
 )
+
+
+# After decision, rank and key, the groups' order (group_sql.group_order): the larger first.
+FIX_TAIL = ("n DESC", "ecosystem", "package_name")
+VULNERABILITY_TAIL = ("n_open DESC", "n DESC", "vuln_id")
 
 
 class GroupByError(ValueError):
@@ -104,41 +116,14 @@ def fix_groups(
     qs = qs.filter(kind=FindingKind.VULNERABILITY, state__in=OPEN_STATES)
     base, params = base_sql(qs)
     level = _LEVEL_SQL.format(col="b.g_decision")
-    # The page of packages is cut from an aggregate over the narrow columns; the second copy
-    # of the filtered findings then reads only that page's packages (the (ecosystem,
-    # package_name) index) for the per-version detail. A materialised CTE read twice would
-    # spill every wide row to disk instead.
-    # A variant's rows are kept per team (the Python sums them): each team's least key gives
-    # the rank of that team's part.
-    sql = f"""
-        WITH per_team AS (
-            SELECT b.ecosystem, b.package_name, b.team_id,
-                   max({level}) AS level, min(b.g_key) AS best_key, count(*) AS n
-            FROM ({base}) b
-            GROUP BY b.ecosystem, b.package_name, b.team_id
-        ),
-        ordered AS (
-            SELECT t.ecosystem, t.package_name, max(t.level) AS level, sum(t.n)::bigint AS n,
-                   min(t.best_key) AS best_key, min(t.team_id) AS team_id,
-                   min(CASE WHEN {teams_many()} AND t.best_key IS NOT NULL
-                       THEN {rank_of(rank_sql, team="t.team_id", key="t.best_key")} END)
-                       AS order_rank,
-                   count(*) OVER () AS total
-            FROM per_team t
-            GROUP BY t.ecosystem, t.package_name
-        ),
-        page AS (
-            SELECT o.*, CASE WHEN o.order_rank IS NOT NULL THEN o.order_rank
-                             WHEN o.best_key IS NOT NULL
-                             THEN {rank_of(rank_sql, team="o.team_id", key="o.best_key")}
-                        END AS best_rank
-            FROM (
-                SELECT * FROM ordered
-                ORDER BY level DESC, order_rank ASC NULLS LAST, best_key ASC NULLS LAST,
-                         n DESC, ecosystem, package_name
-                LIMIT %s OFFSET %s
-            ) o
-        ),
+    # Only the page's packages are read again (the (ecosystem, package_name) index) for the
+    # per-version detail. A variant's rows are kept per team (the Python sums them): each
+    # team's least key gives the rank of that team's part.
+    page_sql = group_page_sql(
+        base=base, keys=("ecosystem", "package_name"), level=level, rank_sql=rank_sql,
+        tail=FIX_TAIL,
+    )
+    sql = f"""{page_sql},
         variant_teams AS (
             SELECT b.ecosystem, b.package_name, b.component_version,
                    b.g_fixed::text AS fixed, b.team_id,
@@ -168,8 +153,7 @@ def fix_groups(
           ON v.ecosystem = p.ecosystem AND v.package_name = p.package_name
         GROUP BY p.ecosystem, p.package_name, p.total, p.level, p.best_rank, p.n,
                  p.order_rank, p.best_key
-        ORDER BY p.level DESC, p.order_rank ASC NULLS LAST, p.best_key ASC NULLS LAST, p.n DESC,
-                 p.ecosystem, p.package_name
+        ORDER BY {group_order(FIX_TAIL, alias="p")}
     """  # noqa: S608 (Django's own SQL and constants; values are parameters)
     with transaction.atomic(), connection.cursor() as cursor:
         _tune(cursor)
@@ -267,46 +251,18 @@ def vulnerability_groups(
     states = ", ".join(
         f"'{s.value}', count(*) FILTER (WHERE b.state = '{s.value}')" for s in TriageState
     )
-    # As for fixes: the page is cut from an aggregate of the narrow columns, then a second
-    # copy of the filtered findings is joined to the page's ids for the detail (aliases are
+    # As for fixes, the page's groups are then read again for the detail (aliases are
     # aggregated as text: array_agg cannot stack arrays of different lengths).
-    sql = f"""
-        WITH per_team AS (
-            SELECT b.vuln_id, b.team_id,
-                   max({level}) AS level,
-                   min(b.g_key) AS best_key,
-                   count(*) AS n,
-                   count(*) FILTER (WHERE b.state = ANY(%s)) AS n_open,
-                   max({severity}) AS severity,
-                   bool_or(b.in_kev) AS in_kev,
-                   max(b.cve_id) AS cve_id
-            FROM ({base}) b
-            GROUP BY b.vuln_id, b.team_id
-        ),
-        ordered AS (
-            SELECT t.vuln_id, max(t.level) AS level, sum(t.n)::bigint AS n,
-                   sum(t.n_open)::bigint AS n_open, max(t.severity) AS severity,
-                   bool_or(t.in_kev) AS in_kev, max(t.cve_id) AS cve_id,
-                   min(t.best_key) AS best_key, min(t.team_id) AS team_id,
-                   min(CASE WHEN {teams_many()} AND t.best_key IS NOT NULL
-                       THEN {rank_of(rank_sql, team="t.team_id", key="t.best_key")} END)
-                       AS order_rank,
-                   count(*) OVER () AS total
-            FROM per_team t
-            GROUP BY t.vuln_id
-        ),
-        page AS (
-            SELECT o.*, CASE WHEN o.order_rank IS NOT NULL THEN o.order_rank
-                             WHEN o.best_key IS NOT NULL
-                             THEN {rank_of(rank_sql, team="o.team_id", key="o.best_key")}
-                        END AS best_rank
-            FROM (
-                SELECT * FROM ordered
-                ORDER BY level DESC, order_rank ASC NULLS LAST, best_key ASC NULLS LAST,
-                         n_open DESC, n DESC, vuln_id
-                LIMIT %s OFFSET %s
-            ) o
-        ),
+    page_sql = group_page_sql(
+        base=base, keys=("vuln_id",), level=level, rank_sql=rank_sql,
+        per_team=("count(*) FILTER (WHERE b.state = ANY(%s)) AS n_open",
+                  f"max({severity}) AS severity", "bool_or(b.in_kev) AS in_kev",
+                  "max(b.cve_id) AS cve_id"),
+        merged=("sum(t.n_open)::bigint AS n_open", "max(t.severity) AS severity",
+                "bool_or(t.in_kev) AS in_kev", "max(t.cve_id) AS cve_id"),
+        tail=VULNERABILITY_TAIL,
+    )
+    sql = f"""{page_sql},
         -- The ids in rank order: one team's by key; across teams by the ranks counted for
         -- each team's first MAX_IDS (no later one can be among the first MAX_IDS).
         placed AS (
@@ -336,8 +292,7 @@ def vulnerability_groups(
                d.states, d.projects, d.components, d.versions, d.packages, d.ids, d.title
         FROM page g
         JOIN detail d ON d.vuln_id = g.vuln_id
-        ORDER BY g.level DESC, g.order_rank ASC NULLS LAST, g.best_key ASC NULLS LAST,
-                 g.n_open DESC, g.n DESC, g.vuln_id
+        ORDER BY {group_order(VULNERABILITY_TAIL, alias="g")}
     """  # noqa: S608 (Django's own SQL and constants; values are parameters)
     with transaction.atomic(), connection.cursor() as cursor:
         _tune(cursor)

@@ -24,6 +24,7 @@ from django.views.decorators.http import require_POST
 from trustrank.accounts.models import Membership, Scope
 from trustrank.accounts.principal import principal_for_request
 from trustrank.findings import selectors
+from trustrank.findings.apis import list_rows
 from trustrank.findings.choices import (
     OPEN_STATES,
     VEX_RESPONSES,
@@ -39,7 +40,6 @@ from trustrank.findings.paging import (
     capped_cached_count,
     rows_by_id,
 )
-from trustrank.findings.rank_rows import RankOrderedRows
 from trustrank.findings.serializers import page_rows_for_ids
 from trustrank.findings.services.triage import (
     UNSET,
@@ -54,7 +54,6 @@ from trustrank.findings.totals import list_total
 from trustrank.inventory.models import Project
 from trustrank.lib.numbers import INT_MAX, int_or_none
 from trustrank.ranking.explain import finding_rank_explain
-from trustrank.ranking.ranks import team_ranks_of
 from trustrank.ranking.templatetags.rank_tags import rank_why
 from trustrank.vulns import selectors as vuln_selectors
 
@@ -183,18 +182,11 @@ def _table_context(
     qs = filterset.qs if filterset.is_valid() else filterset.queryset.none()
     if ordering != "baseline":
         qs = findings_ordered(qs, ordering)
-    # A search's matches are found, sorted and kept with their total (paging.SortedMatches).
-    matches: SortedMatches | None = None
-    broad = False
-    # Several teams' rank orders are merged by counted rank (rank_rows.RankOrderedRows): the
-    # queue key that sorts one team's matches does not order them across teams.
-    merged = ordering in ("rank", "-rank") and len(set(team_ids)) > 1
-    if filterset.searches() and not merged:
-        matches = SortedMatches(qs, team_ids=team_ids)
-        # A broad search pages like the list; its matches told it holds more than
-        # SEARCH_SORT_MAX, which is what its total says.
-        broad = matches.usable and matches.broad
-        matches = matches if matches.usable and not broad else None
+    # A search's matches are found, sorted and kept with their total; a broad search pages
+    # like the list, its total SEARCH_SORT_MAX; the contextual order reads the rank index.
+    found = list_rows(qs, team_ids=team_ids, ordering=ordering, search=filterset.searches(),
+                      load=page_rows_for_ids)
+    matches, broad = found.matches, found.broad
     count_exact = True
     if matches is not None:
         count, capped = matches.count(), False
@@ -215,11 +207,8 @@ def _table_context(
         window = slice(offset, offset + PAGE_SIZE + 1)
         if matches is not None:
             rows = page_rows_for_ids(qs, matches.ids(window))
-        elif ordering in ("rank", "-rank"):
-            rows = RankOrderedRows(
-                qs, team_ids=team_ids, load=page_rows_for_ids, ranks_of=team_ranks_of,
-                descending=ordering == "-rank",
-            )[window]
+        elif found.ranked is not None:
+            rows = found.ranked[window]
         else:
             rows = rows_by_id(qs, window, load=page_rows_for_ids)
         next_after = f"@{offset + PAGE_SIZE}"
