@@ -178,6 +178,11 @@ def test_ranks_among_runs_of_equal_keys_count_each_row_once(spacing):
     assert _counted(team_id) == dense
     assert ranks.ranks_of(ids) == dense
     assert ranks.team_ranks_of(ids) == {f: r for f, (r, _e) in dense.items()}
+    # The SQL functions (ranking.0010) count the same way.
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT r.finding_id, {ranks.rank_sql('r')}, {ranks.env_rank_sql('r')} "
+                    "FROM ranking_rankedfinding r WHERE r.team_id = %s", [team_id])
+        assert {fid: (rank, env) for fid, rank, env in cur.fetchall()} == dense
 
 
 def _keys(team_id: int) -> list[int]:

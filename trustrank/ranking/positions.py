@@ -106,7 +106,7 @@ SELECT {columns}, %(offset)s + row_number() OVER (ORDER BY qkey, finding_id) AS 
 """
 
 
-def _walk(t: Tables, same_env: str, bq: str, bf: str, q: str, f: str) -> str:
+def _walk(t: Tables, team: str, same_env: str, bq: str, bf: str, q: str, f: str) -> str:
     """The ranked rows from a bucket's threshold (`bq`, `bf`) up to a key (`q`, `f`),
     counted as plain ranges of the key index: the rest of the threshold's `qkey`, the keys
     strictly between, and the start of the key's own `qkey`. A queue holds few distinct
@@ -115,7 +115,7 @@ def _walk(t: Tables, same_env: str, bq: str, bf: str, q: str, f: str) -> str:
     of the key's (thousands of rows for a few dozen counted: 27 ms for 50 rows' two ranks,
     against 7 ms so; docs/ranking.md)."""
     def count(where: str) -> str:
-        return (f"(SELECT count(*) FROM {t.ranked} x WHERE x.team_id = r.team_id {same_env}"
+        return (f"(SELECT count(*) FROM {t.ranked} x WHERE x.team_id = {team} {same_env}"
                 f" AND {where})")
     same = count(f"x.qkey = {q} AND x.finding_id >= {bf} AND x.finding_id < {f}")
     rest = count(f"x.qkey = {bq} AND x.finding_id >= {bf}")
@@ -157,7 +157,7 @@ SELECT r.finding_id,
      + (SELECT coalesce(sum(c.n), 0) FROM {t.bucket} c
         WHERE {_queue("c", per_env, "r.environment")} AND c.g = r.g
           AND (c.qkey, c.finding_id) < (r.b_qkey, r.b_finding))
-     + {_walk(t, same_env, "r.b_qkey", "r.b_finding", "r.qkey", "r.finding_id")}
+     + {_walk(t, "r.team_id", same_env, "r.b_qkey", "r.b_finding", "r.qkey", "r.finding_id")}
      + 1
 FROM b r JOIN gs ON gs.team_id = r.team_id AND gs.environment = r.environment AND gs.g = r.g
 """
@@ -167,9 +167,11 @@ def function_sql(t: Tables, *, name: str) -> str:
     """Two SQL functions that count one ranked row's rank from the buckets:
     `{name}_team(team, qkey, finding)` in its team's queue and
     `{name}_env(team, environment, qkey, finding)` in its environment's. NULL when the
-    queue has no bucket (a queue stored before the keys). Reads of a page or a handful of
-    rows call them per row (about 0.15 ms a row, docs/ranking.md); a reader that streams a
-    whole queue in key order counts instead.
+    queue has no bucket (a queue stored before the keys). Only raw SQL that must count per
+    row calls them (a finding group's best rank): pages count their rows as a set
+    (`ranks_sql`), a reader that streams a whole queue in key order counts as it goes. The
+    count inside the bucket is `_walk`'s (migration ranking.0010: the row comparisons
+    before it took 0.6 ms a row for both ranks at a million findings).
 
     A function's statements are planned for any arguments, and for the count inside a
     bucket that plan guesses a ninth of the table: at ten million rows PostgreSQL chose a
@@ -195,9 +197,7 @@ WITH b AS (
 SELECT (SELECT coalesce(sum(gr.n), 0) FROM {t.group} gr WHERE {queue("gr")} AND gr.g < b.g)
      + (SELECT coalesce(sum(c.n), 0) FROM {t.bucket} c WHERE {queue("c")} AND c.g = b.g
           AND (c.qkey, c.finding_id) < (b.qkey, b.finding_id))
-     + (SELECT count(*) FROM {t.ranked} x WHERE x.team_id = p_team {same_env}
-          AND (x.qkey, x.finding_id) >= (b.qkey, b.finding_id)
-          AND (x.qkey, x.finding_id) < (p_qkey, p_finding))
+     + {_walk(t, "p_team", same_env, "b.qkey", "b.finding_id", "p_qkey", "p_finding")}
      + 1
 FROM b
 $f$;""")
