@@ -10,8 +10,8 @@ row's place in its team's queue ordered by (qkey, finding), counted from the buc
 - the ranks of a page's rows, or of a handful, are counted in one statement for them all
   (`ranks_of`, `team_ranks_of`): about 0.1 ms a row for both ranks at a million findings;
 - inside raw SQL that must count per row (a group's best rank), `rank_sql()` calls the SQL
-  function `ranking_rank_team` (migration ranking.0008): a function call costs about
-  0.3 ms, twenty times the set-based count, so only for a few dozen rows;
+  function `ranking_rank_team` (migrations ranking.0008 and 0010): about 0.3 ms a row
+  for both ranks, three times the set-based count, so only for a few dozen rows;
 - a reader that streams a whole queue in key order counts the ranks as it goes.
 
 A queue stored before the keys has no buckets; its rows keep the ranks they were stored

@@ -118,7 +118,8 @@ DATABASES["default"].setdefault("OPTIONS", {})
 # No JIT for the product's sessions: its statements are index reads of a page and batch
 # writes, and PostgreSQL compiles any statement whose estimate passes `jit_above_cost`: at
 # ten million findings, counting a page's ranks (a few ms of work, estimated at a third of
-# a million) compiled for 76 ms a request.
+# a million) compiled for 76 ms a request; a ranking run's big statements and the finding
+# groups' aggregate had each turned it off for themselves for the same reason.
 _SESSION_OPTIONS = ["-c jit=off"]
 if TESTING:
     # The test suite empties every table between transactional tests, the append-only audit

@@ -108,24 +108,19 @@ def ranking_run_execute(*, run_id: int) -> str:
 
 @contextmanager
 def _run_settings() -> Iterator[None]:
-    """The run's session settings, reset after it.
-
-    - `jit = off`: PostgreSQL's JIT compiles the run's few big statements (the findings
-      read, the due dates' join over the queue) for longer than it saves on them: about
-      half a second of a full run's due dates alone.
-    - `synchronous_commit = off`: a run's commits (its phases, its queue) do not wait for
-      the WAL to reach the disk. What a run stores is derived from evidence that is kept:
-      a crash can lose at most the last moments of a run's writes, never corrupt them,
-      and the next run makes them again; the wait was a tenth of a second and more on a
-      busy disk (an incremental run's whole budget is two seconds)."""
+    """The run's session setting, reset after it: `synchronous_commit = off`, a run's
+    commits (its phases, its queue) do not wait for the WAL to reach the disk. What a run
+    stores is derived from evidence that is kept: a crash can lose at most the last moments
+    of a run's writes, never corrupt them, and the next run makes them again; the wait was
+    a tenth of a second and more on a busy disk (an incremental run's whole budget is two
+    seconds). Every session runs without JIT (trustrank/settings), which compiled the run's
+    few big statements for longer than it saved: half a second of a full run's due dates."""
     with connection.cursor() as cur:
-        cur.execute("SET jit = off")
         cur.execute("SET synchronous_commit = off")
     try:
         yield
     finally:
         with connection.cursor() as cur:
-            cur.execute("RESET jit")
             cur.execute("RESET synchronous_commit")
 
 
