@@ -4,9 +4,9 @@ or `pg_advisory_xact_lock`, never a look at live workers)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
-from django.db import connection
+from django.db import DatabaseError, connection, transaction
 
 
 def advisory_xact_lock(key: int | str, key2: int | None = None) -> None:
@@ -40,3 +40,29 @@ def advisory_lock_try(name: str) -> Iterator[bool]:
         if taken:
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [name])
+
+
+@contextlib.contextmanager
+def advisory_lock_wait(name: str, *, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold the session-level lock `name` for the block, waiting for it as long as another
+    session holds it (`on_wait` is called first, to say so): work that must run after, not
+    beside, another of its kind, over more than one transaction. The wait is one statement
+    without the session's lock and statement timeouts (a job's would end it: the holder may
+    run for minutes). A dead holder's lock goes with its connection."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", [name])
+        taken = bool(cursor.fetchone()[0])
+    if not taken:
+        if on_wait is not None:
+            on_wait()
+        # SET LOCAL ends with this transaction; the session-level lock outlives it.
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SET LOCAL lock_timeout = 0")
+            cursor.execute("SET LOCAL statement_timeout = 0")
+            cursor.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", [name])
+    try:
+        yield
+    finally:
+        # A connection that broke took the lock with it.
+        with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [name])

@@ -22,6 +22,7 @@ from trustrank.findings.services.due_dates import (
     PolicyDays,
     triage_policy_for,
 )
+from trustrank.lib.locks import advisory_lock_wait
 from trustrank.notify.events import notify_ranking_run
 from trustrank.ranking.inputs import Gathered, rank_settings, ranking_inputs_gather
 from trustrank.ranking.models import RankingRun, RunStatus
@@ -93,10 +94,15 @@ def _phase(run: RankingRun, phase: str, progress: Any = None) -> None:
 def ranking_run_handle(*, job: RankingRun, progress: Any) -> None:
     """The job runner's handler for the kind "ranking_run". The run marks itself done in
     the transaction that stores its queue (so ranks and run agree); a crash before that
-    commit leaves the run to the sweep, and the next attempt ranks again from the start."""
-    _phase(job, "gathering", progress)
-    with collector_paused(), _run_settings():
-        _execute(job, progress)
+    commit leaves the run to the sweep, and the next attempt ranks again from the start.
+    One run of a team at a time on any number of workers: side by side, two would both
+    adjust the bucket counts (`positions`) from one earlier queue's keys."""
+    waiting = "waiting for the team's running run"
+    with advisory_lock_wait(f"ranking-run:{job.team_id}",
+                            on_wait=lambda: _phase(job, waiting, progress)):
+        _phase(job, "gathering", progress)
+        with collector_paused(), _run_settings():
+            _execute(job, progress)
 
 
 def ranking_run_execute(*, run_id: int) -> str:
@@ -113,8 +119,7 @@ def _run_settings() -> Iterator[None]:
     stores is derived from evidence that is kept: a crash can lose at most the last moments
     of a run's writes, never corrupt them, and the next run makes them again; the wait was
     a tenth of a second and more on a busy disk (an incremental run's whole budget is two
-    seconds). Every session runs without JIT (trustrank/settings), which compiled the run's
-    few big statements for longer than it saved: half a second of a full run's due dates."""
+    seconds). Every session runs without JIT (trustrank/settings)."""
     with connection.cursor() as cur:
         cur.execute("SET synchronous_commit = off")
     try:
