@@ -14,7 +14,7 @@ from bench.rerank import build
 from trustrank.ranking.models import RankChange, RankingRun
 from trustrank.ranking.ranks import env_rank_sql, rank_sql
 from trustrank.ranking.services import due as due_service
-from trustrank.ranking.services import runs
+from trustrank.ranking.services import runs, store_moved
 from trustrank.ranking.services.requests import ranking_run_request
 
 pytestmark = pytest.mark.django_db
@@ -322,6 +322,30 @@ def test_a_queue_written_whole_has_the_digest_of_its_rows(monkeypatch):
     assert whole.results_digest == row_by_row.results_digest
 
 
+def _aged(team_id: int) -> int:
+    """The team's findings as written an hour ago: an incremental run reads as changed the
+    findings written within `runs._CLOCK_SKEW` of the run before, which a build just
+    made would all be, and rescores them all (whether it does depended on timing)."""
+    with connection.cursor() as cur:
+        cur.execute("UPDATE findings_finding SET updated_at = now() - interval '1 hour' "
+                    "WHERE team_id = %s", [team_id])
+    return team_id
+
+
+def _kept_moved(monkeypatch) -> list[int]:
+    """How many places each `store_moved.rows_moved` call took from the previous rows."""
+    from trustrank.ranking.services import store
+
+    kept: list[int] = []
+
+    def counted(findings, moves, *args, **kwargs):
+        kept.append(int((moves.source >= 0).sum()))
+        return store_moved.rows_moved(findings, moves, *args, **kwargs)
+
+    monkeypatch.setattr(store, "rows_moved", counted)
+    return kept
+
+
 def test_an_incremental_run_that_rewrites_the_queue_takes_the_digest_hashed_on_the_way(
         monkeypatch):
     """One finding rising shifts every rank below it: the run rewrites the whole queue and
@@ -329,7 +353,7 @@ def test_an_incremental_run_that_rewrites_the_queue_takes_the_digest_hashed_on_t
     hashing every changed row again before and after."""
     from trustrank.ranking.services import store
 
-    team_id = build(findings=600, services=60, edges=200, versions=30, seed=17)
+    team_id = _aged(build(findings=600, services=60, edges=200, versions=30, seed=17))
     runs._PREVIOUS.clear()
     _run(team_id)
     monkeypatch.setattr(store, "_REWRITE_ABOVE", 0)
@@ -338,34 +362,43 @@ def test_an_incremental_run_that_rewrites_the_queue_takes_the_digest_hashed_on_t
         raise AssertionError("the digest was updated row by row")
 
     monkeypatch.setattr(runs, "_rows_digest_update", no_update)
+    moved = _kept_moved(monkeypatch)
     _set_impact(team_id, "svc-3", "very high")
     incremental = _run(team_id)
     assert incremental.incremental and incremental.counts["updated"] > 0
+    # Most findings kept their rows, at other places.
+    assert len(moved) == 1 and moved[0] > 500
     stored = _stored(team_id)
+    kept = _rows_kept(team_id)
     assert incremental.results_digest == _digest_of(stored)
     assert RankChange.objects.filter(run=incremental).count() == incremental.counts["moved"]
-    # Above the threshold its rows were made column by column, not walked place by place:
-    # what it stored is what a full run stores.
+    # Above the threshold its rows were made from where each finding was, not walked
+    # place by place: what it stored is what a full run stores.
     monkeypatch.undo()
     runs._PREVIOUS.clear()
     full = _run(team_id)
     assert not full.incremental
     assert _stored(team_id) == stored
     assert full.results_digest == incremental.results_digest
+    assert _rows_kept(team_id) == kept
 
 
-def test_an_incremental_run_over_many_changed_places_makes_rows_column_by_column(
+def test_an_incremental_run_over_many_changed_places_makes_rows_from_where_they_were(
         monkeypatch):
-    """Closed findings, new ones and shifted ranks at once, through the column pass: the
-    queue, the findings that left it and the history are a full run's."""
+    """Closed findings, new ones and shifted ranks at once: the kept findings' rows come
+    from the previous run's by where each finding was (`store_moved.rows_moved`), neither
+    walked place by place nor made again column by column; the queue, the findings that
+    left it and the history are a full run's."""
     from trustrank.ranking.services import store
 
-    team_id = build(findings=600, services=60, edges=200, versions=30, seed=18)
+    team_id = _aged(build(findings=600, services=60, edges=200, versions=30, seed=18))
     runs._PREVIOUS.clear()
     _run(team_id)
     monkeypatch.setattr(store, "_REWRITE_ABOVE", 0)
+    moved = _kept_moved(monkeypatch)
     walked: list[object] = []
     monkeypatch.setattr(store, "_walk_changed", lambda *a, **k: walked.append(a) or 1 / 0)
+    monkeypatch.setattr(store, "_queue_rows", lambda *a, **k: walked.append(a) or 1 / 0)
     with connection.cursor() as cur:
         cur.execute(
             "UPDATE findings_finding SET state = 'resolved', updated_at = now() WHERE id IN "
@@ -375,12 +408,26 @@ def test_an_incremental_run_over_many_changed_places_makes_rows_column_by_column
     incremental = _run(team_id)
     assert incremental.incremental and not walked
     assert incremental.counts["left_queue"] == 7
+    assert len(moved) == 1 and moved[0] > 500
     stored = _stored(team_id)
+    kept = _rows_kept(team_id)
     runs._PREVIOUS.clear()
     monkeypatch.undo()
     full = _run(team_id)
     assert _stored(team_id) == stored
     assert full.results_digest == incremental.results_digest
+    # The rows the worker keeps for the next run (its places, every rank as of the run)
+    # are the ones a full run keeps.
+    assert _rows_kept(team_id) == kept
+
+
+def _rows_kept(team_id: int) -> list[tuple[object, ...]]:
+    """The rows the worker keeps of the team's last run, by place: (finding, rank,
+    environment rank, environment, score, decision, context digest, key)."""
+    rows = runs._PREVIOUS[team_id].rows
+    assert rows.by_place
+    return list(zip(rows.fid.tolist(), *zip(*rows.rows_at(slice(None)), strict=True),
+                    rows.qkey.tolist(), strict=True))
 
 
 def test_rank_history_copy_as_text_keeps_every_value():

@@ -155,7 +155,7 @@ def rank_incremental(
             dirty_versions.update(
                 d.project_version for d in inputs.deployments if d.environment in dirty_envs)
         kept: list[RankedFinding] = []  # still in previous queue order
-        queue_index = changed_places = None
+        queue_index = changed_places = moves = None
         if changed_findings is not None:
             queue_index = previous.queue_index or QueueIndex.build(previous.findings)
             removed = _to_rescore(
@@ -186,8 +186,8 @@ def rank_incremental(
         if queue_index is not None:
             merged = merge(previous.findings, queue_index, removed, fresh,
                            queue_key_for(settings))
-            findings, changed_places, queue_index = (
-                merged.findings, merged.changed, merged.index)
+            findings, changed_places, queue_index, moves = (
+                merged.findings, merged.changed, merged.index, merged.moves)
         else:
             findings = _merge(kept, fresh, queue_key_for(settings))
         findings_sum = None
@@ -236,6 +236,7 @@ def rank_incremental(
         analyses=analyses,
         findings_sum=findings_sum,
         changed_places=changed_places,
+        moves=moves,
         queue_index=queue_index,
         digest_parts=parts,
         lookups=lookups,

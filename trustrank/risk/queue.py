@@ -133,28 +133,23 @@ class QueueIndex:
 
     def moved(
         self, previous: Sequence[RankedFinding], findings: Sequence[RankedFinding],
-        pieces: list[tuple[int, int]], fresh_codes: list[tuple[int, int, int, int]],
+        source: np.ndarray[Any, Any], fresh_codes: list[tuple[int, int, int, int]],
         changed: Sequence[int], removed: Sequence[int],
     ) -> QueueIndex:
-        """The index of `findings`, made of `pieces` of `previous` (old place, length; -1
-        for fresh findings, whose codes are `fresh_codes` in order)."""
-        starts = np.array([p[0] for p in pieces], dtype=np.int64)
-        lengths = np.array([p[1] for p in pieces], dtype=np.int64)
-        # In place: each array here is 8 bytes a place, made beside both queues.
-        source = np.arange(int(lengths.sum()), dtype=np.int64)
-        source -= np.repeat(np.cumsum(lengths) - lengths, lengths)
-        source += np.repeat(starts, lengths)
-        is_fresh = np.repeat(starts < 0, lengths)
+        """The index of `findings`, place k being `previous`'s place `source[k]` (-1 for
+        fresh findings, whose codes are `fresh_codes` in order)."""
+        is_fresh = source < 0
         # Fresh places read place 0 as a placeholder, then get their own codes.
-        source[is_fresh] = 0
+        gather = np.maximum(source, 0)
         arrays = []
         for k, old in enumerate((self.record_version, self.context_version, self.env,
                                  self.service)):
             # An empty previous queue has no place 0: every place of the new one is fresh.
-            values = old[source] if len(old) else np.zeros(len(source), dtype=old.dtype)
+            values = old[gather] if len(old) else np.zeros(len(source), dtype=old.dtype)
             if fresh_codes:
                 values[is_fresh] = [c[k] for c in fresh_codes]
             arrays.append(values)
+        del gather
         place = None
         if self.place is not None:
             place = dict(self.place)
@@ -279,6 +274,30 @@ def _ranks(previous: Sequence[RankedFinding], start: int, count: int) -> Iterato
                  range(start + inside + 1, start + count + 1))
 
 
+def _sources(pieces: list[tuple[int, int]]) -> np.ndarray[Any, Any]:
+    """Each place of a queue made of `pieces` (old place of its first finding or -1 for
+    fresh ones, length): the old place of its finding, -1 for a fresh one."""
+    starts = np.array([p[0] for p in pieces], dtype=np.int64)
+    lengths = np.array([p[1] for p in pieces], dtype=np.int64)
+    # In place: each array here is 8 bytes a place, made beside both queues.
+    source = np.arange(int(lengths.sum()), dtype=np.int64)
+    source -= np.repeat(np.cumsum(lengths) - lengths, lengths)
+    source += np.repeat(starts, lengths)
+    source[np.repeat(starts < 0, lengths)] = -1
+    return source
+
+
+@dataclass(frozen=True)
+class Moves:
+    """Where the findings of a merged queue were: `source[k]` is the previous queue's
+    place of the finding at place k, -1 for a rescored or new one (4 bytes a place);
+    `previous` is the previous queue's length. A store that holds the previous queue's
+    rows by place makes the new rows of the kept findings from them (`RankResult.moves`)."""
+
+    source: np.ndarray[Any, Any]
+    previous: int
+
+
 @dataclass(frozen=True)
 class Merged:
     findings: tuple[RankedFinding, ...]
@@ -287,6 +306,7 @@ class Merged:
     # was 40 MB).
     changed: array[int]
     index: QueueIndex
+    moves: Moves
 
 
 def merge(
@@ -349,5 +369,6 @@ def merge(
     # Their pointers (8 bytes a place each) are not needed for the new index.
     kept.clear()
     out.clear()
-    return Merged(findings, changed, index.moved(previous, findings, pieces, fresh_codes,
-                                                 changed, removed))
+    source = _sources(pieces)
+    moved = index.moved(previous, findings, source, fresh_codes, changed, removed)
+    return Merged(findings, changed, moved, Moves(source.astype(np.int32), len(previous)))

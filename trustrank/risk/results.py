@@ -151,6 +151,9 @@ class RankResult:
     # An incremental result's places (ascending) whose finding is not the previous
     # result's at that place; None when not known (a full run: compare them).
     changed_places: Sequence[int] | None = field(default=None, compare=False, repr=False)
+    # And where each place's finding was in the previous result (`queue.Moves`), when the
+    # queue was merged from it; None otherwise.
+    moves: Any = field(default=None, compare=False, repr=False)
     # Where each finding sits and what it depends on (`queue.QueueIndex`), made by the first
     # incremental run from this result and carried along by the next ones.
     queue_index: Any = field(default=None, compare=False, repr=False)

@@ -328,9 +328,9 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any =
             notify_ranking_run(team_id=run.team_id, run_id=run.pk)
     _PREVIOUS[run.team_id] = _Cached(
         # The due dates just written settled what `settled` said: it is not kept; nor are
-        # the queue's columns, which only a store of the whole queue reads.
+        # the queue's columns and moves, which only this run's store reads.
         run_id=run.pk, gathered=replace(gathered, settled=None),
-        result=replace(result, columns=None), rows=rows,
+        result=replace(result, columns=None, moves=None), rows=rows,
         gathered_at=gathered_at, results_digest=digest, services_digest=services_digest,
         policy=policy,
     )
