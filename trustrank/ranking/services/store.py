@@ -101,9 +101,10 @@ def _store(
 
 
 def rewrites_rows(changed_places: Sequence[int] | None) -> bool:
-    """Whether the rows of an incremental result whose `changed_places` are these are made
-    anew column by column (and compared with the stored ones) rather than walked from the
-    previous queue: then the store reads nothing of the previous queue's findings."""
+    """Whether the rows of an incremental result whose `changed_places` are these are not
+    walked from the previous queue but gathered from its rows by where each finding was
+    (`store_moved.rows_moved`), or made anew column by column and compared with the stored
+    ones: either way the store reads nothing of the previous queue's findings."""
     return changed_places is not None and len(changed_places) > _REWRITE_ABOVE
 
 
