@@ -41,7 +41,8 @@ def rows_moved(
     pk = pk_of(ids)
     fresh_ids = [pk(findings[i][0]) for i in fresh]
     fresh_rows = [row_of(findings[i], 0, queued_in(findings[i])) for i in fresh]
-    rows = rows_walked(before, np.maximum(source, 0), n, fresh, fresh_ids, fresh_rows)
+    rows = rows_walked(before, np.maximum(source, 0), n, fresh, fresh_ids, fresh_rows,
+                       with_ranks=False)
     rows.rank = np.arange(1, n + 1, dtype=np.int32)
     for code in range(len(rows.envs)):
         at = np.flatnonzero(rows.env == code)
@@ -60,10 +61,12 @@ def rows_moved(
 
 def rows_walked(
     before: QueueRows, of_place: np.ndarray[Any, Any], n: int, walked: list[int],
-    walked_ids: list[int], walked_rows: list[Row],
+    walked_ids: list[int], walked_rows: list[Row], *, with_ranks: bool = True,
 ) -> QueueRows:
     """The rows of a queue of `n` places: at place i the row of `before` at `of_place[i]`,
-    except at the places `walked`, which have the ids and rows given."""
+    except at the places `walked`, which have the ids and rows given. Without
+    `with_ranks`, the ranks are left zero for the caller to count (a gather of ten million
+    each saved)."""
     envs, digests = list(before.envs), list(before.digests)
     env_codes = {e: k for k, e in enumerate(envs)}
     digest_codes = {d: k for k, d in enumerate(digests)}
@@ -71,7 +74,8 @@ def rows_walked(
     for column in (before.fid, before.rank, before.env_rank, before.env, before.score,
                    before.decision, before.context, before.qkey):
         values = np.zeros(n, dtype=column.dtype)
-        values[: len(of_place)] = column[of_place]
+        if with_ranks or (column is not before.rank and column is not before.env_rank):
+            values[: len(of_place)] = column[of_place]
         cols.append(values)
     fid, rank, env_rank, env, score, decision, context, qkey = cols
     at = np.asarray(walked, dtype=np.int64)
