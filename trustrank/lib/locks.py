@@ -31,15 +31,23 @@ def advisory_lock_try(name: str) -> Iterator[bool]:
     and release it afterwards. For work that must not run twice at once but cannot sit in
     one transaction (it sends messages as it goes, which must follow its commits). A dead
     holder's lock goes with its connection."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", [name])
-        taken = bool(cursor.fetchone()[0])
+    taken = _lock_try(name)
     try:
         yield taken
     finally:
         if taken:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [name])
+            _unlock(name)
+
+
+def _lock_try(name: str) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", [name])
+        return bool(cursor.fetchone()[0])
+
+
+def _unlock(name: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [name])
 
 
 @contextlib.contextmanager
@@ -49,10 +57,7 @@ def advisory_lock_wait(name: str, *, on_wait: Callable[[], None] | None = None) 
     beside, another of its kind, over more than one transaction. The wait is one statement
     without the session's lock and statement timeouts (a job's would end it: the holder may
     run for minutes). A dead holder's lock goes with its connection."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", [name])
-        taken = bool(cursor.fetchone()[0])
-    if not taken:
+    if not _lock_try(name):
         if on_wait is not None:
             on_wait()
         # SET LOCAL ends with this transaction; the session-level lock outlives it.
@@ -64,5 +69,5 @@ def advisory_lock_wait(name: str, *, on_wait: Callable[[], None] | None = None) 
         yield
     finally:
         # A connection that broke took the lock with it.
-        with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [name])
+        with contextlib.suppress(DatabaseError):
+            _unlock(name)

@@ -31,6 +31,7 @@ from trustrank.ranking.services.store_rows import (
     QueueRows,
     compare_rows,
     compared_rows,
+    env_ranks,
     moved_rows,
 )
 from trustrank.risk.collector import collector_paused
@@ -369,12 +370,9 @@ def _queue_rows(
     env_codes: dict[str, int] = {}
     codes = np.fromiter(map(env_codes.setdefault, map(queued_in, findings),
                             map(len, repeat(env_codes, n))), dtype=np.int32, count=n)
-    env_rank = np.empty(n, dtype=np.int32)
-    env_counter: dict[str, int] = {}
-    for env, code in env_codes.items():
-        at = np.flatnonzero(codes == code)
-        env_rank[at] = np.arange(1, len(at) + 1)
-        env_counter[env] = len(at)
+    env_rank = env_ranks(codes, len(env_codes))
+    env_counter = dict(zip(env_codes, np.bincount(codes, minlength=len(env_codes)).tolist(),
+                           strict=True))
     # The context of a ranked finding, keyed cheaply: the engine shares one `facts` tuple
     # per advisory facts and one `context` per deployment context, so their identities
     # (alive as long as `findings`) stand for their values. Each key is numbered by the

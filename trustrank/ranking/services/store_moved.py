@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from trustrank.ranking.inputs.ids import pk_of
-from trustrank.ranking.services.store_rows import _DECISION_INDEX, QueueRows, Row
+from trustrank.ranking.services.store_rows import _DECISION_INDEX, QueueRows, Row, env_ranks
 from trustrank.risk.queue import Moves
 from trustrank.risk.results import RankedFinding
 
@@ -44,9 +44,7 @@ def rows_moved(
     rows = rows_walked(before, np.maximum(source, 0), n, fresh, fresh_ids, fresh_rows,
                        with_ranks=False)
     rows.rank = np.arange(1, n + 1, dtype=np.int32)
-    for code in range(len(rows.envs)):
-        at = np.flatnonzero(rows.env == code)
-        rows.env_rank[at] = np.arange(1, len(at) + 1)
+    rows.env_rank = env_ranks(rows.env, len(rows.envs))
     kept = np.zeros(len(before), dtype=bool)
     kept[source[source >= 0]] = True
     gone = np.setdiff1d(before.fid[~kept], np.asarray(fresh_ids, dtype=np.int64),

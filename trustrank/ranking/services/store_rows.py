@@ -43,6 +43,16 @@ def _codes(values: Iterable[str], table: dict[str, int], n: int) -> np.ndarray[A
                        dtype=np.int32, count=n)
 
 
+def env_ranks(codes: np.ndarray[Any, Any], n_codes: int) -> np.ndarray[Any, Any]:
+    """Each place's rank among the places of its environment code (`codes` by place,
+    codes below `n_codes`): one pass in C per environment."""
+    ranks = np.empty(len(codes), dtype=np.int32)
+    for code in range(n_codes):
+        at = np.flatnonzero(codes == code)
+        ranks[at] = np.arange(1, len(at) + 1)
+    return ranks
+
+
 class QueueRows(Mapping[int, Row]):
     """Finding id -> (rank, env rank, environment, score, decision, context digest), one
     row per index of the columns: `fid`, `rank`, `env_rank`, `score`, `decision` (index in
