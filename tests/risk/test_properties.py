@@ -19,6 +19,7 @@ from trustrank.risk import (
     result_digest,
 )
 from trustrank.risk.inputs import DECISIONS, HUMAN_IMPACTS, RankSettings, ssvc_exposure
+from trustrank.risk.ranked_queue import held_of
 from trustrank.risk.scoring import is_automatable, ssvc_level
 
 SEEDS = range(8)
@@ -297,8 +298,9 @@ def test_chained_incremental_runs_equal_full_runs_and_name_the_places_that_chang
             changed_findings=named, changed_records=[new, *records.values()],
         )
         assert canonical_json(result) == canonical_json(rank(inputs=changed))
-        differ = [i for i, r in enumerate(result.findings)
-                  if i >= len(previous.findings) or previous.findings[i] is not r]
+        # The tuples held (an incremental queue reads each with its new rank).
+        before, held = held_of(previous.findings), held_of(result.findings)
+        differ = [i for i, r in enumerate(held) if i >= len(before) or before[i] is not r]
         assert list(result.changed_places) == differ
         # The predecessor's index is untouched: ranking from it again gives the same.
         again = rank_incremental(

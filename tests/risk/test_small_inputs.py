@@ -32,6 +32,7 @@ from trustrank.risk import (
 )
 from trustrank.risk.inputs import DECISIONS, HUMAN_IMPACTS
 from trustrank.risk.queue import QueueIndex
+from trustrank.risk.ranked_queue import held_of
 
 SMALL = settings(
     max_examples=150,
@@ -236,9 +237,10 @@ def test_chained_incremental_runs_equal_full_runs(data):
         assert canonical_json(named) == canonical_json(full)
         _assert_well_ranked(named, after)
         assert named.inputs_digest == full.inputs_digest
+        before = held_of(named_previous.findings)
         assert list(named.changed_places) == [
-            i for i, r in enumerate(named.findings)
-            if i >= len(named_previous.findings) or named_previous.findings[i] is not r]
+            i for i, r in enumerate(held_of(named.findings))
+            if i >= len(before) or before[i] is not r]
         assert _decoded(named.queue_index) == _decoded(QueueIndex.build(full.findings))
         # Every finding compared (a caller that did not name them).
         unnamed = rank_incremental(

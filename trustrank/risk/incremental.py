@@ -5,7 +5,7 @@ The result equals `engine.rank` over the same inputs."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -38,7 +38,7 @@ from trustrank.risk.service_results import (
 
 
 def _to_rescore(
-    findings: tuple[RankedFinding, ...], index: QueueIndex, touched: set[str],
+    findings: Sequence[RankedFinding], index: QueueIndex, touched: set[str],
     current: dict[str, Finding], records_out: list[Finding], dirty_versions: set[str],
     dirty_envs: set[str], services: set[tuple[str, str]],
     place_of: Callable[[str], int | None],
@@ -183,6 +183,7 @@ def rank_incremental(
         # What is left in `current` is new or changed: score it, sort it, and merge it
         # into the unchanged findings, which are already in order.
         fresh = sorted((score(f) for f in current.values()), key=itemgetter(0))
+        findings: Sequence[RankedFinding]
         if queue_index is not None:
             merged = merge(previous.findings, queue_index, removed, fresh,
                            queue_key_for(settings))

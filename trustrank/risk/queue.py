@@ -16,7 +16,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import repeat
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -24,6 +24,7 @@ import numpy as np
 
 from trustrank.risk.inputs import DECISIONS, Finding
 from trustrank.risk.queue_key import id_places, queue_keys
+from trustrank.risk.ranked_queue import RankedQueue, held_of
 from trustrank.risk.results import RankedFinding
 
 # RankedFinding fields by position: 0 finding_id, 5 context (3: its project version),
@@ -74,8 +75,9 @@ class QueueIndex:
         envs: dict[str, int] = {"": 0}
         services: dict[tuple[str, str], int] = {("", ""): 0}
         columns: list[list[np.ndarray[Any, Any]]] = [[], [], [], []]
-        for start in range(0, len(findings), part):
-            chunk = findings[start : start + part]
+        held = held_of(findings)  # the rank is not read
+        for start in range(0, len(held), part):
+            chunk = held[start : start + part]
             n = len(chunk)
             records = list(map(itemgetter(_RECORD), chunk))
             env = _codes(map(_record_env, records), envs, n)
@@ -98,8 +100,8 @@ class QueueIndex:
     def places(self, findings: Sequence[RankedFinding]) -> dict[str, int]:
         """Finding id -> place in `findings` (the queue this index is of)."""
         if self.place is None:
-            self.place = dict(zip(map(itemgetter(_ID), findings), range(len(findings)),
-                                  strict=True))
+            held = held_of(findings)
+            self.place = dict(zip(map(itemgetter(_ID), held), range(len(held)), strict=True))
         return self.place
 
     def places_depending_on(
@@ -153,10 +155,11 @@ class QueueIndex:
         place = None
         if self.place is not None:
             place = dict(self.place)
+            before, now = held_of(previous), held_of(findings)
             for i in removed:
-                del place[previous[i].finding_id]
+                del place[before[i].finding_id]
             for i in changed:
-                place[findings[i].finding_id] = i
+                place[now[i].finding_id] = i
         record_version, context_version, env, service = arrays
         return QueueIndex(self.versions, self.envs, self.services, record_version,
                           context_version, env, service, place)
@@ -237,10 +240,9 @@ def assemble(
                             mid=cols.mid[order], tail=cols.tail[order], mids=cols.mids,
                             tails=cols.tails, qkey=qkey)
     # The rank objects made before the ranked findings rather than one beside each: the
-    # tuples then fill arenas of their own, which the allocator gives back whole once an
-    # incremental run has renumbered and dropped them (a renumbered finding takes the rank
-    # object of the one that held its place, so the ranks stay); interleaved, no arena
-    # emptied and the memory stayed with the process through the store after it.
+    # tuples then fill arenas of their own, which the allocator gives back whole once a
+    # later full run has dropped them; interleaved, no arena emptied and the memory stayed
+    # with the process through the store after it.
     ranks = list(range(1, n + 1))
     rows = zip(map(ids.__getitem__, places), ranks, _shared_scores(columns.score),
                map(DECISIONS.__getitem__, columns.decision.tolist()),
@@ -262,16 +264,6 @@ def _shared_scores(score: np.ndarray[Any, Any]) -> Iterable[float]:
         return score.tolist()
     distinct, code = np.unique(score, return_inverse=True)
     return map(distinct.tolist().__getitem__, code.reshape(-1))
-
-
-def _ranks(previous: Sequence[RankedFinding], start: int, count: int) -> Iterator[int]:
-    """The ranks `start + 1` … `start + count`: the very int objects of the previous queue's
-    findings at those places (a queue's ranks are its places plus one) where it has them.
-    A renumbered finding then shares its rank with the finding that held it, instead of
-    a new int (32 bytes) per renumbered place beside the previous queue."""
-    inside = max(0, min(count, len(previous) - start))
-    return chain(map(itemgetter(1), previous[start : start + inside]),
-                 range(start + inside + 1, start + count + 1))
 
 
 def _sources(pieces: list[tuple[int, int]]) -> np.ndarray[Any, Any]:
@@ -300,7 +292,7 @@ class Moves:
 
 @dataclass(frozen=True)
 class Merged:
-    findings: tuple[RankedFinding, ...]
+    findings: RankedQueue
     # Places (ascending) whose finding is not the one the previous queue had there: 8 bytes
     # each (one finding rising renumbers every place below it; a list of a million ints
     # was 40 MB).
@@ -314,10 +306,11 @@ def merge(
     fresh: Sequence[tuple[Any, tuple[Any, ...]]], queue_key: Callable[[RankedFinding], Any],
 ) -> Merged:
     """The queue `previous` less the places `removed` (ascending), with `fresh` (sort key,
-    ranked-finding fields after the rank; ascending by key) merged in by key. A kept
-    finding whose rank is unchanged is the same object at the same place; the others are
-    renumbered. `index` is `previous`'s (left as it is); the result carries the new
-    queue's."""
+    ranked-finding fields after the rank; ascending by key) merged in by key. Every kept
+    finding is the same object, read with its new rank (`RankedQueue`); `changed` names
+    the places whose finding is not the one that was there. `index` is `previous`'s (left
+    as it is); the result carries the new queue's."""
+    held = held_of(previous)
     kept: list[RankedFinding] = []
     # Runs of kept findings: (first kept index, first old place, length).
     runs: list[tuple[int, int, int]] = []
@@ -325,7 +318,7 @@ def merge(
     for p in (*removed, len(previous)):
         if p > start:
             runs.append((len(kept), start, p - start))
-            kept.extend(previous[start:p])
+            kept.extend(held[start:p])
         start = p + 1
     cuts = [bisect_left(kept, key, key=queue_key) for key, _row in fresh]
 
@@ -356,16 +349,13 @@ def merge(
             emit_fresh(a)  # the fresh findings that go before kept[a]
             b = min(end, cuts[j]) if j < n_fresh else end
             old, here = first_old + a - first_kept, len(out)
-            if here == old:
-                out.extend(kept[a:b])
-            else:
+            if here != old:
                 changed.extend(range(here, here + b - a))
-                out.extend(new(cls, (r[0], rank, *r[2:])) for rank, r in zip(
-                    _ranks(previous, here, b - a), kept[a:b], strict=True))
+            out.extend(kept[a:b])
             pieces.append((old, b - a))
             a = b
     emit_fresh(len(kept))
-    findings = tuple(out)
+    findings = RankedQueue(tuple(out))
     # Their pointers (8 bytes a place each) are not needed for the new index.
     kept.clear()
     out.clear()

@@ -142,7 +142,8 @@ class RankResult:
 
     settings_version: str
     inputs_digest: str
-    findings: tuple[RankedFinding, ...]
+    # A tuple, or a `ranked_queue.RankedQueue` (an incremental run's, read with its ranks).
+    findings: Sequence[RankedFinding]
     services: tuple[ServiceResult, ...]
     analyses: Mapping[str, EnvironmentAnalysis] = field(default_factory=dict)
     # The findings' part of `inputs_digest` (`findings_hash_sum`), kept so an incremental

@@ -7,7 +7,7 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -365,7 +365,7 @@ class _Meanwhile:
     (`QueueIndex.in_parts`). `finish` does what is left and gives the result both."""
 
     def __init__(self, findings: tuple[ri.Finding, ...],
-                 queue: tuple[RankedFinding, ...]) -> None:
+                 queue: Sequence[RankedFinding]) -> None:
         self.hash = _FindingsHash(findings)
         self.index_parts = QueueIndex.in_parts(queue)
         self.index: QueueIndex | None = None

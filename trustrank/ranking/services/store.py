@@ -256,7 +256,7 @@ def _store_rows(
 
 
 def _walk_changed(
-    findings: tuple[RankedFinding, ...], prev: tuple[RankedFinding, ...],
+    findings: Sequence[RankedFinding], prev: Sequence[RankedFinding],
     before: Mapping[int, _Row], ids: Mapping[str, int], prev_ids: Mapping[str, int],
     row_of: Callable[[RankedFinding, int, str], _Row],
     differ: Sequence[int] | None = None,
@@ -357,7 +357,7 @@ def _walk_changed(
 
 
 def _queue_rows(
-    findings: tuple[RankedFinding, ...], finding_ids: Mapping[str, int],
+    findings: Sequence[RankedFinding], finding_ids: Mapping[str, int],
     contexts: dict[tuple[Any, ...], tuple[str, bytes]], bodies: dict[str, bytes],
     parts: KeyParts,
 ) -> tuple[QueueRows, dict[str, int]]:

@@ -5,7 +5,7 @@ the findings there keep their own values and so their rows but for the ranks."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -25,7 +25,7 @@ def queued_in(r: RankedFinding) -> str:
 
 
 def rows_moved(
-    findings: tuple[RankedFinding, ...], moves: Moves, before: QueueRows,
+    findings: Sequence[RankedFinding], moves: Moves, before: QueueRows,
     ids: Mapping[str, int], row_of: Callable[[RankedFinding, int, str], Row],
 ) -> tuple[QueueRows, list[int], list[int]]:
     """(rows, changed, gone) of an incremental result whose places mostly moved, from the
