@@ -266,17 +266,23 @@ def _shared_scores(score: np.ndarray[Any, Any]) -> Iterable[float]:
     return map(distinct.tolist().__getitem__, code.reshape(-1))
 
 
-def _sources(pieces: list[tuple[int, int]]) -> np.ndarray[Any, Any]:
+def _sources(pieces: list[tuple[int, int]]) -> tuple[np.ndarray[Any, Any], array[int]]:
     """Each place of a queue made of `pieces` (old place of its first finding or -1 for
-    fresh ones, length): the old place of its finding, -1 for a fresh one."""
+    fresh ones, length): the old place of its finding, -1 for a fresh one; and the places
+    whose finding is not the one the previous queue had there (ascending)."""
     starts = np.array([p[0] for p in pieces], dtype=np.int64)
     lengths = np.array([p[1] for p in pieces], dtype=np.int64)
+    here = np.cumsum(lengths) - lengths
     # In place: each array here is 8 bytes a place, made beside both queues.
     source = np.arange(int(lengths.sum()), dtype=np.int64)
-    source -= np.repeat(np.cumsum(lengths) - lengths, lengths)
+    source -= np.repeat(here, lengths)
     source += np.repeat(starts, lengths)
     source[np.repeat(starts < 0, lengths)] = -1
-    return source
+    # A piece's places changed unless its findings kept their places (fresh ones never do).
+    changed = array("q")
+    changed.frombytes(np.flatnonzero(np.repeat(starts != here, lengths)).astype(
+        np.int64, copy=False).tobytes())
+    return source, changed
 
 
 @dataclass(frozen=True)
@@ -323,7 +329,6 @@ def merge(
     cuts = [bisect_left(kept, key, key=queue_key) for key, _row in fresh]
 
     out: list[RankedFinding] = []
-    changed = array("q")
     # The new queue in pieces: (old place of its first finding or -1 for fresh, length).
     pieces: list[tuple[int, int]] = []
     fresh_codes: list[tuple[int, int, int, int]] = []
@@ -336,7 +341,6 @@ def merge(
         while j < n_fresh and cuts[j] <= upto:
             key, row = fresh[j]
             r = new(cls, (key[-1], len(out) + 1, *row))
-            changed.append(len(out))
             out.append(r)
             fresh_codes.append(index.codes_of(r))
             j += 1
@@ -348,17 +352,14 @@ def merge(
         while a < end:
             emit_fresh(a)  # the fresh findings that go before kept[a]
             b = min(end, cuts[j]) if j < n_fresh else end
-            old, here = first_old + a - first_kept, len(out)
-            if here != old:
-                changed.extend(range(here, here + b - a))
             out.extend(kept[a:b])
-            pieces.append((old, b - a))
+            pieces.append((first_old + a - first_kept, b - a))
             a = b
     emit_fresh(len(kept))
     findings = RankedQueue(tuple(out))
     # Their pointers (8 bytes a place each) are not needed for the new index.
     kept.clear()
     out.clear()
-    source = _sources(pieces)
+    source, changed = _sources(pieces)
     moved = index.moved(previous, findings, source, fresh_codes, changed, removed)
     return Merged(findings, changed, moved, Moves(source.astype(np.int32), len(previous)))

@@ -71,9 +71,14 @@ def rows_walked(
     cols = []
     for column in (before.fid, before.rank, before.env_rank, before.env, before.score,
                    before.decision, before.context, before.qkey):
-        values = np.zeros(n, dtype=column.dtype)
         if with_ranks or (column is not before.rank and column is not before.env_rank):
-            values[: len(of_place)] = column[of_place]
+            values = np.empty(n, dtype=column.dtype)
+            values[len(of_place):] = 0
+            # Into the new column directly: a gather then a copy made and filled a
+            # temporary of ten million beside it.
+            np.take(column, of_place, out=values[: len(of_place)])
+        else:
+            values = np.zeros(n, dtype=column.dtype)
         cols.append(values)
     fid, rank, env_rank, env, score, decision, context, qkey = cols
     at = np.asarray(walked, dtype=np.int64)
