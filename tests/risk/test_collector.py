@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import weakref
 
+from trustrank.risk import collector
 from trustrank.risk.collector import collector_paused
 
 
@@ -69,3 +70,18 @@ def test_a_disabled_collector_stays_disabled() -> None:
         assert _tracked_anywhere(made)
     finally:
         gc.enable()
+
+
+def test_a_cycle_frozen_alive_is_freed_by_the_hourly_full_collection(monkeypatch) -> None:
+    node = _Node()
+    with collector_paused():
+        pass  # node, alive, is frozen
+    gone = weakref.ref(node)
+    del node  # garbage now, but frozen: no collection sees it
+    with collector_paused():
+        pass
+    assert gone() is not None
+    monkeypatch.setattr(collector, "FULL_COLLECTION_SECONDS", 0.0)
+    with collector_paused():
+        pass
+    assert gone() is None
