@@ -317,16 +317,22 @@ def merge(
     the places whose finding is not the one that was there. `index` is `previous`'s (left
     as it is); the result carries the new queue's."""
     held = held_of(previous)
-    kept: list[RankedFinding] = []
     # Runs of kept findings: (first kept index, first old place, length).
     runs: list[tuple[int, int, int]] = []
-    start = 0
+    start = n_kept = 0
     for p in (*removed, len(previous)):
         if p > start:
-            runs.append((len(kept), start, p - start))
-            kept.extend(held[start:p])
+            runs.append((n_kept, start, p - start))
+            n_kept += p - start
         start = p + 1
-    cuts = [bisect_left(kept, key, key=queue_key) for key, _row in fresh]
+    # Where each fresh finding goes among the kept ones, searched in the previous queue
+    # itself (in key order, the removed places included): its place there less the
+    # removed places before it. No list of the kept findings is made (ten million
+    # pointers copied twice more).
+    cuts = []
+    for key, _row in fresh:
+        at = bisect_left(held, key, key=queue_key)
+        cuts.append(at - bisect_left(removed, at))
 
     out: list[RankedFinding] = []
     # The new queue in pieces: (old place of its first finding or -1 for fresh, length).
@@ -352,14 +358,12 @@ def merge(
         while a < end:
             emit_fresh(a)  # the fresh findings that go before kept[a]
             b = min(end, cuts[j]) if j < n_fresh else end
-            out.extend(kept[a:b])
-            pieces.append((first_old + a - first_kept, b - a))
+            old = first_old + a - first_kept
+            out.extend(held[old : old + b - a])
+            pieces.append((old, b - a))
             a = b
-    emit_fresh(len(kept))
-    findings = RankedQueue(tuple(out))
-    # Their pointers (8 bytes a place each) are not needed for the new index.
-    kept.clear()
-    out.clear()
+    emit_fresh(n_kept)
+    findings = RankedQueue(out)
     source, changed = _sources(pieces)
     moved = index.moved(previous, findings, source, fresh_codes, changed, removed)
     return Merged(findings, changed, moved, Moves(source.astype(np.int32), len(previous)))

@@ -28,7 +28,9 @@ class RankedQueue(Sequence[RankedFinding]):
 
     __slots__ = ("held",)
 
-    def __init__(self, held: tuple[RankedFinding, ...]) -> None:
+    def __init__(self, held: Sequence[RankedFinding]) -> None:
+        # The merge's list as it made it (a tuple of it was ten million pointers more);
+        # nothing changes it after.
         self.held = held
 
     def __len__(self) -> int:
@@ -52,7 +54,7 @@ class RankedQueue(Sequence[RankedFinding]):
         return map(_at, self.held, range(1, len(self.held) + 1))
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, (tuple, RankedQueue)):
+        if isinstance(other, tuple | RankedQueue):
             return len(self) == len(other) and all(map(tuple.__eq__, self, other))
         return NotImplemented
 
