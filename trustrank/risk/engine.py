@@ -50,6 +50,7 @@ from trustrank.risk.inputs import (
 )
 from trustrank.risk.queue import QueueColumns, assemble
 from trustrank.risk.queue_key import Key as _Key
+from trustrank.risk.ranked_queue import with_rank
 from trustrank.risk.results import (
     RankedFinding,
     RankResult,
@@ -336,7 +337,7 @@ def _merge(
                 extend(kept[start:cut])
             else:
                 for rank, r in enumerate(kept[start:cut], start=first):
-                    append(r if r[1] == rank else new(cls, (r[0], rank, *r[2:])))
+                    append(with_rank(r, rank))
             start = cut
         if j < len(fresh):
             fkey, row = fresh[j]

@@ -18,7 +18,8 @@ from trustrank.risk.results import RankedFinding
 _new_ranked = tuple.__new__
 
 
-def _at(r: RankedFinding, rank: int) -> RankedFinding:
+def with_rank(r: RankedFinding, rank: int) -> RankedFinding:
+    """`r` if it holds `rank`, else a copy of it that does."""
     return r if r[1] == rank else _new_ranked(RankedFinding, (r[0], rank, *r[2:]))
 
 
@@ -46,12 +47,12 @@ class RankedQueue(Sequence[RankedFinding]):
         if isinstance(k, slice):
             start, stop, step = k.indices(len(self.held))
             places = range(start, stop, step)
-            return tuple(map(_at, self.held[k], (p + 1 for p in places)))
+            return tuple(map(with_rank, self.held[k], (p + 1 for p in places)))
         r = self.held[k]  # IndexError out of range, as a tuple's
-        return _at(r, (k if k >= 0 else len(self.held) + k) + 1)
+        return with_rank(r, (k if k >= 0 else len(self.held) + k) + 1)
 
     def __iter__(self) -> Iterator[RankedFinding]:
-        return map(_at, self.held, range(1, len(self.held) + 1))
+        return map(with_rank, self.held, range(1, len(self.held) + 1))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, tuple | RankedQueue):
