@@ -208,6 +208,36 @@ def test_other_teams_counts_are_untouched(monkeypatch):
     _assert_counted_as_dense(other)
 
 
+def _bucket_rows(team_id: int) -> tuple[int, int]:
+    with connection.cursor() as cur:
+        cur.execute("SELECT (SELECT count(*) FROM ranking_rankbucket WHERE team_id = %s), "
+                    "(SELECT count(*) FROM ranking_rankbucketgroup WHERE team_id = %s)",
+                    [team_id, team_id])
+        row = cur.fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+
+def test_a_deleted_team_takes_its_bucket_counts_with_it(monkeypatch):
+    """The bucket counts name their team by id; deleting the team deletes them (the rows
+    reference it, ranking.0011), and another team's counts stay as they were."""
+    monkeypatch.setattr(positions, "SPACING", 2)
+    kept, kept_ids = _team(12)
+    Team.objects.filter(pk=kept).update(name="kept")
+    _open_only(kept, kept_ids)
+    _run(kept)
+    before = _counted(kept)
+    gone, gone_ids = _team(12)
+    _open_only(gone, gone_ids)
+    _run(gone)
+    assert all(_bucket_rows(gone))
+    runs._PREVIOUS.clear()
+    Team.objects.filter(pk=gone).delete()
+    assert _bucket_rows(gone) == (0, 0)
+    assert all(_bucket_rows(kept))
+    assert _counted(kept) == before == _dense_ranks(kept)
+
+
 def test_a_queue_that_gets_its_first_findings_gets_its_first_bucket(monkeypatch):
     """An empty queue has no bucket; a run that puts findings in it (the team's, or an
     environment's) makes the one below every key before adjusting the counts."""
