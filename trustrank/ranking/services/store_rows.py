@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from trustrank.risk.distinct import sorted_distinct
 from trustrank.risk.inputs import DECISIONS
 
 # A stored rank row: (rank, env rank, environment, score, decision, context digest).
@@ -248,7 +249,7 @@ class QueueRows(Mapping[int, Row]):
         return {env: c for env, c in zip(self.envs, counts, strict=True) if c}
 
     def distinct_contexts(self) -> int:
-        return len(np.unique(self.context))
+        return len(sorted_distinct(self.context))
 
 
 class _Items(ItemsView[int, Row]):
