@@ -69,3 +69,38 @@ def test_telemetry_names_exactly_one_project_version(team):
     assert deployments_from_telemetry(team_id=team.pk) == 0
     d.refresh_from_db()
     assert (d.source, d.human_impact) == ("manual", "very high")
+
+
+def test_telemetry_deployments_are_the_team_own_and_recorded_once(team):
+    """Another team's project of the same name is not a match; a service already deployed,
+    a service of another kind or without a version gets none; a second pass records only
+    the services that appeared since."""
+    from trustrank.accounts.models import Team
+
+    other = Team.objects.create(name="other team")
+    load_sbom(other, BOM, project="cart", version="3.1", match=False)
+    load_sbom(team, BOM, project="checkout", version="1.2.0", match=False)
+    now = timezone.now()
+    env = Environment.objects.create(team=team, name="prod", first_seen=now, last_seen=now)
+    theirs = Environment.objects.create(team=other, name="prod", first_seen=now, last_seen=now)
+    for e, kind, name, version, namespace in (
+        (env, NodeKind.SERVICE, "cart", "3.1", ""),           # another team's project
+        (env, NodeKind.SERVICE, "checkout", "", ""),          # no version
+        (env, NodeKind.EXTERNAL, "checkout", "1.2.0", "x"),   # not a service
+        (env, NodeKind.SERVICE, "checkout", "1.2.0", "shop"),
+        (theirs, NodeKind.SERVICE, "checkout", "1.2.0", ""),  # another team's service
+    ):
+        Service.objects.create(environment=e, kind=kind, name=name, version=version,
+                               namespace=namespace, first_seen=now, last_seen=now)
+    assert deployments_from_telemetry(team_id=team.pk) == 1
+    d = Deployment.objects.get()
+    assert (d.environment_id, d.namespace, d.service_name, d.source, d.human_impact,
+            d.set_by) == (env.pk, "shop", "checkout", "telemetry", "medium",
+                          "system: service.name and service.version")
+    assert d.project_version.project.team_id == team.pk
+    assert deployments_from_telemetry(team_id=team.pk) == 0
+    Service.objects.create(environment=env, kind=NodeKind.SERVICE, name="checkout",
+                           version="1.2.0", namespace="east", first_seen=now, last_seen=now)
+    assert deployments_from_telemetry(team_id=team.pk) == 1
+    assert sorted(Deployment.objects.values_list("namespace", flat=True)) == ["east", "shop"]
+    assert not Deployment.objects.filter(environment=theirs).exists()
