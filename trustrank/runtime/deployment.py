@@ -12,7 +12,7 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -26,7 +26,6 @@ from trustrank.runtime.models import (
     Environment,
     HumanImpact,
     NodeKind,
-    Service,
 )
 
 _NAME = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
@@ -154,44 +153,37 @@ def deployment_list(*, team_id: int) -> QuerySet[Deployment]:
     )
 
 
+# One statement: every ranking run asks, for every service of the team. Read into Python
+# and looked up there (100,000 services, 20,000 versions), it took 0.36-0.46 s of each run
+# at 10M findings. A recorded deployment is the conflict, and is left as it is.
+_FROM_TELEMETRY_SQL = """
+INSERT INTO runtime_deployment (environment_id, namespace, service_name, project_version_id,
+                                human_impact, source, set_by, updated_at, ingress_override,
+                                ingress_set_by_label, ingress_set_via, ingress_set_at)
+SELECT s.environment_id, s.namespace, s.name, named.version_id, %(impact)s, %(source)s,
+       %(set_by)s, now(), NULL, '', '', NULL
+  FROM runtime_service s
+  JOIN runtime_environment e ON e.id = s.environment_id
+  JOIN (SELECT p.name, v.version, min(v.id) AS version_id
+          FROM inventory_projectversion v
+          JOIN inventory_project p ON p.id = v.project_id
+         WHERE p.team_id = %(team)s
+         GROUP BY p.name, v.version
+        HAVING count(*) = 1) named
+    ON named.name = s.name AND named.version = s.version
+ WHERE e.team_id = %(team)s AND s.kind = %(kind)s AND s.version <> ''
+ON CONFLICT (environment_id, namespace, service_name) DO NOTHING
+"""
+
+
 def deployments_from_telemetry(*, team_id: int) -> int:
     """Services whose `service.name`/`service.version` name exactly one project version of
-    the team get that deployment (source telemetry), unless one is recorded already."""
-    pvs = ProjectVersion.objects.filter(project__team_id=team_id).values_list(
-        "pk", "project__name", "version"
-    )
-    by_name: dict[tuple[str, str], list[int]] = {}
-    for pk, name, version in pvs:
-        by_name.setdefault((name, version), []).append(pk)
-    if not by_name:
-        return 0
-    declared = set(
-        Deployment.objects.filter(environment__team_id=team_id).values_list(
-            "environment_id", "namespace", "service_name"
-        )
-    )
-    created = 0
-    services = Service.objects.filter(
-        environment__team_id=team_id, kind=NodeKind.SERVICE
-    ).exclude(version="")
-    # Plain values: every ranking run asks, for every service of the team.
-    for environment_id, namespace, name, version in services.values_list(
-        "environment_id", "namespace", "name", "version"
-    ):
-        if (environment_id, namespace, name) in declared:
-            continue
-        matches = by_name.get((name, version), [])
-        if len(matches) != 1:
-            continue
-        Deployment.objects.get_or_create(
-            environment_id=environment_id,
-            namespace=namespace,
-            service_name=name,
-            defaults={
-                "project_version_id": matches[0],
-                "source": DeploymentSource.TELEMETRY,
-                "set_by": "system: service.name and service.version",
-            },
-        )
-        created += 1
-    return created
+    the team get that deployment (source telemetry), unless one is recorded already. Returns
+    how many were recorded."""
+    with connection.cursor() as cur:
+        cur.execute(_FROM_TELEMETRY_SQL, {
+            "team": team_id, "kind": NodeKind.SERVICE, "source": DeploymentSource.TELEMETRY,
+            "impact": HumanImpact.MEDIUM,
+            "set_by": "system: service.name and service.version",
+        })
+        return max(cur.rowcount, 0)
