@@ -219,8 +219,8 @@ def _bucket_rows(team_id: int) -> tuple[int, int]:
 
 
 def test_a_deleted_team_takes_its_bucket_counts_with_it(monkeypatch):
-    """The bucket counts name their team by id; deleting the team deletes them (the rows
-    reference it, ranking.0011), and another team's counts stay as they were."""
+    """The bucket counts name their team by id; deleting the team deletes them (a trigger
+    on the teams table, ranking.0011), and another team's counts stay as they were."""
     monkeypatch.setattr(positions, "SPACING", 2)
     kept, kept_ids = _team(12)
     Team.objects.filter(pk=kept).update(name="kept")

@@ -3,8 +3,10 @@ from django.db import migrations
 
 class Migration(migrations.Migration):
     """The bucket counts (ranking.0007) name their team by id only: a deleted team left its
-    rows behind. They now reference the team and go with it, as every ranked row does. Rows
-    of teams already deleted are removed first, so the constraint holds from the start."""
+    rows behind. A trigger on the teams table now deletes a deleted team's rows in the same
+    statement, as the ORM's cascade does its ranked rows. Not a foreign key: a foreign key
+    would make every TRUNCATE of the teams table (Django's test flush) name these tables
+    too. Rows of teams already deleted are removed first."""
 
     dependencies = [
         ('accounts', '0002_login_failure'),
@@ -18,14 +20,21 @@ DELETE FROM ranking_rankbucket b
  WHERE NOT EXISTS (SELECT 1 FROM accounts_team t WHERE t.id = b.team_id);
 DELETE FROM ranking_rankbucketgroup g
  WHERE NOT EXISTS (SELECT 1 FROM accounts_team t WHERE t.id = g.team_id);
-ALTER TABLE ranking_rankbucket ADD CONSTRAINT ranking_rankbucket_team_fk
-    FOREIGN KEY (team_id) REFERENCES accounts_team (id) ON DELETE CASCADE;
-ALTER TABLE ranking_rankbucketgroup ADD CONSTRAINT ranking_rankbucketgroup_team_fk
-    FOREIGN KEY (team_id) REFERENCES accounts_team (id) ON DELETE CASCADE;
+CREATE OR REPLACE FUNCTION ranking_team_buckets_delete() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM ranking_rankbucket WHERE team_id IN (SELECT id FROM gone);
+    DELETE FROM ranking_rankbucketgroup WHERE team_id IN (SELECT id FROM gone);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER ranking_team_buckets_delete
+    AFTER DELETE ON accounts_team REFERENCING OLD TABLE AS gone
+    FOR EACH STATEMENT EXECUTE FUNCTION ranking_team_buckets_delete();
 """,
             """
-ALTER TABLE ranking_rankbucket DROP CONSTRAINT IF EXISTS ranking_rankbucket_team_fk;
-ALTER TABLE ranking_rankbucketgroup DROP CONSTRAINT IF EXISTS ranking_rankbucketgroup_team_fk;
+DROP TRIGGER IF EXISTS ranking_team_buckets_delete ON accounts_team;
+DROP FUNCTION IF EXISTS ranking_team_buckets_delete();
 """,
         ),
     ]
