@@ -191,17 +191,24 @@ def _keys(team_id: int) -> list[int]:
         return [row[0] for row in cur.fetchall()]
 
 
-def test_other_teams_counts_are_untouched(monkeypatch):
-    monkeypatch.setattr(positions, "SPACING", 2)
-    first, first_ids = _team(15)
+def _two_ranked_teams(findings: int) -> tuple[int, dict[int, tuple[int, int]], int, list[int]]:
+    """(first team, its counted ranks after its run, second team, its findings): each
+    team's findings all open and ranked, the first's run before the second is built."""
+    first, first_ids = _team(findings)
     # The bench's build replaces the team of its name: keep this one.
     Team.objects.filter(pk=first).update(name="first")
     _open_only(first, first_ids)
     _run(first)
     before = _counted(first)
-    other, other_ids = _team(15)
+    other, other_ids = _team(findings)
     _open_only(other, other_ids)
     _run(other)
+    return first, before, other, other_ids
+
+
+def test_other_teams_counts_are_untouched(monkeypatch):
+    monkeypatch.setattr(positions, "SPACING", 2)
+    first, before, other, other_ids = _two_ranked_teams(15)
     _open_only(other, other_ids[:4])
     _run(other)
     assert _counted(first) == before == _dense_ranks(first)
@@ -222,14 +229,7 @@ def test_a_deleted_team_takes_its_bucket_counts_with_it(monkeypatch):
     """The bucket counts name their team by id; deleting the team deletes them (a trigger
     on the teams table, ranking.0011), and another team's counts stay as they were."""
     monkeypatch.setattr(positions, "SPACING", 2)
-    kept, kept_ids = _team(12)
-    Team.objects.filter(pk=kept).update(name="kept")
-    _open_only(kept, kept_ids)
-    _run(kept)
-    before = _counted(kept)
-    gone, gone_ids = _team(12)
-    _open_only(gone, gone_ids)
-    _run(gone)
+    kept, before, gone, _gone_ids = _two_ranked_teams(12)
     assert all(_bucket_rows(gone))
     runs._PREVIOUS.clear()
     Team.objects.filter(pk=gone).delete()
