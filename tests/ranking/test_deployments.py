@@ -104,3 +104,54 @@ def test_telemetry_deployments_are_the_team_own_and_recorded_once(team):
     assert deployments_from_telemetry(team_id=team.pk) == 1
     assert sorted(Deployment.objects.values_list("namespace", flat=True)) == ["east", "shop"]
     assert not Deployment.objects.filter(environment=theirs).exists()
+
+
+def test_a_gather_reads_only_the_sboms_it_has_not_seen(team):
+    """The components of a deployed SBOM are read once: the next gather holds the very same
+    records for it and reads none. A version whose SBOM is replaced is read again and named
+    changed; the others are not."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from trustrank.ranking.inputs import changed_between, ranking_inputs_gather
+
+    now = timezone.now()
+    env = Environment.objects.create(team=team, name="prod", first_seen=now, last_seen=now)
+    versions = {}
+    for name in ("checkout", "cart"):
+        pv = load_sbom(team, bom([(f"{name}-lib", "1.0", f"pkg:npm/{name}-lib@1.0")]),
+                       project=name, version="1.0", match=False)
+        Deployment.objects.create(environment=env, service_name=name, project_version=pv,
+                                  source="api")
+        versions[name] = str(pv.pk)
+    first = ranking_inputs_gather(team_id=team.pk)
+    assert {c.key for c in first.inputs.components} == {"pkg:npm/checkout-lib", "pkg:npm/cart-lib"}
+    with CaptureQueriesContext(connection) as queries:
+        again = ranking_inputs_gather(team_id=team.pk, previous=first)
+    assert not [q for q in queries.captured_queries if "inventory_component" in q["sql"]]
+    assert again.sboms is not None and first.sboms is not None
+    assert all(again.sboms[k] is held for k, held in first.sboms.items())
+    assert changed_between(first, again) == (set(), set())
+
+    load_sbom(team, bom([("cart-lib", "2.0", "pkg:npm/cart-lib@2.0"),
+                         ("cart-extra", "1.0", "pkg:npm/cart-extra@1.0")]),
+              project="cart", version="1.0", match=False)
+    with CaptureQueriesContext(connection) as queries:
+        third = ranking_inputs_gather(team_id=team.pk, previous=again)
+    [read] = [q["sql"] for q in queries.captured_queries if "inventory_component" in q["sql"]]
+    # The replaced SBOM alone.
+    from trustrank.inventory.models import ProjectVersion
+
+    new_sbom = ProjectVersion.objects.get(pk=versions["cart"]).current_sbom_id
+    assert f"unnest('{{{new_sbom}}}'" in read
+    assert {(c.project_version, c.key) for c in third.inputs.components} == {
+        (versions["checkout"], "pkg:npm/checkout-lib"), (versions["cart"], "pkg:npm/cart-lib"),
+        (versions["cart"], "pkg:npm/cart-extra")}
+    versions_changed, _services = changed_between(again, third)
+    assert versions_changed == {versions["cart"]}
+    # A gather made without the held components compares the versions record by record,
+    # to the same answer.
+    from dataclasses import replace
+
+    assert changed_between(replace(again, sboms=None), replace(third, sboms=None))[0] == {
+        versions["cart"]}

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
@@ -23,6 +24,7 @@ from django.utils import timezone
 from trustrank.findings.services.due_dates import PolicyDays, triage_policy_for
 from trustrank.ranking.inputs.deployments import (
     DEPLOYMENT_SOURCE_WORDS,
+    SbomComponents,
     components_read,
     deployments_read,
 )
@@ -38,6 +40,7 @@ __all__ = [
     "RECENT_MINUTES",
     "Gathered",
     "GraphRead",
+    "changed_between",
     "rank_settings",
     "ranking_inputs_gather",
     "sbom_packages_by_service",
@@ -65,6 +68,9 @@ class Gathered:
     # The current records of those still open (read again or new).
     delta: tuple[ri.Finding, ...] | None = None
     graph: GraphRead | None = None
+    # The components of each deployed SBOM (`deployments.SbomComponents`): the next gather
+    # reads only the SBOMs not in here, and `changed_between` compares versions by them.
+    sboms: SbomComponents | None = None
 
 
 def rank_settings() -> ri.RankSettings:
@@ -102,7 +108,8 @@ def ranking_inputs_gather(
     graph = graph_read(team_id, since, minutes, rates,
                    previous.graph if previous is not None else None)
     deployments, version_ids = deployments_read(team_id)
-    versions, components = components_read(version_ids)
+    versions, components, sboms = components_read(
+        version_ids, previous.sboms if previous is not None else None)
     libraries = libraries_read(team_id, since, minutes, graph.names, rs, rates,
                            sbom_packages_by_service(deployments, components))
     if previous is not None and changed_since is not None:
@@ -144,4 +151,47 @@ def ranking_inputs_gather(
                     unsettled_rows=None if unsettled_rows is None
                     else frozenset(unsettled_rows),
                     touched=None if touched is None else frozenset(touched),
-                    delta=None if delta is None else tuple(delta), graph=graph)
+                    delta=None if delta is None else tuple(delta), graph=graph, sboms=sboms)
+
+
+def _components_by_version(g: Gathered) -> dict[str, Any]:
+    """Version key -> its components: the SBOM's very tuple (as the next gather keeps it),
+    or, for a gather made without them, the set of its records."""
+    if g.sboms is not None:
+        return {str(pv): held for (_sbom, pv), held in g.sboms.items()}
+    out: dict[str, set[ri.Component]] = {}
+    for c in g.inputs.components:
+        out.setdefault(c.project_version, set()).add(c)
+    return out
+
+
+def changed_between(old: Gathered, new: Gathered) -> tuple[set[str], set[tuple[str, str]]]:
+    """Project versions whose components, deployments or record changed, and services whose
+    library evidence or deployment changed, between two gathers. A version whose SBOM is
+    the one the previous gather read holds the very same components, and is not compared
+    record by record."""
+
+    def by_version(inputs: ri.RankInputs) -> dict[str, set[Any]]:
+        out: dict[str, set[Any]] = {}
+        for d in inputs.deployments:
+            out.setdefault(d.project_version, set()).add(d)
+        for p in inputs.project_versions:
+            out.setdefault(p.key, set()).add(p)
+        return out
+
+    a, b = by_version(old.inputs), by_version(new.inputs)
+    versions = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+    ca, cb = _components_by_version(old), _components_by_version(new)
+    for k in ca.keys() | cb.keys():
+        x, y = ca.get(k, ()), cb.get(k, ())
+        if x is not y and set(x) != set(y):
+            versions.add(k)
+    libs_a = {(x.environment, x.service): x for x in old.inputs.libraries}
+    libs_b = {(x.environment, x.service): x for x in new.inputs.libraries}
+    services = {k for k in libs_a.keys() | libs_b.keys() if libs_a.get(k) != libs_b.get(k)}
+    deps_a = {(d.environment, d.service, d.project_version, d.human_impact)
+              for d in old.inputs.deployments}
+    deps_b = {(d.environment, d.service, d.project_version, d.human_impact)
+              for d in new.inputs.deployments}
+    services |= {(d[0], d[1]) for d in deps_a ^ deps_b}
+    return versions, services

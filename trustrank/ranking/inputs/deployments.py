@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import cast
 
+from django.db import connection
+from django.db.models.expressions import RawSQL
+
 from trustrank.inventory.models import Component
 from trustrank.ranking.inputs.findings import CHUNK
 from trustrank.risk import inputs as ri
@@ -41,22 +44,44 @@ def deployments_read(team_id: int) -> tuple[list[ri.Deployment], set[int]]:
     return out, versions
 
 
-def components_read(version_ids: set[int]) -> tuple[list[ri.ProjectVersion], list[ri.Component]]:
-    """Code provenance of the deployed versions' current SBOMs."""
-    from trustrank.inventory.models import ProjectVersion
+# The components of one deployed SBOM as a version holds it: (SBOM id, version id) -> its
+# components. An SBOM's components are written once, when it is loaded, so the next gather
+# takes them from the previous one's by that key and reads only the SBOMs it has not seen.
+SbomComponents = dict[tuple[int, int], tuple[ri.Component, ...]]
 
-    pvs = ProjectVersion.objects.filter(pk__in=version_ids).values_list("pk", "current_sbom_id")
-    sbom_to_pv = {sbom: pv for pv, sbom in pvs if sbom is not None}
-    out: dict[tuple[str, str], ri.Component] = {}
-    rows = Component.objects.filter(sbom_id__in=list(sbom_to_pv)).values_list(
-        "sbom_id", "purl", "name", "hashes", "supplier", "packages"
-    )
-    for sbom_id, purl, name, hashes, supplier, packages in rows.iterator(chunk_size=CHUNK):
-        pv = str(sbom_to_pv[sbom_id])
-        key = component_key_from_purl(purl) if purl else name
-        out[(pv, key)] = ri.Component(
-            project_version=pv, key=key, hashes_present=bool(hashes),
-            supplier_known=bool(supplier), packages=tuple(packages or ()),
-        )
+
+def components_read(
+    version_ids: set[int], previous: SbomComponents | None = None,
+) -> tuple[list[ri.ProjectVersion], list[ri.Component], SbomComponents]:
+    """Code provenance of the deployed versions' current SBOMs, and the components of each
+    SBOM (`SbomComponents`); those of an SBOM in `previous` are its records, not read."""
+    # One array parameter, not `pk__in`: a list of 20,000 ids as 20,000 parameters took
+    # 0.22-0.27 s to send and plan, the array 0.04 s.
+    with connection.cursor() as cur:
+        cur.execute("SELECT id, current_sbom_id FROM inventory_projectversion "
+                    "WHERE id = ANY(%s) AND current_sbom_id IS NOT NULL", [sorted(version_ids)])
+        sbom_to_pv = {sbom: pv for pv, sbom in cur.fetchall()}
+    held = previous or {}
+    by_sbom: SbomComponents = {}
+    read: dict[int, dict[str, ri.Component]] = {}
+    for sbom, pv in sbom_to_pv.items():
+        kept = held.get((sbom, pv))
+        if kept is not None:
+            by_sbom[(sbom, pv)] = kept
+        else:
+            read[sbom] = {}
+    if read:
+        rows = Component.objects.filter(
+            sbom_id__in=RawSQL("SELECT unnest(%s::bigint[])", [sorted(read)])
+        ).values_list("sbom_id", "purl", "name", "hashes", "supplier", "packages")
+        for sbom_id, purl, name, hashes, supplier, packages in rows.iterator(chunk_size=CHUNK):
+            pv_key = str(sbom_to_pv[sbom_id])
+            key = component_key_from_purl(purl) if purl else name
+            read[sbom_id][key] = ri.Component(
+                project_version=pv_key, key=key, hashes_present=bool(hashes),
+                supplier_known=bool(supplier), packages=tuple(packages or ()),
+            )
+        for sbom, found in read.items():
+            by_sbom[(sbom, sbom_to_pv[sbom])] = tuple(found.values())
     versions = [ri.ProjectVersion(key=str(pv)) for pv in sorted(version_ids)]
-    return versions, list(out.values())
+    return versions, [c for held_ in by_sbom.values() for c in held_], by_sbom

@@ -24,7 +24,12 @@ from trustrank.findings.services.due_dates import (
 )
 from trustrank.lib.locks import advisory_lock_wait
 from trustrank.notify.events import notify_ranking_run
-from trustrank.ranking.inputs import Gathered, rank_settings, ranking_inputs_gather
+from trustrank.ranking.inputs import (
+    Gathered,
+    changed_between,
+    rank_settings,
+    ranking_inputs_gather,
+)
 from trustrank.ranking.models import RankingRun, RunStatus
 from trustrank.ranking.services.due import (
     DueInserter,
@@ -129,33 +134,6 @@ def _run_settings() -> Iterator[None]:
             cur.execute("RESET synchronous_commit")
 
 
-def _changed_since(old: ri.RankInputs, new: ri.RankInputs) -> tuple[set[str], set[tuple[str, str]]]:
-    """Project versions whose components or deployments changed, and services whose
-    library evidence or deployment changed, between two input sets."""
-
-    def by_version(inputs: ri.RankInputs) -> dict[str, set[Any]]:
-        out: dict[str, set[Any]] = {}
-        for c in inputs.components:
-            out.setdefault(c.project_version, set()).add(c)
-        for d in inputs.deployments:
-            out.setdefault(d.project_version, set()).add(d)
-        for p in inputs.project_versions:
-            out.setdefault(p.key, set()).add(p)
-        return out
-
-    a, b = by_version(old), by_version(new)
-    versions = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
-    libs_a = {(x.environment, x.service): x for x in old.libraries}
-    libs_b = {(x.environment, x.service): x for x in new.libraries}
-    services = {k for k in libs_a.keys() | libs_b.keys() if libs_a.get(k) != libs_b.get(k)}
-    deps_a = {(d.environment, d.service, d.project_version, d.human_impact)
-              for d in old.deployments}
-    deps_b = {(d.environment, d.service, d.project_version, d.human_impact)
-              for d in new.deployments}
-    services |= {(d[0], d[1]) for d in deps_a ^ deps_b}
-    return versions, services
-
-
 def _places_in(cached: _Cached) -> Callable[[str], int | None]:
     """A finding id's place in the cached result's queue: its rank less one in the rows the
     run kept in memory (every rank as of that run; the table's go stale)."""
@@ -210,7 +188,7 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any =
     t1 = time.perf_counter()
     _phase(run, "ranking", progress)
     if incremental and cached is not None:
-        versions, services = _changed_since(cached.gathered.inputs, gathered.inputs)
+        versions, services = changed_between(cached.gathered, gathered)
         result = rank_incremental(
             previous=cached.result, inputs=gathered.inputs, settings=rs,
             changed_project_versions=versions, changed_services=services,
