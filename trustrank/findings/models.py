@@ -397,3 +397,34 @@ from trustrank.findings.records import (  # noqa: E402, F401
     EvidenceChange,
     TriagePolicy,
 )
+
+
+class SearchGroup(models.Model):
+    """One half of findings' search text, once per distinct text: `part` COMPONENT_PART is
+    the package name, component name and purl (`findings_component_text`), ADVISORY_PART the
+    ids and aliases (`findings_advisory_text`); `id` is the text's 64-bit hash
+    (`hashtextextended(text, part)`). `Finding.search_text` is the advisory half, a space,
+    then the component half, so a search value without a space matches a finding exactly
+    when it is a substring of one of the two.
+
+    Filled by triggers on the findings table (migration findings.0016): every writer keeps
+    it, and a text stays when its findings go (a text no finding has matches nothing). A
+    ranked row holds its finding's component group (`RankedFinding.search_group`), so a
+    package search finds its few groups here, through the trigram index, then reads each
+    group's matches in rank order from the ranked rows' index (trustrank/findings/
+    search_groups.py). Managed by the migration's SQL: the model is for reading."""
+
+    COMPONENT_PART = 0
+    ADVISORY_PART = 1
+
+    id = models.BigIntegerField(primary_key=True)
+    part = models.SmallIntegerField()
+    text = models.TextField()
+
+    class Meta:
+        indexes = [
+            GinIndex(fields=["text"], opclasses=["gin_trgm_ops"], name="searchgroup_text_trgm"),
+        ]
+
+    def __str__(self) -> str:
+        return self.text

@@ -136,10 +136,21 @@ class RankedFinding(models.Model):
     # counts of `trustrank.ranking.positions` (`trustrank.ranking.ranks`), not from `rank`
     # and `env_rank`, which hold the ranks as of the run that last wrote the row.
     qkey = models.BigIntegerField(default=0)
+    # The finding's component search group (`findings.SearchGroup`, `findings_search_group`):
+    # a package search reads each matching group's findings in queue order from its index
+    # (trustrank/findings/search_groups.py). Written by the store with the row; the store also
+    # sets it on rows whose finding was written since the previous run (a finding's component
+    # rarely changes, and its own values, hence its row, need not). NULL only on rows a store
+    # before ranking.0012 wrote; the next store sets those.
+    search_group = models.BigIntegerField(null=True)
 
     class Meta:
         indexes = [
             models.Index(fields=["team", "qkey", "finding"], name="rankedfinding_team_qkey"),
+            models.Index(
+                fields=["team", "search_group", "qkey", "finding"],
+                name="rankedfinding_team_group",
+            ),
             models.Index(
                 fields=["team", "environment", "qkey", "finding"],
                 name="rankedfinding_team_env_qkey",

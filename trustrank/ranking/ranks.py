@@ -21,10 +21,26 @@ with, which nothing has shifted since.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 
 from django.db import connection
 
 from trustrank.ranking import positions
+from trustrank.ranking.models import RankingRun, RunStatus
+
+# Writes committed just before a gather began may carry an earlier updated_at.
+CLOCK_SKEW = timedelta(seconds=30)
+
+
+def ranked_rows_as_of(team_id: int) -> datetime | None:
+    """When the team's ranked rows were read as of, less CLOCK_SKEW: the start of its latest
+    done run (its gather began after). Every finding written since may differ from its row;
+    one not written since is as its row says. None before the team's first run."""
+    run = (RankingRun.objects.filter(team_id=team_id, status=RunStatus.DONE)
+           .order_by("-finished_at", "-pk").values_list("started_at", "created_at").first())
+    if run is None:
+        return None
+    return (run[0] or run[1]) - CLOCK_SKEW
 
 
 def rank_sql(alias: str) -> str:

@@ -124,8 +124,8 @@ def ranking_inputs_gather(
         if touched:
             findings = [f for f in previous.inputs.findings if f.id not in touched]
             findings.extend(delta)
-            ids = FindingIds.of(previous.finding_ids).updated(closed=closed,
-                                                               read=delta_ids.pks)
+            ids = FindingIds.of(previous.finding_ids).updated(
+                closed=closed, read=delta_ids.pks, read_groups=delta_ids.groups)
         else:
             # No finding written since: the previous records and ids as they are (neither
             # is changed after a gather), not a copy of a million of each.

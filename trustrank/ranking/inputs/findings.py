@@ -58,7 +58,9 @@ SELECT f.id, f.kind, f.vuln_id, f.severity, f.cvss_score, f.in_kev, f.kev_date_a
        {settled},
        -- Last, so the positions above stay put: a vector of the finding's own (NVD's,
        -- when the advisory has none) and where its severity came from.
-       f.cvss_vector, f.severity_source
+       f.cvss_vector, f.severity_source,
+       -- The component search group its ranked row is stored with (findings.SearchGroup).
+       findings_search_group(f.package_name, f.component_name, f.component_purl)
   FROM findings_finding f
   {joins}
   {due_join}
@@ -132,6 +134,7 @@ def findings_read(
     note_settled = settled.__setitem__ if settled is not None else None
     findings: list[ri.Finding] = []
     ids = array("q")  # the database id of each open finding
+    groups = array("q")  # and its component search group
     closed: set[str] = set()
     keys: dict[str, str] = {}
     vectors: dict[str, str] = {}
@@ -162,7 +165,7 @@ def findings_read(
         for chunk in chunks():
             if _vulnerabilities_only(chunk):
                 _add_vulnerabilities(
-                    chunk, findings, ids, keys=keys, versions=versions, vectors=vectors,
+                    chunk, findings, ids, groups, keys=keys, versions=versions, vectors=vectors,
                     epss_dates=epss_dates, share=share, floats=floats,
                     settled=note_settled,
                     unsettled_rows=unsettled_rows, advisories_seen=advisories_seen,
@@ -176,11 +179,13 @@ def findings_read(
             )
             for (pk, kind, vuln_id, severity, cvss, in_kev, kev_date, epss, pct, cve,
                  advisory_id, pv_id, purl, ckey, cname, category, env, service, baseline,
-                 subject, is_open, settled_decision, own_vector, severity_source) in chunk:
+                 subject, is_open, settled_decision, own_vector, severity_source,
+                 group) in chunk:
                 if not is_open:
                     continue
                 fid = str(pk)
                 ids.append(pk)
+                groups.append(group)
                 if settled_decision is not None and note_settled is not None:
                     if settled_decision:
                         note_settled(pk, share(settled_decision, settled_decision))
@@ -216,7 +221,7 @@ def findings_read(
                             baseline=fshare(float(baseline or 0.0)), subject=subject,
                         )
                     )
-    return findings, FindingIds(ids), closed
+    return findings, FindingIds(ids, groups=groups), closed
 
 
 def _prefetched(
@@ -284,7 +289,8 @@ def _vulnerabilities_only(chunk: list[tuple[Any, ...]]) -> bool:
 
 
 def _add_vulnerabilities(
-    chunk: list[tuple[Any, ...]], findings: list[ri.Finding], ids: array[int], *,
+    chunk: list[tuple[Any, ...]], findings: list[ri.Finding], ids: array[int],
+    groups: array[int], *,
     keys: dict[str, str], versions: dict[Any, str], vectors: dict[str, str],
     epss_dates: dict[str, Any], share: Callable[[Any, Any], Any], floats: dict[Any, Any],
     settled: Callable[[int, str], None] | None, unsettled_rows: set[int] | None,
@@ -295,12 +301,13 @@ def _add_vulnerabilities(
     row, each column a pass in C (a million rows through a Python loop cost seconds)."""
     (pks, _kind, vuln_ids, severities, cvss, in_kev, kev_dates, epss, pct, cves, advisories,
      pv_ids, purls, _ckey, _cname, _category, _env, _service, baselines, _subject, _open,
-     decisions, own_vectors, sources) = zip(*chunk, strict=True)
+     decisions, own_vectors, sources, search_groups) = zip(*chunk, strict=True)
     n = len(chunk)
     _lookups(set(advisories), set(cves), vectors=vectors, epss_dates=epss_dates,
              advisories_seen=advisories_seen, cves_seen=cves_seen)
     fids = list(map(str, pks))
     ids.extend(pks)
+    groups.extend(search_groups)
     if settled is not None and decisions.count(None) != n:
         for pk, decision in zip(pks, decisions, strict=True):
             if decision:

@@ -31,6 +31,7 @@ from trustrank.ranking.inputs import (
     ranking_inputs_gather,
 )
 from trustrank.ranking.models import RankingRun, RunStatus
+from trustrank.ranking.ranks import CLOCK_SKEW
 from trustrank.ranking.services.due import (
     DueInserter,
     due_dates_apply,
@@ -38,6 +39,7 @@ from trustrank.ranking.services.due import (
 )
 from trustrank.ranking.services.store import _store, rewrites_rows
 from trustrank.ranking.services.store_columns import place_ids, store_first_from_columns
+from trustrank.ranking.services.store_groups import search_groups_mend
 from trustrank.ranking.services.store_rows import Ids, OwnRow, QueueRows, decision_changed
 from trustrank.ranking.services.store_services import services_store
 from trustrank.risk import inputs as ri
@@ -82,7 +84,7 @@ _CACHE_MAX_AGE = timedelta(hours=1)
 
 
 # Writes committed just before a gather began may carry an earlier updated_at.
-_CLOCK_SKEW = timedelta(seconds=30)
+_CLOCK_SKEW = CLOCK_SKEW
 
 
 class RankingError(RuntimeError):
@@ -170,7 +172,7 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any =
     # Only its id: the row also holds the weights and counts.
     previous = RankingRun.objects.filter(
         team_id=run.team_id, status=RunStatus.DONE
-    ).order_by("-finished_at", "-pk").only("pk").first()
+    ).order_by("-finished_at", "-pk").only("pk", "started_at", "created_at").first()
     cached = _PREVIOUS.get(run.team_id)
     gathered_at = timezone.now()
     incremental = (
@@ -229,6 +231,9 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any =
             if incremental and cached is not None else None,
             row_hashes=_row_hashes,
         )
+        counts["search_groups_set"] = search_groups_mend(
+            team_id=run.team_id, since=None if previous is None
+            else (previous.started_at or previous.created_at) - _CLOCK_SKEW)
         if meanwhile is not None:
             result = meanwhile.finish(result, inputs=gathered.inputs, settings=rs)
         t3 = time.perf_counter()

@@ -18,7 +18,7 @@ import orjson
 from django.db import connection
 
 from trustrank.ranking.inputs import Gathered
-from trustrank.ranking.inputs.ids import finding_pks, pk_of
+from trustrank.ranking.inputs.ids import finding_pks, pk_of, search_groups_of
 from trustrank.ranking.models import RankingRun
 from trustrank.ranking.services.store_copy import _CHUNK, _copy_ranked, _int_array
 from trustrank.ranking.services.store_history import _history
@@ -237,7 +237,8 @@ def _store_rows(
             def on_chunk(chunk: Ids) -> None:
                 hashed.append(row_hashes(rows.own_items(chunk)))
         _copy_ranked(cur, team_id=run.team_id, run_id=run.pk, targets=targets, rows=rows,
-                     on_chunk=on_chunk)
+                     on_chunk=on_chunk,
+                     groups=lambda pks: search_groups_of(gathered.finding_ids, pks))
         buckets = buckets_store(cur, team_id=run.team_id, rows=rows, before=before,
                                 changed=changed, gone=gone, rewrite=rewrite)
         if rewrite:

@@ -20,7 +20,7 @@ import orjson
 from django.db import connection
 
 from trustrank.ranking.inputs import Gathered
-from trustrank.ranking.inputs.ids import finding_pks
+from trustrank.ranking.inputs.ids import finding_pks, search_groups_of
 from trustrank.ranking.models import RankingRun
 from trustrank.ranking.services.store import _REWRITE_ABOVE, _contexts_insert, context_of
 from trustrank.ranking.services.store_copy import (
@@ -57,6 +57,8 @@ class _Queue:
     digests: list[str]
     bodies: dict[str, bytes]  # digest -> context JSON
     qkey: np.ndarray[Any, Any]  # the queue key (`store_keys`)
+    # The finding's search group, None when the findings were read without them.
+    group: np.ndarray[Any, Any] | None = None
 
 
 def _queue(result: RankResult, fid: np.ndarray[Any, Any]) -> _Queue:
@@ -155,6 +157,7 @@ def _copy(cur: Any, q: _Queue, *, team_id: int, run_id: int,
                     (">f8", q.score[at]), (_text_type(decision_b), decision_b),
                     (f"S{size}", tables[size][q.context[at]]) if size else ("S0", b""),
                     (">i8", q.qkey[at]),
+                    (">i8", None if q.group is None else q.group[at]),
                 ], len(at)))
             on_chunk(start, end)
         copy.write(_BINARY_TRAILER)
@@ -180,6 +183,7 @@ def store_first_from_columns(
         if cur.fetchone() is not None:
             return None
         q = _queue(result, place_ids(result, gathered.finding_ids) if fid is None else fid)
+        q.group = search_groups_of(gathered.finding_ids, q.fid)
         rows = _rows(q)
         hashed: list[int] = []
 

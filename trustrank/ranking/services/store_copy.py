@@ -16,10 +16,13 @@ from trustrank.risk.inputs import DECISIONS
 
 _CHUNK = 50_000
 
+# The search group of each of some finding ids, None when they are not known.
+GroupsOf = Callable[[np.ndarray[Any, Any]], "np.ndarray[Any, Any] | None"]
+
 # The ranked rows' COPY, in the column order `_binary_rows` lays them out.
 RANKED_COPY = (
     "COPY ranking_rankedfinding (finding_id, team_id, run_id, rank, env_rank, environment, "
-    "score, decision, context_id, qkey) FROM STDIN (FORMAT BINARY)")
+    "score, decision, context_id, qkey, search_group) FROM STDIN (FORMAT BINARY)")
 
 
 # COPY's binary format: the file header, and the end-of-data word.
@@ -30,18 +33,18 @@ _BINARY_TRAILER = b"\xff\xff"
 def _binary_rows(columns: list[tuple[str, Any]], n: int) -> bytes:
     """`n` rows in COPY's binary format: per row a field count, then each column's length
     and value, big-endian, laid out by one numpy record type. `columns` are (numpy type,
-    value: one for every row, or an array of `n`); an empty byte string is sent as an empty
-    text."""
+    value: one for every row, or an array of `n`; None for NULL in every row); an empty byte
+    string is sent as an empty text."""
     fields: list[tuple[str, str]] = [("count", ">i2")]
-    for i, (kind, _value) in enumerate(columns):
+    for i, (kind, value) in enumerate(columns):
         fields.append((f"l{i}", ">i4"))
-        if np.dtype(kind).itemsize:
+        if np.dtype(kind).itemsize and value is not None:
             fields.append((f"v{i}", kind))
     out = np.empty(n, dtype=np.dtype(fields))
     out["count"] = len(columns)
     for i, (kind, value) in enumerate(columns):
-        out[f"l{i}"] = np.dtype(kind).itemsize
-        if np.dtype(kind).itemsize:
+        out[f"l{i}"] = -1 if value is None else np.dtype(kind).itemsize
+        if np.dtype(kind).itemsize and value is not None:
             out[f"v{i}"] = value
     return out.tobytes()
 
@@ -53,12 +56,13 @@ def _text_type(value: bytes) -> str:
 
 def _copy_ranked(
     cur: Any, *, team_id: int, run_id: int, targets: Ids, rows: Mapping[int, Row],
-    on_chunk: Callable[[Ids], None] | None = None,
+    on_chunk: Callable[[Ids], None] | None = None, groups: GroupsOf | None = None,
 ) -> None:
     """COPY the ranked rows of `targets` (see `_copy_ranked_chunks`)."""
     _copy_ranked_chunks(
         cur, team_id=team_id, run_id=run_id, rows=QueueRows.of(rows), on_chunk=on_chunk,
-        chunks=(targets[i : i + _CHUNK] for i in range(0, len(targets), _CHUNK)))
+        chunks=(targets[i : i + _CHUNK] for i in range(0, len(targets), _CHUNK)),
+        groups=groups)
 
 
 class _QueuedWriter(LibpqWriter):
@@ -99,7 +103,7 @@ class _QueuedWriter(LibpqWriter):
 
 def _copy_ranked_chunks(
     cur: Any, *, team_id: int, run_id: int, chunks: Iterable[Ids], rows: QueueRows,
-    on_chunk: Callable[[Ids], None] | None = None,
+    on_chunk: Callable[[Ids], None] | None = None, groups: GroupsOf | None = None,
 ) -> None:
     """COPY the ranked rows of the finding ids of each chunk (each in `rows` by the time
     it comes) in the binary format, laid out by numpy a chunk at a time from the rows'
@@ -107,7 +111,9 @@ def _copy_ranked_chunks(
     parsed every number back). Within a chunk the rows go grouped by environment,
     decision and context digest length (one record layout each; the groups in the order
     of their first row), in their order within a group. `on_chunk` is called with each
-    chunk's ids once it is sent, while PostgreSQL stores it."""
+    chunk's ids once it is sent, while PostgreSQL stores it. `groups` gives the rows'
+    search groups (`FindingIds.groups_of`); without them (or when it has none) they are
+    NULL, which `store_groups.search_groups_mend` then sets."""
     encoded = [d.encode() for d in rows.digests]
     widths = np.array(list(map(len, encoded)), dtype=np.int64)
     widest = int(widths.max()) + 1 if len(widths) else 1
@@ -127,6 +133,7 @@ def _copy_ranked_chunks(
             group = ((rows.env[at].astype(np.int64) * len(DECISIONS) + rows.decision[at])
                      * widest + widths[context])
             codes, first = np.unique(group, return_index=True)
+            found = groups(rows.fid[at]) if groups is not None else None
             for code in codes[np.argsort(first)].tolist():
                 some = at[group == code]
                 env_code, rest = divmod(code, len(DECISIONS) * widest)
@@ -139,6 +146,7 @@ def _copy_ranked_chunks(
                     (_text_type(decision_b), decision_b),
                     (f"S{size}", tables[size][rows.context[some]]) if size else ("S0", b""),
                     (">i8", rows.qkey[some]),
+                    (">i8", None if found is None else found[group == code]),
                 ], len(some)))
             if on_chunk is not None:
                 on_chunk(chunk)
