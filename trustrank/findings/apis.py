@@ -25,17 +25,24 @@ from trustrank.accounts.models import Scope
 from trustrank.accounts.principal import principal_for_request
 from trustrank.findings import selectors
 from trustrank.findings.choices import FindingKind
-from trustrank.findings.filters import DEFAULT_ORDERING, FindingFilterSet, findings_ordered
+from trustrank.findings.filters import (
+    DEFAULT_ORDERING,
+    FindingFilterSet,
+    findings_ordered,
+    search_alone_spellings,
+)
 from trustrank.findings.list_cache import list_cache_get, list_cache_key, list_cache_set
 from trustrank.findings.models import Finding
 from trustrank.findings.paging import (
     SEARCH_SORT_MAX,
     CountedRows,
+    Matches,
     RowsLoader,
     SortedMatches,
 )
 from trustrank.findings.rank_rows import RankOrderedRows
 from trustrank.findings.search import search_value
+from trustrank.findings.search_groups import GroupedMatches
 from trustrank.findings.serializers import (
     FindingSerializer,
     finding_rows_for_ids,
@@ -45,7 +52,7 @@ from trustrank.findings.triage_apis import (
 )
 from trustrank.lib.api import Pagination
 from trustrank.lib.filters import StrictFilterBackend
-from trustrank.ranking.ranks import team_ranks_of
+from trustrank.ranking.ranks import ranked_rows_as_of, team_ranks_of
 from trustrank.vulns import selectors as vuln_selectors
 
 
@@ -194,17 +201,20 @@ class ListRows:
     pages the queryset. `broad`: a search matching more than SEARCH_SORT_MAX findings, paged
     like the list, whose total is that cap."""
 
-    matches: SortedMatches | None
+    matches: Matches | None
     broad: bool
     ranked: RankOrderedRows | None
 
 
 def list_rows(
     qs: QuerySet[Finding], *, team_ids: Iterable[int], ordering: str, search: bool,
-    load: RowsLoader, cap: int | None = None,
+    load: RowsLoader, cap: int | None = None, spellings: list[str] | None = None,
 ) -> ListRows:
     """The rows of `qs` (already in `ordering`) for the list's page and API alike; `load`
-    reads a page's rows from their ids, `cap` bounds the contextual order's total. The
+    reads a page's rows from their ids, `cap` bounds the contextual order's total.
+    `spellings` (`filters.search_alone_spellings`): the search value's, when it is the
+    list's only filter; one team's list in the rank order is then answered from the search
+    groups where they can (`search_groups.GroupedMatches`). The
     ranks that merge several teams are counted by the ranking app (`team_ranks_of`), which
     the findings app's lower modules may not import."""
     team_ids = list(team_ids)
@@ -212,10 +222,13 @@ def list_rows(
     # Several teams' rank orders are merged by counted rank (RankOrderedRows): the queue
     # key that sorts one team's matches does not order them across teams.
     merged = ranked_order and len(set(team_ids)) > 1
-    matches: SortedMatches | None = None
+    matches: Matches | None = None
     broad = False
     if search and not merged:
-        found = SortedMatches(qs, team_ids=team_ids)
+        grouped = GroupedMatches.find(
+            qs, team_id=team_ids[0], spellings=spellings, as_of=ranked_rows_as_of,
+        ) if spellings and ordering == "rank" and len(set(team_ids)) == 1 else None
+        found: Matches = grouped or SortedMatches(qs, team_ids=team_ids)
         broad = found.usable and found.broad
         matches = found if found.usable and not broad else None
     ranked = (
@@ -261,7 +274,8 @@ class FindingListApi(ListAPIView[Finding]):
         # matches told it holds more than the cap, so it is not counted again.
         cap = SEARCH_SORT_MAX if search else None
         found = list_rows(queryset, team_ids=team_ids, ordering=ordering, search=search,
-                          load=finding_rows_for_ids, cap=cap)
+                          load=finding_rows_for_ids, cap=cap,
+                          spellings=search_alone_spellings(self.request.query_params))
         if found.matches is not None:
             rows = CountedRows(queryset, team_ids=team_ids, matches=found.matches,
                                load=finding_rows_for_ids)

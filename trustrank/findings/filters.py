@@ -76,6 +76,35 @@ def findings_ordered(qs: QuerySet[Finding], value: str) -> QuerySet[Finding]:
     return qs
 
 
+def search_spellings(value: str) -> set[str]:
+    """The lower-cased spellings a (stripped) search value matches."""
+    spellings = {value.lower()}
+    if not any(c in value for c in ":/@"):
+        # A bare package name may be written as PyPI normalises it (a purl or an id is
+        # not a package name: its normalised spelling would only cost a second scan).
+        spellings.add(normalize_name("PyPI", value).lower())
+    return spellings
+
+
+def search_alone_spellings(params: Any) -> list[str] | None:
+    """The search value's spellings when these query parameters filter the list by nothing
+    else (open findings, the default, may be asked explicitly) and it is a substring
+    search, not a prefix (too short) or purl search: the lists trustrank/findings/
+    search_groups.py answers. None otherwise."""
+    value = search_value(params)
+    lowered = value.lower()
+    if len(lowered) < SEARCH_MIN_SUBSTRING or is_purl_search(lowered):
+        return None
+    for name in FindingFilterSet.base_filters:
+        if name in ("q", "ordering"):
+            continue
+        values = params.getlist(name) if hasattr(params, "getlist") else [params.get(name)]
+        given = [v for v in values if v not in (None, "")]
+        if given and not (name == "open" and given == ["true"]):
+            return None
+    return sorted(search_spellings(value))
+
+
 class OpenField(django_filters.fields.ChoiceField):
     """true (open, the default), false (closed) or all; 1/0 and True/False are accepted as
     the BooleanFilter that came before took them."""
@@ -327,11 +356,7 @@ class FindingFilterSet(django_filters.FilterSet):
         if is_purl_search(lowered):
             # `pkg:` only ever starts a purl: a btree range that carries the sort key.
             return purl_condition(qs, lowered)
-        spellings = {lowered}
-        if not any(c in value for c in ":/@"):
-            # A bare package name may be written as PyPI normalises it (a purl or an id is
-            # not a package name: its normalised spelling would only cost a second scan).
-            spellings.add(normalize_name("PyPI", value).lower())
+        spellings = search_spellings(value)
         if len(lowered) < SEARCH_MIN_SUBSTRING:
             cond = Q()
             for s in spellings:

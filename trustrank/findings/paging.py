@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.core.exceptions import EmptyResultSet
@@ -114,6 +114,20 @@ def _order_column(entry: Any) -> tuple[str, str] | None:
     if len(parts) > 2 or (len(parts) == 2 and parts[0] not in _ORDER_RELATIONS):
         return None
     return ("id" if name == "pk" else name), direction
+
+
+class Matches(Protocol):
+    """A search's matches in the list's order, with their total: `SortedMatches`, or
+    `search_groups.GroupedMatches` for a package search of one team."""
+
+    @property
+    def usable(self) -> bool: ...
+    @property
+    def broad(self) -> bool: ...
+    def count(self) -> int: ...
+    def ids(self, item: slice) -> list[int]: ...
+    def query_ids(self, item: slice) -> list[int]: ...
+    def ids_after(self, pk: int, n: int) -> list[int] | None: ...
 
 
 class SortedMatches:
@@ -328,7 +342,7 @@ class CountedRows:
 
     def __init__(
         self, qs: QuerySet[Finding], *, team_ids: Iterable[int], search: bool = False,
-        matches: SortedMatches | None = None, cap: int | None = None, over_cap: bool = False,
+        matches: Matches | None = None, cap: int | None = None, over_cap: bool = False,
         load: RowsLoader | None = None,
     ) -> None:
         self._qs = qs
