@@ -14,6 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from bench.rerank import build
+from tests.ranking.test_incremental_store import _run
 from trustrank.accounts.models import Team
 from trustrank.findings.choices import OPEN_STATES, FindingKind, FindingSource, TriageState
 from trustrank.findings.filters import findings_ordered
@@ -23,7 +24,6 @@ from trustrank.ranking.inputs.ids import FindingIds
 from trustrank.ranking.models import RankingRun
 from trustrank.ranking.ranks import ranked_rows_as_of
 from trustrank.ranking.services import runs
-from trustrank.ranking.services.requests import ranking_run_request
 
 pytestmark = pytest.mark.django_db
 
@@ -33,14 +33,6 @@ SELECT count(*) FROM ranking_rankedfinding r JOIN findings_finding f ON f.id = r
  WHERE r.team_id = %s AND r.search_group IS DISTINCT FROM
        findings_search_group(f.package_name, f.component_name, f.component_purl)
 """
-
-
-def _run(team_id: int) -> RankingRun:
-    run = ranking_run_request(team_id=team_id, trigger="test", delay_seconds=0)
-    assert runs.ranking_run_execute(run_id=run.pk) == "done", RankingRun.objects.get(
-        pk=run.pk).error
-    run.refresh_from_db()
-    return run
 
 
 def _stale_rows(team_id: int) -> int:

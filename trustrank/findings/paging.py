@@ -130,7 +130,45 @@ class Matches(Protocol):
     def ids_after(self, pk: int, n: int) -> list[int] | None: ...
 
 
-class SortedMatches:
+class KeptHeadMatches:
+    """What a search's matches answer from their total and first SEARCH_HEAD ids, kept
+    (`_kept`); `query_ids` reads a slice past them."""
+
+    def _kept(self) -> tuple[int, list[int]]:
+        raise NotImplementedError
+
+    def query_ids(self, item: slice) -> list[int]:
+        raise NotImplementedError
+
+    @property
+    def broad(self) -> bool:
+        """More than SEARCH_SORT_MAX matches: too many to sort per search. The caller pages
+        it in the list's order (the matches are then common enough that a walk of the
+        order's index finds a page soon) with a total capped at SEARCH_SORT_MAX."""
+        return self._kept()[0] > SEARCH_SORT_MAX
+
+    def count(self) -> int:
+        return self._kept()[0]
+
+    def ids(self, item: slice) -> list[int]:
+        total, head = self._kept()
+        start = item.start or 0
+        stop = total if item.stop is None else item.stop
+        if stop <= len(head) or len(head) == total:
+            return head[start:stop]
+        return self.query_ids(slice(start, stop))
+
+    def ids_after(self, pk: int, n: int) -> list[int] | None:
+        """The n ids after `pk` when the kept head has them; None to ask the database."""
+        total, head = self._kept()
+        if pk not in head:
+            return None
+        at = head.index(pk)
+        rest = head[at + 1 : at + 1 + n]
+        return rest if len(rest) == n or len(head) == total else None
+
+
+class SortedMatches(KeptHeadMatches):
     """A search's matches in the list's order: found first, then sorted.
 
     With a selective filter and the list's order, PostgreSQL walks the order's index and
@@ -278,23 +316,9 @@ class SortedMatches:
         )
         return self._head
 
-    @property
-    def broad(self) -> bool:
-        """More than SEARCH_SORT_MAX matches: too many to sort per search. The caller pages
-        it in the list's order (the matches are then common enough that a walk of the
-        order's index finds a page soon) with a total capped at SEARCH_SORT_MAX."""
-        return self._load()[0] > SEARCH_SORT_MAX
-
-    def count(self) -> int:
-        return self._load()[0]
-
-    def ids(self, item: slice) -> list[int]:
+    def _kept(self) -> tuple[int, list[int]]:
         total, head = self._load()
-        start = item.start or 0
-        stop = total if item.stop is None else item.stop
-        if stop <= len(head) or len(head) == total:
-            return [row[0] for row in head[start:stop]]
-        return self.query_ids(slice(start, stop))
+        return total, [row[0] for row in head]
 
     def query_ids(self, item: slice) -> list[int]:
         """The slice's ids from the database, sorted there, without the kept head."""
@@ -303,15 +327,6 @@ class SortedMatches:
         start = int(item.start or 0)
         limit = "" if item.stop is None else f" LIMIT {int(item.stop) - start}"
         return [row[0] for row in self._select(tail=f"{limit} OFFSET {start}")]
-
-    def ids_after(self, pk: int, n: int) -> list[int] | None:
-        """The n ids after `pk` when the kept head has them; None to ask the database."""
-        total, head = self._load()
-        at = next((i for i, row in enumerate(head) if row[0] == pk), None)
-        if at is None:
-            return None
-        rest = head[at + 1 : at + 1 + n]
-        return [row[0] for row in rest] if len(rest) == n or len(head) == total else None
 
 
 def capped_cached_count(

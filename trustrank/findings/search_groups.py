@@ -35,7 +35,7 @@ from django.db.models import QuerySet
 
 from trustrank.findings.generation import findings_generation
 from trustrank.findings.models import Finding, SearchGroup
-from trustrank.findings.paging import SEARCH_HEAD
+from trustrank.findings.paging import SEARCH_HEAD, KeptHeadMatches
 from trustrank.lib.single_flight import cache_get_or_compute_once
 
 # More component texts than this contain the value (`pkg1` matches hundreds of packages):
@@ -62,9 +62,9 @@ def _rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         return [tuple(row) for row in cur.fetchall()]
 
 
-class GroupedMatches:
+class GroupedMatches(KeptHeadMatches):
     """The matches of one team's search in the rank order, as `paging.SortedMatches` gives
-    them (`count`, `ids`, `query_ids`, `ids_after`, `broad`), found from the search groups.
+    them (`paging.KeptHeadMatches`), found from the search groups.
     Made by `find`, which answers None where it cannot."""
 
     usable = True
@@ -158,7 +158,7 @@ class GroupedMatches:
         ids = [pk for _key, pk in (merged if limit is None else merged[:limit])]
         return total + len(written), ids
 
-    def _load(self) -> tuple[int, list[int]]:
+    def _kept(self) -> tuple[int, list[int]]:
         if self._head is None:
             digest = hashlib.sha256(repr(
                 (self._team_id, self._spellings, self._groups, self._written)
@@ -172,33 +172,6 @@ class GroupedMatches:
             )
         return self._head
 
-    @property
-    def broad(self) -> bool:
-        """More matches than a search sorts (`paging.SEARCH_SORT_MAX`): the caller pages
-        it by walking the list's order, as it pages a broad search."""
-        from trustrank.findings.paging import SEARCH_SORT_MAX
-
-        return self._load()[0] > SEARCH_SORT_MAX
-
-    def count(self) -> int:
-        return self._load()[0]
-
-    def ids(self, item: slice) -> list[int]:
-        total, head = self._load()
-        start = item.start or 0
-        stop = total if item.stop is None else item.stop
-        if stop <= len(head) or len(head) == total:
-            return head[start:stop]
-        return self.query_ids(slice(start, stop))
-
     def query_ids(self, item: slice) -> list[int]:
         start = int(item.start or 0)
         return self._ordered(None if item.stop is None else int(item.stop))[1][start:]
-
-    def ids_after(self, pk: int, n: int) -> list[int] | None:
-        total, head = self._load()
-        if pk not in head:
-            return None
-        at = head.index(pk)
-        rest = head[at + 1 : at + 1 + n]
-        return rest if len(rest) == n or len(head) == total else None
