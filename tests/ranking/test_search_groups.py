@@ -5,6 +5,7 @@ latest run; and every ranked row holding its finding's group after each kind of 
 from __future__ import annotations
 
 import random
+import re
 
 import numpy as np
 import pytest
@@ -70,19 +71,27 @@ def bench_team() -> Team:
     return Team.objects.get(pk=team_id)
 
 
-def test_a_package_search_from_the_groups_is_the_filters_answer(bench_team: Team, api) -> None:
-    client = api(bench_team, "read")
+def test_a_package_search_from_the_groups_is_the_filters_answer(
+    bench_team: Team, api, make_user, client
+) -> None:
+    reader = api(bench_team, "read")
     assert _stale_rows(bench_team.pk) == 0
     for q in ("pkg345", "PKG34", "kg49", "org.bench:pkg7", "pkg:maven/org.bench/pkg12@"):
         expected = _expected(bench_team.pk, q)
         assert expected, q
-        count, ids, grouped = _listed(client, q)
+        count, ids, grouped = _listed(reader, q)
         assert (count, ids) == (len(expected), expected), q
         # A purl search is a prefix search of its own (search.purl_condition).
         assert grouped == (not q.startswith("pkg:")), q
+    # The page reads the same matches: its first row is the search's first.
+    client.force_login(make_user("ann", team=bench_team))
+    page = client.get("/findings/", {"q": "pkg345"})
+    assert page.status_code == 200
+    linked = re.findall(r'<a href="/findings/(\d+)/', page.content.decode())
+    assert linked and int(linked[0]) == _expected(bench_team.pk, "pkg345")[0]
     # The groups table answers only one team's list in the rank order: another order is
     # answered by the matches sorted as before, with the same findings.
-    body = client.get("/api/v1/findings", {"q": "pkg345", "ordering": "baseline"}).json()
+    body = reader.get("/api/v1/findings", {"q": "pkg345", "ordering": "baseline"}).json()
     assert sorted(row["id"] for row in body["results"]) == sorted(_expected(bench_team.pk,
                                                                             "pkg345"))
 
