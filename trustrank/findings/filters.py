@@ -88,12 +88,12 @@ def search_spellings(value: str) -> set[str]:
 
 def search_alone_spellings(params: Any) -> list[str] | None:
     """The search value's spellings when these query parameters filter the list by nothing
-    else (open findings, the default, may be asked explicitly) and it is a substring
-    search, not a prefix (too short) or purl search: the lists trustrank/findings/
+    else (open findings, the default, may be asked explicitly) and it is a substring or
+    purl search, not a prefix one (too short): the lists trustrank/findings/
     search_groups.py answers. None otherwise."""
     value = search_value(params)
     lowered = value.lower()
-    if len(lowered) < SEARCH_MIN_SUBSTRING or is_purl_search(lowered):
+    if len(lowered) < SEARCH_MIN_SUBSTRING:
         return None
     for name in FindingFilterSet.base_filters:
         if name in ("q", "ordering"):
@@ -102,7 +102,8 @@ def search_alone_spellings(params: Any) -> list[str] | None:
         given = [v for v in values if v not in (None, "")]
         if given and not (name == "open" and given == ["true"]):
             return None
-    return sorted(search_spellings(value))
+    # A purl search has one spelling (`filter_q`).
+    return [lowered] if is_purl_search(lowered) else sorted(search_spellings(value))
 
 
 class OpenField(django_filters.fields.ChoiceField):

@@ -8,7 +8,8 @@ half of the search text (findings.SearchGroup) is answered without them:
 
 1. the component texts that contain it, in the small groups table (its trigram index); a
    value that some advisory text also contains (an id, an alias) or that holds a space
-   (which could span the halves) is answered as before;
+   (which could span the halves) is answered as before. A purl search (`pkg:…`, a prefix
+   of the purl) keeps the texts whose purl starts with it, decided by one finding each;
 2. each group's first matches in queue order from the ranked rows' index (team, group,
    key, finding): a few index pages, and the total from the same index;
 3. the team's findings written since its latest ranking run began (its ranked rows are as
@@ -36,6 +37,7 @@ from django.db.models import QuerySet
 from trustrank.findings.generation import findings_generation
 from trustrank.findings.models import Finding, SearchGroup
 from trustrank.findings.paging import SEARCH_HEAD, KeptHeadMatches
+from trustrank.findings.search import is_purl_search
 from trustrank.lib.single_flight import cache_get_or_compute_once
 
 # More component texts than this contain the value (`pkg1` matches hundreds of packages):
@@ -60,6 +62,22 @@ def _rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     with connection.cursor() as cur:
         cur.execute(sql, params)
         return [tuple(row) for row in cur.fetchall()]
+
+
+def _purl_groups(table: str, team_id: int, groups: list[int], prefix: str) -> list[int]:
+    """Those of the team's `groups` whose purl starts with `prefix` (lower-cased). A group's
+    findings share their purl, so one finding of the team that has the group now decides
+    it (one whose component changed since the run is skipped: its row is stale)."""
+    pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    # Django's own table names and a constant expression; the values are parameters.
+    return sorted(row[0] for row in _rows(
+        "SELECT g.grp FROM unnest(%s::bigint[]) AS g(grp) CROSS JOIN LATERAL ("  # noqa: S608
+        f"SELECT f.component_purl FROM {table} r "
+        "JOIN findings_finding f ON f.id = r.finding_id "
+        "WHERE r.team_id = %s AND r.search_group = g.grp AND findings_search_group("
+        "f.package_name, f.component_name, f.component_purl) = g.grp LIMIT 1) AS one "
+        "WHERE lower(one.component_purl) LIKE %s",
+        [groups, team_id, pattern]))
 
 
 class GroupedMatches(KeptHeadMatches):
@@ -94,9 +112,17 @@ class GroupedMatches(KeptHeadMatches):
         since = as_of(team_id)
         if since is None:
             return None
+        purl = [s for s in spellings if is_purl_search(s)]
+        if purl and len(purl) != len(spellings):
+            return None
         texts = SearchGroup.objects.none()
         for s in spellings:
             texts |= SearchGroup.objects.filter(text__contains=s)
+        if purl:
+            # A purl search matches purls only, from their start (search.purl_condition):
+            # advisory texts cannot match it, and a component text that holds the value
+            # is a candidate, kept below when its purl starts with it.
+            texts = texts.filter(part=SearchGroup.COMPONENT_PART)
         found = list(texts.values_list("part", "id")[: GROUPS_MAX + 1])
         if len(found) > GROUPS_MAX or any(part != SearchGroup.COMPONENT_PART
                                           for part, _id in found):
@@ -105,12 +131,15 @@ class GroupedMatches(KeptHeadMatches):
         if _rows(f"SELECT 1 FROM {table} WHERE team_id = %s "  # noqa: S608
                  "AND search_group IS NULL LIMIT 1", [team_id]):
             return None
+        groups = sorted(pk for _part, pk in found)
+        if purl and groups:
+            groups = _purl_groups(table, team_id, groups, purl[0])
         written = list(Finding.objects.filter(team_id=team_id, updated_at__gte=since)
                        .values_list("id", flat=True)[: WRITTEN_MAX + 1])
         if len(written) > WRITTEN_MAX:
             return None
-        return cls(qs, team_id=team_id, groups=sorted(pk for _part, pk in found),
-                   written=sorted(written), spellings=sorted(spellings))
+        return cls(qs, team_id=team_id, groups=groups, written=sorted(written),
+                   spellings=sorted(spellings))
 
     def _written_matches(self) -> list[tuple[_Key, int]]:
         """The findings written since the run that match the whole filter, with their
