@@ -19,6 +19,7 @@ from django.utils import timezone
 from bench.rerank import build
 from tests.ranking.test_incremental_store import _run
 from trustrank.accounts.models import Team
+from trustrank.findings import paging
 from trustrank.findings.choices import OPEN_STATES, FindingKind, FindingSource, TriageState
 from trustrank.findings.filters import findings_ordered
 from trustrank.findings.models import Finding, SearchGroup
@@ -119,6 +120,25 @@ def test_a_package_search_from_the_groups_is_the_filters_answer(
     body = reader.get("/api/v1/findings", {"q": "pkg345", "ordering": "baseline"}).json()
     assert sorted(row["id"] for row in body["results"]) == sorted(_expected(bench_team.pk,
                                                                             "pkg345"))
+
+
+def test_a_broad_package_search_is_counted_to_the_cap_and_paged_like_the_list(
+    bench_team: Team, api, monkeypatch
+) -> None:
+    """More matches than a search sorts: the index's count stops past the cap, and the
+    list's order gives the page, as for any broad search (`paging.SEARCH_SORT_MAX`)."""
+    monkeypatch.setattr(paging, "SEARCH_SORT_MAX", 20)
+    reader = api(bench_team, "read")
+    expected = _expected(bench_team.pk, "pkg34")
+    assert len(expected) > 20
+    found = GroupedMatches.find(Finding.objects.filter(team=bench_team), team_id=bench_team.pk,
+                                spellings=["pkg34"], as_of=ranked_rows_as_of)
+    assert found is not None and found.broad and found.count() == 21
+    cache.clear()
+    body = reader.get("/api/v1/findings", {"q": "pkg34"}).json()
+    # Paged by walking the list's order, its total the API's cap, not counted.
+    assert body["count_exact"] is False
+    assert [row["id"] for row in body["results"]] == expected[:50]
 
 
 def test_an_advisory_match_or_a_space_is_answered_as_before(bench_team: Team, api) -> None:

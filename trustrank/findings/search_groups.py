@@ -34,6 +34,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import QuerySet
 
+from trustrank.findings import paging
 from trustrank.findings.generation import findings_generation
 from trustrank.findings.models import Finding, SearchGroup
 from trustrank.findings.paging import SEARCH_HEAD, KeptHeadMatches
@@ -157,13 +158,19 @@ class GroupedMatches(KeptHeadMatches):
 
     def _indexed(self, limit: int | None) -> tuple[int, list[tuple[_Key, int]]]:
         """(how many ranked rows the groups hold, less the written findings', and the first
-        `limit` of them in order, all with None)."""
+        `limit` of them in order, all with None). More than a search sorts
+        (`paging.SEARCH_SORT_MAX`): (SEARCH_SORT_MAX + 1, []), counted no further (the
+        caller pages a broad search by walking the list's order)."""
         table, team, groups = self._table, self._team_id, self._groups
         if not groups:
             return 0, []
+        cap = paging.SEARCH_SORT_MAX + 1 + len(self._written)
         # Django's own table name; the values are parameters.
-        total = int(_rows(f"SELECT count(*) FROM {table} WHERE team_id = %s "  # noqa: S608
-                          "AND search_group = ANY(%s::bigint[])", [team, groups])[0][0])
+        total = int(_rows(f"SELECT count(*) FROM (SELECT FROM {table} "  # noqa: S608
+                          "WHERE team_id = %s AND search_group = ANY(%s::bigint[]) LIMIT %s) s",
+                          [team, groups, cap])[0][0])
+        if total >= cap:
+            return paging.SEARCH_SORT_MAX + 1, []
         stale = {row[0] for row in _rows(
             f"SELECT finding_id FROM {table} WHERE finding_id = ANY(%s::bigint[]) "  # noqa: S608
             "AND team_id = %s AND search_group = ANY(%s::bigint[])",
@@ -182,6 +189,8 @@ class GroupedMatches(KeptHeadMatches):
     def _ordered(self, limit: int | None) -> tuple[int, list[int]]:
         """(the total, the first `limit` ids in order; all with None)."""
         total, indexed = self._indexed(limit)
+        if total > paging.SEARCH_SORT_MAX:
+            return total, []
         written = self._written_matches()
         merged = sorted(indexed + written)
         ids = [pk for _key, pk in (merged if limit is None else merged[:limit])]
