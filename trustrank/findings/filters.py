@@ -368,6 +368,10 @@ class FindingFilterSet(django_filters.FilterSet):
         # purls alike (trustrank/findings/search.py).
         return substring_condition(qs, sorted(spellings))
 
+    def alone_spellings(self) -> list[str] | None:
+        """`search_alone_spellings` of a valid filter's values."""
+        return search_alone_spellings(self.data) if self.is_valid() else None
+
     def searches(self) -> bool:
         """Whether a valid search value was given: its page then pages through its sorted
         matches (paging.SortedMatches)."""

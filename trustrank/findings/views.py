@@ -32,12 +32,7 @@ from trustrank.findings.choices import (
     Justification,
     TriageState,
 )
-from trustrank.findings.filters import (
-    ORDERINGS,
-    FindingFilterSet,
-    findings_ordered,
-    search_alone_spellings,
-)
+from trustrank.findings.filters import ORDERINGS, FindingFilterSet, findings_ordered
 from trustrank.findings.list_cache import list_cache_get, list_cache_key, list_cache_set
 from trustrank.findings.paging import (
     SEARCH_SORT_MAX,
@@ -190,8 +185,7 @@ def _table_context(
     # A search's matches are found, sorted and kept with their total; a broad search pages
     # like the list, its total SEARCH_SORT_MAX; the contextual order reads the rank index.
     found = list_rows(qs, team_ids=team_ids, ordering=ordering, search=filterset.searches(),
-                      load=page_rows_for_ids, spellings=search_alone_spellings(request.GET)
-                      if filterset.is_valid() else None)
+                      load=page_rows_for_ids, spellings=filterset.alone_spellings())
     matches, broad = found.matches, found.broad
     count_exact = True
     if matches is not None:
