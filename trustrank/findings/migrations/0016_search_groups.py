@@ -17,6 +17,20 @@ SELECT hashtextextended(t, 1), 1, t FROM (SELECT DISTINCT {advisory} AS t {rows}
     ON CONFLICT (id) DO NOTHING"""
 
 
+def trigram_index_create(apps, schema_editor):
+    with schema_editor.connection.cursor() as cur:
+        cur.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'pg_trgm'")
+        if cur.fetchone() is None:
+            return
+        cur.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+        cur.execute("CREATE INDEX IF NOT EXISTS searchgroup_text_trgm ON findings_searchgroup "
+                    "USING gin (text gin_trgm_ops)")
+
+
+def trigram_index_drop(apps, schema_editor):
+    schema_editor.execute("DROP INDEX IF EXISTS searchgroup_text_trgm")
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -31,9 +45,20 @@ class Migration(migrations.Migration):
                 ('part', models.SmallIntegerField()),
                 ('text', models.TextField()),
             ],
-            options={
-                'indexes': [django.contrib.postgres.indexes.GinIndex(fields=['text'], name='searchgroup_text_trgm', opclasses=['gin_trgm_ops'])],
-            },
+        ),
+        # pg_trgm may be missing (the embedded server of a fresh clone, as for
+        # findings_search_trgm in 0007): the index is made where the server has it; without
+        # it the few texts are scanned.
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+                migrations.AddIndex(
+                    model_name='searchgroup',
+                    index=django.contrib.postgres.indexes.GinIndex(fields=['text'], name='searchgroup_text_trgm', opclasses=['gin_trgm_ops']),
+                ),
+            ],
+            database_operations=[
+                migrations.RunPython(trigram_index_create, trigram_index_drop),
+            ],
         ),
         migrations.RunSQL(
             # The two halves of `Finding.search_text` (lower() of the parts joined by
