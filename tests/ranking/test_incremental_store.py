@@ -197,7 +197,7 @@ def test_a_first_run_gives_due_dates_without_writing_the_findings():
             "(SELECT min(id) FROM findings_finding WHERE team_id = %s) RETURNING id", [team_id])
         touched = cur.fetchone()[0]
     delta, _ids, _closed = inputs.findings_read(
-        team_id, changed_since=cached.gathered_at - runs._CLOCK_SKEW)
+        team_id, changed_since=cached.gathered_at - runs.CLOCK_SKEW)
     assert [f.id for f in delta] == [str(touched)]
     _set_impact(team_id, "svc-3", "very high")
     incremental = _run(team_id)
@@ -324,7 +324,7 @@ def test_a_queue_written_whole_has_the_digest_of_its_rows(monkeypatch):
 
 def _aged(team_id: int) -> int:
     """The team's findings as written an hour ago: an incremental run reads as changed the
-    findings written within `runs._CLOCK_SKEW` of the run before, which a build just
+    findings written within `runs.CLOCK_SKEW` of the run before, which a build just
     made would all be, and rescores them all (whether it does depended on timing)."""
     with connection.cursor() as cur:
         cur.execute("UPDATE findings_finding SET updated_at = now() - interval '1 hour' "

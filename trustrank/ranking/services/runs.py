@@ -83,10 +83,6 @@ _PREVIOUS_MAX = 4
 _CACHE_MAX_AGE = timedelta(hours=1)
 
 
-# Writes committed just before a gather began may carry an earlier updated_at.
-_CLOCK_SKEW = CLOCK_SKEW
-
-
 class RankingError(RuntimeError):
     pass
 
@@ -183,7 +179,7 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any =
     if incremental and cached is not None:
         gathered = ranking_inputs_gather(
             team_id=run.team_id, previous=cached.gathered,
-            changed_since=cached.gathered_at - _CLOCK_SKEW,
+            changed_since=cached.gathered_at - CLOCK_SKEW,
         )
     else:
         gathered = ranking_inputs_gather(team_id=run.team_id)
@@ -233,7 +229,7 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any =
         )
         counts["search_groups_set"] = search_groups_mend(
             team_id=run.team_id, since=None if previous is None
-            else (previous.started_at or previous.created_at) - _CLOCK_SKEW)
+            else (previous.started_at or previous.created_at) - CLOCK_SKEW)
         if meanwhile is not None:
             result = meanwhile.finish(result, inputs=gathered.inputs, settings=rs)
         t3 = time.perf_counter()
@@ -258,7 +254,7 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any =
             progress(phase="due dates")
         # Due dates follow the decisions just stored (one set-based upsert of FindingDue,
         # a row per finding on a team's first run; the findings themselves are not written).
-        written_after = _written_since(run.team_id, gathered_at - _CLOCK_SKEW)
+        written_after = _written_since(run.team_id, gathered_at - CLOCK_SKEW)
         if incremental and cached is not None:
             unsettled = _decided_anew(gathered, cached, rows, changed, written_after)
         else:
