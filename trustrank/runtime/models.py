@@ -126,10 +126,18 @@ class CallEdgeBucket(models.Model):
     mtls_calls = models.BigIntegerField(default=0)
     hist = ArrayField(models.BigIntegerField(), default=list)
     last_seen = models.DateTimeField()
+    # When the row was written, by PostgreSQL's clock at the insert (not the transaction's
+    # start): a ranking run re-reads only the edges with rows written since its previous
+    # read (`ranking.inputs.edges`). NULL for rows written before the column.
+    written_at = models.DateTimeField(
+        null=True, editable=False,
+        db_default=models.Func(function="clock_timestamp", output_field=models.DateTimeField()),
+    )
 
     class Meta:
         indexes = [
             models.Index(fields=["caller", "callee", "bucket_start"], name="runtime_edge_bucket"),
+            models.Index(fields=["environment", "written_at"], name="runtime_edge_env_written"),
             models.Index(fields=["environment", "bucket_start"], name="runtime_edge_env_bucket"),
             models.Index(fields=["callee", "bucket_start"], name="runtime_edge_callee_bucket"),
         ]

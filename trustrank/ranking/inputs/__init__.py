@@ -31,7 +31,11 @@ from trustrank.ranking.inputs.deployments import (
 from trustrank.ranking.inputs.findings import CHUNK, findings_read
 from trustrank.ranking.inputs.graph import RECENT_MINUTES, GraphRead, Rates, graph_read
 from trustrank.ranking.inputs.ids import FindingIds
-from trustrank.ranking.inputs.libraries import libraries_read, sbom_packages_by_service
+from trustrank.ranking.inputs.libraries import (
+    LibrariesRead,
+    libraries_read,
+    sbom_packages_by_service,
+)
 from trustrank.risk import inputs as ri
 
 __all__ = [
@@ -71,6 +75,9 @@ class Gathered:
     # The components of each deployed SBOM (`deployments.SbomComponents`): the next gather
     # reads only the SBOMs not in here, and `changed_between` compares versions by them.
     sboms: SbomComponents | None = None
+    # The library evidence as read (`libraries.LibrariesRead`): a next gather that reads the
+    # same keeps these records, and `changed_between` then compares none of them.
+    libraries: LibrariesRead | None = None
 
 
 def rank_settings() -> ri.RankSettings:
@@ -111,7 +118,8 @@ def ranking_inputs_gather(
     versions, components, sboms = components_read(
         version_ids, previous.sboms if previous is not None else None)
     libraries = libraries_read(team_id, since, minutes, graph.names, rs, rates,
-                           sbom_packages_by_service(deployments, components))
+                           sbom_packages_by_service(deployments, components),
+                           previous.libraries if previous is not None else None)
     if previous is not None and changed_since is not None:
         delta, delta_ids, closed = findings_read(
             team_id, changed_since=changed_since,
@@ -144,14 +152,15 @@ def ranking_inputs_gather(
         services=graph.services, edges=graph.edges, peers=graph.peers,
         origins=graph.origins, deployments=tuple(deployments),
         project_versions=tuple(versions), components=tuple(components),
-        libraries=tuple(libraries), findings=tuple(findings),
+        libraries=libraries.records, findings=tuple(findings),
     )
     return Gathered(inputs=inputs, finding_ids=ids, window_minutes=minutes, settled=settled,
                     policy=policy,
                     unsettled_rows=None if unsettled_rows is None
                     else frozenset(unsettled_rows),
                     touched=None if touched is None else frozenset(touched),
-                    delta=None if delta is None else tuple(delta), graph=graph, sboms=sboms)
+                    delta=None if delta is None else tuple(delta), graph=graph, sboms=sboms,
+                    libraries=libraries)
 
 
 def _components_by_version(g: Gathered) -> dict[str, Any]:
@@ -186,9 +195,11 @@ def changed_between(old: Gathered, new: Gathered) -> tuple[set[str], set[tuple[s
         x, y = ca.get(k, ()), cb.get(k, ())
         if x is not y and set(x) != set(y):
             versions.add(k)
-    libs_a = {(x.environment, x.service): x for x in old.inputs.libraries}
-    libs_b = {(x.environment, x.service): x for x in new.inputs.libraries}
-    services = {k for k in libs_a.keys() | libs_b.keys() if libs_a.get(k) != libs_b.get(k)}
+    services: set[tuple[str, str]] = set()
+    if old.inputs.libraries is not new.inputs.libraries:
+        libs_a = {(x.environment, x.service): x for x in old.inputs.libraries}
+        libs_b = {(x.environment, x.service): x for x in new.inputs.libraries}
+        services = {k for k in libs_a.keys() | libs_b.keys() if libs_a.get(k) != libs_b.get(k)}
     deps_a = {(d.environment, d.service, d.project_version, d.human_impact)
               for d in old.inputs.deployments}
     deps_b = {(d.environment, d.service, d.project_version, d.human_impact)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -16,6 +16,7 @@ from django.db.models import Sum
 from trustrank.cluster.selectors import entry_points_read, routes_for
 from trustrank.identity.models import Identity
 from trustrank.ranking.entry_points import declared_rows, declared_services
+from trustrank.ranking.inputs.edges import EdgeWindow, edges_read
 from trustrank.risk import inputs as ri
 from trustrank.runtime.models import LibraryBucket, NodeKind
 from trustrank.runtime.services.ingress import ingress_override_text
@@ -69,23 +70,6 @@ def _identities(team_id: int) -> dict[tuple[str, str], tuple[float, str]]:
     return out
 
 
-# Sums cast back to bigint: the ORM's Sum over a bigint column converted PostgreSQL's
-# numeric to int, and the rates below must be computed from ints as before.
-_EDGES_SQL = """
-SELECT caller_id, callee_id, sum(calls)::bigint, sum(errors)::bigint, sum(mtls_calls)::bigint,
-       (sum(calls) FILTER (WHERE bucket_start >= %s))::bigint, max(calls)
-  FROM (SELECT b.caller_id, b.callee_id, b.bucket_start, sum(b.calls)::bigint AS calls,
-               sum(b.errors)::bigint AS errors, sum(b.mtls_calls)::bigint AS mtls_calls
-          FROM runtime_calledgebucket b
-          JOIN runtime_environment e ON e.id = b.environment_id
-         WHERE e.team_id = %s AND b.bucket_start >= %s
-         -- A bucket may be several partial rows (one per load): the busiest bucket is
-         -- the busiest of their sums.
-         GROUP BY b.caller_id, b.callee_id, b.bucket_start) per_bucket
- GROUP BY caller_id, callee_id
-"""
-
-
 # The ingress mark: the row's own, else the one set on its deployment before its first trace
 # (runtime.services.ingress.ingress_mark_holder).
 _SERVICES_SQL = """
@@ -115,9 +99,9 @@ SELECT s.id, e.name, s.kind, s.namespace, s.name,
 
 @dataclass(frozen=True)
 class GraphRead:
-    """The graph part of a gather: what was read (`key`) and the records made of it.
-    A next gather that reads equal rows reuses these very records, so the engine knows
-    without hashing them that the graph did not change."""
+    """The graph part of a gather: what was read (`key`, and the edge sums `window`) and
+    the records made of it. A next gather that reads equal rows and sums reuses these very
+    records, so the engine knows without hashing them that the graph did not change."""
 
     key: tuple[Any, ...]
     services: tuple[ri.Service, ...]
@@ -125,6 +109,7 @@ class GraphRead:
     peers: tuple[ri.ExternalPeer, ...]
     origins: tuple[ri.RootSpanOrigin, ...]
     names: dict[int, tuple[str, str]]
+    window: EdgeWindow
 
 
 def graph_read(
@@ -137,18 +122,18 @@ def graph_read(
     with connection.cursor() as cur:
         cur.execute(_SERVICES_SQL, [team_id])
         rows = cur.fetchall()
-    # Raw SQL: fifty thousand aggregated edges through the ORM cost half a second of
-    # converters per run.
-    with connection.cursor() as cur:
-        cur.execute(_EDGES_SQL, [rates.recent_since, team_id, since])
-        agg = cur.fetchall()
+    # The edge sums (raw SQL: fifty thousand aggregated edges through the ORM cost half a
+    # second of converters per run), only those that changed when read before.
+    window = edges_read(team_id, since, rates.recent_since,
+                        previous.window if previous is not None else None)
     local = list(_local_origins(team_id, since))
     entries = entry_points_read(team_id)
     declared = declared_rows(team_id)
-    key = (rows, declared, identities, agg, local, entries, minutes, rates.enabled,
+    key = (rows, declared, identities, local, entries, minutes, rates.enabled,
            rates.bucket_minutes)
-    if previous is not None and previous.key == key:
-        return previous
+    if previous is not None and previous.key == key and (
+            window.pairs is previous.window.pairs or window.pairs == previous.window.pairs):
+        return replace(previous, window=window)
     services: list[ri.Service] = []
     peers: list[ri.ExternalPeer] = []
     names: dict[int, tuple[str, str]] = {}
@@ -189,11 +174,10 @@ def graph_read(
     services += declared_services(declared, entries=entries, identities=identities)
     edges: list[ri.CallEdge] = []
     origins: list[ri.RootSpanOrigin] = []
-    for caller, callee, total, errors, mtls, recent, peak in agg:
+    for (caller, callee), (calls, errors, mtls, recent, peak) in window.pairs.items():
         if callee not in names or caller not in names:
             continue
         env, callee_name = names[callee]
-        calls = int(total or 0)
         if kinds[caller] == NodeKind.INTERNET:
             # Root server spans whose caller is outside: the aggregation only records an
             # internet edge for public or absent client addresses.
@@ -206,7 +190,7 @@ def graph_read(
             continue
         if kinds[callee] == NodeKind.INTERNET:
             continue
-        mtls_share = (mtls or 0) / calls if calls else 0.0
+        mtls_share = mtls / calls if calls else 0.0
         caller_name = names[caller][1]
         callee_identity = identities.get((env, callee_name))
         caller_identity = identities.get((env, caller_name))
@@ -221,7 +205,7 @@ def graph_read(
                 caller=caller_name,
                 callee=callee_name,
                 calls_per_minute=round(calls / minutes, 4),
-                error_rate=round((errors or 0) / calls, 4) if calls else 0.0,
+                error_rate=round(errors / calls, 4) if calls else 0.0,
                 mtls_share=round(mtls_share, 4),
                 sig=round(sig, 2),
                 recent_calls_per_minute=rates.recent(recent),
@@ -235,7 +219,8 @@ def graph_read(
                 example_address=example,
             )
         )
-    return GraphRead(key, tuple(services), tuple(edges), tuple(peers), tuple(origins), names)
+    return GraphRead(key, tuple(services), tuple(edges), tuple(peers), tuple(origins), names,
+                     window)
 
 
 def _local_origins(team_id: int, since: datetime) -> Iterator[tuple[str, str, Any, str]]:

@@ -75,8 +75,10 @@ def rows_walked(
             values = np.empty(n, dtype=column.dtype)
             values[len(of_place):] = 0
             # Into the new column directly: a gather then a copy made and filled a
-            # temporary of ten million beside it.
-            np.take(column, of_place, out=values[: len(of_place)])
+            # temporary of ten million beside it. Not numpy's default mode ("raise"), which
+            # buffers a take into `out` (0.5 s a column at ten million, against 0.02 s); the
+            # places are in range, so clipping changes none.
+            np.take(column, of_place, out=values[: len(of_place)], mode="clip")
         else:
             values = np.zeros(n, dtype=column.dtype)
         cols.append(values)
