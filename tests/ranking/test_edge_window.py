@@ -11,8 +11,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from trustrank.ranking.inputs import changed_between, ranking_inputs_gather
-from trustrank.ranking.inputs import edges
+from trustrank.ranking.inputs import changed_between, edges, ranking_inputs_gather
 from trustrank.ranking.inputs.edges import FULL_EVERY, edges_read
 from trustrank.runtime.models import CallEdgeBucket, Environment, LibraryBucket, Service
 

@@ -140,18 +140,18 @@ class QueueIndex:
     ) -> QueueIndex:
         """The index of `findings`, place k being `previous`'s place `source[k]` (-1 for
         fresh findings, whose codes are `fresh_codes` in order)."""
-        is_fresh = source < 0
-        # Fresh places read place 0 as a placeholder, then get their own codes.
-        gather = np.maximum(source, 0)
+        is_fresh = np.flatnonzero(source < 0) if fresh_codes else None
         arrays = []
         for k, old in enumerate((self.record_version, self.context_version, self.env,
                                  self.service)):
-            # An empty previous queue has no place 0: every place of the new one is fresh.
-            values = old[gather] if len(old) else np.zeros(len(source), dtype=old.dtype)
-            if fresh_codes:
+            # Fresh places (-1) read place 0 as a placeholder (clipped: no array of the
+            # places made for it), then get their own codes. An empty previous queue has
+            # no place 0: every place of the new one is fresh.
+            values = (np.take(old, source, mode="clip") if len(old)
+                      else np.zeros(len(source), dtype=old.dtype))
+            if is_fresh is not None:
                 values[is_fresh] = [c[k] for c in fresh_codes]
             arrays.append(values)
-        del gather
         place = None
         if self.place is not None:
             place = dict(self.place)
@@ -268,20 +268,30 @@ def _shared_scores(score: np.ndarray[Any, Any]) -> Iterable[float]:
 
 def _sources(pieces: list[tuple[int, int]]) -> tuple[np.ndarray[Any, Any], array[int]]:
     """Each place of a queue made of `pieces` (old place of its first finding or -1 for
-    fresh ones, length): the old place of its finding, -1 for a fresh one; and the places
-    whose finding is not the one the previous queue had there (ascending)."""
-    starts = np.array([p[0] for p in pieces], dtype=np.int64)
-    lengths = np.array([p[1] for p in pieces], dtype=np.int64)
-    here = np.cumsum(lengths) - lengths
-    # In place: each array here is 8 bytes a place, made beside both queues.
-    source = np.arange(int(lengths.sum()), dtype=np.int64)
-    source -= np.repeat(here, lengths)
-    source += np.repeat(starts, lengths)
-    source[np.repeat(starts < 0, lengths)] = -1
+    fresh ones, length): the old place of its finding, -1 for a fresh one (int32, as
+    `Moves` keeps it); and the places whose finding is not the one the previous queue had
+    there (ascending). Made in place, a piece at a time: at ten million places each array
+    made beside the result (numpy's repeat of the pieces' starts, lengths and offsets) cost
+    ~0.1 s, most of it the kernel handing out its pages."""
+    n = sum(length for _start, length in pieces)
+    source = np.arange(n, dtype=np.int32)
     # A piece's places changed unless its findings kept their places (fresh ones never do).
+    moved: list[tuple[int, int]] = []
+    at = 0
+    for start, length in pieces:
+        if start < 0:
+            source[at : at + length] = -1
+        elif start != at:
+            source[at : at + length] += start - at
+        if start != at:
+            if moved and moved[-1][1] == at:
+                moved[-1] = (moved[-1][0], at + length)
+            else:
+                moved.append((at, at + length))
+        at += length
     changed = array("q")
-    changed.frombytes(np.flatnonzero(np.repeat(starts != here, lengths)).astype(
-        np.int64, copy=False).tobytes())
+    for a, b in moved:
+        changed.frombytes(np.arange(a, b, dtype=np.int64).tobytes())
     return source, changed
 
 
@@ -366,4 +376,4 @@ def merge(
     findings = RankedQueue(out)
     source, changed = _sources(pieces)
     moved = index.moved(previous, findings, source, fresh_codes, changed, removed)
-    return Merged(findings, changed, moved, Moves(source.astype(np.int32), len(previous)))
+    return Merged(findings, changed, moved, Moves(source, len(previous)))

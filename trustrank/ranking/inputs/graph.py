@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from operator import itemgetter
 from typing import Any
 
 from django.conf import settings
@@ -93,7 +94,6 @@ SELECT s.id, e.name, s.kind, s.namespace, s.name,
     ON s.kind = 'service' AND d.environment_id = s.environment_id
    AND d.namespace = s.namespace AND d.service_name = s.name
  WHERE e.team_id = %s
- ORDER BY s.kind, s.namespace, s.name
 """
 
 
@@ -122,6 +122,10 @@ def graph_read(
     with connection.cursor() as cur:
         cur.execute(_SERVICES_SQL, [team_id])
         rows = cur.fetchall()
+    # In (kind, namespace, name) order, by code point: sorted here, not by PostgreSQL,
+    # whose sort of 100,000 rows under the database's collation spilled to disk (0.3-0.5 s
+    # of every run, against 0.05 s here).
+    rows.sort(key=itemgetter(2, 3, 4))
     # The edge sums (raw SQL: fifty thousand aggregated edges through the ORM cost half a
     # second of converters per run), only those that changed when read before.
     window = edges_read(team_id, since, rates.recent_since,

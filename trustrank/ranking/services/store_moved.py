@@ -41,8 +41,8 @@ def rows_moved(
     pk = pk_of(ids)
     fresh_ids = [pk(findings[i][0]) for i in fresh]
     fresh_rows = [row_of(findings[i], 0, queued_in(findings[i])) for i in fresh]
-    rows = rows_walked(before, np.maximum(source, 0), n, fresh, fresh_ids, fresh_rows,
-                       with_ranks=False)
+    # Fresh places (-1) clip to place 0 in the take, then get their rows.
+    rows = rows_walked(before, source, n, fresh, fresh_ids, fresh_rows, with_ranks=False)
     rows.rank = np.arange(1, n + 1, dtype=np.int32)
     rows.env_rank = env_ranks(rows.env, len(rows.envs))
     kept = np.zeros(len(before), dtype=bool)
@@ -61,8 +61,9 @@ def rows_walked(
     before: QueueRows, of_place: np.ndarray[Any, Any], n: int, walked: list[int],
     walked_ids: list[int], walked_rows: list[Row], *, with_ranks: bool = True,
 ) -> QueueRows:
-    """The rows of a queue of `n` places: at place i the row of `before` at `of_place[i]`,
-    except at the places `walked`, which have the ids and rows given. Without
+    """The rows of a queue of `n` places: at place i the row of `before` at `of_place[i]`
+    (a negative place reads place 0: clipped), except at the places `walked`, which have
+    the ids and rows given. Without
     `with_ranks`, the ranks are left zero for the caller to count (a gather of ten million
     each saved)."""
     envs, digests = list(before.envs), list(before.digests)

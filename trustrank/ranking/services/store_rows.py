@@ -53,6 +53,10 @@ def env_ranks(codes: np.ndarray[Any, Any], n_codes: int) -> np.ndarray[Any, Any]
     return ranks
 
 
+# `QueueRows._key_rank` of rows by place in key order: each row's rank is its place + 1.
+_BY_PLACE = np.zeros(0, dtype=np.int64)
+
+
 class QueueRows(Mapping[int, Row]):
     """Finding id -> (rank, env rank, environment, score, decision, context digest), one
     row per index of the columns: `fid`, `rank`, `env_rank`, `score`, `decision` (index in
@@ -191,13 +195,17 @@ class QueueRows(Mapping[int, Row]):
                 self._key_rank = self.rank.astype(np.int64)
             elif self.by_place and (n < 2 or bool(
                     ((q[1:] > q[:-1]) | ((q[1:] == q[:-1]) & (f[1:] > f[:-1]))).all())):
-                self._key_rank = np.arange(1, n + 1, dtype=np.int64)
+                # Ranked by place: no array of ten million ranks made for it.
+                self._key_rank = _BY_PLACE
             else:
                 self._key_rank = np.empty(n, dtype=np.int64)
                 self._key_rank[np.lexsort((f, q))] = np.arange(1, n + 1)
         at = self.places(fids)
-        return np.where(at >= 0, self._key_rank[np.maximum(at, 0)], 0) if len(self) else (
-            np.zeros(len(at), dtype=np.int64))
+        if not len(self):
+            return np.zeros(len(at), dtype=np.int64)
+        if self._key_rank is _BY_PLACE:
+            return np.where(at >= 0, at + 1, 0)
+        return np.where(at >= 0, self._key_rank[np.maximum(at, 0)], 0)
 
     def items_of(self, fids: Sequence[int] | np.ndarray[Any, Any]) -> Iterator[tuple[int, Row]]:
         """(finding id, row) of each of `fids` that has a row, in their order, made a part
