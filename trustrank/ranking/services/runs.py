@@ -193,7 +193,7 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any =
             changed_findings=gathered.touched, changed_records=gathered.delta,
             previous_places=_places_in(cached),
         )
-        if rewrites_rows(result.changed_places):
+        if rewrites_rows(result.changed_places, len(result.findings)):
             # The store reads nothing of the previous queue: its ranked findings the new one
             # renumbered go now, not after the run (a failed run forgets it anyway).
             _PREVIOUS.pop(run.team_id, None)

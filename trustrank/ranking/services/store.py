@@ -75,6 +75,14 @@ def _context_body(r: RankedFinding, bodies: dict[str, bytes],
 # Above this many changed rows (own values) a run rewrites the team's queue whole (delete +
 # COPY) rather than row by row.
 _REWRITE_ABOVE = 250_000
+# An incremental run's rows are walked place by place from the previous queue's while few
+# places changed (a few microseconds a changed place, in Python), and gathered by place
+# otherwise (`store_moved.rows_moved`: passes in C over every place, 50-70 ns a place at a
+# million and at ten million alike). Walked up to a share of the places (and at least
+# `_WALK_MIN`, at most `_REWRITE_ABOVE`): at a million findings a trace window that
+# renumbered about 160,000 places was stored in 1.3 s walked (profiled), 0.1 s gathered.
+_WALK_SHARE = 50
+_WALK_MIN = 1_000
 
 
 def _store(
@@ -101,12 +109,14 @@ def _store(
                            row_hashes=row_hashes)
 
 
-def rewrites_rows(changed_places: Sequence[int] | None) -> bool:
-    """Whether the rows of an incremental result whose `changed_places` are these are not
-    walked from the previous queue but gathered from its rows by where each finding was
-    (`store_moved.rows_moved`), or made anew column by column and compared with the stored
-    ones: either way the store reads nothing of the previous queue's findings."""
-    return changed_places is not None and len(changed_places) > _REWRITE_ABOVE
+def rewrites_rows(changed_places: Sequence[int] | None, places: int) -> bool:
+    """Whether the rows of an incremental result of `places` places whose `changed_places`
+    are these are not walked from the previous queue but gathered from its rows by where
+    each finding was (`store_moved.rows_moved`), or made anew column by column and compared
+    with the stored ones: either way the store reads nothing of the previous queue's
+    findings."""
+    return changed_places is not None and len(changed_places) > min(
+        _REWRITE_ABOVE, max(_WALK_MIN, places // _WALK_SHARE))
 
 
 def _contexts_insert(cur: Any, new_context: dict[str, bytes]) -> None:
@@ -162,7 +172,8 @@ def _store_rows(
         before = QueueRows.of(before)
     differ = result.changed_places
     moves = result.moves
-    if (previous is not None and before is not None and rewrites_rows(differ)
+    gathered_by_place = rewrites_rows(differ, len(result.findings))
+    if (previous is not None and before is not None and gathered_by_place
             and moves is not None and before.by_place and len(before) == moves.previous):
         # Most places moved: the kept findings' rows are the previous run's, by place.
         rows, changed_on_the_way, gone_on_the_way = rows_moved(
@@ -170,7 +181,7 @@ def _store_rows(
         parts.update(rows)
         reused = len(before)
         env_counter = rows.env_counts()
-    elif previous is not None and before is not None and rewrites_rows(differ):
+    elif previous is not None and before is not None and gathered_by_place:
         # Most places changed (one finding rising shifts every rank below it): every row
         # made column by column, as a full run does, beats walking the places one by one
         # (33 of a profiled 184 s at a million), then compared with the stored ones.
