@@ -43,14 +43,21 @@ _SOME_PAIRS = ("AND (b.caller_id, b.callee_id) IN "
                "(SELECT * FROM unnest(%(callers)s::bigint[], %(callees)s::bigint[]))")
 
 # The edges whose sums may differ from the previous read's: a row written since it (less
-# the skew), a bucket that left the window, or one that left the recent hour.
+# the skew), a bucket that left the window, or one that left the recent hour. Three index
+# ranges, one per condition, with the team's environments as an array: written as one
+# scan with ORs and a subquery, PostgreSQL read the whole table (0.1-0.2 s at 500,000
+# rows, against 5 ms).
 _CHANGED_SQL = """
-SELECT DISTINCT b.caller_id, b.callee_id
-  FROM runtime_calledgebucket b
- WHERE b.environment_id IN (SELECT id FROM runtime_environment WHERE team_id = %(team)s)
-   AND (b.written_at >= %(written)s
-        OR (b.bucket_start >= %(was_since)s AND b.bucket_start < %(since)s)
-        OR (b.bucket_start >= %(was_recent)s AND b.bucket_start < %(recent)s))
+SELECT b.caller_id, b.callee_id FROM runtime_calledgebucket b
+ WHERE b.environment_id = ANY(%(envs)s) AND b.written_at >= %(written)s
+UNION
+SELECT b.caller_id, b.callee_id FROM runtime_calledgebucket b
+ WHERE b.environment_id = ANY(%(envs)s)
+   AND b.bucket_start >= %(was_since)s AND b.bucket_start < %(since)s
+UNION
+SELECT b.caller_id, b.callee_id FROM runtime_calledgebucket b
+ WHERE b.environment_id = ANY(%(envs)s)
+   AND b.bucket_start >= %(was_recent)s AND b.bucket_start < %(recent)s
 """
 
 # A row visible later than this after its insert may be missed by an incremental read.
@@ -93,13 +100,15 @@ def edges_read(
     """The team's edge sums over the window starting at `since` (recent hour from
     `recent_since`), from `previous` where it still holds."""
     with connection.cursor() as cur:
-        cur.execute("SELECT clock_timestamp()")
-        read_at = cur.fetchone()[0]
+        cur.execute("SELECT clock_timestamp(), "
+                    "ARRAY(SELECT id FROM runtime_environment WHERE team_id = %s)", [team_id])
+        read_at, envs = cur.fetchone()
         params: dict[str, Any] = {"team": team_id, "since": since, "recent": recent_since}
         if (previous is not None and since >= previous.since
                 and recent_since >= previous.recent_since
                 and read_at - previous.full_at < FULL_EVERY):
-            cur.execute(_CHANGED_SQL, {**params, "written": previous.read_at - CLOCK_SKEW,
+            cur.execute(_CHANGED_SQL, {**params, "envs": envs,
+                                       "written": previous.read_at - CLOCK_SKEW,
                                        "was_since": previous.since,
                                        "was_recent": previous.recent_since})
             changed = cur.fetchall()
