@@ -149,7 +149,8 @@ def _one(cursor: Any, job_id: Any) -> Any:
     return row
 
 
-# SBOM loads rank again after their matching task (trustrank.vulns.tasks), not here.
+# SBOM loads record their change after their match (`sbom_findings_match`, in the job's
+# transaction), not here.
 _RERANK_AFTER_TEAM_LOAD = {JobKind.TRACES, JobKind.CERTIFICATES, JobKind.TRUST_BUNDLE}
 _RERANK_AFTER_FEED = {JobKind.OSV, JobKind.KEV, JobKind.EPSS, JobKind.NVD}
 

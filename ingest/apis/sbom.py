@@ -311,8 +311,9 @@ class DependencyTrackTokenApi(APIView):
             return Response({"processing": False})
         if not job.is_finished:
             return Response({"processing": True})
-        # The job is done once the SBOM is stored; matching its vulnerabilities is a task of
-        # its own, and a CI plugin reads findings as soon as this says false.
+        # The job is done once the SBOM is stored and matched (one transaction); an SBOM
+        # stored before the job matched too may still wait for its match, and a CI plugin
+        # reads findings as soon as this says false.
         sbom_id = int_or_none((job.result or {}).get("sbom_id"), minimum=1)
         return Response({"processing": sbom_id is not None
                          and sbom_analysis_pending(sbom_id=sbom_id)})

@@ -13,10 +13,12 @@ from trustrank.parsers.bom import BomError
 from trustrank.parsers.sbom import parse_sbom
 from trustrank.runtime.deployment import DeploymentError, DeploymentRequest, deployment_set
 from trustrank.runtime.models import DeploymentSource, HumanImpact
+from trustrank.vulns.services.matching import sbom_findings_match
 
 
 def sbom_load(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> dict[str, Any]:
-    """Validate, parse and store one SBOM (runs inside the job's transaction)."""
+    """Validate, parse and store one SBOM, and match its findings (runs inside the job's
+    transaction)."""
     progress(phase="validating and parsing")
     try:
         parsed = parse_sbom(payload, content_type=job.content_type)
@@ -38,6 +40,12 @@ def sbom_load(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> dict[s
         project_version=pv, parsed=parsed, digest=job.digest, job_id=job.pk, progress=progress
     )
     deployed = _deploy(job=job, project_version=pv)
+    matching = None
+    if created or sbom.matched_at is None:
+        # In this job's transaction: the upload is done once its findings are in step (an
+        # identical upload matches again only a version whose match never finished).
+        progress(phase="matching vulnerabilities")
+        matching = sbom_findings_match(project_version_id=pv.pk)
     return {
         "components": sbom.component_count,
         "dependencies": sbom.dependency_count,
@@ -48,6 +56,7 @@ def sbom_load(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> dict[s
             "project_version_uuid": str(pv.uuid),
             **({"deployment": deployed} if deployed else {}),
             "duplicate": not created,
+            **({"matching": matching} if matching is not None else {}),
             # Accepted with these problems (the first SBOM_WARNINGS_KEPT, and how many).
             "warnings": sbom.warnings,
             "warning_count": sbom.warning_count,

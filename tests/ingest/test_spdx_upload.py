@@ -154,7 +154,7 @@ def test_real_generator_spdx_is_accepted_and_loaded_with_its_warnings(team, api,
     assert response.status_code == 202, response.content
     from tests.vulns.helpers import load_sbom
 
-    pv = load_sbom(team, body, project="real", version="1.0", match=False)
+    pv = load_sbom(team, body, project="real", version="1.0")
     sbom = pv.current_sbom
     assert sbom is not None and sbom.format == "spdx"
     assert sbom.warning_count > 0 and len(sbom.warnings) == min(sbom.warning_count, 20)
@@ -167,7 +167,7 @@ def test_the_project_page_says_accepted_with_n_warnings_and_shows_the_first(
 ):
     from tests.vulns.helpers import load_sbom
 
-    pv = load_sbom(team, KUBECTL, project="kubectl", version="1.28", match=False)
+    pv = load_sbom(team, KUBECTL, project="kubectl", version="1.28")
     client.force_login(make_user("alice", team=team))
     page = client.get(f"/projects/{pv.project_id}/").content.decode()
     assert "Accepted with 90 warnings" in page

@@ -31,7 +31,7 @@ def _bom() -> bytes:
 
 
 def test_project_page_shows_what_tells_identical_rows_apart(team, make_user, client):
-    pv = load_sbom(team, _bom(), project="mongo", version="1", match=False)
+    pv = load_sbom(team, _bom(), project="mongo", version="1")
     client.force_login(make_user("alice", team=team))
     html = client.get(f"/projects/{pv.project_id}/?q=snappy").content.decode()
     for suffix in ("ff9536d8", "c2e1b4db", "22bc9d3c"):
@@ -44,7 +44,7 @@ def test_project_page_shows_what_tells_identical_rows_apart(team, make_user, cli
 
 
 def test_components_api_carries_the_bom_ref(team, api):
-    pv = load_sbom(team, _bom(), project="mongo", version="1", match=False)
+    pv = load_sbom(team, _bom(), project="mongo", version="1")
     body = api(team, "read").get(f"/api/v1/projects/{pv.project_id}/components?q=snappy").json()
     rows = body["results"]
     assert sorted(r["bom_ref"] for r in rows) == sorted(REFS)

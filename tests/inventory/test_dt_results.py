@@ -272,14 +272,34 @@ def test_token_is_processing_until_the_sbom_is_matched(api, team):
     job = run_job(team, "sbom", bom(COMPONENTS),
                   params={"projectName": "late", "projectVersion": "1", "autoCreate": True})
     assert job.status == "done"
+    sbom = Sbom.objects.get(pk=job.result["sbom_id"])
+    # The job matched in its own transaction: once it is done, the findings are there.
+    assert sbom.matched_at is not None and job.result["matching"]["components"] == len(COMPONENTS)
     for prefix in ("/api/v1/event/token/", "/api/v1/bom/token/"):
-        # Stored, but matching (a task of its own) has not run: findings are not there yet.
+        assert client.get(f"{prefix}{job.pk}").json() == {"processing": False}
+    # An SBOM stored before its job matched too waits for its match.
+    Sbom.objects.filter(pk=sbom.pk).update(matched_at=None)
+    for prefix in ("/api/v1/event/token/", "/api/v1/bom/token/"):
         assert client.get(f"{prefix}{job.pk}").json() == {"processing": True}
     from trustrank.vulns.services.matching import findings_match_project_version
 
-    sbom = Sbom.objects.get(pk=job.result["sbom_id"])
     findings_match_project_version(project_version_id=sbom.project_version_id)
     assert client.get(f"/api/v1/event/token/{job.pk}").json() == {"processing": False}
+
+
+def test_an_identical_upload_matches_an_sbom_whose_match_never_finished(team):
+    from tests.vulns.helpers import run_job
+
+    params = {"projectName": "again", "projectVersion": "1", "autoCreate": True}
+    first = run_job(team, "sbom", bom(COMPONENTS), params=params)
+    sbom_id = first.result["sbom_id"]
+    Sbom.objects.filter(pk=sbom_id).update(matched_at=None)  # stored before jobs matched
+    again = run_job(team, "sbom", bom(COMPONENTS), params=params)
+    assert again.result["duplicate"] and again.result["sbom_id"] == sbom_id
+    assert "matching" in again.result and Sbom.objects.get(pk=sbom_id).matched_at is not None
+    # A matched one is not matched again.
+    third = run_job(team, "sbom", bom(COMPONENTS), params=params)
+    assert third.result["duplicate"] and "matching" not in third.result
 
 
 def test_unknown_token_is_not_processing_and_a_malformed_one_is_a_400(api, team, other_team):
@@ -306,7 +326,7 @@ def test_version_and_powered_by_pass_the_jenkins_connection_test(api, team):
 
 def test_lookup_names_an_spdx_upload_as_spdx(api, team):
     spdx = (DATA / "sbom" / "spdx" / "real" / "spdx-2.2_trivy_centos-7.spdx.json").read_bytes()
-    load_sbom(team, spdx, project="centos", version="7", match=False)
+    load_sbom(team, spdx, project="centos", version="7")
     r = api(team, "read").get("/api/v1/project/lookup?name=centos&version=7")
     assert r.status_code == 200, r.content
     assert r.json()["lastBomImportFormat"] == "SPDX 2.2"

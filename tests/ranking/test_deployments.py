@@ -51,9 +51,9 @@ def test_bad_deployment_parameters_are_refused_before_anything_is_stored(
 
 
 def test_telemetry_names_exactly_one_project_version(team):
-    load_sbom(team, BOM, project="checkout", version="1.2.0", match=False)
-    load_sbom(team, BOM, project="twin", version="1.0", match=False)
-    load_sbom(team, BOM, project="twin", version="1.0-rc", match=False)
+    load_sbom(team, BOM, project="checkout", version="1.2.0")
+    load_sbom(team, BOM, project="twin", version="1.0")
+    load_sbom(team, BOM, project="twin", version="1.0-rc")
     now = timezone.now()
     env = Environment.objects.create(team=team, name="prod", first_seen=now, last_seen=now)
     for name, version in (("checkout", "1.2.0"), ("twin", "2.0"), ("stranger", "1.0")):
@@ -78,8 +78,8 @@ def test_telemetry_deployments_are_the_team_own_and_recorded_once(team):
     from trustrank.accounts.models import Team
 
     other = Team.objects.create(name="other team")
-    load_sbom(other, BOM, project="cart", version="3.1", match=False)
-    load_sbom(team, BOM, project="checkout", version="1.2.0", match=False)
+    load_sbom(other, BOM, project="cart", version="3.1")
+    load_sbom(team, BOM, project="checkout", version="1.2.0")
     now = timezone.now()
     env = Environment.objects.create(team=team, name="prod", first_seen=now, last_seen=now)
     theirs = Environment.objects.create(team=other, name="prod", first_seen=now, last_seen=now)
@@ -120,7 +120,7 @@ def test_a_gather_reads_only_the_sboms_it_has_not_seen(team):
     versions = {}
     for name in ("checkout", "cart"):
         pv = load_sbom(team, bom([(f"{name}-lib", "1.0", f"pkg:npm/{name}-lib@1.0")]),
-                       project=name, version="1.0", match=False)
+                       project=name, version="1.0")
         Deployment.objects.create(environment=env, service_name=name, project_version=pv,
                                   source="api")
         versions[name] = str(pv.pk)
@@ -135,7 +135,7 @@ def test_a_gather_reads_only_the_sboms_it_has_not_seen(team):
 
     load_sbom(team, bom([("cart-lib", "2.0", "pkg:npm/cart-lib@2.0"),
                          ("cart-extra", "1.0", "pkg:npm/cart-extra@1.0")]),
-              project="cart", version="1.0", match=False)
+              project="cart", version="1.0")
     with CaptureQueriesContext(connection) as queries:
         third = ranking_inputs_gather(team_id=team.pk, previous=again)
     [read] = [q["sql"] for q in queries.captured_queries if "inventory_component" in q["sql"]]

@@ -193,7 +193,6 @@ def test_embedded_vex_is_read_from_the_sbom_not_from_the_raw_upload(team):
     pv = load_sbom(
         team,
         (ADVISORIES / "vex" / "cdx-1.6_pypi_setuptools-with-vulnerability.json").read_bytes(),
-        match=False,
     )
     sbom = pv.current_sbom
     assert [v["id"] for v in sbom.vulnerabilities] == ["CVE-2018-7489"]

@@ -1,14 +1,14 @@
 """Whether the ranking has caught up with a project version's latest upload.
 
-An upload is ranked in three steps, none of which the gate can ask to be told about: the
-SBOM ingest job loads it (a job row); then a plain Celery task matches it against the
-advisories (it stamps the SBOM's `matched_at`, and records an evidence change);
-then the ranking sweep turns that change into a debounced ranking run (a job row). So the
-answer is complete when
+An upload is ranked in two steps, neither of which the gate can ask to be told about: the
+SBOM ingest job loads it and matches it against the advisories in one transaction (it
+stamps the SBOM's `matched_at`, and records an evidence change); then the ranking sweep
+turns that change into a debounced ranking run (a job row). So the answer is complete when
 
 1. the version's latest SBOM upload job is finished (a failed one is final too: the gate
    fails on it rather than judge the SBOM before);
-2. the version's current SBOM has been matched (`Sbom.matched_at`);
+2. the version's current SBOM has been matched (`Sbom.matched_at`: an SBOM stored before
+   its job matched in the same transaction may still lack it);
 3. a ranking run of the team that started after that upload finished is done; and
 4. every open vulnerability finding of the version has a rank. A run that started after the
    upload but before the match committed (a deployment's own evidence change can start one)

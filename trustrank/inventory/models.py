@@ -80,7 +80,8 @@ class Sbom(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     # When vulnerability matching last covered this SBOM whole (after its load): until then
     # Dependency-Track's token answers `processing: true`, so a CI plugin that polls the
-    # token and then reads findings sees them (matching is a task of its own, after the job).
+    # token and then reads findings sees them. The load's job matches in its own transaction
+    # (ingest/loaders/sbom.py), so only an SBOM stored before it did can lack it.
     matched_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

@@ -6,7 +6,6 @@ import logging
 from typing import Any
 
 import orjson
-from django.db import transaction
 from django.utils import timezone
 
 from trustrank.accounts.models import Team
@@ -118,7 +117,6 @@ def sbom_store(
         pv.current_sbom = sbom
         pv.updated_at = timezone.now()
         pv.save(update_fields=["current_sbom", "updated_at"])
-    _after_load(project_version_id=pv.pk)
     return sbom, True
 
 
@@ -130,14 +128,6 @@ def _supersedes(*, new: Sbom, current: Sbom | None) -> bool:
     if new.serial_number and new.serial_number == current.serial_number:
         return new.bom_version >= current.bom_version
     return True
-
-
-def _after_load(*, project_version_id: int) -> None:
-    """Re-match the project version's findings once the new inventory is committed."""
-    # Imported here: vulnerability matching depends on the inventory, not the other way.
-    from trustrank.vulns.tasks import vulns_findings_match
-
-    transaction.on_commit(lambda: vulns_findings_match.delay(project_version_id))
 
 
 # Progress is reported every this many components (the job page shows n/N while it runs).

@@ -20,26 +20,15 @@ _MATCH_OPTIONS: dict[str, Any] = {
 
 
 def _match(project_version_id: int) -> dict[str, int]:
-    from trustrank.findings.services.evidence import evidence_change_record
-    from trustrank.inventory.models import ProjectVersion
-    from trustrank.vulns.services.matching import findings_match_project_version as match
+    from trustrank.vulns.services.matching import sbom_findings_match
 
-    counts = match(project_version_id=int(project_version_id))
-    team_id = (
-        ProjectVersion.objects.filter(pk=project_version_id)
-        .values_list("project__team_id", flat=True)
-        .first()
-    )
-    if team_id is not None:
-        evidence_change_record(
-            team_id=team_id, what=f"SBOM of project version {project_version_id}"
-        )
-    return counts
+    return sbom_findings_match(project_version_id=int(project_version_id))
 
 
 @shared_task(**_MATCH_OPTIONS)
 def vulns_findings_match(project_version_id: int) -> dict[str, int]:
-    """Match one project version's current SBOM against the advisories (after an SBOM load)."""
+    """Match one project version's current SBOM against the advisories. An SBOM load's job
+    now matches in its own transaction; this runs messages queued before it did."""
     return _match(project_version_id)
 
 

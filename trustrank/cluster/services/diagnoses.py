@@ -30,6 +30,7 @@ from trustrank.findings.services.reconcile import (
     finding_fingerprint,
     findings_reconcile,
 )
+from trustrank.lib.locks import advisory_xact_lock
 from trustrank.parsers.kubernetes_objects import Pod
 from trustrank.parsers.series import Series
 from trustrank.risk.cluster import gpu, inputs, io, priorities, rdma, scheduling, vllm, vllm_queues
@@ -270,14 +271,20 @@ def cluster_diagnose_request(*, cluster_id: int, delay: int | None = None) -> st
 
 
 def cluster_diagnose_if_due(*, cluster_id: int, requested: datetime) -> DiagnoseResult | None:
-    """Run the requested diagnosis unless a run already started after the request."""
-    now = timezone.now()
-    claimed = Cluster.objects.filter(pk=cluster_id).filter(
-        models.Q(diagnosed_at__isnull=True) | models.Q(diagnosed_at__lt=requested)
-    ).update(diagnosed_at=now)
-    if not claimed:
-        return None
-    return cluster_diagnose(cluster_id=cluster_id, now=now)
+    """Run the requested diagnosis unless one started after the request has finished. The
+    mark of a finished run is the `diagnosed_at` its own transaction sets, and runs of one
+    cluster take turns on an advisory lock: a worker killed during a diagnosis leaves the
+    mark as it was, so the message delivered again (acked late) runs it. (A claim committed
+    before the work would make that delivery skip; a row lock held through the compute
+    would hold up the cluster's object loads.)"""
+    with transaction.atomic():
+        advisory_xact_lock(f"cluster-diagnose:{cluster_id}")
+        due = Cluster.objects.filter(pk=cluster_id).filter(
+            models.Q(diagnosed_at__isnull=True) | models.Q(diagnosed_at__lt=requested)
+        ).exists()
+        if not due:
+            return None
+        return cluster_diagnose(cluster_id=cluster_id, now=timezone.now())
 
 
 def clusters_diagnose_all() -> int:

@@ -1,7 +1,8 @@
 """Matching components to advisories, and keeping vulnerability findings in step.
 
-Matching runs per project version: after each SBOM load for all of its components, and after
-a feed import only for the packages whose advisories changed. The project version row is
+Matching runs per project version: within each SBOM load's job for all of its components
+(`sbom_findings_match`), and after a feed import only for the packages whose advisories
+changed. The project version row is
 locked for the duration, so an SBOM load and a feed import never match one version at once.
 """
 
@@ -20,6 +21,7 @@ from packageurl import PackageURL
 from trustrank.findings.choices import FindingKind
 from trustrank.findings.models import Finding
 from trustrank.findings.services.audit import Actor
+from trustrank.findings.services.evidence import evidence_change_record
 from trustrank.findings.services.reconcile import FindingSpec, InitialTriage, findings_reconcile
 from trustrank.findings.services.reconcile import finding_fingerprint as _fingerprint
 from trustrank.inventory.models import Component, ProjectVersion, Sbom
@@ -313,6 +315,25 @@ def findings_match_project_version(
         if only_packages is None and sbom is not None:
             Sbom.objects.filter(pk=sbom.pk).update(matched_at=now)
     return counts.as_dict()
+
+
+def sbom_findings_match(*, project_version_id: int) -> dict[str, int]:
+    """Match a project version's current SBOM whole, and record the evidence change that asks
+    its team's ranking to run. The SBOM load's job calls it in its own transaction, so an
+    upload is done only once its findings are in step: a worker killed between the two
+    cannot leave an SBOM stored and never matched (the Dependency-Track token would answer
+    `processing: true` for ever)."""
+    counts = findings_match_project_version(project_version_id=project_version_id)
+    team_id = (
+        ProjectVersion.objects.filter(pk=project_version_id)
+        .values_list("project__team_id", flat=True)
+        .first()
+    )
+    if team_id is not None:
+        evidence_change_record(
+            team_id=team_id, what=f"SBOM of project version {project_version_id}"
+        )
+    return counts
 
 
 def _index_components(*, sbom_id: int, rows: list[_Row]) -> None:
