@@ -109,3 +109,27 @@ def test_an_inference_workload_behind_an_ingress_in_the_trace_graph_ranks_first(
     assert infer.tier == "latency-critical" and infer.direction == "raise"
     assert infer.recommended_priority > train.recommended_priority
     assert any("internet" in r["detail"] for r in infer.reasons)
+
+
+def test_a_diagnosis_that_dies_leaves_its_request_to_run_again(cluster, team, monkeypatch):
+    """The claim commits with the diagnosis: a worker dying during it (here the compute
+    raising) leaves the cluster unclaimed, so the redelivered request diagnoses it."""
+    from trustrank.cluster.services import diagnoses
+
+    _util(cluster, pod="infer-0", percent=10.0, end=datetime.now(UTC))
+    requested = datetime.now(UTC)
+
+    def dies(**kwargs):
+        raise SystemExit("worker killed")
+
+    real = diagnoses.cluster_diagnoses_compute
+    monkeypatch.setattr(diagnoses, "cluster_diagnoses_compute", dies)
+    with pytest.raises(SystemExit):
+        diagnoses.cluster_diagnose_if_due(cluster_id=cluster.pk, requested=requested)
+    assert Cluster.objects.get(pk=cluster.pk).diagnosed_at is None
+    monkeypatch.setattr(diagnoses, "cluster_diagnoses_compute", real)
+    result = diagnoses.cluster_diagnose_if_due(cluster_id=cluster.pk, requested=requested)
+    assert result is not None and result.created >= 1
+    assert Finding.objects.filter(team=team, category="gpu_over_reserved").exists()
+    # Delivered once more, it finds the diagnosis done after the request.
+    assert diagnoses.cluster_diagnose_if_due(cluster_id=cluster.pk, requested=requested) is None
