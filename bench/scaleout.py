@@ -16,10 +16,14 @@ one process a host) and the round's throughput is its jobs over the time from th
 claim to the last finish, read from the job rows. Lost and duplicated are read from the
 database: submitted jobs not done, job rows beyond those submitted, SBOMs stored twice,
 teams ranked more often than asked, exports audited twice, replays without a result.
+The counts take turns for `--repeats` rounds each (3), and each count's throughput is the
+median of its rounds; each round also reports the cores the machine kept busy meanwhile
+(one worker and PostgreSQL take turns on about one core, which bounds what a second adds).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python bench/scaleout.py
 
-Last line: {"speedup_2": …, "speedup_4": …, "lost": 0, "duplicated": 0, "load_average": …}
+Last line: {"speedup_2": …, "speedup_4": …, "jobs_per_second": {…}, "cores_busy": {…},
+            "lost": 0, "duplicated": 0, "load_average": …}
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -325,6 +330,13 @@ def queues_drop(env: dict[str, str]) -> None:
                     continue
 
 
+def _cpu_jiffies() -> tuple[int, int]:
+    """(all, idle) CPU time of the machine so far, in jiffies (/proc/stat)."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    return sum(values), values[3] + values[4]
+
+
 def run_round(workers: int, hosts: list[tuple[Path, Path]], env: dict[str, str],
               seeded: dict[str, Any], data: dict[str, list[bytes]],
               args: argparse.Namespace) -> dict[str, Any]:
@@ -354,6 +366,7 @@ def run_round(workers: int, hosts: list[tuple[Path, Path]], env: dict[str, str],
         sent.update(push(base, seeded, data, args))
         print(f"  {workers} workers: load pushed in {time.perf_counter() - pushed:.1f} s",
               flush=True)
+        cpu_start = _cpu_jiffies()
         names = ",".join(f"{env['TRUSTRANK_QUEUE_PREFIX']}{q}"
                          for q in ("ingest_high", "ingest", "batch"))
         for n in range(workers):
@@ -377,13 +390,18 @@ def run_round(workers: int, hosts: list[tuple[Path, Path]], env: dict[str, str],
                     raise SystemExit(f"a worker exited with {proc.returncode}: see {logs}")
             time.sleep(0.5)
         load = os.getloadavg()[0]
+        cpu_end = _cpu_jiffies()
     finally:
         for proc in procs:
             fl.stop(proc)
         queues_drop(env)
     result = round_check(env, sent, seeded)
+    # The cores busy from the workers' start to the last check (the window and up to half
+    # a second around it): what one worker leaves of the machine bounds what more can add.
+    spent, idle = cpu_end[0] - cpu_start[0], cpu_end[1] - cpu_start[1]
     result.update(workers=workers, load_average=round(load, 2),
-                  jobs_per_second=result["jobs"] / result["seconds"])
+                  jobs_per_second=result["jobs"] / result["seconds"],
+                  cores_busy=round((1 - idle / max(1, spent)) * (os.cpu_count() or 1), 2))
     return result
 
 
@@ -406,6 +424,11 @@ def main() -> None:
     parser.add_argument("--replay-pods", type=int, default=1500)
     parser.add_argument("--replay-nodes", type=int, default=60)
     parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument(
+        "--repeats", type=int, default=3,
+        help="rounds per worker count, in turns (1, 2, 4, 1, 2, 4, ...); each count's "
+             "throughput is the median of its rounds (one round's figure moves by a fifth "
+             "with what else the machine does)")
     args = parser.parse_args()
     counts = [int(n) for n in args.workers.split(",")]
     hosts = hosts_prepare(max(counts))
@@ -413,23 +436,28 @@ def main() -> None:
     seeded = template_prepare(env, args)
     os.environ.update({**env, "TRUSTRANK_DB_NAME": TEMPLATE_DB})
     data = payloads(args)
-    results = {}
-    for workers in counts:
-        result = run_round(workers, hosts, env, seeded, data, args)
-        results[workers] = result
-        print(f"{workers} worker host(s): {result['jobs']} jobs in {result['seconds']:.1f} s = "
-              f"{result['jobs_per_second']:.2f} jobs/s (lost {result['lost']}, duplicated "
-              f"{result['duplicated']}, retried {result['retried']}; load average "
-              f"{result['load_average']})", flush=True)
-    one = results[counts[0]]["jobs_per_second"]
+    rounds: dict[int, list[dict[str, Any]]] = {w: [] for w in counts}
+    for repeat in range(max(1, args.repeats)):
+        for workers in counts:
+            result = run_round(workers, hosts, env, seeded, data, args)
+            rounds[workers].append(result)
+            print(f"{workers} worker host(s), round {repeat + 1}: {result['jobs']} jobs in "
+                  f"{result['seconds']:.1f} s = {result['jobs_per_second']:.2f} jobs/s (lost "
+                  f"{result['lost']}, duplicated {result['duplicated']}, retried "
+                  f"{result['retried']}; {result['cores_busy']} cores busy; load average "
+                  f"{result['load_average']})", flush=True)
+    median = {w: statistics.median(r["jobs_per_second"] for r in rs) for w, rs in rounds.items()}
+    one = median[counts[0]]
     summary: dict[str, Any] = {
-        f"speedup_{w}": round(r["jobs_per_second"] / one, 2) for w, r in results.items()
-        if w != counts[0]
+        f"speedup_{w}": round(m / one, 2) for w, m in median.items() if w != counts[0]
     }
     summary.update(
-        jobs_per_second={str(w): round(r["jobs_per_second"], 2) for w, r in results.items()},
-        lost=sum(r["lost"] for r in results.values()),
-        duplicated=sum(r["duplicated"] for r in results.values()),
+        jobs_per_second={str(w): round(m, 2) for w, m in median.items()},
+        cores_busy={str(w): statistics.median(r["cores_busy"] for r in rs)
+                    for w, rs in rounds.items()},
+        rounds=max(1, args.repeats),
+        lost=sum(r["lost"] for rs in rounds.values() for r in rs),
+        duplicated=sum(r["duplicated"] for rs in rounds.values() for r in rs),
         load_average=round(os.getloadavg()[0], 2),
         cores=os.cpu_count(),
         broker=args.broker.split("://")[0],
