@@ -127,6 +127,8 @@ def test_a_worker_host_killed_mid_load_leaves_every_job_done_once(
         components = Component.objects.filter(sbom=sbom)
         assert components.count() == COMPONENTS == sbom.component_count
         assert components.values("bom_ref").distinct().count() == COMPONENTS
+        # Matched in its job's transaction: a done upload is never left unmatched.
+        assert sbom.matched_at is not None, sbom.pk
     assert Sbom.objects.values("job_id").distinct().count() == SBOMS
 
     # Each export: one file in the shared storage, its rows once, one audit event.
