@@ -46,10 +46,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import bench.findings_list as fl  # noqa: E402
+from bench._scaleout_check import (  # noqa: E402
+    ROUND_DB,
+    _admin_url,
+    _cpu_jiffies,
+    all_done,
+    queues_drop,
+    round_check,
+)
 from bench._scaleout_hosts import HOSTS_DIR, hosts_prepare  # noqa: E402
 
 TEMPLATE_DB = "trustrank_bench_scaleout_tmpl"
-ROUND_DB = "trustrank_bench_scaleout"
 
 
 # --- database and load ----------------------------------------------------------------------
@@ -77,10 +84,6 @@ def base_env(broker: str) -> dict[str, str]:
     })
     env.pop("TRUSTRANK_VAR_DIR", None)
     return env
-
-
-def _admin_url(env: dict[str, str]) -> str:
-    return env["DATABASE_URL"].rsplit("/", 1)[0] + "/postgres"
 
 
 def template_prepare(env: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
@@ -229,112 +232,6 @@ def push(base: str, seeded: dict[str, Any], data: dict[str, list[bytes]],
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(one, tasks))
     return sent
-
-
-# --- measuring and checking -----------------------------------------------------------------
-
-
-def _db(env: dict[str, str]) -> Any:
-    import psycopg
-
-    return psycopg.connect(_admin_url(env).rsplit("/", 1)[0] + f"/{ROUND_DB}", autocommit=True)
-
-
-JOB_TABLES = ("ingest_ingestjob", "ranking_rankingrun", "exports_export", "cluster_replayrun")
-
-
-def _scalar(conn: Any, sql: str, params: Any = None) -> Any:
-    return conn.execute(sql, params).fetchone()[0]
-
-
-def round_check(env: dict[str, str], sent: dict[str, Any], seeded: dict[str, Any]) -> dict[str, Any]:
-    """Lost, duplicated and the measured window, from the database."""
-    with _db(env) as conn:
-        expected = {"sbom": len(sent["sbom"]), "traces": sent["traces"],
-                    "telemetry": sent["metrics"]}
-        lost = duplicated = 0
-        for kind, count in expected.items():
-            rows = _scalar(conn, "SELECT count(*) FROM ingest_ingestjob WHERE kind = %s", [kind])
-            done = _scalar(conn, "SELECT count(*) FROM ingest_ingestjob "
-                                 "WHERE kind = %s AND status = 'done'", [kind])
-            lost += count - min(done, count)
-            duplicated += max(0, rows - count)
-        ids = [int(i) for i in sent["ranking"]]
-        lost += len(ids) - _scalar(conn, "SELECT count(*) FROM ranking_rankingrun "
-                                         "WHERE id = ANY(%s) AND status = 'done'", [ids])
-        exports = [int(i) for i in sent["export"]]
-        lost += len(exports) - _scalar(conn, "SELECT count(*) FROM exports_export "
-                                             "WHERE id = ANY(%s) AND status = 'done'", [exports])
-        replays = [int(i) for i in sent["replay"]]
-        lost += len(replays) - _scalar(conn, "SELECT count(*) FROM cluster_replayrun WHERE id = "
-                                             "ANY(%s) AND status = 'done' AND result::text "
-                                             "<> '{}'", [replays])
-        # An effect applied twice: an SBOM stored twice, a team ranked more often than asked,
-        # an export audited twice (or with more rows than its team has findings).
-        duplicated += _scalar(conn, "SELECT count(*) FROM (SELECT job_id FROM inventory_sbom "
-                                    "GROUP BY job_id HAVING count(*) > 1) AS x")
-        duplicated += _scalar(conn, "SELECT count(*) FROM ranking_rankingrun WHERE status = "
-                                    "'done' AND team_id IN (SELECT team_id FROM "
-                                    "ranking_rankingrun WHERE id = ANY(%s))", [ids]) - len(ids)
-        duplicated += _scalar(conn, "SELECT count(*) FROM (SELECT subject_id FROM "
-                                    "findings_auditevent WHERE action = 'export' "
-                                    "GROUP BY 1 HAVING count(*) > 1) AS x")
-        duplicated += _scalar(conn, "SELECT count(*) FROM exports_export WHERE id = ANY(%s) "
-                                    "AND rows > %s", [exports, seeded["findings"]])
-        window = conn.execute(
-            "SELECT min(s), max(f), sum(n) FROM ("
-            + " UNION ALL ".join(
-                f"SELECT min(started_at) AS s, max(finished_at) AS f, count(*) AS n "
-                f"FROM {t} WHERE status = 'done' AND started_at >= %s" for t in JOB_TABLES)
-            + ") AS x", [sent["pushed_at"]] * len(JOB_TABLES)).fetchone()
-        retried = sum(_scalar(conn, f"SELECT count(*) FROM {t} WHERE attempts > 1")
-                      for t in JOB_TABLES)
-    seconds = (window[1] - window[0]).total_seconds()
-    return {"jobs": int(window[2]), "seconds": seconds, "lost": lost,
-            "duplicated": duplicated, "retried": retried}
-
-
-def all_done(env: dict[str, str], sent: dict[str, Any]) -> bool:
-    total = (len(sent["sbom"]) + sent["traces"] + sent["metrics"] + len(sent["ranking"])
-             + len(sent["export"]) + len(sent["replay"]))
-    with _db(env) as conn:
-        finished = sum(_scalar(conn, f"SELECT count(*) FROM {t} WHERE started_at >= %s "
-                                     "AND status IN ('done', 'failed')", [sent["pushed_at"]])
-                       for t in JOB_TABLES)
-        failed = sum(_scalar(conn, f"SELECT count(*) FROM {t} WHERE status = 'failed'")
-                     for t in JOB_TABLES)
-    if failed:
-        raise SystemExit(f"{failed} jobs failed: see the worker logs under {HOSTS_DIR}")
-    return finished >= total
-
-
-def queues_drop(env: dict[str, str]) -> None:
-    broker = env["CELERY_BROKER_URL"]
-    prefix = env["TRUSTRANK_QUEUE_PREFIX"]
-    if broker.startswith("redis://"):
-        import redis
-
-        client = redis.Redis.from_url(broker)
-        stale = [*client.scan_iter(f"{prefix}*"), *client.scan_iter(f"_kombu.binding*.{prefix}*")]
-        if stale:
-            client.delete(*stale)
-    else:
-        from kombu import Connection
-
-        with Connection(broker) as conn:
-            channel = conn.channel()
-            for name in ("ingest_high", "ingest", "batch"):
-                try:
-                    channel.queue_delete(f"{prefix}{name}")
-                except Exception:
-                    continue
-
-
-def _cpu_jiffies() -> tuple[int, int]:
-    """(all, idle) CPU time of the machine so far, in jiffies (/proc/stat)."""
-    with open("/proc/stat") as f:
-        values = [int(v) for v in f.readline().split()[1:]]
-    return sum(values), values[3] + values[4]
 
 
 def run_round(workers: int, hosts: list[tuple[Path, Path]], env: dict[str, str],
