@@ -41,9 +41,10 @@ def sbom_load(*, job: IngestJob, payload: bytes, progress: ProgressFn) -> dict[s
     )
     deployed = _deploy(job=job, project_version=pv)
     matching = None
-    if created or sbom.matched_at is None:
-        # In this job's transaction: the upload is done once its findings are in step (an
-        # identical upload matches again only a version whose match never finished).
+    if sbom.matched_at is None:
+        # In this job's transaction: the upload is done once its findings are in step. A new
+        # SBOM is unmatched; an identical upload matches again only an SBOM whose match
+        # never finished.
         progress(phase="matching vulnerabilities")
         matching = sbom_findings_match(project_version_id=pv.pk)
     return {
