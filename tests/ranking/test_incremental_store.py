@@ -7,6 +7,7 @@ ranks compared here are those counted from the keys (`trustrank.ranking.ranks`).
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from django.db import connection
 
@@ -16,6 +17,7 @@ from trustrank.ranking.ranks import env_rank_sql, rank_sql
 from trustrank.ranking.services import due as due_service
 from trustrank.ranking.services import runs, store_moved
 from trustrank.ranking.services.requests import ranking_run_request
+from trustrank.ranking.services.store_places import MovedIds, SortedIds
 
 pytestmark = pytest.mark.django_db
 
@@ -426,6 +428,12 @@ def test_an_incremental_run_over_many_changed_places_makes_rows_from_where_they_
     assert len(moved) == 1 and moved[0] > 500
     stored = _stored(team_id)
     kept = _rows_kept(team_id)
+    # Its rows find a finding's row through the previous run's (no sort of their ids),
+    # where a sorted copy of their ids finds it.
+    rows = runs._PREVIOUS[team_id].rows
+    assert isinstance(rows.located(), MovedIds)
+    asked = np.asarray([*rows.fid.tolist(), *[f for f, *_ in stored], -1, 10**12])
+    assert rows.places(asked).tolist() == SortedIds(rows.fid).places(asked).tolist()
     runs._PREVIOUS.clear()
     monkeypatch.undo()
     full = _run(team_id)

@@ -266,53 +266,126 @@ def _shared_scores(score: np.ndarray[Any, Any]) -> Iterable[float]:
     return map(distinct.tolist().__getitem__, code.reshape(-1))
 
 
-def _sources(pieces: list[tuple[int, int]]) -> tuple[np.ndarray[Any, Any], array[int]]:
+class PlaceRanges(Sequence[int]):
+    """Ascending places given as half-open ranges `(start, end)`, ascending and apart:
+    the places of a merged queue whose finding moved. One finding rising renumbers every
+    place below it; listed, those were ten million integers made each run (an `arange`,
+    its bytes, an array of them: 0.3 s at ten million) for a caller that mostly asks how
+    many there are. Listed on first index (the store's walk reads them by index when they
+    are few)."""
+
+    __slots__ = ("_len", "_listed", "ranges")
+
+    def __init__(self, ranges: list[tuple[int, int]]) -> None:
+        self.ranges = ranges
+        self._len = sum(b - a for a, b in ranges)
+        self._listed: array[int] | None = None
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[int]:
+        for a, b in self.ranges:
+            yield from range(a, b)
+
+    def __getitem__(self, k: Any) -> Any:
+        if self._listed is None:
+            self._listed = array("q")
+            for a, b in self.ranges:
+                self._listed.frombytes(np.arange(a, b, dtype=np.int64).tobytes())
+        return self._listed[k]
+
+
+def _sources(pieces: list[tuple[int, int]]) -> tuple[np.ndarray[Any, Any], PlaceRanges,
+                                                     KeptPieces]:
     """Each place of a queue made of `pieces` (old place of its first finding or -1 for
     fresh ones, length): the old place of its finding, -1 for a fresh one (int32, as
-    `Moves` keeps it); and the places whose finding is not the one the previous queue had
-    there (ascending). Made in place, a piece at a time: at ten million places each array
-    made beside the result (numpy's repeat of the pieces' starts, lengths and offsets) cost
-    ~0.1 s, most of it the kernel handing out its pages."""
+    `Moves` keeps it); the places whose finding is not the one the previous queue had
+    there (ascending); and the pieces of kept findings. Made in place, a piece at a time:
+    at ten million places each array made beside the result (numpy's repeat of the
+    pieces' starts, lengths and offsets) cost ~0.1 s, most of it the kernel handing out
+    its pages."""
     n = sum(length for _start, length in pieces)
     source = np.arange(n, dtype=np.int32)
     # A piece's places changed unless its findings kept their places (fresh ones never do).
     moved: list[tuple[int, int]] = []
+    kept: list[tuple[int, int, int]] = []
     at = 0
     for start, length in pieces:
         if start < 0:
             source[at : at + length] = -1
-        elif start != at:
-            source[at : at + length] += start - at
+        else:
+            kept.append((start, at, length))
+            if start != at:
+                source[at : at + length] += start - at
         if start != at:
             if moved and moved[-1][1] == at:
                 moved[-1] = (moved[-1][0], at + length)
             else:
                 moved.append((at, at + length))
         at += length
-    changed = array("q")
-    for a, b in moved:
-        changed.frombytes(np.arange(a, b, dtype=np.int64).tobytes())
-    return source, changed
+    return source, PlaceRanges(moved), KeptPieces.of(kept)
+
+
+@dataclass(frozen=True)
+class KeptPieces:
+    """The runs of findings a merged queue kept from the previous one, in order (the
+    previous places ascend with the new ones): run k is the previous places
+    `old[k]` … `old[k] + length[k] - 1`, now at `new[k]` onward. A kept finding's new
+    place follows from its previous one by a search among the runs (a few per change),
+    with no array of the queue's size."""
+
+    old: np.ndarray[Any, Any]
+    new: np.ndarray[Any, Any]
+    length: np.ndarray[Any, Any]
+
+    @classmethod
+    def of(cls, runs: Sequence[tuple[int, int, int]]) -> KeptPieces:
+        """From (old start, new start, length) runs, ascending."""
+        a = np.array(runs, dtype=np.int64).reshape(-1, 3)
+        return cls(a[:, 0].copy(), a[:, 1].copy(), a[:, 2].copy())
+
+    def dropped(self, n: int) -> np.ndarray[Any, Any]:
+        """The previous places (of `n`) in no run: those whose finding was rescored or
+        left the queue."""
+        ends = self.old + self.length
+        starts = [0, *ends.tolist()]
+        stops = [*self.old.tolist(), n]
+        return np.concatenate([np.zeros(0, dtype=np.int64), *(
+            np.arange(a, b, dtype=np.int64) for a, b in zip(starts, stops, strict=True)
+            if b > a)])
+
+    def moved(self, old: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """The new place of each previous place in `old`, -1 for one not kept (or -1)."""
+        k = np.searchsorted(self.old, old, side="right") - 1
+        np.maximum(k, 0, out=k)
+        if not len(self.old):
+            return np.full(len(old), -1, dtype=np.int64)
+        offset = old - self.old[k]
+        inside = (old >= 0) & (offset >= 0) & (offset < self.length[k])
+        return np.where(inside, self.new[k] + offset, -1)
 
 
 @dataclass(frozen=True)
 class Moves:
     """Where the findings of a merged queue were: `source[k]` is the previous queue's
     place of the finding at place k, -1 for a rescored or new one (4 bytes a place);
-    `previous` is the previous queue's length. A store that holds the previous queue's
-    rows by place makes the new rows of the kept findings from them (`RankResult.moves`)."""
+    `previous` is the previous queue's length; `kept` the runs of kept findings. A store
+    that holds the previous queue's rows by place makes the new rows of the kept findings
+    from them (`RankResult.moves`), and finds a finding's row among them from where its
+    row was (`kept`)."""
 
     source: np.ndarray[Any, Any]
     previous: int
+    kept: KeptPieces
 
 
 @dataclass(frozen=True)
 class Merged:
     findings: RankedQueue
-    # Places (ascending) whose finding is not the one the previous queue had there: 8 bytes
-    # each (one finding rising renumbers every place below it; a list of a million ints
-    # was 40 MB).
-    changed: array[int]
+    # Places (ascending) whose finding is not the one the previous queue had there, as
+    # ranges (one finding rising renumbers every place below it).
+    changed: PlaceRanges
     index: QueueIndex
     moves: Moves
 
@@ -374,6 +447,6 @@ def merge(
             a = b
     emit_fresh(n_kept)
     findings = RankedQueue(out)
-    source, changed = _sources(pieces)
+    source, changed, kept = _sources(pieces)
     moved = index.moved(previous, findings, source, fresh_codes, changed, removed)
-    return Merged(findings, changed, moved, Moves(source, len(previous)))
+    return Merged(findings, changed, moved, Moves(source, len(previous), kept))

@@ -23,7 +23,12 @@ from trustrank.ranking.models import RankingRun
 from trustrank.ranking.services.store_copy import _CHUNK, _copy_ranked, _int_array
 from trustrank.ranking.services.store_history import _history
 from trustrank.ranking.services.store_keys import KeyParts, buckets_store
-from trustrank.ranking.services.store_moved import queued_in, rows_moved, rows_walked
+from trustrank.ranking.services.store_moved import (
+    queued_in,
+    rows_moved,
+    rows_walked,
+    walked_located,
+)
 from trustrank.ranking.services.store_rows import (
     _DECISION_INDEX,
     Ids,
@@ -365,7 +370,10 @@ def _walk_changed(
         i += 1
     out.extend(prev_pk(p[0]) for p in prev[n:])
     gone = [fid for fid in out if fid not in came]
-    return rows_walked(old_rows, of_prev[:n], n, walked, walked_ids, walked_rows), changed, gone
+    rows = rows_walked(old_rows, of_prev[:n], n, walked, walked_ids, walked_rows)
+    if old_rows.by_place and len(old_rows) == n_prev:
+        rows.locate_by(walked_located(old_rows, n, walked, walked_ids))
+    return rows, changed, gone
 
 
 def _queue_rows(

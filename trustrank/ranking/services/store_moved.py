@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 
 from trustrank.ranking.inputs.ids import pk_of
+from trustrank.ranking.services.store_places import Located, moved_ids
 from trustrank.ranking.services.store_rows import _DECISION_INDEX, QueueRows, Row, env_ranks
-from trustrank.risk.queue import Moves
+from trustrank.risk.queue import KeptPieces, Moves
 from trustrank.risk.results import RankedFinding
 
 
@@ -43,12 +44,13 @@ def rows_moved(
     fresh_rows = [row_of(findings[i], 0, queued_in(findings[i])) for i in fresh]
     # Fresh places (-1) clip to place 0 in the take, then get their rows.
     rows = rows_walked(before, source, n, fresh, fresh_ids, fresh_rows, with_ranks=False)
+    rows.locate_by(moved_ids(before.located(), moves.kept, fresh_ids, fresh))
     rows.rank = np.arange(1, n + 1, dtype=np.int32)
     rows.env_rank = env_ranks(rows.env, len(rows.envs))
-    kept = np.zeros(len(before), dtype=bool)
-    kept[source[source >= 0]] = True
-    gone = np.setdiff1d(before.fid[~kept], np.asarray(fresh_ids, dtype=np.int64),
-                        assume_unique=True).tolist()
+    # Of the previous rows in no kept run, those not rescored: a few per change, where a
+    # mask of every previous place was passes over ten million.
+    gone = np.setdiff1d(before.fid[moves.kept.dropped(len(before))],
+                        np.asarray(fresh_ids, dtype=np.int64), assume_unique=True).tolist()
     old = before.places(fresh_ids).tolist()
     # Own values (environment, score, decision, context) against the old row; the key
     # follows from them.
@@ -102,3 +104,18 @@ def rows_walked(
     return QueueRows(fid=fid, rank=rank, env_rank=env_rank, env=env, score=score,
                      decision=decision, context=context, envs=envs, digests=digests,
                      by_place=True, qkey=qkey)
+
+
+def walked_located(before: QueueRows, n: int, walked: list[int],
+               walked_fids: list[int]) -> Located | None:
+    """How the rows made by `rows_walked` from `before` (rows by place, one per previous
+    place) find an id's row: a place not walked holds the row it held, a walked one the
+    id given."""
+    runs: list[tuple[int, int, int]] = []
+    start, end = 0, min(n, len(before))
+    for at in (*walked, end):
+        stop = min(at, end)
+        if stop > start:
+            runs.append((start, start, stop - start))
+        start = max(start, at + 1)
+    return moved_ids(before.located(), KeptPieces.of(runs), walked_fids, walked)

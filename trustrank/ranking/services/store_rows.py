@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from trustrank.ranking.services.store_places import Located, SortedIds
 from trustrank.risk.inputs import DECISIONS
 
 # A stored rank row: (rank, env rank, environment, score, decision, context digest).
@@ -66,7 +67,7 @@ class QueueRows(Mapping[int, Row]):
     queue the rows were made from (as the store makes them), which the incremental store's
     walk relies on; rows read from elsewhere are looked up by finding id."""
 
-    __slots__ = ("_key_rank", "_sorted", "_sorter", "by_place", "context", "decision",
+    __slots__ = ("_key_rank", "_located", "by_place", "context", "decision",
                  "digests", "env", "env_rank", "envs", "fid", "qkey", "rank", "score")
 
     def __init__(self, *, fid: np.ndarray[Any, Any], rank: np.ndarray[Any, Any],
@@ -84,8 +85,9 @@ class QueueRows(Mapping[int, Row]):
         self.qkey = (np.zeros(len(self.fid), dtype=np.int64) if qkey is None
                      else qkey.astype(np.int64, copy=False))
         self.envs, self.digests, self.by_place = envs, digests, by_place
-        self._sorter: np.ndarray[Any, Any] | None = None
-        self._sorted: np.ndarray[Any, Any] | None = None
+        # How an id's row is found (`store_places`): made on first use unless the rows
+        # were made from earlier ones, whose lookup then leads to them.
+        self._located: Located | None = None
         self._key_rank: np.ndarray[Any, Any] | None = None
 
     @classmethod
@@ -121,32 +123,33 @@ class QueueRows(Mapping[int, Row]):
     # --- lookups ---------------------------------------------------------------------
 
     def places(self, fids: Sequence[int] | np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        """The index of each finding id's row, -1 for an id without one. Searched in a
-        sorted copy of the ids (made on first use), the ids asked in order when they are
-        many: a search through numpy's `sorter` argument, or in random order, spent most
-        of its time waiting on memory (6 s over an incremental run at a million)."""
+        """The index of each finding id's row, -1 for an id without one (`located`). The
+        ids asked are looked up in order when they are many: in random order, a search
+        spent most of its time waiting on memory (6 s over an incremental run at a
+        million)."""
         fids = np.asarray(fids, dtype=np.int64).reshape(-1)
         if not len(self.fid):
             return np.full(len(fids), -1, dtype=np.int64)
-        if self._sorter is None or self._sorted is None:
-            self._sorter = np.argsort(self.fid, kind="stable")
-            self._sorted = self.fid[self._sorter]
-        asked = np.argsort(fids, kind="stable") if len(fids) > 64 else None
-        wanted = fids if asked is None else fids[asked]
-        at = np.searchsorted(self._sorted, wanted)
-        # In place where it can be: asked of a whole queue, each temporary array is 8 MB a
-        # million, made while the run's other large structures are alive.
-        np.minimum(at, len(self._sorted) - 1, out=at)
-        missing = self._sorted[at] != wanted
-        del wanted
-        found = self._sorter[at]
-        del at
-        found[missing] = -1
-        if asked is None:
-            return found
+        located = self.located()
+        if len(fids) <= 64:
+            return located.places(fids)
+        asked = np.argsort(fids, kind="stable")
+        found = located.places(fids[asked])
         out = np.empty(len(fids), dtype=np.int64)
         out[asked] = found
         return out
+
+    def located(self) -> Located:
+        """How an id's row is found: the lookup given when the rows were made
+        (`store_places.MovedIds`), else a sorted copy of the ids, made now."""
+        if self._located is None:
+            self._located = SortedIds(self.fid)
+        return self._located
+
+    def locate_by(self, located: Located | None) -> None:
+        """Find ids' rows by `located` (None: by a sorted copy of the ids, made when first
+        asked). The caller vouches that it tells the rows these columns hold."""
+        self._located = located
 
     def place(self, fid: int) -> int | None:
         at = int(self.places([fid])[0])

@@ -1,0 +1,125 @@
+"""Finding a row by its finding id in rows made from earlier rows (`store_places`): the
+index a chain of moved lookups gives is the one a sorted copy of the new rows' ids gives,
+for every id the rows hold, every id they dropped and ids they never held, through more
+runs in a row than the chain is allowed to grow."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from trustrank.ranking.services.store import _walk_changed
+from trustrank.ranking.services.store_places import MAX_DEPTH, MovedIds, SortedIds, moved_ids
+from trustrank.ranking.services.store_rows import QueueRows
+from trustrank.risk.queue import KeptPieces, _sources
+
+
+def _asked(rng: random.Random, seen: set[int], fid: np.ndarray) -> np.ndarray:
+    """Every id held now, every id seen before, and ids never held."""
+    never = [max(seen) + 1 + k for k in range(5)] + [-3, 0]
+    asked = [*fid.tolist(), *seen, *never]
+    rng.shuffle(asked)
+    return np.asarray(asked, dtype=np.int64)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_chain_of_moved_queues_finds_each_row_where_a_sort_finds_it(seed):
+    rng = random.Random(seed)
+    fid = np.asarray(rng.sample(range(1, 5_000), rng.randint(0, 300)), dtype=np.int64)
+    seen = set(fid.tolist()) | {1}
+    located: SortedIds | MovedIds | None = SortedIds(fid)
+    depths = []
+    for _ in range(MAX_DEPTH + 8):
+        if located is None:
+            located = SortedIds(fid)
+        # The next queue, as the engine's merge makes it: some places dropped, fresh ids
+        # (new ones, or ones that were dropped and come back elsewhere) put in between.
+        kept = [p for p in range(len(fid)) if rng.random() > 0.1]
+        dropped = sorted(set(fid.tolist()) - {int(fid[p]) for p in kept})
+        fresh = rng.sample(dropped, len(dropped) // 2) + [
+            max(seen) + 1 + k for k in range(rng.randint(0, 6))]
+        pieces: list[tuple[int, int]] = []
+        out: list[int] = []
+        stream = [("kept", p) for p in kept]
+        for f in fresh:
+            stream.insert(rng.randint(0, len(stream)), ("fresh", f))
+        for kind, value in stream:
+            if kind == "kept":
+                if pieces and pieces[-1][0] >= 0 and pieces[-1][0] + pieces[-1][1] == value:
+                    pieces[-1] = (pieces[-1][0], pieces[-1][1] + 1)
+                else:
+                    pieces.append((value, 1))
+                out.append(int(fid[value]))
+            else:
+                pieces.append((-1, 1))
+                out.append(value)
+        source, changed, kept_pieces = _sources(pieces)
+        assert [int(fid[s]) if s >= 0 else None for s in source.tolist()] == [
+            None if kind == "fresh" else int(fid[v]) for kind, v in stream]
+        assert list(changed) == [k for k, s in enumerate(source.tolist()) if s != k]
+        new = np.asarray(out, dtype=np.int64)
+        assert kept_pieces.dropped(len(fid)).tolist() == sorted(
+            set(range(len(fid))) - set(kept))
+        fresh_at = np.flatnonzero(source < 0)
+        located = moved_ids(located, kept_pieces, new[fresh_at], fresh_at)
+        depths.append(0 if located is None else located.depth)
+        seen |= set(out)
+        fid = new
+        if located is not None:
+            asked = _asked(rng, seen, fid)
+            assert located.places(asked).tolist() == SortedIds(fid).places(asked).tolist()
+    # The chain grew to its limit, then started again from a sort.
+    assert max(depths) == MAX_DEPTH and depths[MAX_DEPTH] == 0
+
+
+def test_kept_pieces_move_places_by_their_run():
+    kept = KeptPieces.of([(0, 2, 3), (5, 5, 2), (9, 7, 1)])
+    old = np.asarray([-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
+    assert kept.moved(old).tolist() == [-1, 2, 3, 4, -1, -1, 5, 6, -1, -1, 7, -1]
+    assert KeptPieces.of([]).moved(np.asarray([0, 3])).tolist() == [-1, -1]
+    assert kept.dropped(12).tolist() == [3, 4, 7, 8, 10, 11]
+    assert KeptPieces.of([]).dropped(3).tolist() == [0, 1, 2]
+    assert KeptPieces.of([(0, 0, 3)]).dropped(3).tolist() == []
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_walked_rows_find_each_id_where_a_sort_finds_it(seed):
+    """Rows the incremental store's walk made from rows by place (`_walk_changed`), looked
+    up through the previous rows, over several walks in a row."""
+    rng = random.Random(seed)
+
+    def ranked(fid: str, rank: int) -> tuple[object, ...]:
+        return (fid, rank, 50.0, "scheduled", None, (True, "a", *[None] * 8), None)
+
+    def row_of(r, n, env):
+        return (r[1], n, env, r[2], r[3], "ctx")
+
+    order = [str(i) for i in range(rng.randint(1, 80))]
+    prev = tuple(ranked(fid, k + 1) for k, fid in enumerate(order))
+    before = QueueRows.from_items(((int(r[0]), row_of(r, k + 1, "a")) for k, r in
+                                   enumerate(prev)), len(prev))
+    before.by_place = True
+    seen = {int(f) for f in order}
+    next_id = len(order)
+    for _ in range(5):
+        new_order = [r[0] for r in prev if rng.random() > 0.1]
+        for _ in range(rng.randint(0, 3)):
+            if new_order:
+                new_order.insert(rng.randrange(len(new_order) + 1),
+                                 new_order.pop(rng.randrange(len(new_order))))
+        for _ in range(rng.randint(0, 4)):
+            new_order.insert(rng.randrange(len(new_order) + 1), str(next_id))
+            next_id += 1
+        by_id = {r[0]: r for r in prev}
+        new = tuple(by_id[f] if f in by_id and by_id[f][1] == k + 1 else ranked(f, k + 1)
+                    for k, f in enumerate(new_order))
+        ids = {f: int(f) for f in [*order, *new_order, *map(str, range(next_id))]}
+        rows, _changed, _gone = _walk_changed(new, prev, before, ids, ids, row_of)
+        assert isinstance(rows.located(), MovedIds)
+        seen |= {int(f) for f in new_order}
+        asked = _asked(rng, seen, rows.fid)
+        assert rows.places(asked).tolist() == SortedIds(rows.fid).places(asked).tolist()
+        rows.by_place = True
+        prev, before, order = new, rows, new_order
