@@ -155,3 +155,41 @@ def test_a_gather_reads_only_the_sboms_it_has_not_seen(team):
 
     assert changed_between(replace(again, sboms=None), replace(third, sboms=None))[0] == {
         versions["cart"]}
+
+
+def test_a_gather_keeps_the_deployment_records_of_rows_read_again(team):
+    """Deployments read again as the same rows are the previous gather's very records (and
+    their versions'), so nothing is compared; a changed impact, a new deployment and a
+    removed one each make new records that name what changed."""
+    from trustrank.ranking.inputs import changed_between, ranking_inputs_gather
+
+    now = timezone.now()
+    env = Environment.objects.create(team=team, name="prod", first_seen=now, last_seen=now)
+    pvs = {name: load_sbom(team, bom([(f"{name}-lib", "1.0", f"pkg:npm/{name}-lib@1.0")]),
+                           project=name, version="1.0") for name in ("checkout", "cart", "ads")}
+    for name in ("checkout", "cart"):
+        Deployment.objects.create(environment=env, service_name=name,
+                                  project_version=pvs[name], source="api")
+    first = ranking_inputs_gather(team_id=team.pk)
+    again = ranking_inputs_gather(team_id=team.pk, previous=first)
+    assert again.inputs.deployments is first.inputs.deployments
+    assert again.inputs.project_versions is first.inputs.project_versions
+    assert changed_between(first, again) == (set(), set())
+
+    Deployment.objects.filter(service_name="cart").update(human_impact="very high")
+    third = ranking_inputs_gather(team_id=team.pk, previous=again)
+    assert third.inputs.deployments is not again.inputs.deployments
+    assert {(d.service, d.human_impact) for d in third.inputs.deployments} == {
+        ("checkout", "medium"), ("cart", "very high")}
+    # The same versions: their records stand.
+    assert third.inputs.project_versions is again.inputs.project_versions
+    assert changed_between(again, third) == ({str(pvs["cart"].pk)}, {("prod", "cart")})
+
+    Deployment.objects.create(environment=env, service_name="ads",
+                              project_version=pvs["ads"], source="api")
+    Deployment.objects.filter(service_name="checkout").delete()
+    fourth = ranking_inputs_gather(team_id=team.pk, previous=third)
+    assert {p.key for p in fourth.inputs.project_versions} == {
+        str(pvs["cart"].pk), str(pvs["ads"].pk)}
+    assert changed_between(third, fourth) == (
+        {str(pvs["ads"].pk), str(pvs["checkout"].pk)}, {("prod", "ads"), ("prod", "checkout")})

@@ -1,0 +1,92 @@
+"""What changed between two gathers (`inputs.changed_between`), found from the records that
+differ, against its definition: a version is named when the deployments or records
+with its key differ as sets, a service when the (environment, service, version, impact)
+of the deployments differ as sets. Random deployments and versions changed at random;
+the only difference allowed is the one the function's docstring names (a service named
+too, never one missed)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from trustrank.ranking.inputs import Gathered, changed_between
+from trustrank.risk import inputs as ri
+
+
+def _gathered(deployments: list[ri.Deployment], versions: list[ri.ProjectVersion]) -> Gathered:
+    inputs = ri.RankInputs(deployments=tuple(deployments), project_versions=tuple(versions))
+    return Gathered(inputs=inputs, finding_ids={}, window_minutes=60.0)
+
+
+def _by_definition(old: Gathered, new: Gathered) -> tuple[set[str], set[tuple[str, str]]]:
+    def by_version(inputs: ri.RankInputs) -> dict[str, set[object]]:
+        out: dict[str, set[object]] = {}
+        for d in inputs.deployments:
+            out.setdefault(d.project_version, set()).add(d)
+        for p in inputs.project_versions:
+            out.setdefault(p.key, set()).add(p)
+        return out
+
+    a, b = by_version(old.inputs), by_version(new.inputs)
+    versions = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+    four_a = {(d.environment, d.service, d.project_version, d.human_impact)
+              for d in old.inputs.deployments}
+    four_b = {(d.environment, d.service, d.project_version, d.human_impact)
+              for d in new.inputs.deployments}
+    return versions, {(k[0], k[1]) for k in four_a ^ four_b}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_changes_found_from_the_records_that_differ_are_the_defined_ones(seed):
+    rng = random.Random(seed)
+    impacts = ["low", "medium", "high", "very high"]
+
+    def deployment(k: int) -> ri.Deployment:
+        return ri.Deployment(environment=rng.choice(["prod", "stage"]), service=f"svc-{k}",
+                             project_version=str(rng.randint(1, 12)),
+                             human_impact=rng.choice(impacts), source=rng.choice(["API", ""]))
+
+    deployments = [deployment(k) for k in range(rng.randint(0, 30))]
+    versions = [ri.ProjectVersion(key=str(k), sbom_signed=rng.random() < 0.3)
+                for k in range(1, 13)]
+    old = _gathered(deployments, versions)
+    now = list(deployments)
+    for _ in range(rng.randint(0, 4)):
+        kind = rng.randrange(7)
+        if kind == 0 and now:
+            now.pop(rng.randrange(len(now)))
+        elif kind == 1:
+            now.append(deployment(100 + rng.randrange(5)))
+        elif kind == 2 and now:
+            k = rng.randrange(len(now))
+            now[k] = replace(now[k], human_impact=rng.choice(impacts))
+        elif kind == 3 and now:
+            k = rng.randrange(len(now))
+            now[k] = replace(now[k], source="page", project_version_name="shop@2")
+        elif kind == 4:
+            k = rng.randrange(len(versions))
+            versions = [*versions[:k], replace(versions[k], sbom_signed=not versions[k]
+                                                .sbom_signed), *versions[k + 1:]]
+        elif kind == 5:
+            versions = [*versions, ri.ProjectVersion(key=str(50 + rng.randrange(3)))]
+        elif kind == 6 and versions:
+            versions = versions[1:]
+    new = _gathered(now, versions)
+    assert changed_between(old, new) == _by_definition(old, new)
+    # Equal records in new tuples: nothing changed.
+    assert changed_between(old, _gathered(list(deployments), list(old.inputs.project_versions))
+                           ) == (set(), set())
+
+
+def test_a_service_deployed_twice_alike_is_named_when_one_of_them_goes():
+    """The one difference from the definition: two deployments of one service name that
+    agree on environment, version and impact (two namespaces); one goes, and the service
+    is named though its (environment, service, version, impact) is still deployed."""
+    a = ri.Deployment(environment="prod", service="api", project_version="1", source="API")
+    b = ri.Deployment(environment="prod", service="api", project_version="1", source="page")
+    old, new = _gathered([a, b], []), _gathered([a], [])
+    assert _by_definition(old, new) == ({"1"}, set())
+    assert changed_between(old, new) == ({"1"}, {("prod", "api")})
