@@ -27,7 +27,9 @@ DEPLOYMENT_SOURCE_WORDS: dict[str, str] = {
 
 
 # Raw SQL: the ORM's rows of 20,000 deployments through its converters were 0.2 s of every
-# run. In the model's order, so that two reads of the same rows compare equal.
+# run. In id order, so that two reads of the same rows compare equal: the model's order
+# (by name, under the database's collation) was a sort of 110 ms, against 53 ms for
+# the whole statement in id order.
 _DEPLOYMENTS_SQL = """
 SELECT e.name, d.service_name, d.project_version_id, d.human_impact, d.source, p.name,
        v.version
@@ -36,7 +38,7 @@ SELECT e.name, d.service_name, d.project_version_id, d.human_impact, d.source, p
   JOIN inventory_projectversion v ON v.id = d.project_version_id
   JOIN inventory_project p ON p.id = v.project_id
  WHERE e.team_id = %s
- ORDER BY d.environment_id, d.namespace, d.service_name
+ ORDER BY d.id
 """
 
 
