@@ -18,6 +18,7 @@ from trustrank.ranking.services import due as due_service
 from trustrank.ranking.services import runs, store_moved
 from trustrank.ranking.services.requests import ranking_run_request
 from trustrank.ranking.services.store_places import MovedIds, SortedIds
+from trustrank.risk.buffers import BUFFERS
 
 pytestmark = pytest.mark.django_db
 
@@ -434,9 +435,13 @@ def test_an_incremental_run_over_many_changed_places_makes_rows_from_where_they_
     assert isinstance(rows.located(), MovedIds)
     asked = np.asarray([*rows.fid.tolist(), *[f for f, *_ in stored], -1, 10**12])
     assert rows.places(asked).tolist() == SortedIds(rows.fid).places(asked).tolist()
+    # The first run's rows and queue index, replaced, wait for the next run's arrays; a
+    # full run lets them go.
+    assert BUFFERS.held() >= 8
     runs._PREVIOUS.clear()
     monkeypatch.undo()
     full = _run(team_id)
+    assert BUFFERS.held() == 0
     assert _stored(team_id) == stored
     assert full.results_digest == incremental.results_digest
     # The rows the worker keeps for the next run (its places, every rank as of the run)

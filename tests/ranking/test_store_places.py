@@ -13,7 +13,8 @@ import pytest
 from trustrank.ranking.services.store import _walk_changed
 from trustrank.ranking.services.store_places import MAX_DEPTH, MovedIds, SortedIds, moved_ids
 from trustrank.ranking.services.store_rows import QueueRows
-from trustrank.risk.queue import KeptPieces, _sources
+from trustrank.risk.queue import _sources
+from trustrank.risk.queue_moves import KeptPieces
 
 
 def _asked(rng: random.Random, seen: set[int], fid: np.ndarray) -> np.ndarray:
@@ -123,3 +124,39 @@ def test_walked_rows_find_each_id_where_a_sort_finds_it(seed):
         assert rows.places(asked).tolist() == SortedIds(rows.fid).places(asked).tolist()
         rows.by_place = True
         prev, before, order = new, rows, new_order
+
+
+def test_released_arrays_serve_a_later_run_and_held_ones_stay():
+    """`risk.buffers`: rows released after a newer run replaced them give their columns
+    to the next rows made by place, which are whole and right; a column something else
+    still holds (a view, another name) is not given, and the released rows are empty."""
+    from trustrank.ranking.services.store_moved import rows_walked
+    from trustrank.risk.buffers import BUFFERS, ArrayPool
+
+    rng = random.Random(3)
+    n = 50
+
+    def rows_of(fids: list[int]) -> QueueRows:
+        rows = QueueRows.from_items(((f, (k + 1, k + 1, "prod", rng.random(), "scheduled",
+                                           "ctx")) for k, f in enumerate(fids)), len(fids))
+        rows.by_place = True
+        return rows
+
+    old = rows_of(list(range(1, n + 1)))
+    held_view = old.score[:10]
+    given = old.release()
+    assert len(old) == 0 and old.score is not None and not len(old.score)
+    assert len(given) == 7  # every column but the one a view holds
+    del held_view
+    BUFFERS.clear()
+    BUFFERS.give(given)
+    before = rows_of(list(range(101, 101 + n)))
+    expected = [before.row_at(k) for k in range(n)]
+    source = np.arange(n, dtype=np.int32)
+    made = rows_walked(before, source, n, [], [], [])
+    assert any(made.fid is a for a in given)
+    assert [made.row_at(k) for k in range(n)] == expected
+    assert made.fid.tolist() == before.fid.tolist()
+    BUFFERS.clear()
+    pool = ArrayPool()
+    assert pool.zeros(4, np.int32).tolist() == [0, 0, 0, 0]

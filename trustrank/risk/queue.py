@@ -12,7 +12,6 @@ places whose finding is not the previous one (what the store has to write).
 
 from __future__ import annotations
 
-from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -22,8 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from trustrank.risk.buffers import BUFFERS, detach
 from trustrank.risk.inputs import DECISIONS, Finding
 from trustrank.risk.queue_key import id_places, queue_keys
+from trustrank.risk.queue_moves import KeptPieces, PlaceRanges
 from trustrank.risk.ranked_queue import RankedQueue, held_of
 from trustrank.risk.results import RankedFinding
 
@@ -97,6 +98,11 @@ class QueueIndex:
             np.concatenate(c) if c else np.zeros(0, dtype=np.int32) for c in columns)
         yield cls(versions, envs, services, record_version, context_version, env, service)
 
+    def release(self) -> list[np.ndarray[Any, Any]]:
+        """Its code arrays that nothing else holds (`buffers.detach`); the index is empty
+        after."""
+        return detach(self, ("record_version", "context_version", "env", "service"))
+
     def places(self, findings: Sequence[RankedFinding]) -> dict[str, int]:
         """Finding id -> place in `findings` (the queue this index is of)."""
         if self.place is None:
@@ -147,8 +153,11 @@ class QueueIndex:
             # Fresh places (-1) read place 0 as a placeholder (clipped: no array of the
             # places made for it), then get their own codes. An empty previous queue has
             # no place 0: every place of the new one is fresh.
-            values = (np.take(old, source, mode="clip") if len(old)
-                      else np.zeros(len(source), dtype=old.dtype))
+            values = BUFFERS.empty(len(source), old.dtype)
+            if len(old):
+                np.take(old, source, out=values, mode="clip")
+            else:
+                values.fill(0)
             if is_fresh is not None:
                 values[is_fresh] = [c[k] for c in fresh_codes]
             arrays.append(values)
@@ -266,36 +275,6 @@ def _shared_scores(score: np.ndarray[Any, Any]) -> Iterable[float]:
     return map(distinct.tolist().__getitem__, code.reshape(-1))
 
 
-class PlaceRanges(Sequence[int]):
-    """Ascending places given as half-open ranges `(start, end)`, ascending and apart:
-    the places of a merged queue whose finding moved. One finding rising renumbers every
-    place below it; listed, those were ten million integers made each run (an `arange`,
-    its bytes, an array of them: 0.3 s at ten million) for a caller that mostly asks how
-    many there are. Listed on first index (the store's walk reads them by index when they
-    are few)."""
-
-    __slots__ = ("_len", "_listed", "ranges")
-
-    def __init__(self, ranges: list[tuple[int, int]]) -> None:
-        self.ranges = ranges
-        self._len = sum(b - a for a, b in ranges)
-        self._listed: array[int] | None = None
-
-    def __len__(self) -> int:
-        return self._len
-
-    def __iter__(self) -> Iterator[int]:
-        for a, b in self.ranges:
-            yield from range(a, b)
-
-    def __getitem__(self, k: Any) -> Any:
-        if self._listed is None:
-            self._listed = array("q")
-            for a, b in self.ranges:
-                self._listed.frombytes(np.arange(a, b, dtype=np.int64).tobytes())
-        return self._listed[k]
-
-
 def _sources(pieces: list[tuple[int, int]]) -> tuple[np.ndarray[Any, Any], PlaceRanges,
                                                      KeptPieces]:
     """Each place of a queue made of `pieces` (old place of its first finding or -1 for
@@ -325,45 +304,6 @@ def _sources(pieces: list[tuple[int, int]]) -> tuple[np.ndarray[Any, Any], Place
                 moved.append((at, at + length))
         at += length
     return source, PlaceRanges(moved), KeptPieces.of(kept)
-
-
-@dataclass(frozen=True)
-class KeptPieces:
-    """The runs of findings a merged queue kept from the previous one, in order (the
-    previous places ascend with the new ones): run k is the previous places
-    `old[k]` … `old[k] + length[k] - 1`, now at `new[k]` onward. A kept finding's new
-    place follows from its previous one by a search among the runs (a few per change),
-    with no array of the queue's size."""
-
-    old: np.ndarray[Any, Any]
-    new: np.ndarray[Any, Any]
-    length: np.ndarray[Any, Any]
-
-    @classmethod
-    def of(cls, runs: Sequence[tuple[int, int, int]]) -> KeptPieces:
-        """From (old start, new start, length) runs, ascending."""
-        a = np.array(runs, dtype=np.int64).reshape(-1, 3)
-        return cls(a[:, 0].copy(), a[:, 1].copy(), a[:, 2].copy())
-
-    def dropped(self, n: int) -> np.ndarray[Any, Any]:
-        """The previous places (of `n`) in no run: those whose finding was rescored or
-        left the queue."""
-        ends = self.old + self.length
-        starts = [0, *ends.tolist()]
-        stops = [*self.old.tolist(), n]
-        return np.concatenate([np.zeros(0, dtype=np.int64), *(
-            np.arange(a, b, dtype=np.int64) for a, b in zip(starts, stops, strict=True)
-            if b > a)])
-
-    def moved(self, old: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        """The new place of each previous place in `old`, -1 for one not kept (or -1)."""
-        k = np.searchsorted(self.old, old, side="right") - 1
-        np.maximum(k, 0, out=k)
-        if not len(self.old):
-            return np.full(len(old), -1, dtype=np.int64)
-        offset = old - self.old[k]
-        inside = (old >= 0) & (offset >= 0) & (offset < self.length[k])
-        return np.where(inside, self.new[k] + offset, -1)
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from trustrank.ranking.services.store_groups import search_groups_mend
 from trustrank.ranking.services.store_rows import Ids, OwnRow, QueueRows, decision_changed
 from trustrank.ranking.services.store_services import services_store
 from trustrank.risk import inputs as ri
+from trustrank.risk.buffers import BUFFERS
 from trustrank.risk.collector import collector_paused
 from trustrank.risk.engine import rank, with_inputs_digest
 from trustrank.risk.incremental import rank_incremental
@@ -199,6 +200,8 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any =
             _PREVIOUS.pop(run.team_id, None)
             cached = replace(cached, result=replace(cached.result, findings=()))
     else:
+        # A full run's peak is the process's highest: no arrays wait beside it.
+        BUFFERS.clear()
         # The inputs digest and the queue's index are made later, while PostgreSQL
         # stores the queue (`_Meanwhile`).
         result = rank(inputs=gathered.inputs, settings=rs, with_digest=False,
@@ -316,6 +319,14 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any =
     _PREVIOUS.move_to_end(run.team_id)
     while len(_PREVIOUS) > _PREVIOUS_MAX:
         _PREVIOUS.popitem(last=False)
+    if incremental and cached is not None:
+        # The previous run's rows and queue index are replaced: their arrays go to the
+        # next incremental run's (`risk.buffers`).
+        if cached.rows is not rows:
+            BUFFERS.give(cached.rows.release())
+        index = cached.result.queue_index
+        if index is not None and index is not result.queue_index:
+            BUFFERS.give(index.release())
 
 
 class _FindingsHash:

@@ -14,7 +14,9 @@ import numpy as np
 from trustrank.ranking.inputs.ids import pk_of
 from trustrank.ranking.services.store_places import Located, moved_ids
 from trustrank.ranking.services.store_rows import _DECISION_INDEX, QueueRows, Row, env_ranks
-from trustrank.risk.queue import KeptPieces, Moves
+from trustrank.risk.buffers import BUFFERS
+from trustrank.risk.queue import Moves
+from trustrank.risk.queue_moves import KeptPieces
 from trustrank.risk.results import RankedFinding
 
 
@@ -75,7 +77,7 @@ def rows_walked(
     for column in (before.fid, before.rank, before.env_rank, before.env, before.score,
                    before.decision, before.context, before.qkey):
         if with_ranks or (column is not before.rank and column is not before.env_rank):
-            values = np.empty(n, dtype=column.dtype)
+            values = BUFFERS.empty(n, column.dtype)
             values[len(of_place):] = 0
             # Into the new column directly: a gather then a copy made and filled a
             # temporary of ten million beside it. Not numpy's default mode ("raise"), which
@@ -83,7 +85,7 @@ def rows_walked(
             # places are in range, so clipping changes none.
             np.take(column, of_place, out=values[: len(of_place)], mode="clip")
         else:
-            values = np.zeros(n, dtype=column.dtype)
+            values = BUFFERS.zeros(n, column.dtype)
         cols.append(values)
     fid, rank, env_rank, env, score, decision, context, qkey = cols
     at = np.asarray(walked, dtype=np.int64)

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from trustrank.risk.queue import KeptPieces
+from trustrank.risk.queue_moves import KeptPieces
 
 MAX_DEPTH = 32
 

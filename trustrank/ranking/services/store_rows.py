@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from trustrank.ranking.services.store_places import Located, SortedIds
+from trustrank.risk.buffers import detach
 from trustrank.risk.inputs import DECISIONS
 
 # A stored rank row: (rank, env rank, environment, score, decision, context digest).
@@ -138,6 +139,12 @@ class QueueRows(Mapping[int, Row]):
         out = np.empty(len(fids), dtype=np.int64)
         out[asked] = found
         return out
+
+    def release(self) -> list[np.ndarray[Any, Any]]:
+        """Its columns that nothing else holds (`buffers.detach`), for a later run's rows;
+        these rows are empty after."""
+        return detach(self, ("fid", "rank", "env_rank", "env", "score", "decision",
+                             "context", "qkey"))
 
     def located(self) -> Located:
         """How an id's row is found: the lookup given when the rows were made

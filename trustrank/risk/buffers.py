@@ -1,0 +1,71 @@
+"""Arrays of a queue's length handed from one incremental run to a later one.
+
+An incremental run at ten million findings makes a dozen arrays of the queue's length
+(the queue index's codes, the stored rows' columns), and the previous run's equal ones
+are dropped when it ends. Each new array is memory the kernel has to hand out again: on a
+machine whose memory is mostly page cache, a fresh 40 MB array cost 0.03 s when huge
+pages were at hand and up to 0.16 s when the kernel first had to compact memory for them
+(a take into a reused array: 0.025 s), so the same run's store took 1.4 s or 2.8 s by
+what the kernel had at hand. The arrays of a run's previous rows and queue index, once a
+newer run replaced them and nothing else holds them, wait here for the next run's.
+
+A full run drops what is held (`clear`): its own peak is the process's highest, and the
+arrays of an incremental queue would only add to it."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+# Arrays kept per (length, type): a run takes about eight int32 arrays of one length.
+_KEEP = 12
+
+
+class ArrayPool:
+    def __init__(self) -> None:
+        self._free: dict[tuple[int, np.dtype[Any]], list[np.ndarray[Any, Any]]] = {}
+
+    def empty(self, n: int, dtype: Any) -> np.ndarray[Any, Any]:
+        """An array of `n` values of `dtype`, its values whatever they were: a kept one, or
+        a new one."""
+        held = self._free.get((n, np.dtype(dtype)))
+        return held.pop() if held else np.empty(n, dtype=dtype)
+
+    def zeros(self, n: int, dtype: Any) -> np.ndarray[Any, Any]:
+        out = self.empty(n, dtype)
+        out.fill(0)
+        return out
+
+    def give(self, arrays: list[np.ndarray[Any, Any]]) -> None:
+        for a in arrays:
+            held = self._free.setdefault((len(a), a.dtype), [])
+            if len(held) < _KEEP:
+                held.append(a)
+
+    def clear(self) -> None:
+        self._free.clear()
+
+    def held(self) -> int:
+        return sum(map(len, self._free.values()))
+
+
+def detach(holder: Any, names: tuple[str, ...]) -> list[np.ndarray[Any, Any]]:
+    """Take the arrays `names` from `holder`, leaving each name an empty array (the holder
+    then holds nothing: it must not be read again), and return those nothing else holds
+    (a view of one, or another object naming it, keeps it out: it could be read again).
+    Only whole one-dimensional arrays that own their memory are returned."""
+    out = []
+    for name in names:
+        a = getattr(holder, name)
+        setattr(holder, name, np.zeros(0, dtype=a.dtype))
+        # Two references: `a` and the call's own argument.
+        if a.ndim == 1 and a.flags.owndata and a.base is None and sys.getrefcount(a) == 2:
+            out.append(a)
+        del a
+    return out
+
+
+# One per worker process, as the previous runs are (`ranking.services.runs`).
+BUFFERS = ArrayPool()
