@@ -17,8 +17,12 @@ run beat would and runs it, and times from the window's job being committed to t
 rank being read back (`seconds_from_window_to_rank`; beat's sweep interval,
 TRUSTRANK_RANKING_EVIDENCE_SWEEP_SECONDS, adds up to that much in production).
 
+`--incremental-runs N` ranks N - 1 more times after the first incremental run, each after
+svc-3's impact changed back or again: a worker's steady state, one change after another.
+
 Last line: {"full_seconds": …, "incremental_seconds": …, "first_page_ms": …,
-            "findings": …, "peak_mb": …[, "seconds_from_window_to_rank": …]}
+            "findings": …, "peak_mb": …[, "incremental_seconds_later": […],
+            "incremental_seconds_later_median": …][, "seconds_from_window_to_rank": …]}
 """
 
 from __future__ import annotations
@@ -313,6 +317,11 @@ def main() -> None:
         "--profile-stream", action="store_true",
         help="profile the run after the trace window (--stream), as --profile does")
     parser.add_argument(
+        "--incremental-runs", type=int, default=1,
+        help="incremental runs after the full one, each after svc-3's impact changed again "
+             "(the first is incremental_seconds; the later ones are listed, with their "
+             "median, as incremental_seconds_later[_median])")
+    parser.add_argument(
         "--stream", action="store_true",
         help="after the runs, store a trace window that changes the reachability of some "
              "findings and time it to the new rank (seconds_from_window_to_rank)")
@@ -379,6 +388,16 @@ def main() -> None:
             "WHERE service_name = 'svc-3' AND environment_id IN "
             "(SELECT id FROM runtime_environment WHERE team_id = %s)", [team_id])
     incremental = run("incremental run", profile=args.profile)
+    # More incremental runs, each after the same deployment's impact changed back or again:
+    # a worker ranking one change after another, past the first run after a full one.
+    more = []
+    for k in range(args.incremental_runs - 1):
+        with connection.cursor() as cur:
+            cur.execute(
+                "UPDATE runtime_deployment SET human_impact = %s WHERE service_name = 'svc-3' "
+                "AND environment_id IN (SELECT id FROM runtime_environment WHERE team_id = %s)",
+                ["medium" if k % 2 == 0 else "very high", team_id])
+        more.append(run(f"incremental run {k + 2}"))
 
     key = api_key_issue(team=Team.objects.get(pk=team_id), name="bench", scopes=["read"]).secret
     client = Client(HTTP_X_API_KEY=key)
@@ -400,6 +419,9 @@ def main() -> None:
         "findings": args.findings,
         "peak_mb": round(peak),
     }
+    if more:
+        out["incremental_seconds_later"] = [round(t, 2) for t in more]
+        out["incremental_seconds_later_median"] = round(sorted(more)[len(more) // 2], 2)
     if args.stream:
         took, said = stream(team_id, profile=args.profile_stream)
         print(f"stream: {said}")
