@@ -34,6 +34,7 @@ import os
 import pstats
 import random
 import resource
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -421,7 +422,7 @@ def main() -> None:
     }
     if more:
         out["incremental_seconds_later"] = [round(t, 2) for t in more]
-        out["incremental_seconds_later_median"] = round(sorted(more)[len(more) // 2], 2)
+        out["incremental_seconds_later_median"] = round(statistics.median(more), 2)
     if args.stream:
         took, said = stream(team_id, profile=args.profile_stream)
         print(f"stream: {said}")

@@ -59,7 +59,8 @@ def detach(holder: Any, names: tuple[str, ...]) -> list[np.ndarray[Any, Any]]:
     out = []
     for name in names:
         a = getattr(holder, name)
-        setattr(holder, name, np.zeros(0, dtype=a.dtype))
+        # Past a frozen dataclass's guard too: the holder is being let go.
+        object.__setattr__(holder, name, np.zeros(0, dtype=a.dtype))
         # Two references: `a` and the call's own argument.
         if a.ndim == 1 and a.flags.owndata and a.base is None and sys.getrefcount(a) == 2:
             out.append(a)

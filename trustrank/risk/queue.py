@@ -223,6 +223,11 @@ class RankedColumns:
     # queue is in order of (key, finding id as a number) for database ids.
     qkey: np.ndarray[Any, Any]
 
+    def release(self) -> list[np.ndarray[Any, Any]]:
+        """Its arrays that nothing else holds (`buffers.detach`); the columns are empty
+        after."""
+        return detach(self, ("score", "decision", "mid", "tail", "qkey"))
+
 
 def assemble(
     records: Sequence[Finding], cols: QueueColumns, *, with_index: bool = True,

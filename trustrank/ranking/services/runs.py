@@ -319,6 +319,14 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any =
     _PREVIOUS.move_to_end(run.team_id)
     while len(_PREVIOUS) > _PREVIOUS_MAX:
         _PREVIOUS.popitem(last=False)
+    if not incremental:
+        # What the next (incremental) run needs and would otherwise make itself, made
+        # now that this run is past its peak: the rows' lookup by finding id (a sort of
+        # every id), and arrays of the queue's length to take into (the queue's columns,
+        # which nothing reads after this run).
+        rows.located()
+        if result.columns is not None:
+            BUFFERS.give(result.columns.release())
     if incremental and cached is not None:
         # The previous run's rows and queue index are replaced: their arrays go to the
         # next incremental run's (`risk.buffers`).
