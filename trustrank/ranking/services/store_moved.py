@@ -109,7 +109,7 @@ def rows_walked(
 
 
 def walked_located(before: QueueRows, n: int, walked: list[int],
-               walked_fids: list[int]) -> Located | None:
+                   walked_fids: list[int]) -> Located | None:
     """How the rows made by `rows_walked` from `before` (rows by place, one per previous
     place) find an id's row: a place not walked holds the row it held, a walked one the
     id given."""
