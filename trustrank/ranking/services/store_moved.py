@@ -67,9 +67,9 @@ def rows_walked(
 ) -> QueueRows:
     """The rows of a queue of `n` places: at place i the row of `before` at `of_place[i]`
     (a negative place reads place 0: clipped), except at the places `walked`, which have
-    the ids and rows given. Without
-    `with_ranks`, the ranks are left zero for the caller to count (a gather of ten million
-    each saved)."""
+    the ids and rows given. Without `with_ranks`, the rank columns are left empty for the
+    caller to set (a gather of ten million each saved, and no array of the queue's length
+    made for them)."""
     envs, digests = list(before.envs), list(before.digests)
     env_codes = {e: k for k, e in enumerate(envs)}
     digest_codes = {d: k for k, d in enumerate(digests)}
@@ -85,14 +85,15 @@ def rows_walked(
             # places are in range, so clipping changes none.
             np.take(column, of_place, out=values[: len(of_place)], mode="clip")
         else:
-            values = BUFFERS.zeros(n, column.dtype)
+            values = np.zeros(0, dtype=column.dtype)
         cols.append(values)
     fid, rank, env_rank, env, score, decision, context, qkey = cols
     at = np.asarray(walked, dtype=np.int64)
     if len(at):
         fid[at] = walked_ids
-        rank[at] = list(map(itemgetter(0), walked_rows))
-        env_rank[at] = list(map(itemgetter(1), walked_rows))
+        if with_ranks:
+            rank[at] = list(map(itemgetter(0), walked_rows))
+            env_rank[at] = list(map(itemgetter(1), walked_rows))
         for e in {r[2] for r in walked_rows} - env_codes.keys():
             env_codes[e] = len(envs)
             envs.append(e)

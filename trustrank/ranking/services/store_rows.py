@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from trustrank.ranking.services.store_places import Located, SortedIds
-from trustrank.risk.buffers import detach
+from trustrank.risk.buffers import BUFFERS, detach
 from trustrank.risk.inputs import DECISIONS
 
 # A stored rank row: (rank, env rank, environment, score, decision, context digest).
@@ -48,7 +48,7 @@ def _codes(values: Iterable[str], table: dict[str, int], n: int) -> np.ndarray[A
 def env_ranks(codes: np.ndarray[Any, Any], n_codes: int) -> np.ndarray[Any, Any]:
     """Each place's rank among the places of its environment code (`codes` by place,
     codes below `n_codes`): one pass in C per environment."""
-    ranks = np.empty(len(codes), dtype=np.int32)
+    ranks = BUFFERS.empty(len(codes), np.int32)
     for code in range(n_codes):
         at = np.flatnonzero(codes == code)
         ranks[at] = np.arange(1, len(at) + 1)
