@@ -160,3 +160,22 @@ def test_released_arrays_serve_a_later_run_and_held_ones_stay():
     BUFFERS.clear()
     pool = ArrayPool()
     assert pool.zeros(4, np.int32).tolist() == [0, 0, 0, 0]
+
+
+def test_the_pool_keeps_arrays_of_the_length_given_last_and_no_more_than_its_bound():
+    """Arrays of a length no run asks for again (another team's queue, or one that grew
+    since) do not pile up: giving arrays of a new length lets the others go, and the pool
+    never holds more than its bound."""
+    from trustrank.risk.buffers import _KEEP, ArrayPool
+
+    pool = ArrayPool()
+    first = [np.zeros(5, dtype=np.int32) for _ in range(3)]
+    pool.give(first)
+    assert pool.held() == 3
+    pool.give([np.zeros(6, dtype=np.int64), np.zeros(6, dtype=np.int32)])
+    assert pool.held() == 2
+    assert all(pool.empty(5, np.int32) is not a for a in first)
+    pool.give([np.zeros(6, dtype=np.int8) for _ in range(_KEEP * 2)])
+    assert pool.held() == _KEEP
+    taken = pool.empty(6, np.int64)
+    assert len(taken) == 6 and taken.dtype == np.int64 and pool.held() == _KEEP - 1

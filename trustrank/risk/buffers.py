@@ -10,7 +10,8 @@ what the kernel had at hand. The arrays of a run's previous rows and queue index
 newer run replaced them and nothing else holds them, wait here for the next run's.
 
 A full run drops what is held (`clear`): its own peak is the process's highest, and the
-arrays of an incremental queue would only add to it."""
+arrays of an incremental queue would only add to it. The pool holds at most `_KEEP`
+arrays, all of one length (`give`)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
-# Arrays kept per (length, type): a run takes about eight int32 arrays of one length.
-_KEEP = 12
+# Arrays kept in all: a run gives about twelve (its previous rows' columns and queue
+# index) and takes about ten.
+_KEEP = 16
 
 
 class ArrayPool:
@@ -39,10 +41,16 @@ class ArrayPool:
         return out
 
     def give(self, arrays: list[np.ndarray[Any, Any]]) -> None:
+        """Keep `arrays` for later runs. Only arrays of one length are kept, the length
+        given last: a run asks for its queue's length, which is the previous run's of the
+        same team when no finding came or went. Arrays of a length no run asks for again
+        (another team's, or a queue that since grew) would otherwise pile up in a worker
+        that ranks many teams."""
         for a in arrays:
-            held = self._free.setdefault((len(a), a.dtype), [])
-            if len(held) < _KEEP:
-                held.append(a)
+            if any(n != len(a) for n, _dtype in self._free):
+                self._free.clear()
+            if self.held() < _KEEP:
+                self._free.setdefault((len(a), a.dtype), []).append(a)
 
     def clear(self) -> None:
         self._free.clear()
