@@ -35,11 +35,6 @@ class ArrayPool:
         held = self._free.get((n, np.dtype(dtype)))
         return held.pop() if held else np.empty(n, dtype=dtype)
 
-    def zeros(self, n: int, dtype: Any) -> np.ndarray[Any, Any]:
-        out = self.empty(n, dtype)
-        out.fill(0)
-        return out
-
     def give(self, arrays: list[np.ndarray[Any, Any]]) -> None:
         """Keep `arrays` for later runs. Only arrays of one length are kept, the length
         given last: a run asks for its queue's length, which is the previous run's of the
