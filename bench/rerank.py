@@ -318,6 +318,10 @@ def main() -> None:
         "--profile-stream", action="store_true",
         help="profile the run after the trace window (--stream), as --profile does")
     parser.add_argument(
+        "--profile-later", action="store_true",
+        help="profile the last of the later incremental runs (--incremental-runs), a "
+             "worker's steady state, as --profile does the first")
+    parser.add_argument(
         "--incremental-runs", type=int, default=1,
         help="incremental runs after the full one, each after svc-3's impact changed again "
              "(the first is incremental_seconds; the later ones are listed, with their "
@@ -398,7 +402,8 @@ def main() -> None:
                 "UPDATE runtime_deployment SET human_impact = %s WHERE service_name = 'svc-3' "
                 "AND environment_id IN (SELECT id FROM runtime_environment WHERE team_id = %s)",
                 ["medium" if k % 2 == 0 else "very high", team_id])
-        more.append(run(f"incremental run {k + 2}"))
+        last = k == args.incremental_runs - 2
+        more.append(run(f"incremental run {k + 2}", profile=args.profile_later and last))
 
     key = api_key_issue(team=Team.objects.get(pk=team_id), name="bench", scopes=["read"]).secret
     client = Client(HTTP_X_API_KEY=key)

@@ -2,10 +2,10 @@
 
 A million ranked findings, of which an SBOM change rescored a few hundred: walking the
 whole previous queue in Python to find them, and again to merge them back, cost more than
-everything else of such a run. `QueueIndex` keeps, per place in a queue, small integer
-codes of what the finding there depends on (its project version, its context's project
-version, its environment and service, for non-vulnerability findings) and where each
-finding id sits, so the places to rescore are found by array operations; `merge` puts the
+everything else of such a run. `QueueIndex` (`queue_index`) keeps, per place in a queue,
+small integer codes of what the finding there depends on (its project version, its
+context's project version, its environment and service, for non-vulnerability findings),
+so the places to rescore are found by array operations; `merge` puts the
 rescored findings back, renumbering only the findings whose rank changed and naming the
 places whose finding is not the previous one (what the store has to write).
 """
@@ -13,166 +13,22 @@ places whose finding is not the previous one (what the store has to write).
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
 
-from trustrank.risk.buffers import BUFFERS, detach
+from trustrank.risk.buffers import detach
 from trustrank.risk.inputs import DECISIONS, Finding
+from trustrank.risk.pieces import Pieces, PiecesBuilder
+from trustrank.risk.queue_index import QueueIndex
 from trustrank.risk.queue_key import id_places, queue_keys
 from trustrank.risk.queue_moves import KeptPieces, PlaceRanges
 from trustrank.risk.ranked_queue import RankedQueue, held_of
 from trustrank.risk.results import RankedFinding
-
-# RankedFinding fields by position: 0 finding_id, 5 context (3: its project version),
-# 6 finding.
-_ID, _CONTEXT, _RECORD = 0, 5, 6
-
-_record_version = attrgetter("project_version")
-_record_env = attrgetter("environment")
-
-
-def _codes(values: Sequence[Any] | Any, table: dict[Any, int], count: int) -> np.ndarray[Any, Any]:
-    """`values` as codes of `table` (new values get new codes; code 0 is the empty string)."""
-    values = list(values)
-    for value in set(values) - table.keys():
-        table[value] = len(table)
-    return np.fromiter(map(table.__getitem__, values), dtype=np.int32, count=count)
-
-
-@dataclass
-class QueueIndex:
-    """Codes per place of one queue, and each finding id's place."""
-
-    versions: dict[str, int]
-    envs: dict[str, int]
-    services: dict[tuple[str, str], int]
-    record_version: np.ndarray[Any, Any]
-    context_version: np.ndarray[Any, Any]
-    env: np.ndarray[Any, Any]
-    service: np.ndarray[Any, Any]
-    # Finding id -> place; None when the caller looks places up itself (a ranking run
-    # knows each finding's stored rank), made on first use otherwise.
-    place: dict[str, int] | None = None
-
-    @classmethod
-    def build(cls, findings: Sequence[RankedFinding]) -> QueueIndex:
-        *_parts, index = cls.in_parts(findings, part=max(1, len(findings)))
-        assert index is not None
-        return index
-
-    @classmethod
-    def in_parts(
-        cls, findings: Sequence[RankedFinding], part: int = 100_000,
-    ) -> Iterator[QueueIndex | None]:
-        """`build`, `part` places at a time: None after each part, then the index (a caller
-        can do the work between other work: a ranking run does it while PostgreSQL
-        stores the queue)."""
-        versions: dict[str, int] = {"": 0}
-        envs: dict[str, int] = {"": 0}
-        services: dict[tuple[str, str], int] = {("", ""): 0}
-        columns: list[list[np.ndarray[Any, Any]]] = [[], [], [], []]
-        held = held_of(findings)  # the rank is not read
-        for start in range(0, len(held), part):
-            chunk = held[start : start + part]
-            n = len(chunk)
-            records = list(map(itemgetter(_RECORD), chunk))
-            env = _codes(map(_record_env, records), envs, n)
-            service = np.zeros(n, dtype=np.int32)
-            # Only non-vulnerability findings name an environment: few places.
-            for i in np.flatnonzero(env).tolist():
-                f = records[i]
-                service[i] = services.setdefault((f.environment, f.service), len(services))
-            for k, values in enumerate((
-                _codes(map(_record_version, records), versions, n),
-                _codes(map(itemgetter(3), map(itemgetter(_CONTEXT), chunk)), versions, n),
-                env, service,
-            )):
-                columns[k].append(values)
-            yield None
-        record_version, context_version, env, service = (
-            np.concatenate(c) if c else np.zeros(0, dtype=np.int32) for c in columns)
-        yield cls(versions, envs, services, record_version, context_version, env, service)
-
-    def release(self) -> list[np.ndarray[Any, Any]]:
-        """Its code arrays that nothing else holds (`buffers.detach`); the index is empty
-        after."""
-        return detach(self, ("record_version", "context_version", "env", "service"))
-
-    def places(self, findings: Sequence[RankedFinding]) -> dict[str, int]:
-        """Finding id -> place in `findings` (the queue this index is of)."""
-        if self.place is None:
-            held = held_of(findings)
-            self.place = dict(zip(map(itemgetter(_ID), held), range(len(held)), strict=True))
-        return self.place
-
-    def places_depending_on(
-        self, *, versions: Collection[str], envs: Collection[str],
-        services: Collection[tuple[str, str]],
-    ) -> np.ndarray[Any, Any]:
-        """Places whose finding's record or context names one of `versions`, or whose
-        finding names one of `envs` or `services` (sorted)."""
-        mask = np.zeros(len(self.env), dtype=bool)
-        codes = [self.versions[v] for v in versions if v in self.versions]
-        if codes:
-            mask |= np.isin(self.record_version, codes)
-            mask |= np.isin(self.context_version, codes)
-        codes = [self.envs[e] for e in envs if e in self.envs and e]
-        if codes:
-            mask |= np.isin(self.env, codes)
-        codes = [self.services[s] for s in services if s in self.services]
-        if codes:
-            mask |= np.isin(self.service, codes)
-        return np.flatnonzero(mask)
-
-    def codes_of(self, r: RankedFinding) -> tuple[int, int, int, int]:
-        f = r.finding
-        v, e = self.versions, self.envs
-        a = v.setdefault(f.project_version, len(v))
-        b = v.setdefault(r.project_version, len(v))
-        c = e.setdefault(f.environment, len(e))
-        d = self.services.setdefault((f.environment, f.service), len(self.services)) if (
-            f.environment) else 0
-        return a, b, c, d
-
-    def moved(
-        self, previous: Sequence[RankedFinding], findings: Sequence[RankedFinding],
-        source: np.ndarray[Any, Any], fresh_codes: list[tuple[int, int, int, int]],
-        changed: Sequence[int], removed: Sequence[int],
-    ) -> QueueIndex:
-        """The index of `findings`, place k being `previous`'s place `source[k]` (-1 for
-        fresh findings, whose codes are `fresh_codes` in order)."""
-        is_fresh = np.flatnonzero(source < 0) if fresh_codes else None
-        arrays = []
-        for k, old in enumerate((self.record_version, self.context_version, self.env,
-                                 self.service)):
-            # Fresh places (-1) read place 0 as a placeholder (clipped: no array of the
-            # places made for it), then get their own codes. An empty previous queue has
-            # no place 0: every place of the new one is fresh.
-            values = BUFFERS.empty(len(source), old.dtype)
-            if len(old):
-                np.take(old, source, out=values, mode="clip")
-            else:
-                values.fill(0)
-            if is_fresh is not None:
-                values[is_fresh] = [c[k] for c in fresh_codes]
-            arrays.append(values)
-        place = None
-        if self.place is not None:
-            place = dict(self.place)
-            before, now = held_of(previous), held_of(findings)
-            for i in removed:
-                del place[before[i].finding_id]
-            for i in changed:
-                place[now[i].finding_id] = i
-        record_version, context_version, env, service = arrays
-        return QueueIndex(self.versions, self.envs, self.services, record_version,
-                          context_version, env, service, place)
-
 
 _new_ranked = tuple.__new__
 
@@ -362,7 +218,10 @@ def merge(
         at = bisect_left(held, key, key=queue_key)
         cuts.append(at - bisect_left(removed, at))
 
-    out: list[RankedFinding] = []
+    # The new queue as pieces of the previous one's sequences and of `made`, the fresh
+    # ranked findings (`pieces.Pieces`: no list of ten million made anew).
+    out, before = PiecesBuilder(), Pieces.of(held)
+    made: list[RankedFinding] = []
     # The new queue in pieces: (old place of its first finding or -1 for fresh, length).
     pieces: list[tuple[int, int]] = []
     fresh_codes: list[tuple[int, int, int, int]] = []
@@ -375,7 +234,8 @@ def merge(
         while j < n_fresh and cuts[j] <= upto:
             key, row = fresh[j]
             r = new(cls, (key[-1], len(out) + 1, *row))
-            out.append(r)
+            out.add(made, len(made), 1)
+            made.append(r)
             fresh_codes.append(index.codes_of(r))
             j += 1
         if j > first:
@@ -387,11 +247,11 @@ def merge(
             emit_fresh(a)  # the fresh findings that go before kept[a]
             b = min(end, cuts[j]) if j < n_fresh else end
             old = first_old + a - first_kept
-            out.extend(held[old : old + b - a])
+            out.add_from(before, old, b - a)
             pieces.append((old, b - a))
             a = b
     emit_fresh(n_kept)
-    findings = RankedQueue(out)
+    findings = RankedQueue(out.build())
     source, changed, kept = _sources(pieces)
-    moved = index.moved(previous, findings, source, fresh_codes, changed, removed)
+    moved = index.moved(previous, findings, pieces, fresh_codes, changed, removed)
     return Merged(findings, changed, moved, Moves(source, len(previous), kept))

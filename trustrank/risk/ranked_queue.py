@@ -30,8 +30,8 @@ class RankedQueue(Sequence[RankedFinding]):
     __slots__ = ("held",)
 
     def __init__(self, held: Sequence[RankedFinding]) -> None:
-        # The merge's list as it made it (a tuple of it was ten million pointers more);
-        # nothing changes it after.
+        # The merge's sequence as it made it (`pieces.Pieces` of the previous queue's
+        # sequences); nothing changes it after.
         self.held = held
 
     def __len__(self) -> int:

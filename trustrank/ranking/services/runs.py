@@ -327,14 +327,10 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any =
         rows.located()
         if result.columns is not None:
             BUFFERS.give(result.columns.release())
-    if incremental and cached is not None:
-        # The previous run's rows and queue index are replaced: their arrays go to the
-        # next incremental run's (`risk.buffers`).
-        if cached.rows is not rows:
-            BUFFERS.give(cached.rows.release())
-        index = cached.result.queue_index
-        if index is not None and index is not result.queue_index:
-            BUFFERS.give(index.release())
+    if incremental and cached is not None and cached.rows is not rows:
+        # The previous run's rows are replaced: their arrays go to the next incremental
+        # run's (`risk.buffers`). Its queue index shares its codes with this run's.
+        BUFFERS.give(cached.rows.release())
 
 
 class _FindingsHash:
