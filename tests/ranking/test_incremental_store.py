@@ -357,7 +357,7 @@ def _kept_moved(monkeypatch) -> list[int]:
     kept: list[int] = []
 
     def counted(findings, moves, *args, **kwargs):
-        kept.append(int((moves.source >= 0).sum()))
+        kept.append(int(moves.kept.length.sum()))
         return store_moved.rows_moved(findings, moves, *args, **kwargs)
 
     monkeypatch.setattr(store, "rows_moved", counted)

@@ -13,7 +13,7 @@ import pytest
 from trustrank.ranking.services.store import _walk_changed
 from trustrank.ranking.services.store_places import MAX_DEPTH, MovedIds, SortedIds, moved_ids
 from trustrank.ranking.services.store_rows import QueueRows
-from trustrank.risk.queue import _sources
+from trustrank.risk.queue import _places_of
 from trustrank.risk.queue_moves import KeptPieces
 
 
@@ -56,14 +56,19 @@ def test_a_chain_of_moved_queues_finds_each_row_where_a_sort_finds_it(seed):
             else:
                 pieces.append((-1, 1))
                 out.append(value)
-        source, changed, kept_pieces = _sources(pieces)
+        fresh_at, changed, kept_pieces = _places_of(pieces)
+        # Each place's previous place (-1: fresh), from the kept runs.
+        source = np.full(len(out), -1, dtype=np.int64)
+        for o, n, length in zip(kept_pieces.old, kept_pieces.new, kept_pieces.length,
+                                strict=True):
+            source[n : n + length] = np.arange(o, o + length)
+        assert fresh_at.tolist() == np.flatnonzero(source < 0).tolist()
         assert [int(fid[s]) if s >= 0 else None for s in source.tolist()] == [
             None if kind == "fresh" else int(fid[v]) for kind, v in stream]
         assert list(changed) == [k for k, s in enumerate(source.tolist()) if s != k]
         new = np.asarray(out, dtype=np.int64)
         assert kept_pieces.dropped(len(fid)).tolist() == sorted(
             set(range(len(fid))) - set(kept))
-        fresh_at = np.flatnonzero(source < 0)
         located = moved_ids(located, kept_pieces, new[fresh_at], fresh_at)
         depths.append(0 if located is None else located.depth)
         seen |= set(out)
@@ -177,3 +182,33 @@ def test_the_pool_keeps_arrays_of_the_length_given_last_and_no_more_than_its_bou
     assert pool.held() == _KEEP
     taken = pool.empty(6, np.int64)
     assert len(taken) == 6 and taken.dtype == np.int64 and pool.held() == _KEEP - 1
+
+
+def test_rows_copied_by_kept_runs_are_the_rows_those_runs_moved():
+    """`rows_walked` given the runs of kept rows copies each run whole, and the places in
+    no run take the walked rows; the ranks by place are one kept array, read-only, that
+    the rows never give to the pool."""
+    from trustrank.ranking.services.store_moved import rows_walked
+    from trustrank.risk.buffers import ascending
+
+    rng = random.Random(5)
+    n = 40
+    before = QueueRows.from_items(((f, (k + 1, k + 1, rng.choice(["prod", "dev"]),
+                                        rng.random(), "scheduled", f"ctx{k % 3}"))
+                                   for k, f in enumerate(range(1, n + 1))), n)
+    before.by_place = True
+    # Places 0-9 keep theirs, 10-11 are fresh, 12-37 hold previous 14-39 (12-13 dropped).
+    kept = KeptPieces.of([(0, 0, 10), (14, 12, 26)])
+    fresh_rows = [(0, 0, "prod", 0.5, "immediate", "ctx-new"), (0, 0, "dev", 0.25,
+                                                                "out-of-cycle", "ctx0")]
+    made = rows_walked(before, kept, 38, [10, 11], [500, 501], fresh_rows, with_ranks=False)
+    assert made.fid.tolist() == [*range(1, 11), 500, 501, *range(15, 41)]
+    expected = [before.row_at(k)[2:] for k in range(10)] + [r[2:] for r in fresh_rows] + [
+        before.row_at(k)[2:] for k in range(14, 40)]
+    made.rank, made.env_rank = ascending(38), ascending(38)
+    assert [made.row_at(k)[2:] for k in range(38)] == expected
+    assert made.qkey[10] == 0 == made.qkey[11] and made.qkey[12] == before.qkey[14]
+    ranks = ascending(38)
+    assert ranks.tolist() == list(range(1, 39)) and not ranks.flags.writeable
+    assert ascending(1000)[:38].tolist() == ranks.tolist()
+    assert not any(a is made.rank for a in made.release())

@@ -73,3 +73,16 @@ def detach(holder: Any, names: tuple[str, ...]) -> list[np.ndarray[Any, Any]]:
 
 # One per worker process, as the previous runs are (`ranking.services.runs`).
 BUFFERS = ArrayPool()
+
+_ASCENDING = np.zeros(0, dtype=np.int32)
+
+
+def ascending(n: int) -> np.ndarray[Any, Any]:
+    """1, 2, … `n` (int32): a read-only view of one array the worker keeps, made again
+    only when a longer one is asked. A queue's ranks by place, which an incremental run
+    made anew each run (40 MB at ten million, up to 0.1 s of the kernel's pages)."""
+    global _ASCENDING
+    if len(_ASCENDING) < n:
+        _ASCENDING = np.arange(1, n + 1, dtype=np.int32)
+        _ASCENDING.flags.writeable = False
+    return _ASCENDING[:n]

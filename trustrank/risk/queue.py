@@ -136,47 +136,41 @@ def _shared_scores(score: np.ndarray[Any, Any]) -> Iterable[float]:
     return map(distinct.tolist().__getitem__, code.reshape(-1))
 
 
-def _sources(pieces: list[tuple[int, int]]) -> tuple[np.ndarray[Any, Any], PlaceRanges,
+def _places_of(pieces: list[tuple[int, int]]) -> tuple[np.ndarray[Any, Any], PlaceRanges,
                                                      KeptPieces]:
-    """Each place of a queue made of `pieces` (old place of its first finding or -1 for
-    fresh ones, length): the old place of its finding, -1 for a fresh one (int32, as
-    `Moves` keeps it); the places whose finding is not the one the previous queue had
-    there (ascending); and the pieces of kept findings. Made in place, a piece at a time:
-    at ten million places each array made beside the result (numpy's repeat of the
-    pieces' starts, lengths and offsets) cost ~0.1 s, most of it the kernel handing out
-    its pages."""
-    n = sum(length for _start, length in pieces)
-    source = np.arange(n, dtype=np.int32)
+    """Of a queue made of `pieces` (old place of its first finding or -1 for fresh ones,
+    length): the places of its fresh findings (ascending, int64); the places whose
+    finding is not the one the previous queue had there (ascending); and the pieces of
+    kept findings. No array of the queue's length: a few entries per piece."""
+    fresh: list[int] = []
     # A piece's places changed unless its findings kept their places (fresh ones never do).
     moved: list[tuple[int, int]] = []
     kept: list[tuple[int, int, int]] = []
     at = 0
     for start, length in pieces:
         if start < 0:
-            source[at : at + length] = -1
+            fresh.extend(range(at, at + length))
         else:
             kept.append((start, at, length))
-            if start != at:
-                source[at : at + length] += start - at
         if start != at:
             if moved and moved[-1][1] == at:
                 moved[-1] = (moved[-1][0], at + length)
             else:
                 moved.append((at, at + length))
         at += length
-    return source, PlaceRanges(moved), KeptPieces.of(kept)
+    return np.asarray(fresh, dtype=np.int64), PlaceRanges(moved), KeptPieces.of(kept)
 
 
 @dataclass(frozen=True)
 class Moves:
-    """Where the findings of a merged queue were: `source[k]` is the previous queue's
-    place of the finding at place k, -1 for a rescored or new one (4 bytes a place);
-    `previous` is the previous queue's length; `kept` the runs of kept findings. A store
-    that holds the previous queue's rows by place makes the new rows of the kept findings
-    from them (`RankResult.moves`), and finds a finding's row among them from where its
-    row was (`kept`)."""
+    """Where the findings of a merged queue were: `kept`, the runs of findings kept from
+    the previous queue (where each run was, where it is); `fresh`, the places of the
+    rescored and new findings (ascending), which are every other place; `previous`, the
+    previous queue's length. A store that holds the previous queue's rows by place copies
+    the kept findings' rows from them a run at a time (`RankResult.moves`), and finds a
+    finding's row among them from where its row was."""
 
-    source: np.ndarray[Any, Any]
+    fresh: np.ndarray[Any, Any]
     previous: int
     kept: KeptPieces
 
@@ -252,6 +246,6 @@ def merge(
             a = b
     emit_fresh(n_kept)
     findings = RankedQueue(out.build())
-    source, changed, kept = _sources(pieces)
+    fresh_places, changed, kept = _places_of(pieces)
     moved = index.moved(previous, findings, pieces, fresh_codes, changed, removed)
-    return Merged(findings, changed, moved, Moves(source, len(previous), kept))
+    return Merged(findings, changed, moved, Moves(fresh_places, len(previous), kept))

@@ -14,7 +14,7 @@ import numpy as np
 from trustrank.ranking.inputs.ids import pk_of
 from trustrank.ranking.services.store_places import Located, moved_ids
 from trustrank.ranking.services.store_rows import _DECISION_INDEX, QueueRows, Row, env_ranks
-from trustrank.risk.buffers import BUFFERS
+from trustrank.risk.buffers import BUFFERS, ascending
 from trustrank.risk.queue import Moves
 from trustrank.risk.queue_moves import KeptPieces
 from trustrank.risk.results import RankedFinding
@@ -32,22 +32,20 @@ def rows_moved(
     ids: Mapping[str, int], row_of: Callable[[RankedFinding, int, str], Row],
 ) -> tuple[QueueRows, list[int], list[int]]:
     """(rows, changed, gone) of an incremental result whose places mostly moved, from the
-    previous run's rows by place `before` (`moves.previous` of them) and where each place's
-    finding was (`moves.source`). A kept finding's row is gathered from `before` (its own
-    values stand); only the rescored and new findings' rows are made, and compared with
-    their old ones. Ranks are the places, environment ranks counted per environment: a
-    pass in C per column, where making every row again (`store._queue_rows`) cost 11.8 s
-    of an incremental run at ten million."""
+    previous run's rows by place `before` (`moves.previous` of them) and the runs of
+    findings kept (`moves.kept`). A kept finding's row is copied from `before` a run at a
+    time (its own values stand); only the rescored and new findings' rows are made, and
+    compared with their old ones. Ranks are the places, environment ranks counted per
+    environment: a pass in C per column, where making every row again
+    (`store._queue_rows`) cost 11.8 s of an incremental run at ten million."""
     n = len(findings)
-    source = moves.source
-    fresh = np.flatnonzero(source < 0).tolist()
+    fresh = moves.fresh.tolist()
     pk = pk_of(ids)
     fresh_ids = [pk(findings[i][0]) for i in fresh]
     fresh_rows = [row_of(findings[i], 0, queued_in(findings[i])) for i in fresh]
-    # Fresh places (-1) clip to place 0 in the take, then get their rows.
-    rows = rows_walked(before, source, n, fresh, fresh_ids, fresh_rows, with_ranks=False)
+    rows = rows_walked(before, moves.kept, n, fresh, fresh_ids, fresh_rows, with_ranks=False)
     rows.locate_by(moved_ids(before.located(), moves.kept, fresh_ids, fresh))
-    rows.rank = np.arange(1, n + 1, dtype=np.int32)
+    rows.rank = ascending(n)
     rows.env_rank = env_ranks(rows.env, len(rows.envs))
     # Of the previous rows in no kept run, those not rescored: a few per change, where a
     # mask of every previous place was passes over ten million.
@@ -62,14 +60,16 @@ def rows_moved(
 
 
 def rows_walked(
-    before: QueueRows, of_place: np.ndarray[Any, Any], n: int, walked: list[int],
-    walked_ids: list[int], walked_rows: list[Row], *, with_ranks: bool = True,
+    before: QueueRows, of_place: np.ndarray[Any, Any] | KeptPieces, n: int,
+    walked: list[int], walked_ids: list[int], walked_rows: list[Row], *,
+    with_ranks: bool = True,
 ) -> QueueRows:
     """The rows of a queue of `n` places: at place i the row of `before` at `of_place[i]`
-    (a negative place reads place 0: clipped), except at the places `walked`, which have
-    the ids and rows given. Without `with_ranks`, the rank columns are left empty for the
-    caller to set (a gather of ten million each saved, and no array of the queue's length
-    made for them)."""
+    (a negative place reads place 0: clipped), or, when `of_place` is runs of kept rows,
+    the rows of `before` those runs moved there; except at the places `walked`, which have
+    the ids and rows given (with runs, every place in none must be walked). Without
+    `with_ranks`, the rank columns are left empty for the caller to set (a gather of ten
+    million each saved, and no array of the queue's length made for them)."""
     envs, digests = list(before.envs), list(before.digests)
     env_codes = {e: k for k, e in enumerate(envs)}
     digest_codes = {d: k for k, d in enumerate(digests)}
@@ -78,18 +78,14 @@ def rows_walked(
                    before.decision, before.context, before.qkey):
         if with_ranks or (column is not before.rank and column is not before.env_rank):
             values = BUFFERS.empty(n, column.dtype)
-            values[len(of_place):] = 0
-            # Into the new column directly: a gather then a copy made and filled a
-            # temporary of ten million beside it. Not numpy's default mode ("raise"), which
-            # buffers a take into `out` (0.5 s a column at ten million, against 0.02 s); the
-            # places are in range, so clipping changes none.
-            np.take(column, of_place, out=values[: len(of_place)], mode="clip")
+            _fill(values, column, of_place)
         else:
             values = np.zeros(0, dtype=column.dtype)
         cols.append(values)
     fid, rank, env_rank, env, score, decision, context, qkey = cols
     at = np.asarray(walked, dtype=np.int64)
     if len(at):
+        qkey[at] = 0  # set by the store's keys (`store_keys`) for the rows it made
         fid[at] = walked_ids
         if with_ranks:
             rank[at] = list(map(itemgetter(0), walked_rows))
@@ -107,6 +103,25 @@ def rows_walked(
     return QueueRows(fid=fid, rank=rank, env_rank=env_rank, env=env, score=score,
                      decision=decision, context=context, envs=envs, digests=digests,
                      by_place=True, qkey=qkey)
+
+
+def _fill(values: np.ndarray[Any, Any], column: np.ndarray[Any, Any],
+          of_place: np.ndarray[Any, Any] | KeptPieces) -> None:
+    """`rows_walked`'s copy of one column of `before` into `values`."""
+    if isinstance(of_place, KeptPieces):
+        # A run of kept rows is one slice copied: at ten million places, a gather by an
+        # array of the places read them at random through that array (25-40 ms a column,
+        # and the array itself had to be made each run).
+        for old, new, length in zip(of_place.old.tolist(), of_place.new.tolist(),
+                                    of_place.length.tolist(), strict=True):
+            values[new : new + length] = column[old : old + length]
+        return
+    values[len(of_place):] = 0
+    # Into the new column directly: a gather then a copy made and filled a temporary of
+    # ten million beside it. Not numpy's default mode ("raise"), which buffers a take into
+    # `out` (0.5 s a column at ten million, against 0.02 s); the places are in range, so
+    # clipping changes none.
+    np.take(column, of_place, out=values[: len(of_place)], mode="clip")
 
 
 def walked_located(before: QueueRows, n: int, walked: list[int],
