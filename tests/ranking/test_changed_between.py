@@ -90,3 +90,43 @@ def test_a_service_deployed_twice_alike_is_named_when_one_of_them_goes():
     old, new = _gathered([a, b], []), _gathered([a], [])
     assert _by_definition(old, new) == ({"1"}, set())
     assert changed_between(old, new) == ({"1"}, {("prod", "api")})
+
+
+def _gathered_from_rows(rows: list[tuple], versions: list[ri.ProjectVersion]) -> Gathered:
+    """A gather as `deployments_read` makes it: the rows read, and their records."""
+    from trustrank.ranking.inputs.deployments import DeploymentsRead, _record
+
+    read = DeploymentsRead(list(rows), tuple(map(_record, rows)),
+                           frozenset(r[2] for r in rows))
+    inputs = ri.RankInputs(deployments=read.records, project_versions=tuple(versions))
+    return Gathered(inputs=inputs, finding_ids={}, window_minutes=60.0, deployed=read)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_changes_found_from_the_rows_read_are_the_defined_ones(seed):
+    """Two gathers that kept the rows they read: the deployments' changes come from the
+    rows that differ, and are those the records' definition gives."""
+    rng = random.Random(1000 + seed)
+    impacts = ["low", "medium", "high", "very high"]
+
+    def row(k: int) -> tuple:
+        return (rng.choice(["prod", "stage"]), f"svc-{k}", rng.randint(1, 12),
+                rng.choice(impacts), rng.choice(["api", "sbom"]), "shop", "1.0")
+
+    rows = [row(k) for k in range(rng.randint(0, 30))]
+    versions = [ri.ProjectVersion(key=str(k)) for k in range(1, 13)]
+    now = list(rows)
+    for _ in range(rng.randint(0, 4)):
+        kind = rng.randrange(4)
+        if kind == 0 and now:
+            now.pop(rng.randrange(len(now)))
+        elif kind == 1:
+            now.append(row(100 + rng.randrange(5)))
+        elif kind == 2 and now:
+            k = rng.randrange(len(now))
+            now[k] = (*now[k][:3], rng.choice(impacts), *now[k][4:])
+        elif kind == 3 and now:
+            k = rng.randrange(len(now))
+            now[k] = (*now[k][:4], "manual", "shop", "2.0")
+    old, new = _gathered_from_rows(rows, versions), _gathered_from_rows(now, versions)
+    assert changed_between(old, new) == _by_definition(old, new)

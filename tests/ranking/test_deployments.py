@@ -181,6 +181,10 @@ def test_a_gather_keeps_the_deployment_records_of_rows_read_again(team):
     assert third.inputs.deployments is not again.inputs.deployments
     assert {(d.service, d.human_impact) for d in third.inputs.deployments} == {
         ("checkout", "medium"), ("cart", "very high")}
+    # The row read again keeps its record; only the changed one is made anew.
+    kept = {d.service: d for d in again.inputs.deployments}
+    assert [d is kept[d.service] for d in third.inputs.deployments] == [
+        d.service == "checkout" for d in third.inputs.deployments]
     # The same versions: their records stand.
     assert third.inputs.project_versions is again.inputs.project_versions
     assert changed_between(again, third) == ({str(pvs["cart"].pk)}, {("prod", "cart")})

@@ -197,13 +197,20 @@ def changed_between(old: Gathered, new: Gathered) -> tuple[set[str], set[tuple[s
     versions: set[str] = set()
     services: set[tuple[str, str]] = set()
     if old.inputs.deployments is not new.inputs.deployments:
-        a, b = set(old.inputs.deployments), set(new.inputs.deployments)
-        gone, came = a - b, b - a
-        versions.update(d.project_version for d in gone)
-        versions.update(d.project_version for d in came)
-        services.update((k[0], k[1]) for k in {
-            (d.environment, d.service, d.project_version, d.human_impact) for d in gone} ^ {
-            (d.environment, d.service, d.project_version, d.human_impact) for d in came})
+        # (environment, service, version, impact) of the deployments that went and came:
+        # from the rows read when both gathers kept them (tuples, hashed in C; the records'
+        # dataclass hash was 0.03 s of 40,000), else from the records.
+        keys: list[set[tuple[str, str, str, str]]]
+        if old.deployed is not None and new.deployed is not None:
+            a, b = set(old.deployed.rows), set(new.deployed.rows)
+            keys = [{(r[0], r[1], str(r[2]), r[3]) for r in rows} for rows in (a - b, b - a)]
+        else:
+            x, y = set(old.inputs.deployments), set(new.inputs.deployments)
+            keys = [{(d.environment, d.service, d.project_version, d.human_impact)
+                     for d in records} for records in (x - y, y - x)]
+        gone, came = keys
+        versions.update(k[2] for k in gone | came)
+        services.update((k[0], k[1]) for k in gone ^ came)
     if old.inputs.project_versions is not new.inputs.project_versions:
         versions.update(p.key for p in set(old.inputs.project_versions).symmetric_difference(
             new.inputs.project_versions))

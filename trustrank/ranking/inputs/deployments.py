@@ -58,17 +58,26 @@ def deployments_read(team_id: int, previous: DeploymentsRead | None = None) -> D
     with connection.cursor() as cur:
         cur.execute(_DEPLOYMENTS_SQL, [team_id])
         rows = cur.fetchall()
-    if previous is not None and previous.rows == rows:
+    if previous is None:
+        records = tuple(map(_record, rows))
+    elif previous.rows == rows:
         return previous
-    records = tuple(
-        ri.Deployment(
-            environment=env, service=service, project_version=str(pv_id),
-            human_impact=cast(ri.HumanImpact, impact),
-            source=DEPLOYMENT_SOURCE_WORDS.get(source, source),
-            project_version_name=f"{project}@{version}" if version else project,
-        )
-        for env, service, pv_id, impact, source, project, version in rows)
+    else:
+        # A row read again keeps its previous record: one deployment's change makes one
+        # record, not 20,000.
+        before = dict(zip(previous.rows, previous.records, strict=True))
+        records = tuple(before.get(row) or _record(row) for row in rows)
     return DeploymentsRead(rows, records, frozenset(row[2] for row in rows))
+
+
+def _record(row: tuple[Any, ...]) -> ri.Deployment:
+    env, service, pv_id, impact, source, project, version = row
+    return ri.Deployment(
+        environment=env, service=service, project_version=str(pv_id),
+        human_impact=cast(ri.HumanImpact, impact),
+        source=DEPLOYMENT_SOURCE_WORDS.get(source, source),
+        project_version_name=f"{project}@{version}" if version else project,
+    )
 
 
 # The components of one deployed SBOM as a version holds it: (SBOM id, version id) -> its
