@@ -28,23 +28,21 @@ Last line: {"full_seconds": …, "incremental_seconds": …, "first_page_ms": �
 from __future__ import annotations
 
 import argparse
-import cProfile
 import json
 import os
-import pstats
 import random
 import resource
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "trustrank.settings")
 os.environ.setdefault("TRUSTRANK_TESTING", "1")
+
+from bench._profiled import profiled  # after the path it is found on
 
 
 def _copy(cur, table: str, columns: list[str], rows) -> None:
@@ -232,22 +230,6 @@ def _stream_export(service: str) -> bytes:
         "resource": {"attributes": attributes},
         "scopeSpans": [{"scope": {"name": STREAM_SCOPE}, "spans": [span]}],
     }]}).encode()
-
-
-def profiled(call: Callable[[], Any], profile: bool) -> Any:
-    """`call()`, under cProfile when `profile`: its 45 costliest calls (cumulative time),
-    then 30 by own time."""
-    if not profile:
-        return call()
-    profiler = cProfile.Profile()
-    profiler.enable()
-    try:
-        return call()
-    finally:
-        profiler.disable()
-        stats = pstats.Stats(profiler)
-        stats.sort_stats("cumulative").print_stats(45)
-        stats.sort_stats("tottime").print_stats(30)
 
 
 def stream(team_id: int, profile: bool = False) -> tuple[float, dict]:
