@@ -212,3 +212,46 @@ def test_rows_copied_by_kept_runs_are_the_rows_those_runs_moved():
     assert ranks.tolist() == list(range(1, 39)) and not ranks.flags.writeable
     assert ascending(1000)[:38].tolist() == ranks.tolist()
     assert not any(a is made.rank for a in made.release())
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_environment_ranks_moved_by_runs_are_those_counted_afresh(seed):
+    """A kept row's environment rank is its previous one moved by what came and went of
+    its environment before its run (`store_moved._env_ranks_moved`): the ranks and counts
+    a count of every place gives, whatever was dropped, kept or put in between."""
+    from trustrank.ranking.services.store_moved import _env_ranks_moved, rows_walked
+    from trustrank.ranking.services.store_rows import env_ranks
+
+    rng = random.Random(seed)
+    n = rng.randint(1, 120)
+    envs = ["prod", "dev", "", "stage"]
+    values = [(0, 0, rng.choice(envs[:3]), rng.random(), "scheduled", "ctx") for _ in range(n)]
+    before = QueueRows.from_items(zip(range(1, n + 1), values, strict=True), n)
+    before.env_rank = env_ranks(before.env, len(before.envs)).copy()
+    before.by_place = True
+    runs, at, place = [], 0, 0
+    fresh: list[int] = []
+    while at < n:
+        for _ in range(rng.choice([0, 0, 1, 3])):
+            fresh.append(place)
+            place += 1
+        at += rng.choice([0, 0, 1, 2])  # dropped
+        length = min(n - at, rng.randint(1, 15))
+        if length > 0:
+            runs.append((at, place, length))
+            at += length
+            place += length
+    fresh.extend(range(place, place + rng.choice([0, 2])))
+    total = place + (len(fresh) - sum(1 for p in fresh if p < place))
+    fresh_rows = [(0, 0, rng.choice(envs), 0.5, "immediate", "new") for _ in fresh]
+    rows = rows_walked(before, KeptPieces.of(runs), total, fresh,
+                       [10_000 + k for k in range(len(fresh))], fresh_rows, with_ranks=False)
+    ranks, counts = _env_ranks_moved(before, rows, KeptPieces.of(runs), fresh)
+    assert ranks.tolist() == env_ranks(rows.env, len(rows.envs)).tolist()
+    assert counts.tolist() == np.bincount(rows.env, minlength=len(rows.envs)).tolist()
+    rows.env_rank = ranks
+    rows.counted(counts)
+    fresh_count = dict(QueueRows.from_items(
+        [(1, (0, 0, rows.envs[c], 0.0, "scheduled", "x")) for c in rows.env.tolist()],
+        len(rows.env)).env_counts())
+    assert rows.env_counts() == fresh_count
