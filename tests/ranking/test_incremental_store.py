@@ -885,3 +885,32 @@ def test_a_run_commits_without_waiting_for_the_disk_and_resets_the_session(monke
     with connection.cursor() as cur:
         cur.execute("SELECT current_setting('synchronous_commit'), current_setting('jit')")
         assert cur.fetchone() == before != ("off", "off")
+
+
+def test_incremental_runs_in_a_row_take_every_array_from_the_pool(monkeypatch):
+    """A worker's steady state: once a run has replaced the rows of the one before, each
+    incremental run over a queue of the same length takes every array of the queue's length
+    it makes from the pool (`risk.buffers`), none from the kernel."""
+    from trustrank.ranking.services import store
+
+    team_id = build(findings=600, services=60, edges=200, versions=30, seed=21)
+    runs._PREVIOUS.clear()
+    _run(team_id)
+    monkeypatch.setattr(store, "_REWRITE_ABOVE", 0)
+    moved = _kept_moved(monkeypatch)
+    asked: list[bool] = []
+    take = BUFFERS.empty
+
+    def empty(n, dtype):
+        asked.append(bool(BUFFERS._free.get((n, np.dtype(dtype)))))
+        return take(n, dtype)
+
+    monkeypatch.setattr(BUFFERS, "empty", empty)
+    pooled = []
+    for k in range(4):
+        _set_impact(team_id, "svc-5", "very high" if k % 2 == 0 else "medium")
+        asked.clear()
+        assert _run(team_id).incremental
+        pooled.append(all(asked) and len(asked) >= 7)
+    assert len(moved) == 4
+    assert pooled[1:] == [True, True, True]

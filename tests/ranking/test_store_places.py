@@ -149,6 +149,7 @@ def test_released_arrays_serve_a_later_run_and_held_ones_stay():
 
     old = rows_of(list(range(1, n + 1)))
     held_view = old.score[:10]
+    assert old.env_counts() == {"prod": n}  # its count, kept, does not hold the column
     given = old.release()
     assert len(old) == 0 and old.score is not None and not len(old.score)
     assert len(given) == 7  # every column but the one a view holds

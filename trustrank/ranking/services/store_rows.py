@@ -144,6 +144,7 @@ class QueueRows(Mapping[int, Row]):
     def release(self) -> list[np.ndarray[Any, Any]]:
         """Its columns that nothing else holds (`buffers.detach`), for a later run's rows;
         these rows are empty after."""
+        self._env_counted = None  # it names the env column: that would keep it held
         return detach(self, ("fid", "rank", "env_rank", "env", "score", "decision",
                              "context", "qkey"))
 
