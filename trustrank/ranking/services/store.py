@@ -183,7 +183,7 @@ def _store_rows(
         # Most places moved: the kept findings' rows are the previous run's, by place.
         rows, changed_on_the_way, gone_on_the_way = rows_moved(
             result.findings, moves, before, finding_ids, row_of)
-        parts.update(rows)
+        parts.update_at(rows, moves.fresh)
         reused = len(before)
         env_counter = rows.env_counts()
     elif previous is not None and before is not None and gathered_by_place:

@@ -126,6 +126,17 @@ class KeyParts:
         if digest not in self.by_digest:
             self.by_digest[digest] = self._parts(r)
 
+    def update_at(self, rows: QueueRows, at: np.ndarray[Any, Any]) -> None:
+        """`update` for the rows at places `at` alone, rows this run made, into the rows'
+        own key column (`store_moved.rows_moved`'s). A row the run kept keeps its key: it
+        follows from the row's own values and its context's parts, which are as they were
+        (where `update` found every row of the run's contexts by a mask of ten million
+        and copied the column: 0.04 s a run)."""
+        if not len(at):
+            return
+        table = [self.by_digest.get(d, (False, 0)) for d in rows.digests]
+        rows.qkey[at] = keys_of(rows.decision[at], rows.score[at], rows.context[at], table)
+
     def update(self, rows: QueueRows) -> None:
         """Set the key of every row of `rows` whose context is one of the run's (the
         others keep theirs: rows the run did not make again)."""
