@@ -130,3 +130,47 @@ def test_changes_found_from_the_rows_read_are_the_defined_ones(seed):
             now[k] = (*now[k][:4], "manual", "shop", "2.0")
     old, new = _gathered_from_rows(rows, versions), _gathered_from_rows(now, versions)
     assert changed_between(old, new) == _by_definition(old, new)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_versions_whose_components_differ_are_named_from_the_held_sboms(seed):
+    """A version is named when its components differ as a set; gathers that kept their
+    SBOMs' components compare only the SBOMs whose tuple is not the one held before, and
+    name the same versions as a comparison of every version's records."""
+    rng = random.Random(2000 + seed)
+
+    def component(pv: int, k: int) -> ri.Component:
+        return ri.Component(project_version=str(pv), key=f"pkg:npm/c{k}",
+                            hashes_present=rng.random() < 0.5)
+
+    old_sboms = {(100 + pv, pv): tuple(component(pv, k) for k in range(rng.randint(0, 4)))
+                 for pv in range(1, 15)}
+    new_sboms = dict(old_sboms)
+    for _ in range(rng.randint(0, 5)):
+        kind = rng.randrange(5)
+        key = rng.choice(sorted(new_sboms)) if new_sboms else None
+        if kind == 0 and key:  # an equal tuple read again: not a change
+            new_sboms[key] = tuple(new_sboms[key])[::-1]
+        elif kind == 1 and key:
+            new_sboms[key] = (*new_sboms[key], component(key[1], 9))
+        elif kind == 2 and key:
+            del new_sboms[key]
+        elif kind == 3:
+            pv = 20 + rng.randrange(3)
+            new_sboms[(200 + pv, pv)] = (component(pv, 1),)
+        elif kind == 4 and key:  # a new SBOM of the same version, same components
+            new_sboms[(key[0] + 1000, key[1])] = new_sboms.pop(key)
+
+    def gathered(sboms: dict) -> Gathered:
+        inputs = ri.RankInputs(components=tuple(c for held in sboms.values() for c in held))
+        return Gathered(inputs=inputs, finding_ids={}, window_minutes=60.0, sboms=sboms)
+
+    def by_version(sboms: dict) -> dict[str, set]:
+        return {str(pv): set(held) for (_s, pv), held in sboms.items() if held}
+
+    a, b = by_version(old_sboms), by_version(new_sboms)
+    expected = {k for k in a.keys() | b.keys() if a.get(k, set()) != b.get(k, set())}
+    assert changed_between(gathered(old_sboms), gathered(new_sboms))[0] == expected
+    # Without the held SBOMs: the records compared give the same versions.
+    plain = [replace(gathered(s), sboms=None) for s in (old_sboms, new_sboms)]
+    assert changed_between(*plain)[0] == expected

@@ -182,6 +182,24 @@ def _components_by_version(g: Gathered) -> dict[str, Any]:
     return out
 
 
+def _components_changed(old: Gathered, new: Gathered) -> set[str]:
+    """The versions whose components differ as sets between two gathers. When both kept
+    their SBOMs' components, only the SBOMs whose held tuple is not the previous one are
+    compared (20,000 versions keyed and looked up again each run were 0.02 s)."""
+    if old.sboms is not None and new.sboms is not None:
+        a, b = old.sboms, new.sboms
+        keys = {k for k, held in b.items() if a.get(k) is not held} | (a.keys() - b.keys())
+        if not keys:
+            return set()
+        pvs = {pv for _sbom, pv in keys}
+        x = {pv: held for (_sbom, pv), held in a.items() if pv in pvs}
+        y = {pv: held for (_sbom, pv), held in b.items() if pv in pvs}
+        return {str(pv) for pv in pvs if set(x.get(pv, ())) != set(y.get(pv, ()))}
+    ca, cb = _components_by_version(old), _components_by_version(new)
+    return {k for k in ca.keys() | cb.keys()
+            if ca.get(k, ()) is not cb.get(k, ()) and set(ca.get(k, ())) != set(cb.get(k, ()))}
+
+
 def changed_between(old: Gathered, new: Gathered) -> tuple[set[str], set[tuple[str, str]]]:
     """Project versions whose components, deployments or record changed, and services whose
     library evidence or deployment changed, between two gathers. Found from the records
@@ -214,11 +232,7 @@ def changed_between(old: Gathered, new: Gathered) -> tuple[set[str], set[tuple[s
     if old.inputs.project_versions is not new.inputs.project_versions:
         versions.update(p.key for p in set(old.inputs.project_versions).symmetric_difference(
             new.inputs.project_versions))
-    ca, cb = _components_by_version(old), _components_by_version(new)
-    for k in ca.keys() | cb.keys():
-        x, y = ca.get(k, ()), cb.get(k, ())
-        if x is not y and set(x) != set(y):
-            versions.add(k)
+    versions |= _components_changed(old, new)
     if old.inputs.libraries is not new.inputs.libraries:
         libs_a = {(x.environment, x.service): x for x in old.inputs.libraries}
         libs_b = {(x.environment, x.service): x for x in new.inputs.libraries}
