@@ -912,5 +912,13 @@ def test_incremental_runs_in_a_row_take_every_array_from_the_pool(monkeypatch):
         asked.clear()
         assert _run(team_id).incremental
         pooled.append(all(asked) and len(asked) >= 7)
+        # The rows' counts per environment and context, carried from the previous rows,
+        # are those of their columns.
+        rows = runs._PREVIOUS[team_id].rows
+        assert rows.context_counts().tolist() == np.bincount(
+            rows.context, minlength=len(rows.digests)).tolist()
+        assert rows.env_counts() == {
+            e: c for e, c in zip(rows.envs, np.bincount(rows.env, minlength=len(rows.envs))
+                                 .tolist(), strict=True) if c}
     assert len(moved) == 4
     assert pooled[1:] == [True, True, True]

@@ -50,6 +50,14 @@ def rows_moved(
     rows.rank = ascending(n)
     rows.env_rank, counts = _env_ranks_moved(before, rows, moves.kept, fresh)
     rows.counted(counts)
+    # Rows per context: the previous count, less the rows not kept, plus the fresh ones.
+    dropped = moves.kept.dropped(len(before))
+    n_digests = len(rows.digests)
+    contexts = np.zeros(n_digests, dtype=np.int64)
+    contexts[: len(before.digests)] = before.context_counts()
+    contexts -= np.bincount(before.context[dropped], minlength=n_digests)
+    contexts += np.bincount(rows.context[moves.fresh], minlength=n_digests)
+    rows.contexts_counted(contexts)
     # Of the previous rows in no kept run, those not rescored: a few per change, where a
     # mask of every previous place was passes over ten million.
     gone = np.setdiff1d(before.fid[moves.kept.dropped(len(before))],

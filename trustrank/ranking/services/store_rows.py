@@ -68,8 +68,9 @@ class QueueRows(Mapping[int, Row]):
     queue the rows were made from (as the store makes them), which the incremental store's
     walk relies on; rows read from elsewhere are looked up by finding id."""
 
-    __slots__ = ("_env_counted", "_key_rank", "_located", "by_place", "context", "decision",
-                 "digests", "env", "env_rank", "envs", "fid", "qkey", "rank", "score")
+    __slots__ = ("_context_counted", "_env_counted", "_key_rank", "_located", "by_place",
+                 "context", "decision", "digests", "env", "env_rank", "envs", "fid", "qkey",
+                 "rank", "score")
 
     def __init__(self, *, fid: np.ndarray[Any, Any], rank: np.ndarray[Any, Any],
                  env_rank: np.ndarray[Any, Any], env: np.ndarray[Any, Any],
@@ -91,6 +92,7 @@ class QueueRows(Mapping[int, Row]):
         self._located: Located | None = None
         self._key_rank: np.ndarray[Any, Any] | None = None
         self._env_counted: tuple[np.ndarray[Any, Any], dict[str, int]] | None = None
+        self._context_counted: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None = None
 
     @classmethod
     def of(cls, rows: Mapping[int, Row]) -> QueueRows:
@@ -144,7 +146,8 @@ class QueueRows(Mapping[int, Row]):
     def release(self) -> list[np.ndarray[Any, Any]]:
         """Its columns that nothing else holds (`buffers.detach`), for a later run's rows;
         these rows are empty after."""
-        self._env_counted = None  # it names the env column: that would keep it held
+        # The counts name their columns: that would keep them held.
+        self._env_counted = self._context_counted = None
         return detach(self, ("fid", "rank", "env_rank", "env", "score", "decision",
                              "context", "qkey"))
 
@@ -280,10 +283,23 @@ class QueueRows(Mapping[int, Row]):
 
     def distinct_contexts(self) -> int:
         # The codes index `digests`: counted in one pass (0.07 s at ten million rows, where
-        # finding them distinct by a sort or a hash table took 0.3-0.4 s).
-        if not len(self.context):
-            return 0
-        return int(np.count_nonzero(np.bincount(self.context, minlength=len(self.digests))))
+        # finding them distinct by a sort or a hash table took 0.3-0.4 s), once per
+        # `context` column.
+        return int(np.count_nonzero(self.context_counts()))
+
+    def context_counts(self) -> np.ndarray[Any, Any]:
+        """Rows per context code (int64, one per digest)."""
+        memo = self._context_counted
+        if memo is None or memo[0] is not self.context or len(memo[1]) != len(self.digests):
+            counts = (np.bincount(self.context, minlength=len(self.digests)) if len(self.context)
+                      else np.zeros(len(self.digests), dtype=np.int64))
+            memo = self._context_counted = (self.context, counts)
+        return memo[1]
+
+    def contexts_counted(self, counts: np.ndarray[Any, Any]) -> None:
+        """Take `counts` (rows per context code) as the count of the `context` column as it
+        is now (an incremental run's, from the previous rows' and what came and went)."""
+        self._context_counted = (self.context, counts)
 
 
 class _Items(ItemsView[int, Row]):
