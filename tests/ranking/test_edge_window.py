@@ -116,6 +116,9 @@ def test_a_gather_keeps_the_graph_and_library_records_while_their_evidence_stand
                                    changed_since=timezone.now())
     assert second.inputs.edges is first.inputs.edges
     assert second.inputs.services is first.inputs.services
+    # The services' rows came as before: the sorted rows are the previous ones, not sorted
+    # again.
+    assert second.graph.key[0] is first.graph.key[0]
     assert second.inputs.libraries is first.inputs.libraries
     assert changed_between(first, second) == (set(), set())
     # One service is traced again and one edge has calls: only they differ.
@@ -129,3 +132,11 @@ def test_a_gather_keeps_the_graph_and_library_records_while_their_evidence_stand
     whole = ranking_inputs_gather(team_id=team.id)
     assert third.inputs.edges == whole.inputs.edges
     assert third.inputs.libraries == whole.inputs.libraries
+    # A service moved to another namespace: its rows differ, are sorted anew, and the
+    # services are those a gather from nothing makes.
+    Service.objects.filter(pk=svc[2].pk).update(namespace="aaa")
+    fourth = ranking_inputs_gather(team_id=team.id, previous=third,
+                                   changed_since=timezone.now())
+    assert fourth.graph.key[0] is not third.graph.key[0]
+    assert fourth.inputs.services == ranking_inputs_gather(team_id=team.id).inputs.services
+    assert fourth.inputs.services != third.inputs.services

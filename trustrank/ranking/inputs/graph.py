@@ -110,6 +110,9 @@ class GraphRead:
     origins: tuple[ri.RootSpanOrigin, ...]
     names: dict[int, tuple[str, str]]
     window: EdgeWindow
+    # The services' rows in the order PostgreSQL sent them: read again in that same order,
+    # they are the rows sorted before (`key`), and need no sort.
+    fetched: list[tuple[Any, ...]] | None = None
 
 
 def graph_read(
@@ -121,11 +124,15 @@ def graph_read(
     # neither sent nor decoded (the ORM parsed ten thousand JSON documents per run).
     with connection.cursor() as cur:
         cur.execute(_SERVICES_SQL, [team_id])
-        rows = cur.fetchall()
+        fetched = cur.fetchall()
     # In (kind, namespace, name) order, by code point: sorted here, not by PostgreSQL,
     # whose sort of 100,000 rows under the database's collation spilled to disk (0.3-0.5 s
-    # of every run, against 0.05 s here).
-    rows.sort(key=itemgetter(2, 3, 4))
+    # of every run, against 0.05 s here); the previous gather's sorted rows when they came
+    # as before (0.02 s a run at 100,000 services).
+    if previous is not None and previous.fetched == fetched:
+        rows = previous.key[0]
+    else:
+        rows = sorted(fetched, key=itemgetter(2, 3, 4))
     # The edge sums (raw SQL: fifty thousand aggregated edges through the ORM cost half a
     # second of converters per run), only those that changed when read before.
     window = edges_read(team_id, since, rates.recent_since,
@@ -137,7 +144,7 @@ def graph_read(
            rates.bucket_minutes)
     if previous is not None and previous.key == key and (
             window.pairs is previous.window.pairs or window.pairs == previous.window.pairs):
-        return replace(previous, window=window)
+        return replace(previous, window=window, fetched=fetched)
     services: list[ri.Service] = []
     peers: list[ri.ExternalPeer] = []
     names: dict[int, tuple[str, str]] = {}
@@ -224,7 +231,7 @@ def graph_read(
             )
         )
     return GraphRead(key, tuple(services), tuple(edges), tuple(peers), tuple(origins), names,
-                     window)
+                     window, fetched)
 
 
 def _local_origins(team_id: int, since: datetime) -> Iterator[tuple[str, str, Any, str]]:
