@@ -412,10 +412,11 @@ def test_an_incremental_run_over_many_changed_places_makes_rows_from_where_they_
     team_id = _aged(build(findings=600, services=60, edges=200, versions=30, seed=18))
     runs._PREVIOUS.clear()
     _run(team_id)
-    # A full run leaves its rows' lookup made and its queue's columns for the next run's
-    # arrays: those its rows do not hold themselves (the codes of facts and contexts).
+    # A full run leaves its rows' lookup made, and the arrays the next run's rows take
+    # (its queue's columns that its rows do not hold, the codes of facts and contexts,
+    # and arrays made for the rest).
     assert isinstance(runs._PREVIOUS[team_id].rows._located, SortedIds)
-    assert BUFFERS.held() == 2
+    assert BUFFERS.held() == 8
     monkeypatch.setattr(store, "_REWRITE_ABOVE", 0)
     moved = _kept_moved(monkeypatch)
     walked: list[object] = []
@@ -445,8 +446,9 @@ def test_an_incremental_run_over_many_changed_places_makes_rows_from_where_they_
     runs._PREVIOUS.clear()
     monkeypatch.undo()
     full = _run(team_id)
-    # Emptied when it began: what is held now is its own queue's columns (five at most).
-    assert BUFFERS.held() <= 5
+    # Emptied when it began: what is held now is what it left for the next run, as the
+    # first full run did (none of the incremental run's arrays).
+    assert BUFFERS.held() == 8
     assert _stored(team_id) == stored
     assert full.results_digest == incremental.results_digest
     # The rows the worker keeps for the next run (its places, every rank as of the run)
@@ -888,9 +890,10 @@ def test_a_run_commits_without_waiting_for_the_disk_and_resets_the_session(monke
 
 
 def test_incremental_runs_in_a_row_take_every_array_from_the_pool(monkeypatch):
-    """A worker's steady state: once a run has replaced the rows of the one before, each
-    incremental run over a queue of the same length takes every array of the queue's length
-    it makes from the pool (`risk.buffers`), none from the kernel."""
+    """A worker's steady state: each incremental run over a queue of the same length takes
+    every array of the queue's length it makes from the pool (`risk.buffers`), none from
+    the kernel: the first one after a full run those the full run left
+    (`store_moved.ready_for_moves`), the later ones those of the rows they replaced."""
     from trustrank.ranking.services import store
 
     team_id = build(findings=600, services=60, edges=200, versions=30, seed=21)
@@ -921,4 +924,4 @@ def test_incremental_runs_in_a_row_take_every_array_from_the_pool(monkeypatch):
             e: c for e, c in zip(rows.envs, np.bincount(rows.env, minlength=len(rows.envs))
                                  .tolist(), strict=True) if c}
     assert len(moved) == 4
-    assert pooled[1:] == [True, True, True]
+    assert pooled == [True, True, True, True]

@@ -256,3 +256,21 @@ def test_environment_ranks_moved_by_runs_are_those_counted_afresh(seed):
         [(1, (0, 0, rows.envs[c], 0.0, "scheduled", "x")) for c in rows.env.tolist()],
         len(rows.env)).env_counts())
     assert rows.env_counts() == fresh_count
+
+
+def test_the_pool_prepares_the_arrays_it_lacks():
+    """`ArrayPool.prepare` makes only the arrays the pool does not hold yet, each written
+    once, and keeps them for the next takes."""
+    from trustrank.risk.buffers import ArrayPool
+
+    pool = ArrayPool()
+    held = np.ones(6, dtype=np.int32)
+    pool.give([held])
+    pool.prepare(6, [np.dtype(np.int64), np.dtype(np.int32), np.dtype(np.int32)])
+    assert pool.held() == 3
+    taken = [pool.empty(6, np.int32), pool.empty(6, np.int32)]
+    assert any(a is held for a in taken)
+    assert pool.empty(6, np.int64).tolist() == [0] * 6 and pool.held() == 0
+    pool.prepare(6, [np.dtype(np.int8)])
+    pool.prepare(6, [np.dtype(np.int8)])  # held already: nothing more made
+    assert pool.held() == 1

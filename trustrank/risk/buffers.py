@@ -47,6 +47,21 @@ class ArrayPool:
             if self.held() < _KEEP:
                 self._free.setdefault((len(a), a.dtype), []).append(a)
 
+    def prepare(self, n: int, dtypes: list[np.dtype[Any]]) -> None:
+        """Hold an array of `n` values of each of `dtypes` (as many of a dtype as it is
+        listed), making those missing and writing each once, so that a later run's use
+        does not wait for the kernel to hand out their pages."""
+        wanted: dict[np.dtype[Any], int] = {}
+        for dtype in dtypes:
+            wanted[dtype] = wanted.get(dtype, 0) + 1
+        made = []
+        for dtype, count in wanted.items():
+            for _ in range(count - len(self._free.get((n, dtype), ()))):
+                a = np.empty(n, dtype=dtype)
+                a.fill(0)
+                made.append(a)
+        self.give(made)
+
     def clear(self) -> None:
         self._free.clear()
 

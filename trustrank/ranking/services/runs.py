@@ -40,6 +40,7 @@ from trustrank.ranking.services.due import (
 from trustrank.ranking.services.store import _store, rewrites_rows
 from trustrank.ranking.services.store_columns import place_ids, store_first_from_columns
 from trustrank.ranking.services.store_groups import search_groups_mend
+from trustrank.ranking.services.store_moved import ready_for_moves
 from trustrank.ranking.services.store_rows import Ids, OwnRow, QueueRows, decision_changed
 from trustrank.ranking.services.store_services import services_store
 from trustrank.risk import inputs as ri
@@ -321,12 +322,11 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any =
         _PREVIOUS.popitem(last=False)
     if not incremental:
         # What the next (incremental) run needs and would otherwise make itself, made
-        # now that this run is past its peak: the rows' lookup by finding id (a sort of
-        # every id), and arrays of the queue's length to take into (the queue's columns,
-        # which nothing reads after this run).
-        rows.located()
+        # now that this run is past its peak (`store_moved.ready_for_moves`); the queue's
+        # columns, which nothing reads after this run, go to the pool first.
         if result.columns is not None:
             BUFFERS.give(result.columns.release())
+        ready_for_moves(rows)
     if incremental and cached is not None and cached.rows is not rows:
         # The previous run's rows are replaced: their arrays go to the next incremental
         # run's (`risk.buffers`). Its queue index shares its codes with this run's.
