@@ -247,7 +247,8 @@ def test_environment_ranks_moved_by_runs_are_those_counted_afresh(seed):
     fresh_rows = [(0, 0, rng.choice(envs), 0.5, "immediate", "new") for _ in fresh]
     rows = rows_walked(before, KeptPieces.of(runs), total, fresh,
                        [10_000 + k for k in range(len(fresh))], fresh_rows, with_ranks=False)
-    ranks, counts = _env_ranks_moved(before, rows, KeptPieces.of(runs), fresh)
+    kept = KeptPieces.of(runs)
+    ranks, counts = _env_ranks_moved(before, rows, kept, kept.dropped(n), fresh)
     assert ranks.tolist() == env_ranks(rows.env, len(rows.envs)).tolist()
     assert counts.tolist() == np.bincount(rows.env, minlength=len(rows.envs)).tolist()
     rows.env_rank = ranks

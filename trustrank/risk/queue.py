@@ -136,8 +136,9 @@ def _shared_scores(score: np.ndarray[Any, Any]) -> Iterable[float]:
     return map(distinct.tolist().__getitem__, code.reshape(-1))
 
 
-def _places_of(pieces: list[tuple[int, int]]) -> tuple[np.ndarray[Any, Any], PlaceRanges,
-                                                     KeptPieces]:
+def _places_of(
+    pieces: list[tuple[int, int]],
+) -> tuple[np.ndarray[Any, Any], PlaceRanges, KeptPieces]:
     """Of a queue made of `pieces` (old place of its first finding or -1 for fresh ones,
     length): the places of its fresh findings (ascending, int64); the places whose
     finding is not the one the previous queue had there (ascending); and the pieces of

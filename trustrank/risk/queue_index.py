@@ -12,7 +12,7 @@ takes of forty megabytes, 0.23 s of a 1.3 s run).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -204,7 +204,7 @@ class QueueIndex:
     def moved(
         self, previous: Sequence[RankedFinding], findings: Sequence[RankedFinding],
         pieces: Sequence[tuple[int, int]], fresh_codes: Sequence[tuple[int, int, int, int]],
-        changed: Iterator[int] | Any, removed: Sequence[int],
+        changed: Iterable[int], removed: Sequence[int],
     ) -> QueueIndex:
         """The index of `findings`, made of `pieces` of `previous` (the previous place of a
         piece's first finding, or -1 for fresh findings, whose codes are `fresh_codes` in

@@ -48,10 +48,10 @@ def rows_moved(
     rows = rows_walked(before, moves.kept, n, fresh, fresh_ids, fresh_rows, with_ranks=False)
     rows.locate_by(moved_ids(before.located(), moves.kept, fresh_ids, fresh))
     rows.rank = ascending(n)
-    rows.env_rank, counts = _env_ranks_moved(before, rows, moves.kept, fresh)
+    dropped = moves.kept.dropped(len(before))  # previous places in no kept run
+    rows.env_rank, counts = _env_ranks_moved(before, rows, moves.kept, dropped, fresh)
     rows.counted(counts)
     # Rows per context: the previous count, less the rows not kept, plus the fresh ones.
-    dropped = moves.kept.dropped(len(before))
     n_digests = len(rows.digests)
     contexts = np.zeros(n_digests, dtype=np.int64)
     contexts[: len(before.digests)] = before.context_counts()
@@ -60,7 +60,7 @@ def rows_moved(
     rows.contexts_counted(contexts)
     # Of the previous rows in no kept run, those not rescored: a few per change, where a
     # mask of every previous place was passes over ten million.
-    gone = np.setdiff1d(before.fid[moves.kept.dropped(len(before))],
+    gone = np.setdiff1d(before.fid[dropped],
                         np.asarray(fresh_ids, dtype=np.int64), assume_unique=True).tolist()
     old = before.places(fresh_ids).tolist()
     # Own values (environment, score, decision, context) against the old row; the key
@@ -116,11 +116,14 @@ def rows_walked(
                      by_place=True, qkey=qkey)
 
 
-def _env_ranks_moved(before: QueueRows, rows: QueueRows, kept: KeptPieces,
-                     fresh: list[int]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+def _env_ranks_moved(
+    before: QueueRows, rows: QueueRows, kept: KeptPieces, dropped: np.ndarray[Any, Any],
+    fresh: list[int],
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """The environment ranks of `rows`, made by `rows_walked` from `before` (rows by
-    place) by the runs `kept` with the places `fresh` (ascending) walked, and the rows per
-    environment code. Within a kept run every row of an environment moves by the same
+    place) by the runs `kept` with the places `fresh` (ascending) walked, `dropped` being
+    the places of `before` in no run (`KeptPieces.dropped`), and the rows per environment
+    code. Within a kept run every row of an environment moves by the same
     amount: the rows of that environment placed before the run now, less those before it
     then (the kept ones, and those dropped since). So a run's ranks are its previous ranks
     plus a small table's entry per row (a take and an add into kept arrays), where
@@ -132,7 +135,6 @@ def _env_ranks_moved(before: QueueRows, rows: QueueRows, kept: KeptPieces,
     shift = BUFFERS.empty(len(env), np.int32)
     now = np.zeros(n_codes, dtype=np.int64)  # rows per environment placed so far
     then = np.zeros(n_codes, dtype=np.int64)  # previous rows per environment passed
-    dropped = kept.dropped(len(before))
     dropped_env = before.env[dropped]
     dropped_at = dropped.tolist()
     fresh_env = env[np.asarray(fresh, dtype=np.int64)].tolist()
