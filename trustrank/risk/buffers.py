@@ -1,13 +1,14 @@
 """Arrays of a queue's length handed from one incremental run to a later one.
 
-An incremental run at ten million findings makes a dozen arrays of the queue's length
-(the queue index's codes, the stored rows' columns), and the previous run's equal ones
+An incremental run at ten million findings makes about eight arrays of the queue's length
+(the stored rows' columns, their environment ranks), and the previous run's equal ones
 are dropped when it ends. Each new array is memory the kernel has to hand out again: on a
 machine whose memory is mostly page cache, a fresh 40 MB array cost 0.03 s when huge
 pages were at hand and up to 0.16 s when the kernel first had to compact memory for them
 (a take into a reused array: 0.025 s), so the same run's store took 1.4 s or 2.8 s by
-what the kernel had at hand. The arrays of a run's previous rows and queue index, once a
-newer run replaced them and nothing else holds them, wait here for the next run's.
+what the kernel had at hand. The arrays of a run's previous rows, once a newer run
+replaced them and nothing else holds them, wait here for the next run's; after a full
+run, those it leaves the first incremental run (`prepare`).
 
 A full run drops what is held (`clear`): its own peak is the process's highest, and the
 arrays of an incremental queue would only add to it. The pool holds at most `_KEEP`
@@ -20,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-# Arrays kept in all: a run gives about twelve (its previous rows' columns and queue
-# index) and takes about ten.
+# Arrays kept in all: a run gives about eight (its previous rows' columns) and takes as
+# many.
 _KEEP = 16
 
 
