@@ -13,6 +13,10 @@ from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
+# A service's or deployment's next revision (migration runtime.0010, `runtime.revisions`).
+RANKED_REVISION_NEXT = models.Func(models.Value("runtime_ranked_revision"), function="nextval",
+                                   output_field=models.BigIntegerField())
+
 
 class Environment(models.Model):
     """A deployment environment (`deployment.environment[.name]`) of one team."""
@@ -67,6 +71,10 @@ class Service(models.Model):
     ingress_set_via = models.CharField(max_length=8, blank=True, db_default="")
     first_seen = models.DateTimeField()
     last_seen = models.DateTimeField()
+    # Moved by a trigger on every change of a column a ranking run reads (migration
+    # runtime.0010; `runtime.revisions`). NULL on rows unchanged since that migration.
+    ranked_revision = models.BigIntegerField(db_default=RANKED_REVISION_NEXT, editable=False,
+                                             null=True)
 
     class Meta:
         ordering = ["kind", "namespace", "name"]
@@ -306,6 +314,10 @@ class Deployment(models.Model):
     ingress_set_by_label = models.CharField(max_length=160, blank=True, db_default="")
     ingress_set_via = models.CharField(max_length=8, blank=True, db_default="")
     ingress_set_at = models.DateTimeField(null=True, blank=True)
+    # Moved by a trigger on every change of a column a ranking run reads (migration
+    # runtime.0010; `runtime.revisions`). NULL on rows unchanged since that migration.
+    ranked_revision = models.BigIntegerField(db_default=RANKED_REVISION_NEXT, editable=False,
+                                             null=True)
 
     class Meta:
         ordering = ["environment", "namespace", "service_name"]

@@ -38,6 +38,7 @@ from trustrank.ranking.inputs.libraries import (
     sbom_packages_by_service,
 )
 from trustrank.risk import inputs as ri
+from trustrank.runtime.revisions import team_revision
 
 __all__ = [
     "CHUNK",
@@ -110,15 +111,18 @@ def ranking_inputs_gather(
     *, team_id: int, previous: Gathered | None = None, changed_since: datetime | None = None,
 ) -> Gathered:
     """The team's inputs. With `previous` and `changed_since`, findings are the previous
-    ones updated by what was written since; the graph evidence is always read anew, and
-    when its rows equal the previous gather's, the previous graph records are reused
-    (`GraphRead`)."""
+    ones updated by what was written since; the services, the declared ones and the
+    deployments are read anew only when the team's revision of them moved
+    (`runtime.revisions`), the rest of the graph evidence always, and when its rows equal
+    the previous gather's, the previous graph records are reused (`GraphRead`)."""
     since, minutes = _window()
     rates = Rates.for_window(since, minutes)
     rs = rank_settings()
+    revision = team_revision(team_id=team_id)
     graph = graph_read(team_id, since, minutes, rates,
-                   previous.graph if previous is not None else None)
-    deployed = deployments_read(team_id, previous.deployed if previous is not None else None)
+                   previous.graph if previous is not None else None, revision)
+    deployed = deployments_read(team_id, previous.deployed if previous is not None else None,
+                                revision)
     deployments = deployed.records
     versions, components, sboms = components_read(
         deployed.version_ids, previous.sboms if previous is not None else None,

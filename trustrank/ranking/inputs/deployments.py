@@ -16,6 +16,7 @@ from trustrank.risk import inputs as ri
 from trustrank.risk.libraries import component_key_from_purl
 from trustrank.runtime.deployment import deployments_from_telemetry
 from trustrank.runtime.models import DeploymentSource
+from trustrank.runtime.revisions import TeamRevision
 
 # How each deployment source reads in explanations (runtime.models.DeploymentSource).
 DEPLOYMENT_SOURCE_WORDS: dict[str, str] = {
@@ -51,9 +52,20 @@ class DeploymentsRead:
     rows: list[tuple[Any, ...]]
     records: tuple[ri.Deployment, ...]
     version_ids: frozenset[int]
+    # The team's revision read just before them (`runtime.revisions`).
+    revision: TeamRevision | None = None
 
 
-def deployments_read(team_id: int, previous: DeploymentsRead | None = None) -> DeploymentsRead:
+def deployments_read(
+    team_id: int, previous: DeploymentsRead | None = None,
+    revision: TeamRevision | None = None,
+) -> DeploymentsRead:
+    # While the team's services, deployments and project versions keep their revision, the
+    # deployments from telemetry would record none and the rows read are the previous ones
+    # (projects and versions are never renamed): 40 ms of PostgreSQL per run at 100,000
+    # services and 20,000 deployments.
+    if previous is not None and revision is not None and previous.revision == revision:
+        return previous
     deployments_from_telemetry(team_id=team_id)
     with connection.cursor() as cur:
         cur.execute(_DEPLOYMENTS_SQL, [team_id])
@@ -61,13 +73,13 @@ def deployments_read(team_id: int, previous: DeploymentsRead | None = None) -> D
     if previous is None:
         records = tuple(map(_record, rows))
     elif previous.rows == rows:
-        return previous
+        return DeploymentsRead(previous.rows, previous.records, previous.version_ids, revision)
     else:
         # A row read again keeps its previous record: one deployment's change makes one
         # record, not 20,000.
         before = dict(zip(previous.rows, previous.records, strict=True))
         records = tuple(before.get(row) or _record(row) for row in rows)
-    return DeploymentsRead(rows, records, frozenset(row[2] for row in rows))
+    return DeploymentsRead(rows, records, frozenset(row[2] for row in rows), revision)
 
 
 def _record(row: tuple[Any, ...]) -> ri.Deployment:
