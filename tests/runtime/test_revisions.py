@@ -31,7 +31,9 @@ NOW = timezone.now()
 # mark is read by its label; when a deployment was written, and by whom).
 SERVICE_UNREAD = {"id", "first_seen", "last_seen", "ingress_candidate", "ingress_set_by_id",
                   "ranked_revision"}
-DEPLOYMENT_UNREAD = {"id", "set_by", "updated_at", "ranked_revision"}
+# And a deployment's version, impact and source: read by every run's deployments statement.
+DEPLOYMENT_UNREAD = {"id", "set_by", "updated_at", "ranked_revision", "project_version_id",
+                     "human_impact", "source"}
 
 # A value unlike the row's, per column.
 CHANGED = {
@@ -39,7 +41,6 @@ CHANGED = {
     "attributes": {"trustrank.ingress": True}, "ingress_override": True,
     "ingress_set_by_label": "alice", "ingress_set_via": "api",
     "ingress_set_at": NOW - timedelta(days=1), "service_name": "renamed",
-    "human_impact": "very high", "source": "manual",
 }
 
 
@@ -88,9 +89,8 @@ def test_a_change_of_any_column_a_run_reads_of_a_service_moves_the_revision(team
 
 @pytest.mark.parametrize("column", MIGRATION._DEPLOYMENT_READ)
 def test_a_change_of_any_column_a_run_reads_of_a_deployment_moves_the_revision(team, column):
-    _env, other_env, _pv, other_pv, _svc, dep = _world(team)
-    value = {"environment_id": other_env.pk,
-             "project_version_id": other_pv.pk}.get(column, CHANGED.get(column))
+    _env, other_env, _pv, _other_pv, _svc, dep = _world(team)
+    value = other_env.pk if column == "environment_id" else CHANGED[column]
     before = team_revision(team_id=team.pk)
     Deployment.objects.filter(pk=dep.pk).update(**{column: value})
     after = team_revision(team_id=team.pk)
@@ -110,7 +110,8 @@ def test_writes_no_run_reads_keep_the_revision_and_other_teams_are_apart(team, o
         cur.execute("UPDATE runtime_service SET last_seen = %s, first_seen = %s, "
                     "ingress_candidate = true, attributes = attributes || '{}'::jsonb",
                     [later, NOW - timedelta(days=2)])
-    Deployment.objects.filter(pk=dep.pk).update(set_by="pipeline", updated_at=later)
+    Deployment.objects.filter(pk=dep.pk).update(set_by="pipeline", updated_at=later,
+                                                human_impact="very high")
     # Another team's services, deployments and versions.
     theirs = Environment.objects.create(team=other_team, name="prod", first_seen=NOW,
                                         last_seen=NOW)
@@ -161,9 +162,19 @@ def test_a_gather_reads_the_services_and_deployments_again_only_when_the_revisio
     sql = _statements(ctx)
     assert not [s for s in sql if "FROM runtime_service s\n  JOIN runtime_environment" in s]
     assert not [s for s in sql if "INSERT INTO runtime_deployment" in s]
-    assert not [s for s in sql if "FROM runtime_deployment d" in s]
+    assert not [s for s in sql if "NOT EXISTS (SELECT 1 FROM runtime_service s" in s]
     assert second.inputs.services is first.inputs.services
     assert second.inputs.deployments is first.inputs.deployments
+
+    # A deployment's impact changes: the services are not read again, the deployment is.
+    Deployment.objects.filter(service_name="checkout").update(human_impact="very high")
+    with CaptureQueriesContext(connection) as ctx:
+        second = ranking_inputs_gather(team_id=team.pk, previous=second,
+                                       changed_since=timezone.now())
+    assert not [s for s in _statements(ctx)
+                if "FROM runtime_service s\n  JOIN runtime_environment" in s]
+    assert second.inputs.services is first.inputs.services
+    assert [d.human_impact for d in second.inputs.deployments] == ["very high"]
 
     # The operator marks checkout as ingress, through the page's own service: the next
     # gather reads the services again and sees the mark.

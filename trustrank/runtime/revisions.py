@@ -2,15 +2,18 @@
 read them, without reading them again.
 
 Every row carries a revision (`ranked_revision`, migration runtime.0010), drawn from one
-sequence when the row is inserted and again, by a trigger, whenever a column a ranking run
-reads changes. A team's `GraphRevision` is, per table, the number of its rows, the sum of
-their revisions and the sum of a hash of each. A change of a row raises its revision, so
-raises the sum; a row inserted or deleted alone changes the count; rows inserted and
-deleted together change the sums unless their revisions sum equal twice over, plain and
-hashed (the hashed sums agree by chance one time in 2^64). Environments are few and read
-whole: a renamed one changes the names every service is read under. Project versions are
-never renamed, nor their projects: their ids are counted and summed alike, so a version
-added or deleted (which the deployments from telemetry match by name) is seen.
+sequence when the row is inserted and again, by a trigger, whenever a column changes that
+a ranking run reads in the statements this spares it (the services, the declared ones, the
+deployments from telemetry; not a deployment's version or impact, read every run).
+
+A team's `TeamRevision` is, per table, the number of its rows, the sum of their revisions
+and the sum of a hash of each. A change of a row raises its revision, so raises the sum; a
+row inserted or deleted alone changes the count; rows inserted and deleted together change
+the sums unless their revisions sum equal twice over, plain and hashed (the hashed sums
+agree by chance one time in 2^64). Environments are few and read whole: a renamed one
+changes the names every service is read under. Project versions are never renamed, nor
+their projects: their ids are counted and summed alike, so a version added or deleted
+(which the deployments from telemetry match by name) is seen.
 
 Read committed: a change committed after this statement is seen by the next one, so a run
 that reads its rows after this revision reads at least what the revision stands for."""
@@ -53,8 +56,8 @@ class TeamRevision(NamedTuple):
 
 def team_revision(*, team_id: int) -> TeamRevision:
     """The team's services, deployments and project versions as of now: equal to an earlier
-    value only if no row a ranking run reads of them was inserted, changed or deleted
-    since."""
+    value only if none of their rows was inserted or deleted since, nor changed in a
+    column the revision watches."""
     with connection.cursor() as cur:
         cur.execute(_REVISION_SQL, {"team": team_id})
         envs, *sums = cur.fetchone() or (None,) * 10
