@@ -215,7 +215,7 @@ def test_rows_copied_by_kept_runs_are_the_rows_those_runs_moved():
     assert not any(a is made.rank for a in made.release())
 
 
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("seed", range(40))
 def test_environment_ranks_moved_by_runs_are_those_counted_afresh(seed):
     """A kept row's environment rank is its previous one moved by what came and went of
     its environment before its run (`store_moved._env_ranks_moved`): the ranks and counts
@@ -225,8 +225,10 @@ def test_environment_ranks_moved_by_runs_are_those_counted_afresh(seed):
 
     rng = random.Random(seed)
     n = rng.randint(1, 120)
-    envs = ["prod", "dev", "", "stage"]
-    values = [(0, 0, rng.choice(envs[:3]), rng.random(), "scheduled", "ctx") for _ in range(n)]
+    # Up to six environments: runs where none, one, two or more of them move.
+    envs = ["prod", "dev", "", "stage", "qa", "edge"][: rng.randint(2, 6)]
+    values = [(0, 0, rng.choice(envs[:-1]), rng.random(), "scheduled", "ctx")
+              for _ in range(n)]
     before = QueueRows.from_items(zip(range(1, n + 1), values, strict=True), n)
     before.env_rank = env_ranks(before.env, len(before.envs)).copy()
     before.by_place = True
