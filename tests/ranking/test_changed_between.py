@@ -13,6 +13,7 @@ from dataclasses import replace
 import pytest
 
 from trustrank.ranking.inputs import Gathered, changed_between
+from trustrank.ranking.inputs.deployments import read_again
 from trustrank.risk import inputs as ri
 
 
@@ -130,6 +131,18 @@ def test_changes_found_from_the_rows_read_are_the_defined_ones(seed):
             now[k] = (*now[k][:4], "manual", "shop", "2.0")
     old, new = _gathered_from_rows(rows, versions), _gathered_from_rows(now, versions)
     assert changed_between(old, new) == _by_definition(old, new)
+    # The rows read again after the old ones, as a gather reads them: compared in place
+    # when as many, by their records otherwise; the same changes either way.
+    again = read_again(old.deployed, list(now))
+    assert again.records == new.deployed.records
+    assert again.version_ids == new.deployed.version_ids
+    assert (again.base is old.deployed.rows) == (len(now) == len(rows) and now != rows)
+    if again.base is not None:
+        assert list(again.differ) == [k for k in range(len(now)) if now[k] != rows[k]]
+        assert all(again.records[k] is old.deployed.records[k]
+                   for k in range(len(now)) if k not in again.differ)
+    read = replace(new, deployed=again, inputs=replace(new.inputs, deployments=again.records))
+    assert changed_between(old, read) == _by_definition(old, new)
 
 
 @pytest.mark.parametrize("seed", range(30))

@@ -224,7 +224,16 @@ def changed_between(old: Gathered, new: Gathered) -> tuple[set[str], set[tuple[s
         # dataclass hash was 0.03 s of 40,000), else from the records.
         keys: list[set[tuple[str, str, str, str]]]
         if old.deployed is not None and new.deployed is not None:
-            a, b = set(old.deployed.rows), set(new.deployed.rows)
+            a: set[tuple[Any, ...]]
+            b: set[tuple[Any, ...]]
+            if new.deployed.base is old.deployed.rows:
+                # Read again in place: only the rows at the places that differ (a row that
+                # also stands at another place, two deployments alike, is then named too:
+                # more rescored, none missed).
+                a = {old.deployed.rows[k] for k in new.deployed.differ}
+                b = {new.deployed.rows[k] for k in new.deployed.differ}
+            else:
+                a, b = set(old.deployed.rows), set(new.deployed.rows)
             keys = [{(r[0], r[1], str(r[2]), r[3]) for r in rows} for rows in (a - b, b - a)]
         else:
             x, y = set(old.inputs.deployments), set(new.inputs.deployments)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
+from itertools import compress, count
+from operator import ne
 from typing import Any, cast
 
 from django.db import connection
@@ -12,6 +14,7 @@ from django.db.models.expressions import RawSQL
 
 from trustrank.inventory.models import Component
 from trustrank.ranking.inputs.findings import CHUNK
+from trustrank.ranking.inputs.ids import int_array
 from trustrank.risk import inputs as ri
 from trustrank.risk.libraries import component_key_from_purl
 from trustrank.runtime.deployment import deployments_from_telemetry
@@ -54,6 +57,10 @@ class DeploymentsRead:
     version_ids: frozenset[int]
     # The team's revision read just before them (`runtime.revisions`).
     revision: TeamRevision | None = None
+    # When these rows are `base` (the previous read's very list) but at the places `differ`
+    # (as many rows, in the same order): what `changed_between` compares, not every row.
+    base: list[tuple[Any, ...]] | None = None
+    differ: tuple[int, ...] = ()
 
 
 def deployments_read(
@@ -70,14 +77,32 @@ def deployments_read(
         cur.execute(_DEPLOYMENTS_SQL, [team_id])
         rows = cur.fetchall()
     if previous is None:
-        records = tuple(map(_record, rows))
-    elif previous.rows == rows:
+        return DeploymentsRead(rows, tuple(map(_record, rows)),
+                               frozenset(row[2] for row in rows), revision)
+    return read_again(previous, rows, revision)
+
+
+def read_again(previous: DeploymentsRead, rows: list[tuple[Any, ...]],
+               revision: TeamRevision | None = None) -> DeploymentsRead:
+    """The deployments `rows` read after `previous`: a row read again keeps its record, so
+    one deployment's change makes one record, not 20,000."""
+    if previous.rows == rows:
         return DeploymentsRead(previous.rows, previous.records, previous.version_ids, revision)
-    else:
-        # A row read again keeps its previous record: one deployment's change makes one
-        # record, not 20,000.
-        before = dict(zip(previous.rows, previous.records, strict=True))
-        records = tuple(before.get(row) or _record(row) for row in rows)
+    if len(previous.rows) == len(rows):
+        # As many rows in id order: most often the same deployments with one changed. The
+        # rows at the same place are compared, and only those that differ make records and
+        # are compared by `changed_between` (hashing 20,000 rows three times over was
+        # 0.03 s of each run).
+        differ = tuple(compress(count(), map(ne, previous.rows, rows)))
+        made = list(previous.records)
+        for k in differ:
+            made[k] = _record(rows[k])
+        versions = (previous.version_ids
+                    if all(rows[k][2] == previous.rows[k][2] for k in differ)
+                    else frozenset(row[2] for row in rows))
+        return DeploymentsRead(rows, tuple(made), versions, revision, previous.rows, differ)
+    before = dict(zip(previous.rows, previous.records, strict=True))
+    records = tuple(before.get(row) or _record(row) for row in rows)
     return DeploymentsRead(rows, records, frozenset(row[2] for row in rows), revision)
 
 
@@ -106,10 +131,11 @@ def components_read(
     `previous_versions`, the version records of a gather of these same versions, are
     kept as they are."""
     # One array parameter, not `pk__in`: a list of 20,000 ids as 20,000 parameters took
-    # 0.22-0.27 s to send and plan, the array 0.04 s.
+    # 0.22-0.27 s to send and plan, the array 0.04 s, and as a literal 0.006 s.
     with connection.cursor() as cur:
         cur.execute("SELECT id, current_sbom_id FROM inventory_projectversion "
-                    "WHERE id = ANY(%s) AND current_sbom_id IS NOT NULL", [sorted(version_ids)])
+                    "WHERE id = ANY(%s::bigint[]) AND current_sbom_id IS NOT NULL",
+                    [int_array(sorted(version_ids))])
         sbom_to_pv = {sbom: pv for pv, sbom in cur.fetchall()}
     held = previous or {}
     by_sbom: SbomComponents = {}

@@ -139,3 +139,10 @@ def pk_of(ids: Mapping[str, int]) -> Callable[[str], int]:
 def finding_pks(ids: Mapping[str, int], fids: Iterable[str], n: int) -> np.ndarray[Any, Any]:
     """The database ids of `n` findings `fids`, each one of `ids` (`pk_of`)."""
     return np.fromiter(map(pk_of(ids), fids), dtype=np.int64, count=n)
+
+
+def int_array(ids: Iterable[int]) -> str:
+    """A PostgreSQL array literal of integers, for a `%s::bigint[]` parameter: the driver
+    adapts a Python list of integers element by element (20,000 deployed versions' ids
+    were 19 ms of each ranking run, the literal 2 ms)."""
+    return "{" + ",".join(map(str, ids)) + "}"

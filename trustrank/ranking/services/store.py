@@ -18,9 +18,9 @@ import orjson
 from django.db import connection
 
 from trustrank.ranking.inputs import Gathered
-from trustrank.ranking.inputs.ids import finding_pks, pk_of, search_groups_of
+from trustrank.ranking.inputs.ids import finding_pks, int_array, pk_of, search_groups_of
 from trustrank.ranking.models import RankingRun
-from trustrank.ranking.services.store_copy import _CHUNK, _copy_ranked, _int_array
+from trustrank.ranking.services.store_copy import _CHUNK, _copy_ranked
 from trustrank.ranking.services.store_history import _history
 from trustrank.ranking.services.store_keys import KeyParts, buckets_store
 from trustrank.ranking.services.store_moved import (
@@ -239,12 +239,12 @@ def _store_rows(
             if gone:
                 cur.execute(
                     "DELETE FROM ranking_rankedfinding WHERE finding_id = ANY(%s::bigint[])",
-                    [_int_array(gone)],
+                    [int_array(gone)],
                 )
             if len(changed):
                 cur.execute(
                     "DELETE FROM ranking_rankedfinding WHERE finding_id = ANY(%s::bigint[])",
-                    [_int_array(changed)],
+                    [int_array(changed)],
                 )
             targets = changed
         hashed: list[int] = []

@@ -151,9 +151,3 @@ def _copy_ranked_chunks(
             if on_chunk is not None:
                 on_chunk(chunk)
         copy.write(_BINARY_TRAILER)
-
-
-def _int_array(ids: Ids) -> str:
-    """A PostgreSQL array literal of integers (a string parameter: the driver adapts a
-    Python list of a hundred thousand ints element by element)."""
-    return "{" + ",".join(map(str, ids)) + "}"

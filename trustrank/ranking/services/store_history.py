@@ -12,8 +12,8 @@ from typing import Any
 import orjson
 from django.utils import timezone
 
+from trustrank.ranking.inputs.ids import int_array
 from trustrank.ranking.models import RankChange, RankingRun
-from trustrank.ranking.services.store_copy import _int_array
 from trustrank.ranking.services.store_rows import Ids, QueueRows, Row
 
 _LINES = 20_000
@@ -63,7 +63,7 @@ def _history(
         # A ranked row may outlive its finding (the table has no foreign key: a finding
         # deleted while a run stored its rank); its history went with the finding.
         cur.execute(
-            "SELECT id FROM findings_finding WHERE id = ANY(%s::bigint[])", [_int_array(gone)]
+            "SELECT id FROM findings_finding WHERE id = ANY(%s::bigint[])", [int_array(gone)]
         )
         existing = {row[0] for row in cur.fetchall()}
         gone = [fid for fid in gone if fid in existing]
