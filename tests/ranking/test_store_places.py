@@ -277,3 +277,46 @@ def test_the_pool_prepares_the_arrays_it_lacks():
     pool.prepare(6, [np.dtype(np.int8)])
     pool.prepare(6, [np.dtype(np.int8)])  # held already: nothing more made
     assert pool.held() == 1
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_rows_moved_from_rows_in_key_order_know_their_order_from_the_runs_bounds(seed):
+    """Rows made from rows in key order by kept runs and fresh rows are in key order
+    exactly when every place where a run starts or a fresh row stands follows its
+    predecessor (`QueueRows.ordered_after`): their ranks by key are those a sort of every
+    row gives, whichever way it was found."""
+    from trustrank.ranking.services.store_moved import rows_walked
+
+    rng = random.Random(7000 + seed)
+    n = rng.randint(1, 80)
+    keys = sorted(rng.sample(range(10, 10_000), n))
+    values = [(0, 0, "prod", 0.5, "scheduled", "ctx", k) for k in keys]
+    before = QueueRows.from_items(zip(range(1, n + 1), values, strict=True), n, keyed=True)
+    before.by_place = True
+    runs, at, place, fresh = [], 0, 0, []
+    while at < n:
+        for _ in range(rng.choice([0, 0, 1, 2])):
+            fresh.append(place)
+            place += 1
+        at += rng.choice([0, 0, 1])
+        length = min(n - at, rng.randint(1, 12))
+        if length > 0:
+            runs.append((at, place, length))
+            at += length
+            place += length
+    fresh.extend(range(place, place + rng.choice([0, 1])))
+    total = place + sum(1 for p in fresh if p >= place)
+    rows = rows_walked(before, KeptPieces.of(runs), total, fresh,
+                       [1_000 + k for k in range(len(fresh))],
+                       [(0, 0, "prod", 0.5, "scheduled", "new") for _ in fresh])
+    # A fresh row's key: between its neighbours' (in order), or anywhere (most often not).
+    for p in fresh:
+        lo = int(rows.qkey[p - 1]) if p > 0 else 0
+        rows.qkey[p] = lo + 1 if rng.random() < 0.7 else rng.randrange(0, 10_500)
+    rows.ordered_after(before, KeptPieces.of(runs), np.asarray(fresh, dtype=np.int64))
+    q, f = rows.qkey, rows.fid
+    in_order = bool(((q[1:] > q[:-1]) | ((q[1:] == q[:-1]) & (f[1:] > f[:-1]))).all())
+    assert (rows._key_rank is not None) == in_order
+    by_sort = np.empty(total, dtype=np.int64)
+    by_sort[np.lexsort((f, q))] = np.arange(1, total + 1)
+    assert rows.key_ranks(f).tolist() == by_sort.tolist()

@@ -184,6 +184,7 @@ def _store_rows(
         rows, changed_on_the_way, gone_on_the_way = rows_moved(
             result.findings, moves, before, finding_ids, row_of)
         parts.update_at(rows, moves.fresh)
+        rows.ordered_after(before, moves.kept, moves.fresh)
         reused = len(before)
         env_counter = rows.env_counts()
     elif previous is not None and before is not None and gathered_by_place:

@@ -21,6 +21,7 @@ import numpy as np
 from trustrank.ranking.services.store_places import Located, SortedIds
 from trustrank.risk.buffers import BUFFERS, detach
 from trustrank.risk.inputs import DECISIONS
+from trustrank.risk.queue_moves import KeptPieces
 
 # A stored rank row: (rank, env rank, environment, score, decision, context digest).
 Row = tuple[int, int, str, float, str, str]
@@ -221,6 +222,23 @@ class QueueRows(Mapping[int, Row]):
         if self._key_rank is _BY_PLACE:
             return np.where(at >= 0, at + 1, 0)
         return np.where(at >= 0, self._key_rank[np.maximum(at, 0)], 0)
+
+    def ordered_after(self, before: QueueRows, kept: KeptPieces,
+                      fresh: np.ndarray[Any, Any]) -> None:
+        """Know these rows, made by place from `before` (by place) with the runs `kept` and
+        the places `fresh` (`store_moved.rows_moved`), keys set, to be in key order when
+        `before` is and each place where a run starts or a fresh row stands comes after
+        the one before it: within a run, rows follow each other as they did in `before`,
+        keys and all. `key_ranks` then asks no more (its check of every pair was 0.03 s a
+        run at ten million)."""
+        before.key_ranks(())
+        if before._key_rank is not _BY_PLACE or not self.by_place:
+            return
+        p = np.union1d(kept.new, fresh)
+        p = p[(p > 0) & (p < len(self))]
+        q, f = self.qkey, self.fid
+        if bool(((q[p] > q[p - 1]) | ((q[p] == q[p - 1]) & (f[p] > f[p - 1]))).all()):
+            self._key_rank = _BY_PLACE
 
     def items_of(self, fids: Sequence[int] | np.ndarray[Any, Any]) -> Iterator[tuple[int, Row]]:
         """(finding id, row) of each of `fids` that has a row, in their order, made a part
