@@ -6,6 +6,7 @@ changed."""
 from __future__ import annotations
 
 import importlib
+import re
 from datetime import timedelta
 
 import pytest
@@ -87,6 +88,22 @@ def test_a_change_of_any_column_a_run_reads_of_a_service_moves_the_revision(team
     assert team_revision(team_id=team.pk) == after
 
 
+@pytest.mark.parametrize("key", MIGRATION._ATTRIBUTES_READ)
+def test_a_change_of_any_attribute_a_run_reads_moves_the_revision(team, key):
+    _env, _other_env, _pv, _other, svc, _dep = _world(team)
+    Service.objects.filter(pk=svc.pk).update(attributes={key: "a", "service.instance.id": "1"})
+    before = team_revision(team_id=team.pk)
+    Service.objects.filter(pk=svc.pk).update(attributes={key: "b", "service.instance.id": "1"})
+    assert team_revision(team_id=team.pk).services != before.services
+
+
+def test_the_trigger_watches_every_attribute_the_services_statement_reads():
+    from trustrank.ranking.inputs.graph import _SERVICES_SQL
+
+    read = set(re.findall(r"attributes\s*->>?\s*'([^']+)'", _SERVICES_SQL))
+    assert read and read <= set(MIGRATION._ATTRIBUTES_READ)
+
+
 @pytest.mark.parametrize("column", MIGRATION._DEPLOYMENT_READ)
 def test_a_change_of_any_column_a_run_reads_of_a_deployment_moves_the_revision(team, column):
     _env, other_env, _pv, _other_pv, _svc, dep = _world(team)
@@ -108,8 +125,9 @@ def test_writes_no_run_reads_keep_the_revision_and_other_teams_are_apart(team, o
     # attributes and moves last_seen).
     with connection.cursor() as cur:
         cur.execute("UPDATE runtime_service SET last_seen = %s, first_seen = %s, "
-                    "ingress_candidate = true, attributes = attributes || '{}'::jsonb",
-                    [later, NOW - timedelta(days=2)])
+                    "ingress_candidate = true, attributes = attributes || %s::jsonb",
+                    [later, NOW - timedelta(days=2),
+                     '{"service.instance.id": "replica-2", "telemetry.sdk.version": "1.4"}'])
     Deployment.objects.filter(pk=dep.pk).update(set_by="pipeline", updated_at=later,
                                                 human_impact="very high")
     # Another team's services, deployments and versions.

@@ -25,12 +25,22 @@ _NEXT = models.Func(models.Value("runtime_ranked_revision"), function="nextval",
 _SERVICE_READ = ("environment_id", "kind", "namespace", "name", "version", "attributes",
                  "ingress_override", "ingress_set_by_label", "ingress_set_via",
                  "ingress_set_at")
+# Of a service's attributes, the keys those statements read: the rest (an SDK's
+# `service.instance.id`, which differs per replica and so changes with most batches) is
+# merged into the row by trace ingest without moving the revision.
+_ATTRIBUTES_READ = ("trustrank.ingress", "trustrank.ingress.client", "k8s.cluster.name",
+                    "k8s.namespace.name")
 _DEPLOYMENT_READ = ("environment_id", "namespace", "service_name", "ingress_override",
                     "ingress_set_by_label", "ingress_set_via", "ingress_set_at")
 
 
 def _row(prefix: str, columns: tuple[str, ...]) -> str:
-    return "(" + ", ".join(f"{prefix}.{c}" for c in columns) + ")"
+    def read(column: str) -> list[str]:
+        if column == "attributes":
+            return [f"({prefix}.attributes -> '{key}')" for key in _ATTRIBUTES_READ]
+        return [f"{prefix}.{column}"]
+
+    return "(" + ", ".join(part for c in columns for part in read(c)) + ")"
 
 
 def _forward(table: str, columns: tuple[str, ...]) -> str:
