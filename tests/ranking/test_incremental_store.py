@@ -416,7 +416,7 @@ def test_an_incremental_run_over_many_changed_places_makes_rows_from_where_they_
     # (its queue's columns that its rows do not hold, the codes of facts and contexts,
     # and arrays made for the rest).
     assert isinstance(runs._PREVIOUS[team_id].rows._located, SortedIds)
-    assert BUFFERS.held() == 8
+    assert BUFFERS.held() == 7
     monkeypatch.setattr(store, "_REWRITE_ABOVE", 0)
     moved = _kept_moved(monkeypatch)
     walked: list[object] = []
@@ -448,7 +448,7 @@ def test_an_incremental_run_over_many_changed_places_makes_rows_from_where_they_
     full = _run(team_id)
     # Emptied when it began: what is held now is what it left for the next run, as the
     # first full run did (none of the incremental run's arrays).
-    assert BUFFERS.held() == 8
+    assert BUFFERS.held() == 7
     assert _stored(team_id) == stored
     assert full.results_digest == incremental.results_digest
     # The rows the worker keeps for the next run (its places, every rank as of the run)

@@ -196,7 +196,7 @@ def ready_for_moves(rows: QueueRows) -> None:
     rows.key_ranks(())
     n = len(rows)
     wanted = [c.dtype for c in (rows.fid, rows.env, rows.score, rows.decision, rows.context,
-                                rows.qkey)] + [np.dtype(np.int32)] * 2  # environment ranks
+                                rows.qkey)] + [np.dtype(np.int32)]  # environment ranks
     BUFFERS.prepare(n, wanted)
 
 
