@@ -215,6 +215,28 @@ def test_rows_copied_by_kept_runs_are_the_rows_those_runs_moved():
     assert not any(a is made.rank for a in made.release())
 
 
+def _random_layout(rng: random.Random, n: int, *, fresh_at_once: list[int],
+                   dropped_at_once: list[int], longest: int,
+                   ) -> tuple[list[tuple[int, int, int]], list[int], int]:
+    """A merge of `n` previous places at random: kept runs (old start, new start, length),
+    the fresh places between and after them (ascending) and the new queue's length."""
+    runs: list[tuple[int, int, int]] = []
+    fresh: list[int] = []
+    at = place = 0
+    while at < n:
+        for _ in range(rng.choice(fresh_at_once)):
+            fresh.append(place)
+            place += 1
+        at += rng.choice(dropped_at_once)
+        length = min(n - at, rng.randint(1, longest))
+        if length > 0:
+            runs.append((at, place, length))
+            at += length
+            place += length
+    fresh.extend(range(place, place + rng.choice([0, 2])))
+    return runs, fresh, len(fresh) + sum(length for _old, _new, length in runs)
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_environment_ranks_moved_by_runs_are_those_counted_afresh(seed):
     """A kept row's environment rank is its previous one moved by what came and went of
@@ -232,20 +254,8 @@ def test_environment_ranks_moved_by_runs_are_those_counted_afresh(seed):
     before = QueueRows.from_items(zip(range(1, n + 1), values, strict=True), n)
     before.env_rank = env_ranks(before.env, len(before.envs)).copy()
     before.by_place = True
-    runs, at, place = [], 0, 0
-    fresh: list[int] = []
-    while at < n:
-        for _ in range(rng.choice([0, 0, 1, 3])):
-            fresh.append(place)
-            place += 1
-        at += rng.choice([0, 0, 1, 2])  # dropped
-        length = min(n - at, rng.randint(1, 15))
-        if length > 0:
-            runs.append((at, place, length))
-            at += length
-            place += length
-    fresh.extend(range(place, place + rng.choice([0, 2])))
-    total = place + (len(fresh) - sum(1 for p in fresh if p < place))
+    runs, fresh, total = _random_layout(rng, n, fresh_at_once=[0, 0, 1, 3],
+                                        dropped_at_once=[0, 0, 1, 2], longest=15)
     fresh_rows = [(0, 0, rng.choice(envs), 0.5, "immediate", "new") for _ in fresh]
     rows = rows_walked(before, KeptPieces.of(runs), total, fresh,
                        [10_000 + k for k in range(len(fresh))], fresh_rows, with_ranks=False)
@@ -293,19 +303,8 @@ def test_rows_moved_from_rows_in_key_order_know_their_order_from_the_runs_bounds
     values = [(0, 0, "prod", 0.5, "scheduled", "ctx", k) for k in keys]
     before = QueueRows.from_items(zip(range(1, n + 1), values, strict=True), n, keyed=True)
     before.by_place = True
-    runs, at, place, fresh = [], 0, 0, []
-    while at < n:
-        for _ in range(rng.choice([0, 0, 1, 2])):
-            fresh.append(place)
-            place += 1
-        at += rng.choice([0, 0, 1])
-        length = min(n - at, rng.randint(1, 12))
-        if length > 0:
-            runs.append((at, place, length))
-            at += length
-            place += length
-    fresh.extend(range(place, place + rng.choice([0, 1])))
-    total = place + sum(1 for p in fresh if p >= place)
+    runs, fresh, total = _random_layout(rng, n, fresh_at_once=[0, 0, 1, 2],
+                                        dropped_at_once=[0, 0, 1], longest=12)
     rows = rows_walked(before, KeptPieces.of(runs), total, fresh,
                        [1_000 + k for k in range(len(fresh))],
                        [(0, 0, "prod", 0.5, "scheduled", "new") for _ in fresh])
