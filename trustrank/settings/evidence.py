@@ -149,6 +149,11 @@ TRUSTRANK_RANKING_WINDOW_MINUTES = envint("TRUSTRANK_RANKING_WINDOW_MINUTES", 14
 TRUSTRANK_RANKING_DUE_THREAD_ABOVE = envint(
     "TRUSTRANK_RANKING_DUE_THREAD_ABOVE", 50_000, minimum=1
 )
+# A full ranking run over at least this many findings stores its contexts and per-service
+# results on a second database connection while it stores the queue.
+TRUSTRANK_RANKING_SIDE_WRITES_ABOVE = envint(
+    "TRUSTRANK_RANKING_SIDE_WRITES_ABOVE", 50_000, minimum=1
+)
 # A load (SBOM, traces, certificates, feeds) starts a ranking run this long after it; loads
 # that follow within the delay share the run (see TRUSTRANK_RANKING_EVIDENCE_SWEEP_SECONDS).
 TRUSTRANK_RANKING_DEBOUNCE_SECONDS = envint("TRUSTRANK_RANKING_DEBOUNCE_SECONDS", 60, minimum=0)

@@ -4,14 +4,12 @@ a second connection when they are many."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any, overload
 
 import numpy as np
 from django.conf import settings
-from django.db import connection, transaction
 
 from trustrank.findings.services.due_dates import (
     PolicyDays,
@@ -20,6 +18,7 @@ from trustrank.findings.services.due_dates import (
 )
 from trustrank.ranking.inputs import Gathered
 from trustrank.ranking.inputs.ids import finding_pks
+from trustrank.ranking.services.side import SideWrite
 from trustrank.ranking.services.store_rows import QueueRows, Row
 from trustrank.risk.inputs import DECISIONS
 from trustrank.risk.results import RankResult
@@ -119,11 +118,8 @@ class DueInserter:
     def __init__(self, team_id: int, decisions: Sequence[tuple[int, str]],
                  policy: PolicyDays) -> None:
         self.decisions = decisions
-        self.error: BaseException | None = None
-        self.inserted: int | None = None
-        self._thread = threading.Thread(
-            target=self._run, args=(team_id, policy), name="ranking-due-dates", daemon=True)
-        self._thread.start()
+        self._side = SideWrite("ranking-due-dates", lambda: finding_due_dates_insert(
+            team_id=team_id, decisions=decisions, checked_policy=policy))
 
     @classmethod
     def start(cls, team_id: int, gathered: Gathered, result: RankResult,
@@ -157,29 +153,18 @@ class DueInserter:
                                  map(decided.__getitem__, places.tolist()), strict=True))
         return cls(team_id, decisions, gathered.policy)
 
-    def _run(self, team_id: int, policy: PolicyDays) -> None:
-        try:
-            with connection.cursor() as cur:
-                # As the run's own connection (`runs._run_settings`): derived data.
-                cur.execute("SET synchronous_commit = off")
-            with transaction.atomic():
-                self.inserted = finding_due_dates_insert(
-                    team_id=team_id, decisions=self.decisions, checked_policy=policy)
-        except BaseException as exc:  # re-raised by finish(), in the run's thread
-            self.error = exc
-        finally:
-            connection.close()
+    @property
+    def inserted(self) -> int | None:
+        """How many due dates the thread inserted (None: the policy had changed)."""
+        return self._side.result()
 
     def wait(self) -> None:
         """Wait for the thread, whatever it did (the run failed: its error is the run's)."""
-        self._thread.join()
+        self._side.wait()
 
     def finish(self, unsettled: dict[str, Any]) -> dict[str, Any]:
         """Wait for the thread; `unsettled` (made without what it inserted:
         `due_dates_unsettled(inserted=True)`) as it is, or {} when the policy changed."""
-        self._thread.join()
-        if self.error is not None:
-            raise self.error
         if self.inserted is None:
             return {}  # the policy changed since the gather: recompute every finding
         return unsettled

@@ -11,10 +11,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from functools import partial
 from operator import methodcaller
 from typing import Any
 
 import orjson
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -37,6 +39,7 @@ from trustrank.ranking.services.due import (
     due_dates_apply,
     due_dates_unsettled,
 )
+from trustrank.ranking.services.side import SideWrite
 from trustrank.ranking.services.store import _store, rewrites_rows
 from trustrank.ranking.services.store_columns import place_ids, store_first_from_columns
 from trustrank.ranking.services.store_groups import search_groups_mend
@@ -152,7 +155,7 @@ def _execute(run: RankingRun, progress: Any = None) -> None:
     a failed run is committed but its phase and the first-run due dates (which the next
     run checks again), while what it held in memory may be half made (the engine extends
     the kept queue index; the gather read against the kept inputs)."""
-    threads: list[DueInserter] = []
+    threads: list[DueInserter | SideWrite[str]] = []
     try:
         _rank_and_store(run, threads, progress)
     except BaseException:
@@ -163,8 +166,10 @@ def _execute(run: RankingRun, progress: Any = None) -> None:
         raise
 
 
-def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any = None) -> None:
-    """`_execute`'s work; a due-date thread it starts goes into `threads`."""
+def _rank_and_store(run: RankingRun, threads: list[DueInserter | SideWrite[str]],
+                    progress: Any = None) -> None:
+    """`_execute`'s work; a thread it starts on a connection of its own goes into
+    `threads`."""
     t0 = time.perf_counter()
     rs = rank_settings()
     # Only its id: the row also holds the weights and counts.
@@ -218,6 +223,13 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any =
     if early is not None:
         threads.append(early)
     meanwhile = None if incremental else _Meanwhile(gathered.inputs.findings, result.findings)
+    # A full run's per-service results: megabytes of JSON at a hundred thousand services,
+    # stored beside a large queue on a connection of their own (`side.SideWrite`).
+    services_aside = SideWrite("ranking-services", partial(services_store, result)) if (
+        not incremental
+        and len(result.findings) >= settings.TRUSTRANK_RANKING_SIDE_WRITES_ABOVE) else None
+    if services_aside is not None:
+        threads.append(services_aside)
     with transaction.atomic():
         stored = store_first_from_columns(
             run=run, result=result, gathered=gathered, row_hashes=_row_hashes, fid=fid,
@@ -246,11 +258,13 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter], progress: Any =
                                          rows=rows, changed=changed, gone=gone)
         else:
             digest = _rows_digest(rows)
-        services_digest = services_store(
-            result, previous=cached.result if incremental and cached is not None else None,
-            previous_digest=cached.services_digest if incremental and cached is not None
-            else "",
-        )
+        services_digest = services_aside.result() if services_aside is not None else (
+            services_store(
+                result, previous=cached.result if incremental and cached is not None
+                else None,
+                previous_digest=cached.services_digest if incremental and cached is not None
+                else "",
+            ))
         t4 = time.perf_counter()
         if progress is not None:
             # Not `_phase`: the row is written by the heartbeat's own connection, so this
@@ -364,11 +378,15 @@ class _Meanwhile:
         self.index_parts = QueueIndex.in_parts(queue)
         self.index: QueueIndex | None = None
 
-    def step(self) -> None:
+    def step(self) -> bool:
+        """One step of what is left; False when nothing was."""
         if self.hash.at < len(self.hash.findings):
             self.hash.step()
         elif self.index is None:
             self.index = next(self.index_parts)
+        else:
+            return False
+        return True
 
     def finish(self, result: RankResult, *, inputs: ri.RankInputs,
                settings: ri.RankSettings) -> RankResult:

@@ -12,16 +12,19 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from operator import itemgetter
 from typing import Any
 
 import numpy as np
 import orjson
+from django.conf import settings
 from django.db import connection
 
 from trustrank.ranking.inputs import Gathered
 from trustrank.ranking.inputs.ids import finding_pks, search_groups_of
 from trustrank.ranking.models import RankingRun
+from trustrank.ranking.services.side import SideWrite
 from trustrank.ranking.services.store import _REWRITE_ABOVE, _contexts_insert, context_of
 from trustrank.ranking.services.store_copy import (
     _BINARY_HEADER,
@@ -127,20 +130,21 @@ def _chunks(q: _Queue) -> Iterator[tuple[int, int, list[int]]]:
 
 def _copy(cur: Any, q: _Queue, *, team_id: int, run_id: int,
           chunks: Iterable[tuple[int, int, list[int]]],
-          on_chunk: Callable[[int, int], None]) -> None:
+          on_chunk: Callable[[int, int], None],
+          fill: Callable[[], bool] | None = None) -> None:
     """COPY the places of each chunk in the binary format, grouped within a chunk by
     environment, decision and digest length (one record layout each), as
-    `store._copy_ranked_chunks` sends rows."""
+    `store._copy_ranked_chunks` sends rows. `on_chunk` is called once each chunk is sent;
+    then `fill`, a step of other work that says whether it did any, once and again for as
+    long as chunks wait to be sent: the process works while PostgreSQL does, not after."""
+    writer = _QueuedWriter(cur.cursor)
     encoded = [d.encode() for d in q.digests]
     width = np.array([len(b) for b in encoded], dtype=np.int64)
     widest = int(width.max()) + 1 if len(width) else 1
     tables = {size: np.array([b if len(b) == size else b"" for b in encoded], dtype=f"S{size}")
               for size in set(width.tolist()) if size}
     env_bytes = [e.encode() for e in q.envs]
-    with cur.copy(
-        RANKED_COPY,
-        writer=_QueuedWriter(cur.cursor),
-    ) as copy:
+    with cur.copy(RANKED_COPY, writer=writer) as copy:
         copy.write(_BINARY_HEADER)
         for start, end, _ids in chunks:
             context = q.context[start:end]
@@ -160,21 +164,32 @@ def _copy(cur: Any, q: _Queue, *, team_id: int, run_id: int,
                     (">i8", None if q.group is None else q.group[at]),
                 ], len(at)))
             on_chunk(start, end)
+            if fill is not None and fill():
+                while writer.behind() and fill():
+                    pass
         copy.write(_BINARY_TRAILER)
+
+
+def _contexts_stored(bodies: dict[str, bytes]) -> None:
+    """`_contexts_insert` on the calling thread's connection."""
+    with connection.cursor() as cur:
+        _contexts_insert(cur, bodies)
 
 
 def store_first_from_columns(
     *, run: RankingRun, result: RankResult, gathered: Gathered,
     row_hashes: Callable[[Iterable[tuple[int, OwnRow]]], int] | None,
     fid: np.ndarray[Any, Any] | None = None,
-    meanwhile: Callable[[], object] | None = None,
+    meanwhile: Callable[[], bool] | None = None,
 ) -> tuple[dict[str, Any], QueueRows, tuple[Ids, list[int]], int | None] | None:
     """Write the team's first queue from a result with columns (a full run), each chunk's
     rows made and hashed while PostgreSQL stores the chunk before. None when the result has
     no columns or the team has stored rows (then `store._store` compares). `fid`: the
     database id per place, when the caller made it (`place_ids`). `meanwhile`: a step of
-    other work, called once per chunk sent, while PostgreSQL stores it (storing a million
-    rows is PostgreSQL's work for seconds)."""
+    other work that says whether it did any, called while PostgreSQL stores the chunks
+    (storing a million rows is PostgreSQL's work for seconds; see `_copy`). A queue of
+    `TRUSTRANK_RANKING_SIDE_WRITES_ABOVE` places or more has its contexts stored on a
+    connection of its own meanwhile (`side.SideWrite`)."""
     if result.columns is None:
         return None
     with connection.cursor() as cur:
@@ -192,12 +207,19 @@ def store_first_from_columns(
                 part = slice(start, end)
                 hashed.append(row_hashes(zip(q.fid[part].tolist(), rows.own_rows_at(part),
                                              strict=True)))
-            if meanwhile is not None:
-                meanwhile()
 
-        _copy(cur, q, team_id=run.team_id, run_id=run.pk, chunks=_chunks(q),
-              on_chunk=on_chunk)
-        _contexts_insert(cur, q.bodies)
+        contexts = (SideWrite("ranking-contexts", partial(_contexts_stored, q.bodies))
+                    if len(q.fid) >= settings.TRUSTRANK_RANKING_SIDE_WRITES_ABOVE else None)
+        try:
+            _copy(cur, q, team_id=run.team_id, run_id=run.pk, chunks=_chunks(q),
+                  on_chunk=on_chunk, fill=meanwhile)
+        finally:
+            if contexts is not None:
+                contexts.wait()
+        if contexts is not None:
+            contexts.result()
+        else:
+            _contexts_insert(cur, q.bodies)
         buckets = buckets_store(cur, team_id=run.team_id, rows=rows, before=None,
                                 changed=rows.fid, gone=[], rewrite=True)
         if len(rows) > _REWRITE_ABOVE:

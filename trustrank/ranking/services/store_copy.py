@@ -93,6 +93,10 @@ class _QueuedWriter(LibpqWriter):
             raise self._error
         self._pending.put(data)
 
+    def behind(self) -> bool:
+        """Whether chunks wait behind the one PostgreSQL is taking: the caller has time."""
+        return not self._pending.empty()
+
     def finish(self, exc: BaseException | None = None) -> None:
         self._pending.put(None)
         self._thread.join()
