@@ -9,16 +9,9 @@ import pytest
 from django.db import connection
 
 from bench.rerank import build
+from tests.ranking.test_run_sequences import _execute
 from trustrank.ranking.models import RankingRun
 from trustrank.ranking.services import runs, side, store_columns, store_copy
-from trustrank.ranking.services.requests import ranking_run_request
-
-
-def _run(team_id: int) -> RankingRun:
-    run = ranking_run_request(team_id=team_id, trigger="test", delay_seconds=0)
-    runs.ranking_run_execute(run_id=run.pk)
-    run.refresh_from_db()
-    return run
 
 
 def _fresh(team_id: int) -> RankingRun:
@@ -29,7 +22,7 @@ def _fresh(team_id: int) -> RankingRun:
         cur.execute("DELETE FROM ranking_rankcontext")
         cur.execute("DELETE FROM ranking_serviceresults")
     runs._PREVIOUS.clear()
-    return _run(team_id)
+    return _execute(team_id)
 
 
 def _stored() -> tuple[set[str], set[str], set[str]]:
