@@ -137,13 +137,13 @@ def _copy(cur: Any, q: _Queue, *, team_id: int, run_id: int,
     `store._copy_ranked_chunks` sends rows. `on_chunk` is called once each chunk is sent;
     then `fill`, a step of other work that says whether it did any, once and again for as
     long as chunks wait to be sent: the process works while PostgreSQL does, not after."""
-    writer = _QueuedWriter(cur.cursor)
     encoded = [d.encode() for d in q.digests]
     width = np.array([len(b) for b in encoded], dtype=np.int64)
     widest = int(width.max()) + 1 if len(width) else 1
     tables = {size: np.array([b if len(b) == size else b"" for b in encoded], dtype=f"S{size}")
               for size in set(width.tolist()) if size}
     env_bytes = [e.encode() for e in q.envs]
+    writer = _QueuedWriter(cur.cursor)
     with cur.copy(RANKED_COPY, writer=writer) as copy:
         copy.write(_BINARY_HEADER)
         for start, end, _ids in chunks:
