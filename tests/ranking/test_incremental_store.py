@@ -15,7 +15,7 @@ from bench.rerank import build
 from trustrank.ranking.models import RankChange, RankingRun
 from trustrank.ranking.ranks import env_rank_sql, rank_sql
 from trustrank.ranking.services import due as due_service
-from trustrank.ranking.services import runs, store_moved
+from trustrank.ranking.services import run_digests, runs, store_moved
 from trustrank.ranking.services.requests import ranking_run_request
 from trustrank.ranking.services.store_places import MovedIds, SortedIds
 from trustrank.risk.buffers import BUFFERS
@@ -778,14 +778,14 @@ def test_findings_hashed_part_by_part_sum_to_the_whole():
                              cvss_score=7.5, project_version="pv", component_key="pkg:x/y",
                              baseline=float(i % 90)) for i in range(103))
     for part in (1, 7, 50, 103, 1000):
-        hasher = runs._FindingsHash(findings, part=part)
+        hasher = run_digests.FindingsHash(findings, part=part)
         hasher.step()
         assert hasher.total() == findings_hash_sum(findings)
     inputs, settings = RankInputs(findings=findings), RankSettings()
     whole = rank(inputs=inputs, settings=settings)
     later = with_inputs_digest(rank(inputs=inputs, settings=settings, with_digest=False),
                                inputs=inputs, settings=settings,
-                               findings_sum=runs._FindingsHash(findings, part=9).total())
+                               findings_sum=run_digests.FindingsHash(findings, part=9).total())
     assert later.inputs_digest == whole.inputs_digest and later.findings_sum == whole.findings_sum
     assert later.digest_parts.keys() == whole.digest_parts.keys()
 
