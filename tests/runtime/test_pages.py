@@ -136,3 +136,45 @@ def test_service_page_query_count_is_bounded(client, make_user, team, graph,
     with django_assert_max_num_queries(20):
         response = client.get(f"/services/{payments.pk}/?window=24h")
     assert response.status_code == 200
+
+
+def test_service_map_draws_the_busiest_calls_and_a_bounded_number_of_other_services(
+        client, make_user, team, graph, monkeypatch):
+    """At 100,000 services a map of every one was megabytes no browser lays out: the map
+    draws the calls' ends and at most GRAPH_MAX_OTHER_NODES others, and says so."""
+    from trustrank.runtime import selectors
+
+    monkeypatch.setattr(selectors, "GRAPH_MAX_OTHER_NODES", 3)
+    web = Service.objects.get(name="web", kind="service")
+    now = timezone.now()
+    Service.objects.bulk_create(
+        Service(environment_id=web.environment_id, kind="service", namespace="",
+                name=f"idle-{n:02d}", first_seen=now, last_seen=now)
+        for n in range(8)
+    )
+    login(client, make_user, team)
+    response = client.get("/services/")
+    graph_data = response.context["graph"]
+    labels = [n["label"] for n in graph_data["nodes"]]
+    ends = {e[side] for e in graph_data["edges"] for side in ("source", "target")}
+    # Every end of a drawn call, then the first three others by name.
+    assert {"web", "payments", "internet"} <= set(labels)
+    assert ends <= {n["id"] for n in graph_data["nodes"]}
+    others = sorted(Service.objects.filter(environment_id=web.environment_id, kind="service")
+                    .exclude(pk__in=[int(i) for i in ends]).values_list("name", flat=True))
+    assert len(others) > 3
+    drawn_others = sorted(n["name"] for n in graph_data["nodes"]
+                          if n["kind"] == "service" and n["id"] not in ends)
+    assert drawn_others == others[:3]
+    assert "idle-07" not in labels
+    services_total = Service.objects.filter(environment_id=web.environment_id,
+                                            kind="service").count()
+    assert graph_data["services_total"] == services_total
+    assert graph_data["services_drawn"] == sum(
+        1 for n in graph_data["nodes"] if n["kind"] == "service")
+    assert graph_data["services_drawn"] < services_total
+    html = response.content.decode()
+    assert (f"The map draws {graph_data['services_drawn']} of the {services_total} services"
+            in html)
+    # The table still lists every service (its first page holds them all here).
+    assert "idle-07" in html

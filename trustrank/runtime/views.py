@@ -31,7 +31,7 @@ from trustrank.runtime.filters import (
     ServiceFilterSet,
     service_exposures,
 )
-from trustrank.runtime.models import DeploymentSource, HumanImpact
+from trustrank.runtime.models import DeploymentSource, HumanImpact, NodeKind, Service
 from trustrank.runtime.service_rows import (
     ServiceListing,
     declared_untraced_for_environments,
@@ -106,11 +106,15 @@ def service_map(request: HtmxHttpRequest) -> HttpResponse:
         "graph_library": _graph_library_url(),
     }
     if environment is not None:
-        # Trust and exposure as the latest ranking run computed them (none before a run).
-        results = ranking_selectors.service_results(
-            team_id=environment.team_id, environment=environment.name
-        )
-        exposures = service_exposures({environment.pk: results})
+        # Trust and exposure as the latest ranking run computed them (none before a run):
+        # every service's when the list is filtered by exposure, else (below) only those of
+        # the services on the page and on the map.
+        results: dict[str, dict[str, Any]] | None = None
+        if request.GET.get("exposure"):
+            results = ranking_selectors.service_results(
+                team_id=environment.team_id, environment=environment.name
+            )
+        exposures = service_exposures({environment.pk: results or {}})
         filterset = ServiceFilterSet(
             request.GET, exposures=exposures,
             queryset=selectors.services_for_environments(environments=[environment]),
@@ -122,16 +126,25 @@ def service_map(request: HtmxHttpRequest) -> HttpResponse:
         listing = ServiceListing(filterset.qs, declared.qs)
         context.update(paginate(request, listing))  # type: ignore[arg-type]
         page = context["page_obj"].object_list  # type: ignore[attr-defined]
-        context["rows"] = service_rows(page=page, since=since, with_libraries=False,
-                                       results={environment.pk: results})
-        context["filter"] = filterset
-        context["ranked"] = bool(results)
         graph = selectors.graph_for_environment(environment=environment, since=since)
         # Unfiltered and none listed: none to draw, and no query to find them.
         if listing.declared_count() or (declared.is_bound and any(
             request.GET.get(name) for name in declared.filters
         )):
             graph["nodes"] += _declared_nodes(environment)
+        if results is None:
+            results = ranking_selectors.service_results_named(
+                team_id=environment.team_id, environment=environment.name,
+                names=[*(s.name if isinstance(s, Service) else s.service_name for s in page),
+                       *(n["name"] for n in graph["nodes"] if n["kind"] == NodeKind.SERVICE)],
+            )
+            context["ranked"] = results is not None
+        else:
+            context["ranked"] = bool(results)
+        results = results or {}
+        context["rows"] = service_rows(page=page, since=since, with_libraries=False,
+                                       results={environment.pk: results})
+        context["filter"] = filterset
         context["graph"] = _with_trust(graph, results)
         context["broken"] = list(
             selectors.broken_context_for_environment(environment=environment)[:50]
