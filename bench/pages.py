@@ -1,0 +1,86 @@
+"""Every page and list a team opens, timed on a database a scale bench left: which of them a
+team of that size waits for.
+
+Reads the database `bench/rerank.py` built (DATABASE_URL; its team `bench-rerank`, ten
+million findings at the issue's scale) and writes nothing but a member of that team to
+log in with (`bench-pages`). Each path is requested in this process through Django's test
+client, as that member, `--repeats` times; a path's figure is its best time (the first
+request of a path also reads its pages of the database from disk).
+
+    DATABASE_URL=postgres://…/trustrank_bench_rerank10m python bench/pages.py [PATH …]
+
+Last line: {"<path>": seconds, …, "slowest": "<path>", "load_average": …}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "trustrank.settings")
+os.environ.setdefault("TRUSTRANK_TESTING", "1")
+
+TEAM = "bench-rerank"
+MEMBER = "bench-pages"
+PATHS = (
+    "/",
+    "/findings/",
+    "/findings/?ordering=rank",
+    "/findings/?q=pkg345",
+    "/findings/groups/?by=fix",
+    "/findings/groups/?by=vulnerability",
+    "/projects/",
+    "/services/",
+    "/exports/",
+    "/api/v1/findings?ordering=rank",
+    "/api/v1/priorities",
+    "/api/v1/findings/groups?by=fix",
+    "/api/v1/findings/groups?by=vulnerability",
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("paths", nargs="*", default=list(PATHS))
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from trustrank.accounts.models import Membership, Role, Team
+
+    team = Team.objects.filter(name=TEAM).first()
+    if team is None:
+        sys.exit(f"no team {TEAM!r} here: run bench/rerank.py on this database first")
+    user, _ = get_user_model().objects.get_or_create(username=MEMBER)
+    Membership.objects.update_or_create(team=team, user=user, defaults={"role": Role.ADMIN})
+    client = Client()
+    client.force_login(user)
+    figures: dict[str, float] = {}
+    for path in args.paths:
+        best = float("inf")
+        for _ in range(args.repeats):
+            started = time.perf_counter()
+            response = client.get(path, HTTP_HOST="localhost")
+            took = time.perf_counter() - started
+            if response.status_code != 200:
+                sys.exit(f"{path}: {response.status_code}")
+            best = min(best, took)
+        figures[path] = round(best, 3)
+        print(f"{path}: {best:.3f} s", flush=True)
+    slowest = max(figures, key=figures.__getitem__)
+    print(json.dumps({**figures, "slowest": slowest,
+                      "load_average": round(os.getloadavg()[0], 2)}))
+
+
+if __name__ == "__main__":
+    main()
