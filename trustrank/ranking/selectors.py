@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.db import connection
@@ -334,6 +334,33 @@ def service_results_named(
         return None
     return {key: json.loads(value) if isinstance(value, str) else value
             for key, value in rows if key is not None}
+
+
+def service_exposure_condition(
+    *, team_id: int, environment: str
+) -> Callable[[str, str, bool], RawSQL]:
+    """For the runtime filters (`ExposureCondition`): the SQL condition that the service
+    named by a column's value has, in the team's latest finished run, the exposure given
+    (`other`: an exposure, and not that one). Read in PostgreSQL from the environment's
+    part of the run's results; none when there is no run."""
+
+    def condition(column: str, exposure: str, other: bool) -> RawSQL:
+        test = ("e.value ->> 'exposure' NOT IN ('', %s)" if other
+                else "e.value ->> 'exposure' = %s")
+        return RawSQL(  # noqa: S611 (our own tables and the column a FilterSet names)
+            f"""{column} IN (
+                SELECT e.key FROM {ServiceResults._meta.db_table} r,
+                       jsonb_each(r.data -> %s) e
+                 WHERE r.digest = (
+                     SELECT services_digest FROM {RankingRun._meta.db_table}
+                      WHERE team_id = %s AND status = %s
+                      ORDER BY finished_at DESC, id DESC LIMIT 1)
+                   AND {test})""",  # noqa: S608 (our own tables and column; values are params)
+            [environment, team_id, RunStatus.DONE, exposure],
+            output_field=BooleanField(),
+        )
+
+    return condition
 
 
 def service_result(*, team_id: int, environment: str, service: str) -> dict[str, Any] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import django_filters
@@ -13,6 +14,11 @@ EXPOSURES = [(v, v) for v in ("open", "controlled", "small", "unknown")]
 
 # Service name -> SSVC exposure, per environment id, as the latest ranking run says.
 Exposures = dict[int, dict[str, str]]
+# For one environment (its id): the SQL condition, over the column named, that a service's
+# exposure is the value given (or, `other` true, known and not it), as a boolean expression.
+# A page of one environment filters in PostgreSQL instead of listing every name in Python:
+# at 100,000 services that list made every count and page statement (9.6 s a request).
+ExposureCondition = tuple[int, Callable[[str, str, bool], Any]]
 
 
 def service_exposures(results: dict[int, dict[str, dict[str, Any]]]) -> Exposures:
@@ -34,15 +40,25 @@ class _Exposed(django_filters.FilterSet):
     name_field = "name"
     is_traced = True
 
-    def __init__(self, *args: Any, exposures: Exposures | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, exposures: Exposures | None = None,
+                 exposure_condition: ExposureCondition | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.exposures = exposures or {}
+        self.exposure_condition = exposure_condition
 
-    def _names(self, wanted: Any) -> Q:
-        """The services whose exposure passes `wanted`, environment by environment."""
+    def _names(self, value: str, *, other: bool) -> Q:
+        """The services whose exposure is `value` (`other`: is known and is not `value`),
+        environment by environment."""
+        if self.exposure_condition is not None:
+            env_id, condition = self.exposure_condition
+            model = self._meta.model
+            column = model._meta.get_field(self.name_field).column
+            table = model._meta.db_table
+            return Q(condition(f'"{table}"."{column}"', value, other), environment_id=env_id)
         q = Q(pk__in=[])
         for env_id, names in self.exposures.items():
-            chosen = [name for name, exposure in names.items() if wanted(exposure)]
+            chosen = [name for name, exposure in names.items()
+                      if (exposure != value if other else exposure == value)]
             if chosen:
                 q |= Q(environment_id=env_id, **{f"{self.name_field}__in": chosen})
         return q
@@ -50,8 +66,8 @@ class _Exposed(django_filters.FilterSet):
     def filter_exposure(self, queryset: QuerySet[Any], name: str, value: str) -> QuerySet[Any]:
         if value == "unknown" and not self.is_traced:
             # A declared service that sends no traces is unknown until a run says otherwise.
-            return queryset.exclude(self._names(lambda exposure: exposure != "unknown"))
-        return queryset.filter(self._names(lambda exposure: exposure == value))
+            return queryset.exclude(self._names("unknown", other=True))
+        return queryset.filter(self._names(value, other=False))
 
     def filter_traced(self, queryset: QuerySet[Any], name: str, value: bool) -> QuerySet[Any]:
         return queryset if value == self.is_traced else queryset.none()

@@ -84,6 +84,13 @@ class Service(models.Model):
                 name="runtime_service_node_unique",
             )
         ]
+        indexes = [
+            # A service by its name whatever its namespace, as the ranking keys services:
+            # whether a declared deployment's service is traced (`declared_untraced_...`).
+            # Through the unique index above, that walked every namespace's services: at
+            # 100,000 services, 32 s for the list of 20,000 deployments.
+            models.Index(fields=["environment", "kind", "name"], name="runtime_service_env_name"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}" if self.namespace else self.name

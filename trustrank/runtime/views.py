@@ -29,7 +29,6 @@ from trustrank.runtime.deployment import (
 from trustrank.runtime.filters import (
     DeclaredServiceFilterSet,
     ServiceFilterSet,
-    service_exposures,
 )
 from trustrank.runtime.models import DeploymentSource, HumanImpact, NodeKind, Service
 from trustrank.runtime.service_rows import (
@@ -107,20 +106,16 @@ def service_map(request: HtmxHttpRequest) -> HttpResponse:
     }
     if environment is not None:
         # Trust and exposure as the latest ranking run computed them (none before a run):
-        # every service's when the list is filtered by exposure, else (below) only those of
-        # the services on the page and on the map.
-        results: dict[str, dict[str, Any]] | None = None
-        if request.GET.get("exposure"):
-            results = ranking_selectors.service_results(
-                team_id=environment.team_id, environment=environment.name
-            )
-        exposures = service_exposures({environment.pk: results or {}})
+        # a filter by exposure reads them in PostgreSQL; the page (below) reads those of the
+        # services on the page and on the map.
+        condition = (environment.pk, ranking_selectors.service_exposure_condition(
+            team_id=environment.team_id, environment=environment.name))
         filterset = ServiceFilterSet(
-            request.GET, exposures=exposures,
+            request.GET, exposure_condition=condition,
             queryset=selectors.services_for_environments(environments=[environment]),
         )
         declared = DeclaredServiceFilterSet(
-            request.GET, exposures=exposures,
+            request.GET, exposure_condition=condition,
             queryset=declared_untraced_for_environments(environments=[environment]),
         )
         listing = ServiceListing(filterset.qs, declared.qs)
@@ -132,16 +127,13 @@ def service_map(request: HtmxHttpRequest) -> HttpResponse:
             request.GET.get(name) for name in declared.filters
         )):
             graph["nodes"] += _declared_nodes(environment)
-        if results is None:
-            results = ranking_selectors.service_results_named(
-                team_id=environment.team_id, environment=environment.name,
-                names=[*(s.name if isinstance(s, Service) else s.service_name for s in page),
-                       *(n["name"] for n in graph["nodes"] if n["kind"] == NodeKind.SERVICE)],
-            )
-            context["ranked"] = results is not None
-        else:
-            context["ranked"] = bool(results)
-        results = results or {}
+        named = ranking_selectors.service_results_named(
+            team_id=environment.team_id, environment=environment.name,
+            names=[*(s.name if isinstance(s, Service) else s.service_name for s in page),
+                   *(n["name"] for n in graph["nodes"] if n["kind"] == NodeKind.SERVICE)],
+        )
+        context["ranked"] = named is not None
+        results = named or {}
         context["rows"] = service_rows(page=page, since=since, with_libraries=False,
                                        results={environment.pk: results})
         context["filter"] = filterset
