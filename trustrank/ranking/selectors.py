@@ -304,6 +304,16 @@ def service_results(*, team_id: int, environment: str) -> dict[str, dict[str, An
     return part if isinstance(part, dict) else {}
 
 
+def _latest_results_sql(team: str, done: str) -> str:
+    """SQL of the per-service results row of a team's latest finished run (`data`), its
+    team and the done status given as the placeholders `team` and `done`."""
+    return (
+        f"SELECT data FROM {ServiceResults._meta.db_table} WHERE digest = ("  # noqa: S608
+        f"SELECT services_digest FROM {RankingRun._meta.db_table} WHERE team_id = {team}"
+        f" AND status = {done} ORDER BY finished_at DESC, id DESC LIMIT 1)"
+    )
+
+
 def service_results_named(
     *, team_id: int, environment: str, names: Iterable[str]
 ) -> dict[str, dict[str, Any]] | None:
@@ -314,12 +324,7 @@ def service_results_named(
     # A row without a key says the part exists; one reading of the run's row each (a CTE read
     # twice would hold its 100 MB value in a tuplestore; a lateral join read it per entry).
     sql = f"""
-        WITH r AS NOT MATERIALIZED (
-            SELECT data FROM {ServiceResults._meta.db_table}
-             WHERE digest = (
-                 SELECT services_digest FROM {RankingRun._meta.db_table}
-                  WHERE team_id = %(team)s AND status = %(done)s
-                  ORDER BY finished_at DESC, id DESC LIMIT 1))
+        WITH r AS NOT MATERIALIZED ({_latest_results_sql("%(team)s", "%(done)s")})
         SELECT NULL, NULL FROM r WHERE r.data ? %(env)s
         UNION ALL
         SELECT e.key, e.value FROM r, jsonb_each(r.data -> %(env)s) e
@@ -349,14 +354,10 @@ def service_exposure_condition(
                 else "e.value ->> 'exposure' = %s")
         return RawSQL(  # noqa: S611 (our own tables and the column a FilterSet names)
             f"""{column} IN (
-                SELECT e.key FROM {ServiceResults._meta.db_table} r,
+                SELECT e.key FROM ({_latest_results_sql("%s", "%s")}) r,
                        jsonb_each(r.data -> %s) e
-                 WHERE r.digest = (
-                     SELECT services_digest FROM {RankingRun._meta.db_table}
-                      WHERE team_id = %s AND status = %s
-                      ORDER BY finished_at DESC, id DESC LIMIT 1)
-                   AND {test})""",  # noqa: S608 (our own tables and column; values are params)
-            [environment, team_id, RunStatus.DONE, exposure],
+                 WHERE {test})""",  # noqa: S608 (our own tables and column; values are params)
+            [team_id, RunStatus.DONE, environment, exposure],
             output_field=BooleanField(),
         )
 
