@@ -104,11 +104,18 @@ def queues_drop(env: dict[str, str]) -> None:
 
         with Connection(broker) as conn:
             channel = conn.channel()
-            for name in ("ingest_high", "ingest", "batch"):
+            for name in ("hold", "ingest_high", "ingest", "batch"):
                 try:
                     channel.queue_delete(f"{prefix}{name}")
                 except Exception:
                     continue
+
+
+def process_cpu_jiffies(pid: int) -> int:
+    """A process's own CPU time so far (user and system), in jiffies (/proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
 
 
 def _cpu_jiffies() -> tuple[int, int]:

@@ -11,14 +11,23 @@ when pyproject.toml does). They share only the database, the broker (Redis, or R
 Each round: a fresh database cloned from a seeded template; one gunicorn (this tree) takes
 the whole load through the HTTP API while no worker runs (SBOMs, OTLP traces, OTLP metrics,
 ranking runs, large CSV exports, scheduling replays of an uploaded pod/node trace: every
-request a job row); then N workers start (solo pool:
-one process a host) and the round's throughput is its jobs over the time from the first
-claim to the last finish, read from the job rows. Lost and duplicated are read from the
+request a job row); then N workers start (solo pool: one process a host), each on a queue
+nothing is sent to, and once all of them answer a ping they take the job queues together
+(Celery's remote control), so that no host's boot falls in the measured time. The round's
+throughput is its jobs over the time from the first claim to the last finish, read from the
+job rows. Lost and duplicated are read from the
 database: submitted jobs not done, job rows beyond those submitted, SBOMs stored twice,
 teams ranked more often than asked, exports audited twice, replays without a result.
 The counts take turns for `--repeats` rounds each (3), and each count's throughput is the
 median of its rounds; each round also reports the cores the machine kept busy meanwhile
-(one worker and PostgreSQL take turns on about one core, which bounds what a second adds).
+(one worker and PostgreSQL take turns on about one core, which bounds what a second adds)
+and the CPU a job took in the worker processes and in the rest of the machine.
+
+The default load (384 jobs: 120 SBOMs, 120 trace and 120 metrics requests, 8 ranking runs,
+8 exports, 8 replays) keeps a round of two or four workers busy for about 20 s. A third
+of it made rounds of 6-8 s, whose edges (the batch jobs, the longest, are taken last, after
+the ingest queues) moved a round's figure by a fifth: four workers measured below two in
+one run and above in the next.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python bench/scaleout.py
 
@@ -32,6 +41,7 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -51,6 +61,7 @@ from bench._scaleout_check import (  # noqa: E402
     _admin_url,
     _cpu_jiffies,
     all_done,
+    process_cpu_jiffies,
     queues_drop,
     round_check,
 )
@@ -263,21 +274,28 @@ def run_round(workers: int, hosts: list[tuple[Path, Path]], env: dict[str, str],
         sent.update(push(base, seeded, data, args))
         print(f"  {workers} workers: load pushed in {time.perf_counter() - pushed:.1f} s",
               flush=True)
-        cpu_start = _cpu_jiffies()
-        names = ",".join(f"{env['TRUSTRANK_QUEUE_PREFIX']}{q}"
-                         for q in ("ingest_high", "ingest", "batch"))
+        prefix = env["TRUSTRANK_QUEUE_PREFIX"]
+        names = []
         for n in range(workers):
             python, src = hosts[n]
             host_env = {**env, "TRUSTRANK_VAR_DIR": str(HOSTS_DIR / f"host{n}" / "var"),
                         "TRUSTRANK_EXPORT_DIR": str(shared_exports),
                         "PATH": f"{python.parent}:{env.get('PATH', '')}"}
             host_env.pop("PYTHONPATH", None)
+            names.append(f"scale{n}-{os.getpid()}@{socket.gethostname()}")
+            # On a queue nothing is sent to until every worker is up (`workers_up`).
             procs.append(subprocess.Popen(
                 [str(python), "-m", "celery", "-A", "trustrank", "worker", "--pool", "solo",
-                 "-Q", names, "-l", "warning", "-n", f"scale{n}-{os.getpid()}@%h",
+                 "-Q", f"{prefix}hold", "-l", "warning", "-n", names[-1],
                  "--without-gossip", "--without-mingle", "--without-heartbeat"],
                 cwd=src, env=host_env, stdout=(logs / f"worker{workers}-{n}.log").open("wb"),
                 stderr=subprocess.STDOUT, start_new_session=True))
+        control = workers_up(env["CELERY_BROKER_URL"], names, procs[1:])
+        booted = [proc.pid for proc in procs[1:]]
+        cpu_start = _cpu_jiffies()
+        workers_cpu_start = sum(map(process_cpu_jiffies, booted))
+        workers_take(control, names,
+                     [f"{prefix}{q}" for q in ("ingest_high", "ingest", "batch")])
         deadline = time.monotonic() + args.timeout
         while not all_done(env, sent):
             if time.monotonic() > deadline:
@@ -288,18 +306,52 @@ def run_round(workers: int, hosts: list[tuple[Path, Path]], env: dict[str, str],
             time.sleep(0.5)
         load = os.getloadavg()[0]
         cpu_end = _cpu_jiffies()
+        workers_cpu = sum(map(process_cpu_jiffies, booted)) - workers_cpu_start
     finally:
         for proc in procs:
             fl.stop(proc)
         queues_drop(env)
     result = round_check(env, sent, seeded)
-    # The cores busy from the workers' start to the last check (the window and up to half
-    # a second around it): what one worker leaves of the machine bounds what more can add.
+    # The cores busy from the moment the workers took the queues to the last check (the
+    # window and up to half a second after it): what one worker leaves of the machine bounds
+    # what more can add. And whose: the worker processes' own CPU, and the rest of the
+    # machine's (PostgreSQL, the broker, the idle web), each per job.
     spent, idle = cpu_end[0] - cpu_start[0], cpu_end[1] - cpu_start[1]
+    tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
+    busy = (spent - idle) * tick_ms  # /proc/stat sums every core
     result.update(workers=workers, load_average=round(load, 2),
                   jobs_per_second=result["jobs"] / result["seconds"],
-                  cores_busy=round((1 - idle / max(1, spent)) * (os.cpu_count() or 1), 2))
+                  cores_busy=round((1 - idle / max(1, spent)) * (os.cpu_count() or 1), 2),
+                  workers_cpu_ms_per_job=round(workers_cpu * tick_ms / result["jobs"], 1),
+                  other_cpu_ms_per_job=round(
+                      (busy - workers_cpu * tick_ms) / result["jobs"], 1))
     return result
+
+
+def workers_up(broker: str, names: list[str], procs: list[subprocess.Popen[bytes]]) -> Any:
+    """Celery's remote control, once every worker `names` answers a ping (booted: Django,
+    the apps, the broker). Booting is a host's one-time cost: workers started on the job
+    queues began the clock with the first one up while the others still booted on the same
+    cores (two to four seconds of CPU each), which cost four workers more than two."""
+    from celery import Celery
+
+    control = Celery(broker=broker).control
+    deadline = time.monotonic() + 180
+    while len(control.ping(destination=names, timeout=1.0)) < len(names):
+        for proc in procs:
+            if proc.poll() is not None:
+                raise SystemExit(f"a worker exited with {proc.returncode} before it was up")
+        if time.monotonic() > deadline:
+            raise SystemExit("the workers did not answer within 180 s")
+    return control
+
+
+def workers_take(control: Any, names: list[str], queues: list[str]) -> None:
+    """Every worker `names` consumes `queues` too, in their order (the first drained first)."""
+    for queue in queues:
+        replies = control.add_consumer(queue, destination=names, reply=True, timeout=5.0)
+        if len(replies) < len(names):
+            raise SystemExit(f"not every worker took {queue}: {replies}")
 
 
 def main() -> None:
@@ -308,16 +360,16 @@ def main() -> None:
     parser.add_argument("--broker", default=os.environ.get("CELERY_BROKER_URL",
                                                           "redis://127.0.0.1:6379/0"))
     parser.add_argument("--teams", type=int, default=4)
-    parser.add_argument("--sboms", type=int, default=40)
+    parser.add_argument("--sboms", type=int, default=120)
     parser.add_argument("--components", type=int, default=400)
-    parser.add_argument("--traces", type=int, default=40)
+    parser.add_argument("--traces", type=int, default=120)
     parser.add_argument("--spans", type=int, default=3000)
-    parser.add_argument("--metrics", type=int, default=40)
+    parser.add_argument("--metrics", type=int, default=120)
     parser.add_argument("--nodes", type=int, default=16)
-    parser.add_argument("--ranking-runs", type=int, default=4)
+    parser.add_argument("--ranking-runs", type=int, default=8)
     parser.add_argument("--ranking-findings", type=int, default=2000)
-    parser.add_argument("--exports", type=int, default=4)
-    parser.add_argument("--replays", type=int, default=4)
+    parser.add_argument("--exports", type=int, default=8)
+    parser.add_argument("--replays", type=int, default=8)
     parser.add_argument("--replay-pods", type=int, default=1500)
     parser.add_argument("--replay-nodes", type=int, default=60)
     parser.add_argument("--timeout", type=float, default=900)
@@ -341,7 +393,9 @@ def main() -> None:
             print(f"{workers} worker host(s), round {repeat + 1}: {result['jobs']} jobs in "
                   f"{result['seconds']:.1f} s = {result['jobs_per_second']:.2f} jobs/s (lost "
                   f"{result['lost']}, duplicated {result['duplicated']}, retried "
-                  f"{result['retried']}; {result['cores_busy']} cores busy; load average "
+                  f"{result['retried']}; {result['cores_busy']} cores busy, CPU a job: workers "
+                  f"{result['workers_cpu_ms_per_job']} ms, the rest "
+                  f"{result['other_cpu_ms_per_job']} ms; load average "
                   f"{result['load_average']})", flush=True)
     median = {w: statistics.median(r["jobs_per_second"] for r in rs) for w, rs in rounds.items()}
     one = median[counts[0]]
