@@ -36,9 +36,12 @@ PATHS = (
     "/findings/groups/?by=vulnerability",
     "/projects/",
     "/services/",
+    "/services/?exposure=small",
     "/exports/",
     "/api/v1/findings?ordering=rank",
     "/api/v1/priorities",
+    "/api/v1/environments/prod/services",
+    "/api/v1/environments/prod/services?exposure=small",
     "/api/v1/findings/groups?by=fix",
     "/api/v1/findings/groups?by=vulnerability",
 )

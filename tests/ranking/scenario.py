@@ -35,12 +35,14 @@ def build(team, *, env: str = "prod") -> dict[str, object]:
             [{"introduced": "0"}, {"fixed": "3.4.10"}], aliases=["CVE-2020-15115"],
             severity=CVSS_98, range_type="SEMVER", summary="etcd flaw"),
     ])
-    KevEntry.objects.create(cve_id="CVE-2021-44228", vendor_project="Apache", product="Log4j2",
-                            vulnerability_name="Log4Shell", date_added=date(2021, 12, 10))
-    EpssLatest.objects.create(cve_id="CVE-2021-44228", score_date=date(2026, 11, 30),
-                              epss=0.944, percentile=0.9999)
-    EpssLatest.objects.create(cve_id="CVE-2020-15115", score_date=date(2026, 11, 30),
-                              epss=0.002, percentile=0.4)
+    # Feeds are site-wide: a second team's build finds them there.
+    KevEntry.objects.update_or_create(cve_id="CVE-2021-44228", defaults=dict(
+        vendor_project="Apache", product="Log4j2", vulnerability_name="Log4Shell",
+        date_added=date(2021, 12, 10)))
+    EpssLatest.objects.update_or_create(cve_id="CVE-2021-44228", defaults=dict(
+        score_date=date(2026, 11, 30), epss=0.944, percentile=0.9999))
+    EpssLatest.objects.update_or_create(cve_id="CVE-2020-15115", defaults=dict(
+        score_date=date(2026, 11, 30), epss=0.002, percentile=0.4))
     gw = load_sbom(team, bom([LOG4J]), project="payment-gateway", version="1.0")
     etcd = load_sbom(team, bom([ETCD]), project="etcd", version="3.4.9")
     from trustrank.vulns.services.exploit import findings_refresh_exploit_data

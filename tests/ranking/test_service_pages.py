@@ -35,6 +35,45 @@ def test_a_run_keeps_each_services_trust_exposure_and_path(team, ranked):
     assert run.services["prod"]["etcd"]["exposure"] == "small"
 
 
+def test_the_services_api_over_two_teams_reads_and_filters_each_teams_run(
+        client, make_user, team, other_team, ranked):
+    """A member of two teams lists both teams' prod: each row shows its own team's latest
+    run, and the filter by exposure, made in PostgreSQL for each environment, keeps in each
+    the services that team's run says (etcd is small in one, open in the other)."""
+    from trustrank.accounts.services import membership_set
+    from trustrank.runtime.models import Service
+
+    build(other_team)
+    Service.objects.filter(environment__team=other_team, name="etcd").update(
+        ingress_override=True)
+    rerank(other_team)
+    user = login(client, make_user, team)
+    membership_set(team=other_team, user=user, role="viewer")
+    runs = {t.name: RankingRun.objects.filter(team=t).latest("pk").services["prod"]
+            for t in (team, other_team)}
+
+    def listed(query: str) -> dict[tuple[str, str], tuple[object, object]]:
+        r = client.get(f"/api/v1/environments/prod/services?page_size=100{query}")
+        assert r.status_code == 200, r.content
+        return {(row["team"], row["name"]): (row["trust"], row["exposure"])
+                for row in r.json()["results"]}
+
+    every = listed("")
+    assert {(team.name, "etcd"), (other_team.name, "etcd")} <= set(every)
+    for (team_name, name), shown in every.items():
+        entry = runs[team_name].get(name)
+        if entry:
+            assert shown == (entry["trust"], entry["exposure"])
+    assert every[(team.name, "etcd")][1] == "small"
+    assert every[(other_team.name, "etcd")][1] == "open"
+    for exposure in ("open", "controlled", "small", "unknown"):
+        expected = {key for key in every
+                    if (runs[key[0]].get(key[1]) or {}).get("exposure") == exposure}
+        assert set(listed(f"&exposure={exposure}")) == expected, exposure
+    assert (team.name, "etcd") in listed("&exposure=small")
+    assert (other_team.name, "etcd") in listed("&exposure=open")
+
+
 def test_runs_that_found_the_same_share_one_copy_of_their_service_results(team, ranked):
     from trustrank.runtime.models import Service
 

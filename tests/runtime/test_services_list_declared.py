@@ -165,11 +165,12 @@ def test_the_page_lists_the_declared_service(client, make_user, team, prod,
 
 
 @pytest.mark.parametrize("exposure", ["open", "controlled", "small", "unknown"])
-def test_the_map_page_filters_by_exposure_in_postgresql_as_the_api_does_in_python(
+def test_the_map_page_and_the_api_filter_by_exposure_alike(
         team, prod, client, make_user, exposure):
-    """The page filters one environment's services by exposure in SQL over the run's results
-    (at 100,000 services the list of names made every statement); the API, over several
-    environments, from the names. Both list the same services, declared ones included."""
+    """The page (one environment) and the API (each environment of the name) filter by
+    exposure in SQL over the run's results (at 100,000 services a list of names made in
+    Python made every statement): both list the services the run says, declared ones
+    included."""
     client.force_login(make_user("viewer", team=team, role="viewer"))
     env = Environment.objects.get(team=team, name="prod")
     response = client.get(f"/services/?environment={env.pk}&exposure={exposure}")

@@ -296,14 +296,6 @@ def _latest_services_part(team_id: int, path: list[str]) -> Any:
     )
 
 
-def service_results(*, team_id: int, environment: str) -> dict[str, dict[str, Any]]:
-    """Trust, exposure and path from the internet (with each hop's evidence) of each
-    service of one environment, by service name, as the team's latest finished run computed
-    them ({} before any run). Only that environment's part of the run's JSON is read."""
-    part = _latest_services_part(team_id, [environment])
-    return part if isinstance(part, dict) else {}
-
-
 def _latest_results_sql(team: str, done: str) -> str:
     """SQL of the per-service results row of a team's latest finished run (`data`), its
     team and the done status given as the placeholders `team` and `done`."""
@@ -317,8 +309,9 @@ def _latest_results_sql(team: str, done: str) -> str:
 def service_results_named(
     *, team_id: int, environment: str, names: Iterable[str]
 ) -> dict[str, dict[str, Any]] | None:
-    """The entries of `service_results` for `names` only (those the run has), or None when
-    the team's latest finished run has no part for the environment (or there is none).
+    """Trust, exposure and path from the internet (with each hop's evidence) of the services
+    `names` of one environment (those the run has), by name, as the team's latest finished
+    run computed them; None when that run has no part for the environment (or there is none).
     A page needs a few hundred of an environment's services: at 100,000 services the whole
     part is 50 MB of JSON, 3.3 s to send and decode (bench/pages.py), and these 0.5–0.7 s."""
     # A row without a key says the part exists; one reading of the run's row each (a CTE read
@@ -365,7 +358,7 @@ def service_exposure_condition(
 
 
 def service_result(*, team_id: int, environment: str, service: str) -> dict[str, Any] | None:
-    """One service's entry of `service_results` (None when the latest run has none)."""
+    """One service's entry of `service_results_named` (None when the latest run has none)."""
     part = _latest_services_part(team_id, [environment, service])
     return part if isinstance(part, dict) else None
 

@@ -33,9 +33,15 @@ from trustrank.runtime.filters import (
     CallEdgeFilterSet,
     DeclaredServiceFilterSet,
     ServiceFilterSet,
-    service_exposures,
 )
-from trustrank.runtime.models import Deployment, DeploymentSource, HumanImpact, NodeKind
+from trustrank.runtime.models import (
+    Deployment,
+    DeploymentSource,
+    Environment,
+    HumanImpact,
+    NodeKind,
+    Service,
+)
 from trustrank.runtime.service_rows import (
     ServiceListing,
     ServiceRow,
@@ -205,6 +211,21 @@ def _service_out(row: ServiceRow, window: timedelta | None) -> dict[str, Any]:
     }
 
 
+def _page_results(page: list[Service | Deployment]) -> dict[int, dict[str, dict[str, Any]]]:
+    """Environment id -> service name -> the latest ranking run's entry, for the services of
+    a page only (one read per environment on it): at 100,000 services an environment's whole
+    part is 50 MB of JSON."""
+    names: dict[int, tuple[Environment, set[str]]] = {}
+    for row in page:
+        name = row.name if isinstance(row, Service) else row.service_name
+        names.setdefault(row.environment_id, (row.environment, set()))[1].add(name)
+    return {
+        env_id: ranking_selectors.service_results_named(
+            team_id=env.team_id, environment=env.name, names=found) or {}
+        for env_id, (env, found) in names.items()
+    }
+
+
 class ServiceListApi(APIView):
     """The environment's services: the traced ones, then those a deployment declares that
     send no traces (`traced` false, `id` null)."""
@@ -233,18 +254,19 @@ class ServiceListApi(APIView):
             known={*ServiceFilterSet.base_filters, "window", "page", "page_size", "format"},
             what="the services list",
         )
-        # Trust and exposure as the latest ranking run of each team computed them.
-        results = {
-            env.pk: ranking_selectors.service_results(team_id=env.team_id, environment=env.name)
+        # Trust and exposure as the latest ranking run of each team computed them: a filter
+        # by exposure reads them in PostgreSQL, and the page only its own services' entries.
+        conditions = {
+            env.pk: ranking_selectors.service_exposure_condition(team_id=env.team_id,
+                                                                 environment=env.name)
             for env in envs
         }
-        exposures = service_exposures(results)
         traced = ServiceFilterSet(
-            request.query_params, exposures=exposures,
+            request.query_params, exposure_conditions=conditions,
             queryset=selectors.services_for_environments(environments=envs),
         )
         declared = DeclaredServiceFilterSet(
-            request.query_params, exposures=exposures,
+            request.query_params, exposure_conditions=conditions,
             queryset=declared_untraced_for_environments(environments=envs),
         )
         if not traced.is_valid():
@@ -255,7 +277,7 @@ class ServiceListApi(APIView):
             ServiceListing(traced.qs, declared.qs), request, view=self  # type: ignore[arg-type]
         ) or []
         rows = [_service_out(row, window)
-                for row in service_rows(page=page, since=since, results=results)]
+                for row in service_rows(page=page, since=since, results=_page_results(page))]
         return paginator.get_paginated_response(ServiceOutSerializer(rows, many=True).data)
 
 

@@ -12,55 +12,37 @@ from trustrank.runtime.models import CallEdgeBucket, Deployment, NodeKind, Servi
 
 EXPOSURES = [(v, v) for v in ("open", "controlled", "small", "unknown")]
 
-# Service name -> SSVC exposure, per environment id, as the latest ranking run says.
-Exposures = dict[int, dict[str, str]]
-# For one environment (its id): the SQL condition, over the column named, that a service's
-# exposure is the value given (or, `other` true, known and not it), as a boolean expression.
-# A page of one environment filters in PostgreSQL instead of listing every name in Python:
-# at 100,000 services that list made every count and page statement (9.6 s a request).
-ExposureCondition = tuple[int, Callable[[str, str, bool], Any]]
-
-
-def service_exposures(results: dict[int, dict[str, dict[str, Any]]]) -> Exposures:
-    """Exposures from the latest ranking run's service results (environment id -> name ->
-    result)."""
-    return {
-        env_id: {name: r["exposure"] for name, r in found.items()
-                 if isinstance(r, dict) and r.get("exposure")}
-        for env_id, found in results.items()
-    }
+# Per environment id: the SQL condition, over the column named, that a service's exposure,
+# as the latest ranking run says, is the value given (or, `other` true, is known and is not
+# it), as a boolean expression. The lists filter in PostgreSQL instead of naming every
+# service of that exposure from Python: at 100,000 services that list made every count and
+# page statement (9.6 s a request).
+ExposureConditions = dict[int, Callable[[str, str, bool], Any]]
 
 
 class _Exposed(django_filters.FilterSet):
-    """Filters on what the latest ranking run says (`exposures`, given by the caller: the
-    runtime app does not read ranking runs) and on whether the service sends traces."""
+    """Filters on what the latest ranking run says (`exposure_conditions`, given by the
+    caller: the runtime app does not read ranking runs) and on whether the service sends
+    traces."""
 
     exposure = django_filters.ChoiceFilter(choices=EXPOSURES, method="filter_exposure")
     traced = django_filters.BooleanFilter(method="filter_traced")
     name_field = "name"
     is_traced = True
 
-    def __init__(self, *args: Any, exposures: Exposures | None = None,
-                 exposure_condition: ExposureCondition | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, exposure_conditions: ExposureConditions,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.exposures = exposures or {}
-        self.exposure_condition = exposure_condition
+        self.exposure_conditions = exposure_conditions
 
     def _names(self, value: str, *, other: bool) -> Q:
         """The services whose exposure is `value` (`other`: is known and is not `value`),
         environment by environment."""
-        if self.exposure_condition is not None:
-            env_id, condition = self.exposure_condition
-            model = self._meta.model
-            column = model._meta.get_field(self.name_field).column
-            table = model._meta.db_table
-            return Q(condition(f'"{table}"."{column}"', value, other), environment_id=env_id)
+        model = self._meta.model
+        column = f'"{model._meta.db_table}"."{model._meta.get_field(self.name_field).column}"'
         q = Q(pk__in=[])
-        for env_id, names in self.exposures.items():
-            chosen = [name for name, exposure in names.items()
-                      if (exposure != value if other else exposure == value)]
-            if chosen:
-                q |= Q(environment_id=env_id, **{f"{self.name_field}__in": chosen})
+        for env_id, condition in self.exposure_conditions.items():
+            q |= Q(condition(column, value, other), environment_id=env_id)
         return q
 
     def filter_exposure(self, queryset: QuerySet[Any], name: str, value: str) -> QuerySet[Any]:

@@ -108,14 +108,14 @@ def service_map(request: HtmxHttpRequest) -> HttpResponse:
         # Trust and exposure as the latest ranking run computed them (none before a run):
         # a filter by exposure reads them in PostgreSQL; the page (below) reads those of the
         # services on the page and on the map.
-        condition = (environment.pk, ranking_selectors.service_exposure_condition(
-            team_id=environment.team_id, environment=environment.name))
+        conditions = {environment.pk: ranking_selectors.service_exposure_condition(
+            team_id=environment.team_id, environment=environment.name)}
         filterset = ServiceFilterSet(
-            request.GET, exposure_condition=condition,
+            request.GET, exposure_conditions=conditions,
             queryset=selectors.services_for_environments(environments=[environment]),
         )
         declared = DeclaredServiceFilterSet(
-            request.GET, exposure_condition=condition,
+            request.GET, exposure_conditions=conditions,
             queryset=declared_untraced_for_environments(environments=[environment]),
         )
         listing = ServiceListing(filterset.qs, declared.qs)
