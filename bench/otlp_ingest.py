@@ -21,6 +21,8 @@ Usage (PostgreSQL and Redis on this machine; the benchmark uses its own database
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/trustrank \
     CELERY_BROKER_URL=redis://127.0.0.1:6379/0 python bench/otlp_ingest.py
 (BENCH_OTLP_DB=<name> picks another database; the queue prefix is random per run.)
+`--team-services 100000` fills the team's graph first, as a large estate's is: a trace job
+looks its spans' peers up among the team's services.
 """
 
 from __future__ import annotations
@@ -80,6 +82,34 @@ def recreate_database(env: dict[str, str]) -> None:
     )
 
 
+def graph_fill(team, *, services: int) -> None:
+    """`services` services in the bench spans' environment, one in ten with an alias."""
+    from django.db import connection
+    from django.utils import timezone
+
+    from trustrank.runtime.models import Environment
+
+    now = timezone.now()
+    env = Environment.objects.create(team=team, name="production", first_seen=now,
+                                     last_seen=now)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO runtime_service (environment_id, kind, namespace, name, version, "
+            "attributes, ingress_candidate, first_seen, last_seen, ingress_set_by_label, "
+            "ingress_set_via) SELECT %s, 'service', 'estate', 'svc-' || g, '1', '{}', false, "
+            "%s, %s, '', '' FROM generate_series(1, %s) AS g",
+            [env.id, now, now, services],
+        )
+        cursor.execute(
+            "INSERT INTO runtime_servicealias (environment_id, peer, service_id) "
+            "SELECT environment_id, 'alias-' || name, id FROM runtime_service "
+            "WHERE environment_id = %s AND id %% 10 = 0",
+            [env.id],
+        )
+        cursor.execute("ANALYZE runtime_service; ANALYZE runtime_servicealias")
+    print(f"the team's graph holds {services:,} services before the load")
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -134,6 +164,11 @@ def main() -> None:
     parser.add_argument("--worker-concurrency", type=int, default=2)
     parser.add_argument("--memory-spans", type=int, default=1_000_000)
     parser.add_argument(
+        "--team-services", type=int, default=0,
+        help="services the team's graph holds before the load (a large estate has 100,000); "
+        "the spans' peers are looked up among them",
+    )
+    parser.add_argument(
         "--per-service", action="store_true",
         help="send each service's spans in requests of their own (as per-service SDK "
         "exporters do) instead of mixed batches (as a Collector does)",
@@ -164,6 +199,8 @@ def main() -> None:
 
     team = Team.objects.create(name="bench")
     issued = api_key_issue(team=team, name="bench", scopes=["traces:write", "read"])
+    if args.team_services:
+        graph_fill(team, services=args.team_services)
 
     distinct = 8
     t0 = time.perf_counter()

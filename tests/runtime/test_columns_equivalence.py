@@ -130,6 +130,36 @@ def test_columnar_aggregate_equals_the_reference(seed):
     assert any(callee[0] == "external" for _, _, callee, _ in reference.edges)
 
 
+def test_the_known_peers_of_the_batchs_peer_keys_give_the_whole_graphs_aggregate():
+    """A trace job reads only the known peers of `engine.peer_keys` (not a team's whole
+    graph): every lookup the aggregation makes must be among them."""
+    for seed in (1, 2, 3):
+        for body in [*requests_of(shop(seed)), *nezha_bodies()]:
+            resources = spans_from_protobuf(body, name_sample_rate=0.5).resources
+            # Every peer any span names (servers' client addresses too), its first label,
+            # and names of nothing here: half known as services, half as externals.
+            words = {"unrelated", "other.example.com"}
+            for resource in resources:
+                for scope in resource.scopes:
+                    for row in scope.spans:
+                        peer = engine.peer_normalize(row[7])
+                        words |= {peer, peer.split(".", 1)[0]}
+            envs = {engine.resource_environment(r.attributes) for r in resources}
+            keys = sorted((env, word) for env in envs for word in words if word)
+            known = {key: ("service", "", key[1]) for key in keys[::2]}
+            externals = set(keys[1::2])
+            wanted = engine.peer_keys(resources)
+            narrowed = {key: value for key, value in known.items() if key in wanted}
+            for aggregate in (engine.aggregate, engine_columns.aggregate):
+                whole = aggregate(resources, sample_rate=0.5, known_peers=known,
+                                  known_externals=externals)
+                assert aggregate(
+                    resources, sample_rate=0.5, known_peers=narrowed,
+                    known_externals=externals & wanted,
+                ) == whole
+            assert len(narrowed) < len(known)
+
+
 def test_columnar_aggregate_with_repeated_span_ids_equals_the_reference():
     f = shop(7, traces=6)
     f.spans.extend(f.spans[:5])  # an exporter that sent some spans twice

@@ -215,6 +215,36 @@ def peer_lookup(
     return hit
 
 
+def resource_environment(attributes: Mapping[str, str]) -> str:
+    """The environment a resource's spans belong to."""
+    return (
+        attributes.get("deployment.environment.name")
+        or attributes.get("deployment.environment")
+        or "default"
+    )[:120]
+
+
+def peer_keys(resources: Iterable[ResourceSpans]) -> set[tuple[str, str]]:
+    """Every (environment, peer) an aggregation of `resources` may look up among the peers
+    known from earlier requests (`peer_lookup`, the settled externals): each client or
+    producer span's peer, normalized, and its first DNS label. So a job reads the few
+    known peers its spans name, not every service of a team that may have 100,000."""
+    keys: set[tuple[str, str]] = set()
+    for resource in resources:
+        env = resource_environment(resource.attributes)
+        raws = {
+            row[7] for scope in resource.scopes for row in scope.spans
+            if row[4] == KIND_CLIENT or row[4] == KIND_PRODUCER
+        }
+        for peer in map(peer_normalize, raws):
+            if not peer:
+                continue
+            keys.add((env, peer))
+            if "." in peer and not peer[0].isdigit():
+                keys.add((env, peer.split(".", 1)[0]))
+    return keys
+
+
 def aggregate(
     resources: Iterable[ResourceSpans],
     *,
@@ -247,11 +277,7 @@ def aggregate(
 
     for resource in resources:
         rattrs = resource.attributes
-        env = (
-            rattrs.get("deployment.environment.name")
-            or rattrs.get("deployment.environment")
-            or "default"
-        )[:120]
+        env = resource_environment(rattrs)
         name = (rattrs.get("service.name") or "unknown_service")[:200]
         namespace = rattrs.get("service.namespace", "")[:120]
         service: NodeKey = (SERVICE, namespace, name)

@@ -48,6 +48,7 @@ from trustrank.runtime.engine import (
     ServiceInfo,
     peer_lookup,
     peer_normalize,
+    resource_environment,
     span_id_int,
 )
 from trustrank.runtime.engine_histograms import HIST_BUCKETS
@@ -156,11 +157,7 @@ def aggregate(
     total = 0
     for resource in resources:
         rattrs = resource.attributes
-        env = (
-            rattrs.get("deployment.environment.name")
-            or rattrs.get("deployment.environment")
-            or "default"
-        )[:120]
+        env = resource_environment(rattrs)
         name = (rattrs.get("service.name") or "unknown_service")[:200]
         namespace = rattrs.get("service.namespace", "")[:120]
         service: NodeKey = (SERVICE, namespace, name)

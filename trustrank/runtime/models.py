@@ -12,6 +12,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
+from django.db.models import F
+from django.db.models.functions import Lower
 
 # A service's or deployment's next revision (migration runtime.0010, `runtime.revisions`).
 RANKED_REVISION_NEXT = models.Func(models.Value("runtime_ranked_revision"), function="nextval",
@@ -90,6 +92,9 @@ class Service(models.Model):
             # Through the unique index above, that walked every namespace's services: at
             # 100,000 services, 32 s for the list of 20,000 deployments.
             models.Index(fields=["environment", "kind", "name"], name="runtime_service_env_name"),
+            # A peer name as a trace job looks it up (`_known_peers`): the few peers its
+            # spans name, whatever the size of the team's graph.
+            models.Index(F("environment"), Lower("name"), name="runtime_service_env_lower_name"),
         ]
 
     def __str__(self) -> str:

@@ -4,6 +4,7 @@ resolving calls whose other half arrived in another request."""
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -14,7 +15,7 @@ from trustrank.findings.services.audit import Actor
 from trustrank.lib.locks import advisory_xact_lock
 from trustrank.parsers.otlp import SpanBatch, SpanWindow
 from trustrank.runtime import engine_columns
-from trustrank.runtime.engine import EXTERNAL, SERVICE, Aggregate, NodeKey
+from trustrank.runtime.engine import EXTERNAL, SERVICE, Aggregate, NodeKey, peer_keys
 from trustrank.runtime.services.upserts import (
     _aliases_upsert,
     _broken_upsert,
@@ -49,22 +50,59 @@ def traces_aggregate_store(
     """Aggregate one part of an export request (plain span rows) into `team_id`'s call
     graph. Returns the counts to add to the job, `rejected_spans` included."""
     # Aggregated before the lock, so two workers fold two exports of one team at the same
-    # time and only their writes take turns. The peers known when this process last held
-    # the lock are the guess (they rarely change); the locked part checks it.
-    known = _KNOWN_PEERS.get(team_id)
+    # time and only their writes take turns. The peers known when this process last read
+    # them under the lock are the guess (they rarely change); the locked part checks it.
+    keys = peer_keys(batch.resources)
+    known = _guessed_peers(team_id, keys)
     if known is None:
         with connection.cursor() as cursor:
-            known = _known_peers(cursor, team_id=team_id)
+            known = _known_peers(cursor, team_id=team_id, keys=keys)
     return traces_aggregate_store_locked(
         team_id=team_id, batch=batch, agg=_aggregate(batch, known), known=known,
-        received_at=received_at,
+        received_at=received_at, keys=keys,
     )
 
 
 _KnownPeers = tuple[dict[tuple[str, str], NodeKey], set[tuple[str, str]]]
-# Team -> the peers read under its lock by this process's last trace job (a guess only).
-_KNOWN_PEERS: dict[int, _KnownPeers] = {}
-_KNOWN_PEERS_MAX = 1000
+
+
+@dataclass
+class _PeerGuess:
+    """What this process last read under a team's lock about some (environment, peer)
+    keys: the traced services they name and the settled externals among them."""
+
+    keys: set[tuple[str, str]] = field(default_factory=set)
+    known: dict[tuple[str, str], NodeKey] = field(default_factory=dict)
+    externals: set[tuple[str, str]] = field(default_factory=set)
+
+
+# Team -> its keys read under its lock by this process (a guess only; bounded).
+_GUESSES: dict[int, _PeerGuess] = {}
+_GUESSED_KEYS_MAX = 100_000
+
+
+def _guessed_peers(team_id: int, keys: set[tuple[str, str]]) -> _KnownPeers | None:
+    """The known peers of `keys` as last read under the team's lock, or None when some key
+    was never read."""
+    guess = _GUESSES.get(team_id)
+    if guess is None or not keys <= guess.keys:
+        return None
+    return (
+        {key: guess.known[key] for key in keys if key in guess.known},
+        keys & guess.externals,
+    )
+
+
+def _remember_peers(team_id: int, keys: set[tuple[str, str]], known: _KnownPeers) -> None:
+    if sum(len(g.keys) for g in _GUESSES.values()) + len(keys) > _GUESSED_KEYS_MAX:
+        _GUESSES.clear()
+    guess = _GUESSES.setdefault(team_id, _PeerGuess())
+    for key in keys:
+        guess.known.pop(key, None)
+    guess.externals -= keys
+    guess.keys |= keys
+    guess.known.update(known[0])
+    guess.externals |= known[1]
 
 
 def _aggregate(batch: SpanBatch, known: _KnownPeers) -> Aggregate:
@@ -79,19 +117,17 @@ def _aggregate(batch: SpanBatch, known: _KnownPeers) -> Aggregate:
 
 def traces_aggregate_store_locked(
     *, team_id: int, batch: SpanBatch, agg: Aggregate, known: _KnownPeers,
-    received_at: datetime,
+    received_at: datetime, keys: set[tuple[str, str]],
 ) -> dict[str, Any]:
-    """Store `agg`, aggregated from `batch` with the peers `known` then, under the team's
-    lock. What the lock guards is read again under it: the peers known as traced services
-    or settled externals decide how an unmatched client span is stored, so if another job
-    changed them meanwhile, the (deterministic) aggregation runs again with what the
-    writes will see."""
+    """Store `agg`, aggregated from `batch` with the peers `known` then (of `keys`, the
+    batch's `peer_keys`), under the team's lock. What the lock guards is read again under
+    it: the peers known as traced services or settled externals decide how an unmatched
+    client span is stored, so if another job changed them meanwhile, the (deterministic)
+    aggregation runs again with what the writes will see."""
     advisory_xact_lock(_LOCK_NAMESPACE, team_id)
     with connection.cursor() as cursor:
-        known_now = _known_peers(cursor, team_id=team_id)
-    if len(_KNOWN_PEERS) >= _KNOWN_PEERS_MAX:
-        _KNOWN_PEERS.clear()
-    _KNOWN_PEERS[team_id] = known_now
+        known_now = _known_peers(cursor, team_id=team_id, keys=keys)
+    _remember_peers(team_id, keys, known_now)
     if known_now != known:
         agg = _aggregate(batch, known_now)
     agg.rejected = batch.rejected_spans
@@ -102,25 +138,38 @@ def traces_aggregate_store_locked(
     return counts
 
 
-def _known_peers(cursor: Any, *, team_id: int) -> _KnownPeers:
-    """(peer name -> traced service, settled external peers) of the team's environments."""
+def _known_peers(
+    cursor: Any, *, team_id: int, keys: set[tuple[str, str]]
+) -> _KnownPeers:
+    """Of the (environment, peer) `keys`: those naming a traced service (by its name, any
+    case, or an alias learnt from a matched call; an alias wins) and the settled external
+    peers. Index lookups by key (`runtime_service_env_lower_name`, the alias key): the
+    cost follows the batch's peers, not the size of the team's graph."""
+    if not keys:
+        return {}, set()
+    envs, peers = zip(*sorted(keys), strict=True)
     cursor.execute(
         """
-        SELECT e.name, lower(s.name), s.kind, s.namespace, s.name
-          FROM runtime_service s JOIN runtime_environment e ON e.id = s.environment_id
-         WHERE e.team_id = %s AND s.kind IN ('service', 'external')
+        WITH k AS (
+            SELECT e.id AS env_id, k.env, k.peer
+              FROM unnest(%s::text[], %s::text[]) AS k(env, peer)
+              JOIN runtime_environment e ON e.team_id = %s AND e.name = k.env
+        )
+        SELECT k.env, k.peer, s.kind, s.namespace, s.name, 0 AS alias
+          FROM k JOIN runtime_service s
+            ON s.environment_id = k.env_id AND lower(s.name) = k.peer
+         WHERE s.kind IN ('service', 'external')
         UNION ALL
-        SELECT e.name, a.peer, s.kind, s.namespace, s.name
-          FROM runtime_servicealias a
+        SELECT k.env, k.peer, s.kind, s.namespace, s.name, 1
+          FROM k JOIN runtime_servicealias a ON a.environment_id = k.env_id AND a.peer = k.peer
           JOIN runtime_service s ON s.id = a.service_id
-          JOIN runtime_environment e ON e.id = a.environment_id
-         WHERE e.team_id = %s
+        ORDER BY alias, kind, namespace, name
         """,
-        [team_id, team_id],
+        [list(envs), list(peers), team_id],
     )
     known: dict[tuple[str, str], NodeKey] = {}
     externals: set[tuple[str, str]] = set()
-    for env, peer, kind, ns, name in cursor.fetchall():
+    for env, peer, kind, ns, name, _alias in cursor.fetchall():
         if kind == EXTERNAL:
             externals.add((env, peer))
         else:
