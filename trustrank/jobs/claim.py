@@ -56,10 +56,13 @@ def backend_end(*, pid: int | None, started: Any) -> bool:
 # --- Claim ------------------------------------------------------------------------------------
 
 
-def _claim_sql(kind: JobKind) -> str:
+def _claim_sql(kind: JobKind, *, direct: bool) -> str:
     ready = f' AND "{kind.ready_field}" <= clock_timestamp()' if kind.ready_field else ""
+    # A batch job is claimed only as the fair choice for a free slot (`batch_claim`).
+    direct_only = " AND j.job_class <> 'batch'" if direct else ""
     table = kind.table
-    # The old claimant's backend is read in the same statement that replaces it.
+    # The old claimant's backend is read in the same statement that replaces it, and the
+    # claimed row is returned by it.
     return (
         f'UPDATE "{table}" AS j SET status = %s, attempts = j.attempts + 1, '  # noqa: S608
         "started_at = coalesce(j.started_at, clock_timestamp()), lease_until = %s, "
@@ -69,24 +72,25 @@ def _claim_sql(kind: JobKind) -> str:
         "                 WHERE pid = pg_backend_pid()) "
         f'FROM (SELECT id, backend_pid, backend_start FROM "{table}" WHERE id = %s FOR UPDATE) '
         "AS old WHERE j.id = old.id AND (j.status = 'queued' OR "
-        f"(j.status = 'running' AND j.lease_until < clock_timestamp())){ready} "
-        "RETURNING old.backend_pid, old.backend_start, j.attempts"
+        f"(j.status = 'running' AND j.lease_until < clock_timestamp())){ready}{direct_only} "
+        "RETURNING old.backend_pid AS claim_old_pid, old.backend_start AS claim_old_start, j.*"
     )
 
 
-def job_claim(kind: JobKind, job_id: Any) -> Any | None:
-    """Take the job for this worker, or None when it is finished, not ready, or held by a
-    live claimant. Ends the backend a dead claimant left behind."""
-    with connection.cursor() as cur:
-        cur.execute(
-            _claim_sql(kind), [JobStatus.RUNNING, lease_until(), _WORKER[:160], job_id]
-        )
-        row = cur.fetchone()
-    if row is None:
+def job_claim(kind: JobKind, job_id: Any, *, direct: bool = False) -> Any | None:
+    """Take the job for this worker (the claimed row, as a model instance), or None when it
+    is finished, not ready, held by a live claimant or, `direct`, a batch job. Ends the
+    backend a dead claimant left behind."""
+    claimed = list(kind.model.objects.raw(
+        _claim_sql(kind, direct=direct), [JobStatus.RUNNING, lease_until(), _WORKER[:160], job_id]
+    ))
+    if not claimed:
         return None
-    old_pid, old_start, _attempts = row
+    job = claimed[0]
+    old_pid, old_start = job.claim_old_pid, job.claim_old_start
+    del job.claim_old_pid, job.claim_old_start
     backend_end(pid=old_pid, started=old_start)
-    return kind.model.objects.get(pk=job_id)
+    return job
 
 
 def _batch_rows_sql(*, where: str, columns: str) -> str:

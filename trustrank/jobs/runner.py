@@ -213,23 +213,27 @@ def job_run(*, kind_name: str, job_id: str) -> str:
         kind, job = claimed
     else:
         kind = job_kind(kind_name)
-        row = kind.model.objects.filter(pk=job_id).values(
-            "status", "job_class", "priority", *([kind.ready_field] if kind.ready_field else [])
-        ).first()
-        if row is None:
-            return "missing"
-        if row["status"] in (JobStatus.DONE, JobStatus.FAILED):
-            return "finished before"
-        if kind.ready_field and row["status"] == JobStatus.QUEUED:
-            wait = (row[kind.ready_field] - timezone.now()).total_seconds()
-            if wait > 0:
-                job_send(kind=kind.name, job_id=job_id, job_class=row["job_class"],
-                         priority=row["priority"], countdown=wait + 0.5)
-                return "waiting"
-        if row["job_class"] == JobClass.BATCH:
-            return job_run(kind_name="", job_id="")
-        job = job_claim(kind, job_id)
+        # Claimed first: the common case is one statement. Why a claim failed is read after.
+        job = job_claim(kind, job_id, direct=True)
         if job is None:
+            row = kind.model.objects.filter(pk=job_id).values(
+                "status", "job_class", "priority",
+                *([kind.ready_field] if kind.ready_field else []),
+            ).first()
+            if row is None:
+                return "missing"
+            if row["status"] in (JobStatus.DONE, JobStatus.FAILED):
+                return "finished before"
+            batch = row["job_class"] == JobClass.BATCH
+            if kind.ready_field and row["status"] == JobStatus.QUEUED:
+                # Not ready when claimed (by the database's clock): asked again when it is.
+                wait = (row[kind.ready_field] - timezone.now()).total_seconds()
+                if wait > 0 or not batch:
+                    job_send(kind=kind.name, job_id=job_id, job_class=row["job_class"],
+                             priority=row["priority"], countdown=max(wait, 0.0) + 0.5)
+                    return "waiting"
+            if batch:
+                return job_run(kind_name="", job_id="")
             return "finished or held by a live worker"
     outcome = _execute(kind, job)
     if job.job_class == JobClass.BATCH:
