@@ -69,6 +69,31 @@ def test_columnar_rows_equal_the_reference_for_odd_and_bad_spans():
     assert spans_usable_protobuf(body) is None
 
 
+@pytest.mark.parametrize("change, usable", [
+    (lambda span: setattr(span, "name", "结账/购物车"), True),  # not ASCII, in the layout
+    (lambda span: setattr(span, "name", "Cart\x00Get"), False),  # NUL: PostgreSQL refuses it
+    (lambda span: setattr(span, "span_id", bytes(8)), False),  # an all-zero span id
+    (lambda span: setattr(span, "trace_id", bytes(16)), False),  # an all-zero trace id
+])
+def test_a_scope_in_the_usual_layout_with_an_odd_span_equals_the_reference(change, usable):
+    """The layout's checks over whole arrays (ids, names' bytes) decide as the span by span
+    reference does, for the receiver's count too."""
+    request = shop(8, traces=10).request()
+    for index in (3, 7):
+        change(request.resource_spans[0].scope_spans[0].spans[index])
+    body = request.SerializeToString()
+    for rate in (1.0, 0.01):
+        expected = spans_from_request(ExportTraceServiceRequest.FromString(body),
+                                      name_sample_rate=rate)
+        assert spans_from_protobuf(body, name_sample_rate=rate) == expected
+    assert expected.rejected_spans == (0 if usable else 2)
+    total = sum(len(scope.spans) for rs in request.resource_spans for scope in rs.scope_spans)
+    assert spans_usable_protobuf(body) == (total if usable else None)
+    names = {row[6] for resource in spans_from_protobuf(body).resources
+             for scope in resource.scopes for row in scope.spans}
+    assert ("结账/购物车" in names) == usable
+
+
 def _wire(request: ExportTraceServiceRequest, extra: bytes) -> bytes:
     """The request's wire bytes with `extra` appended to its first span's message."""
     out = b""

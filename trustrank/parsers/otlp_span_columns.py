@@ -77,8 +77,8 @@ def _gather(data: np.ndarray[Any, Any], at: np.ndarray[Any, Any], width: int) ->
 
 
 @dataclass(frozen=True, slots=True)
-class _Head:
-    """The head fields of a scope's spans in the usual layout, all usable."""
+class _Checked:
+    """The head fields of a scope's spans in the usual layout, all usable, as arrays."""
 
     data: np.ndarray[Any, Any]
     offsets: np.ndarray[Any, Any]
@@ -87,14 +87,17 @@ class _Head:
     starts: np.ndarray[Any, Any]
     ends: np.ndarray[Any, Any]
     tails: np.ndarray[Any, Any]
-    trace_ids: list[bytes]
-    span_ids: list[bytes]
-    names: list[Any]  # bytes when all are ASCII, else str
+    name_ends: np.ndarray[Any, Any]
+    name_lengths: np.ndarray[Any, Any]
+    ascii_names: bool
 
 
-def _layout_head(raws: list[bytes], window: SpanWindow) -> _Head | None:
-    """The head of every span of a scope (raw bytes), when all are in the usual layout and
-    usable (`span_problem` finds nothing); None otherwise."""
+def _layout_checked(raws: list[bytes], window: SpanWindow) -> _Checked | None:
+    """Whether every span of a scope (raw bytes) is in the usual layout and usable
+    (`span_problem` finds nothing) but for its ids, with no Python work per span: its head
+    fields as arrays, or None. A name's text is checked here for what PostgreSQL cannot
+    store (NUL) and for being ASCII; a non-ASCII name's UTF-8 is the caller's to check, and
+    so are all-zero ids (`_ids_usable`, or the caller's own lists of them)."""
     count = len(raws)
     lengths = np.fromiter(map(len, raws), dtype=np.int64, count=count)
     if int(lengths.min()) < 50:
@@ -125,26 +128,61 @@ def _layout_head(raws: list[bytes], window: SpanWindow) -> _Head | None:
     lo, hi = np.uint64(max(window.not_before_ns, 1)), np.uint64(window.not_after_ns)
     if not ((starts >= lo) & (ends >= starts) & (ends <= hi)).all():
         return None
+    # The names' bytes, gathered: none may be NUL (PostgreSQL cannot store it).
+    ascii_names = True
+    total = int(name_lengths.sum())
+    if total:
+        name_starts = name_ends - name_lengths
+        firsts = np.repeat(name_starts - (np.cumsum(name_lengths) - name_lengths), name_lengths)
+        name_bytes = data[firsts + np.arange(total)]
+        if not name_bytes.all():
+            return None
+        ascii_names = bool(name_bytes.max() < 0x80)
+    return _Checked(data, offsets, has_parent, kinds, starts, ends, tails, name_ends,
+                    name_lengths, ascii_names)
+
+
+@dataclass(frozen=True, slots=True)
+class _Head:
+    """`_Checked`, with the ids as bytes and, when not all ASCII, the names as text."""
+
+    checked: _Checked
+    trace_ids: list[bytes]
+    span_ids: list[bytes]
+    names: list[str] | None  # None when all are ASCII: read from the spans when needed
+
+
+def _ids_usable(checked: _Checked) -> bool:
+    """No span's trace id or span id is all zero."""
+    data, offsets = checked.data, checked.offsets
+    return bool(_gather(data, offsets + 2, 16).any(axis=1).all()
+                and _gather(data, offsets + 20, 8).any(axis=1).all())
+
+
+def _layout_head(raws: list[bytes], window: SpanWindow) -> _Head | None:
+    """The head of every span of a scope (raw bytes), when all are in the usual layout and
+    usable (`span_problem` finds nothing); None otherwise."""
+    checked = _layout_checked(raws, window)
+    if checked is None:
+        return None
     trace_ids = list(map(itemgetter(slice(2, 18)), raws))
     span_ids = list(map(itemgetter(slice(20, 28)), raws))
     if _ZERO_TRACE in trace_ids or _ZERO_SPAN in span_ids:
         return None
-    name_from = (name_ends - name_lengths - offsets).tolist()
-    names_raw: list[Any] = list(
-        map(getitem, raws, map(slice, name_from, (name_ends - offsets).tolist()))
-    )
-    joined = b"".join(names_raw)
-    if b"\x00" in joined:
-        return None
-    if not joined.isascii():
+    names: list[str] | None = None
+    if not checked.ascii_names:
+        name_ends = (checked.name_ends - checked.offsets).tolist()
+        name_from = (checked.name_ends - checked.name_lengths - checked.offsets).tolist()
         try:
-            names_raw = [name.decode() for name in names_raw]
+            names = [
+                name.decode()
+                for name in map(getitem, raws, map(slice, name_from, name_ends))
+            ]
         except UnicodeDecodeError:
             return None  # the span by span path raises the decoder's error
-        if max(map(len, names_raw)) > SPAN_NAME_MAX:
+        if max(map(len, names)) > SPAN_NAME_MAX:
             return None
-    return _Head(data, offsets, has_parent, kinds, starts, ends, tails, trace_ids, span_ids,
-                 names_raw)
+    return _Head(checked, trace_ids, span_ids, names)
 
 
 def _layout_rows(
@@ -157,13 +195,12 @@ def _layout_rows(
     if head is None:
         return None
     count = len(raws)
-    data, offsets, has_parent, kinds, starts, ends, tails, trace_ids, span_ids, names_raw = (
-        head.data, head.offsets, head.has_parent, head.kinds, head.starts, head.ends,
-        head.tails, head.trace_ids, head.span_ids, head.names,
-    )
+    checked = head.checked
+    data, offsets, kinds, tails = checked.data, checked.offsets, checked.kinds, checked.tails
+    trace_ids, span_ids = head.trace_ids, head.span_ids
     parents = [
         raw[30:38] if present else b""
-        for raw, present in zip(raws, has_parent.tolist(), strict=True)
+        for raw, present in zip(raws, checked.has_parent.tolist(), strict=True)
     ]
     tail_bytes: Any = map(getitem, raws, map(slice, (tails - offsets).tolist(), repeat(None)))
     infos: list[Any] = list(
@@ -180,9 +217,16 @@ def _layout_rows(
             np.ones(count, dtype=bool) if len(names_below) > 8
             else low < np.uint64(int.from_bytes(names_below, "big"))
         )
-        for index in np.flatnonzero(below).tolist():
-            name = names_raw[index]
-            sampled[index] = name if name.__class__ is str else name.decode()
+        at = np.flatnonzero(below)
+        if head.names is not None:
+            for index in at.tolist():
+                sampled[index] = head.names[index]
+        else:
+            name_ends = (checked.name_ends - offsets)[at].tolist()
+            name_from = (checked.name_ends - checked.name_lengths - offsets)[at].tolist()
+            for index, start, end in zip(at.tolist(), name_from, name_ends, strict=True):
+                sampled[index] = raws[index][start:end].decode("ascii")
+    starts, ends = checked.starts, checked.ends
     return tuple(zip(
         map(add, trace_ids, span_ids), parents, starts.tolist(), ends.tolist(), kind_list,
         map(itemgetter(10), infos), sampled, map(getitem, infos, kind_list),
@@ -271,11 +315,28 @@ def spans_from_protobuf(
     stacks: dict[str, tuple[tuple[str, str], ...]] = {}
     seen = bad = 0
     found: list[str] = []
+    # Each resource: its problem, or None and its scopes with their spans' raw bytes.
+    kept = [
+        (resource_problem(resource_spans.resource.attributes), resource_spans,
+         [(scope_spans.scope, list(scope_spans.spans))
+          for scope_spans in resource_spans.scope_spans])
+        for resource_spans in request.resource_spans
+    ]
+    # Every usable scope's spans read at once in the usual layout (numpy's cost is per
+    # call, and an export has many small scopes); when some span is not, scope by scope.
+    every = [
+        raw for problem, _, scope_list in kept if problem is None
+        for _, raws in scope_list for raw in raws
+    ]
+    rows_all = None if not every else _layout_rows(
+        every, names_below=names_below, window=window,
+        max_stack_frames=max_stack_frames, max_span_frames=max_span_frames,
+    )
+    at = 0
     resources: list[ResourceSpans] = []
-    for r_index, resource_spans in enumerate(request.resource_spans):
-        problem = resource_problem(resource_spans.resource.attributes)
+    for r_index, (problem, resource_spans, scope_list) in enumerate(kept):
         if problem is not None:
-            spans_here = sum(len(s.spans) for s in resource_spans.scope_spans)
+            spans_here = sum(len(raws) for _, raws in scope_list)
             seen += spans_here
             bad += spans_here
             if len(found) < 20:
@@ -286,13 +347,16 @@ def spans_from_protobuf(
             for kv in resource_spans.resource.attributes
         }
         scopes: list[ScopeSpans] = []
-        for s_index, scope_spans in enumerate(resource_spans.scope_spans):
-            raws = list(scope_spans.spans)
+        for s_index, (scope, raws) in enumerate(scope_list):
             seen += len(raws)
-            rows = None if not raws else _layout_rows(
-                raws, names_below=names_below, window=window,
-                max_stack_frames=max_stack_frames, max_span_frames=max_span_frames,
-            )
+            if rows_all is not None:
+                rows: Any = rows_all[at:at + len(raws)]
+                at += len(raws)
+            else:
+                rows = None if not raws else _layout_rows(
+                    raws, names_below=names_below, window=window,
+                    max_stack_frames=max_stack_frames, max_span_frames=max_span_frames,
+                )
             if rows is None:
                 rows, rejected = _message_rows(
                     [_decoded(_ShadowSpan, raw) for raw in raws], names_below=names_below,
@@ -302,11 +366,10 @@ def spans_from_protobuf(
                 bad += len(rejected)
                 for _, problem in rejected[: max(0, 20 - len(found))]:
                     found.append(f"resourceSpans[{r_index}].scopeSpans[{s_index}]: {problem}")
-            scope = scope_spans.scope
             scopes.append(ScopeSpans(
                 name=scope.name.replace("\x00", "\ufffd"),
                 version=scope.version.replace("\x00", "\ufffd"),
-                spans=rows,  # type: ignore[arg-type]
+                spans=rows,
             ))
         resources.append(ResourceSpans(attributes=attributes, scopes=tuple(scopes)))
     return SpanBatch(
@@ -324,13 +387,15 @@ def spans_usable_protobuf(body: bytes, *, window: SpanWindow = _ALL_TIMES) -> in
         request = _ShadowRequest.FromString(body)
     except (DecodeError, RecursionError):
         return None
-    total = 0
+    every: list[bytes] = []
     for resource_spans in request.resource_spans:
         if resource_problem(resource_spans.resource.attributes) is not None:
             return None
         for scope_spans in resource_spans.scope_spans:
-            raws = list(scope_spans.spans)
-            if raws and _layout_head(raws, window) is None:
-                return None
-            total += len(raws)
-    return total
+            every.extend(scope_spans.spans)
+    # Checked at once: numpy's cost is per call, and an export has many small scopes.
+    if every:
+        checked = _layout_checked(every, window)
+        if checked is None or not _ids_usable(checked):
+            return None
+    return len(every)
