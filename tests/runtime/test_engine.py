@@ -115,12 +115,14 @@ def test_percentiles_over_merged_histograms():
 def test_window_parse():
     from datetime import timedelta
 
-    assert engine.window_parse("15m") == timedelta(minutes=15)
-    assert engine.window_parse(None) == timedelta(hours=1)
-    assert engine.window_parse("all") is None
+    from trustrank.runtime.windows import window_parse
+
+    assert window_parse("15m") == timedelta(minutes=15)
+    assert window_parse(None) == timedelta(hours=1)
+    assert window_parse("all") is None
     for bad in ("1w", "-1h", "0m", "9999d", "soon"):
         with pytest.raises(ValueError):
-            engine.window_parse(bad)
+            window_parse(bad)
 
 
 @pytest.mark.parametrize(

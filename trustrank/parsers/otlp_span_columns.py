@@ -175,8 +175,8 @@ def _layout_head(raws: list[bytes], window: SpanWindow) -> _Head | None:
         name_from = (checked.name_ends - checked.name_lengths - checked.offsets).tolist()
         try:
             names = [
-                name.decode()
-                for name in map(getitem, raws, map(slice, name_from, name_ends))
+                raw[start:end].decode()
+                for raw, start, end in zip(raws, name_from, name_ends, strict=True)
             ]
         except UnicodeDecodeError:
             return None  # the span by span path raises the decoder's error

@@ -20,7 +20,7 @@ from trustrank.accounts.selectors import TeamNotAllowed, TeamRequired, team_for_
 from trustrank.lib.api import Pagination, problem
 from trustrank.lib.filters import unknown_params_refuse
 from trustrank.ranking import selectors as ranking_selectors
-from trustrank.runtime import engine, selectors
+from trustrank.runtime import selectors
 from trustrank.runtime.deployment import (
     DeploymentError,
     DeploymentForbidden,
@@ -48,6 +48,7 @@ from trustrank.runtime.service_rows import (
     declared_untraced_for_environments,
     service_rows,
 )
+from trustrank.runtime.windows import window_parse
 
 WINDOW_PARAM = OpenApiParameter(
     "window", OpenApiTypes.STR, description="15m, 1h (default), 24h, 7d … or 'all'"
@@ -56,7 +57,7 @@ WINDOW_PARAM = OpenApiParameter(
 
 def _window(request: Request) -> timedelta | None:
     try:
-        return engine.window_parse(request.query_params.get("window"))
+        return window_parse(request.query_params.get("window"))
     except ValueError as exc:
         raise ValidationError({"window": [str(exc)]}) from exc
 

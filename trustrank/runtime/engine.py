@@ -14,11 +14,9 @@ Latency is kept as a histogram (`engine_histograms`).
 from __future__ import annotations
 
 import bisect
-import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 from trustrank.parsers.otlp import ResourceSpans, sample_threshold
@@ -166,27 +164,6 @@ class Aggregate:
     aliases: dict[tuple[str, str], NodeKey] = field(default_factory=dict)
     broken: dict[tuple[str, NodeKey, NodeKey], BrokenContext] = field(default_factory=dict)
     samples: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
-
-
-_WINDOW_RE = re.compile(r"^(\d{1,6})([smhd])$")
-_WINDOW_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
-MAX_WINDOW = timedelta(days=400)
-
-
-def window_parse(raw: str | None, *, default: str = "1h") -> timedelta | None:
-    """`15m`, `1h`, `7d` -> timedelta; `all` -> None (no lower bound). ValueError otherwise."""
-    value = (raw or default).strip().lower()
-    if value == "all":
-        return None
-    match = _WINDOW_RE.match(value)
-    if not match:
-        raise ValueError(
-            f"window must look like 15m, 1h, 24h or 7d (or 'all'), got {value[:20]!r}"
-        )
-    delta = timedelta(**{_WINDOW_UNITS[match.group(2)]: int(match.group(1))})
-    if delta <= timedelta(0) or delta > MAX_WINDOW:
-        raise ValueError(f"window must be between 1s and {MAX_WINDOW.days}d, got {value!r}")
-    return delta
 
 
 def peer_normalize(value: str) -> str:

@@ -19,7 +19,7 @@ from trustrank.lib.numbers import int_or_none
 from trustrank.lib.pages import HtmxHttpRequest, paginate
 from trustrank.ranking import selectors as ranking_selectors
 from trustrank.ranking.explain import path_svg
-from trustrank.runtime import engine, selectors, services
+from trustrank.runtime import selectors, services
 from trustrank.runtime.deployment import (
     DeploymentError,
     DeploymentForbidden,
@@ -36,6 +36,7 @@ from trustrank.runtime.service_rows import (
     declared_untraced_for_environments,
     service_rows,
 )
+from trustrank.runtime.windows import window_parse
 
 WINDOWS = ["15m", "1h", "6h", "24h", "7d", "30d", "all"]
 _KIND_NAMES = {1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
@@ -46,9 +47,9 @@ FINDINGS_PER_PAGE = 25
 def _window(request: HttpRequest) -> tuple[str, object]:
     raw = request.GET.get("window") or "1h"
     try:
-        return raw, engine.window_parse(raw)
+        return raw, window_parse(raw)
     except ValueError:
-        return "1h", engine.window_parse("1h")
+        return "1h", window_parse("1h")
 
 
 def _graph_library_url() -> str | None:
