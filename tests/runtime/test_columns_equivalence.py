@@ -115,6 +115,9 @@ def _wire(request: ExportTraceServiceRequest, extra: bytes) -> bytes:
     b"\x2a\x07renamed",  # the name again after the tail: protobuf keeps the last one
     b"\x0a\x10" + bytes(range(1, 17)),  # the trace id again
     b"\x30\x03",  # the kind again
+    b"\x0a\x00",  # the trace id again, empty: the span is rejected
+    b"\x12\x00",  # the span id again, empty
+    b"\x30\x00",  # the kind again, as its default
 ])
 def test_fields_out_of_order_or_repeated_take_the_reference_path(extra):
     request = shop(5, traces=4).request()
@@ -122,6 +125,10 @@ def test_fields_out_of_order_or_repeated_take_the_reference_path(extra):
     assert body != request.SerializeToString()
     expected = spans_from_request(ExportTraceServiceRequest.FromString(body))
     assert spans_from_protobuf(body) == expected
+    # The receiver counts what the worker will keep.
+    decoded = otlp_decode(body, encoding=PROTOBUF)
+    assert (decoded.total_spans, decoded.rejected_spans) == (
+        expected.total_spans, expected.rejected_spans)
 
 
 def test_good_exports_are_counted_without_the_span_by_span_check():

@@ -396,6 +396,12 @@ def spans_usable_protobuf(body: bytes, *, window: SpanWindow = _ALL_TIMES) -> in
     # Checked at once: numpy's cost is per call, and an export has many small scopes.
     if every:
         checked = _layout_checked(every, window)
-        if checked is None or not _ids_usable(checked):
+        if checked is None or not _ids_usable(checked) or int(checked.kinds.max()) > _KIND_MAX:
+            return None
+        # What follows the head is looked up as the worker does: a tail that repeats a head
+        # field (protobuf keeps the last one) is read span by span, and may be rejected.
+        tails = _tails(STACK_FRAMES_DEFAULT, SPAN_FRAMES_DEFAULT)
+        starts = (checked.tails - checked.offsets).tolist()
+        if None in map(tails.__getitem__, map(getitem, every, map(slice, starts, repeat(None)))):
             return None
     return len(every)

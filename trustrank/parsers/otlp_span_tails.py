@@ -25,6 +25,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from trustrank.parsers.otlp_checks import OtlpDecodeError
 from trustrank.parsers.otlp_rows import _exception_frames, attribute_facts
 from trustrank.parsers.otlp_shadow import shadow_messages
+from trustrank.parsers.otlp_wire import _fields
 
 _SHADOW_PACKAGE = "trustrank.shadow.otlp.trace"
 _RAW_SPAN_FIELDS = {"attributes", "events", "links", "status"}
@@ -144,9 +145,22 @@ class _TailInfos(dict[bytes, "_TailInfo | None"]):
         return info
 
 
+# The head's fields: trace id, span id, trace state, parent span id, name, kind, times.
+_HEAD_FIELDS = frozenset(range(1, 9))
+
+
+def _head_again(tail: bytes) -> bool:
+    """Whether a tail sets a field of the head again (the last one counts), even to its
+    default value, which the decoded tail cannot show."""
+    try:
+        return any(number in _HEAD_FIELDS for number, _, _, _ in _fields(tail))
+    except OtlpDecodeError:  # a wire type the walk does not know: read span by span
+        return True
+
+
 def _tail_info(tail: bytes, max_stack_frames: int, max_span_frames: int) -> _TailInfo | None:
     span = _decoded(_ShadowSpan, tail)
-    if any(_ID_TAIL(span)):
+    if any(_ID_TAIL(span)) or _head_again(tail):
         return None
     client, peer, is_db, tls, mtls, libraries = _INFOS[tuple(span.attributes)]
     if max_stack_frames > 0 and max_span_frames > 0 and span.events:
