@@ -402,6 +402,6 @@ def spans_usable_protobuf(body: bytes, *, window: SpanWindow = _ALL_TIMES) -> in
         # field (protobuf keeps the last one) is read span by span, and may be rejected.
         tails = _tails(STACK_FRAMES_DEFAULT, SPAN_FRAMES_DEFAULT)
         starts = (checked.tails - checked.offsets).tolist()
-        if None in map(tails.__getitem__, map(getitem, every, map(slice, starts, repeat(None)))):
+        if any(tails[raw[start:]] is None for raw, start in zip(every, starts, strict=True)):
             return None
     return len(every)
