@@ -13,7 +13,7 @@ rejected span exactly as the reference does.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import compress, repeat
+from itertools import compress
 from operator import add, getitem, itemgetter
 from typing import Any
 
@@ -185,6 +185,16 @@ def _layout_head(raws: list[bytes], window: SpanWindow) -> _Head | None:
     return _Head(checked, trace_ids, span_ids, names)
 
 
+def _tail_infos(
+    raws: list[bytes], checked: _Checked, max_stack_frames: int, max_span_frames: int
+) -> list[Any]:
+    """What each span's tail means (`otlp_span_tails._tails`), None where the layout
+    cannot read it (a tail that sets a head field again)."""
+    tails = _tails(max_stack_frames, max_span_frames)
+    starts = (checked.tails - checked.offsets).tolist()
+    return [tails[raw[start:]] for raw, start in zip(raws, starts, strict=True)]
+
+
 def _layout_rows(
     raws: list[bytes], *, names_below: bytes | None, window: SpanWindow,
     max_stack_frames: int, max_span_frames: int,
@@ -196,16 +206,13 @@ def _layout_rows(
         return None
     count = len(raws)
     checked = head.checked
-    data, offsets, kinds, tails = checked.data, checked.offsets, checked.kinds, checked.tails
+    data, offsets, kinds = checked.data, checked.offsets, checked.kinds
     trace_ids, span_ids = head.trace_ids, head.span_ids
     parents = [
         raw[30:38] if present else b""
         for raw, present in zip(raws, checked.has_parent.tolist(), strict=True)
     ]
-    tail_bytes: Any = map(getitem, raws, map(slice, (tails - offsets).tolist(), repeat(None)))
-    infos: list[Any] = list(
-        map(_tails(max_stack_frames, max_span_frames).__getitem__, tail_bytes)
-    )
+    infos = _tail_infos(raws, checked, max_stack_frames, max_span_frames)
     if None in infos or int(kinds.max()) > _KIND_MAX:
         return None
     kind_list = kinds.tolist()
@@ -400,8 +407,6 @@ def spans_usable_protobuf(body: bytes, *, window: SpanWindow = _ALL_TIMES) -> in
             return None
         # What follows the head is looked up as the worker does: a tail that repeats a head
         # field (protobuf keeps the last one) is read span by span, and may be rejected.
-        tails = _tails(STACK_FRAMES_DEFAULT, SPAN_FRAMES_DEFAULT)
-        starts = (checked.tails - checked.offsets).tolist()
-        if any(tails[raw[start:]] is None for raw, start in zip(every, starts, strict=True)):
+        if None in _tail_infos(every, checked, STACK_FRAMES_DEFAULT, SPAN_FRAMES_DEFAULT):
             return None
     return len(every)
