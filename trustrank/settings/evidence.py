@@ -154,6 +154,21 @@ TRUSTRANK_RANKING_DUE_THREAD_ABOVE = envint(
 TRUSTRANK_RANKING_SIDE_WRITES_ABOVE = envint(
     "TRUSTRANK_RANKING_SIDE_WRITES_ABOVE", 50_000, minimum=1
 )
+# A ranking run that rewrites a team's queue of at least this many rows copies it into a
+# table of its own, indexes it after and swaps it in as the team's partition of the ranked
+# rows (trustrank/ranking/services/store_table.py): PostgreSQL then builds each index once
+# instead of inserting every row into four.
+TRUSTRANK_RANKING_OWN_TABLE_ABOVE = envint(
+    "TRUSTRANK_RANKING_OWN_TABLE_ABOVE", 250_000, minimum=1
+)
+# PostgreSQL's memory for each of those index builds (maintenance_work_mem), in MB.
+TRUSTRANK_RANKING_INDEX_MEMORY_MB = envint(
+    "TRUSTRANK_RANKING_INDEX_MEMORY_MB", 512, minimum=1
+)
+# How long the swap waits for the team's readers of its old table to finish.
+TRUSTRANK_RANKING_SWAP_LOCK_SECONDS = envint(
+    "TRUSTRANK_RANKING_SWAP_LOCK_SECONDS", 30, minimum=1
+)
 # A load (SBOM, traces, certificates, feeds) starts a ranking run this long after it; loads
 # that follow within the delay share the run (see TRUSTRANK_RANKING_EVIDENCE_SWEEP_SECONDS).
 TRUSTRANK_RANKING_DEBOUNCE_SECONDS = envint("TRUSTRANK_RANKING_DEBOUNCE_SECONDS", 60, minimum=0)

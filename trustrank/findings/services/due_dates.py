@@ -71,7 +71,7 @@ WITH c AS (
            END AS days,
            d.finding_id IS NOT NULL AS known, COALESCE(d.manual, false) AS manual,
            d.decision AS old_decision, d.since AS old_since, d.due_date AS old_due
-    FROM ranking_rankedfinding r
+    FROM {ranked} r
     JOIN findings_finding f ON f.id = r.finding_id
     LEFT JOIN findings_findingdue d ON d.finding_id = r.finding_id
     WHERE r.team_id = %(team)s AND f.team_id = %(team)s AND f.state = ANY(%(open)s)
@@ -121,9 +121,10 @@ def settled_decision_sql(policy: PolicyDays) -> tuple[str, list[int | None]]:
 def finding_due_dates_apply(
     *, team_id: int, today: date | None = None,
     run_id: int | None = None, finding_ids: list[int] | None = None,
-    checked_policy: PolicyDays | None = None,
+    checked_policy: PolicyDays | None = None, ranked_table: str = "ranking_rankedfinding",
 ) -> int:
-    """Recompute the team's due dates from the latest ranking decisions; returns the number of
+    """Recompute the team's due dates from the latest ranking decisions (the ranked rows of
+    `ranked_table`: a ranking run's own new table before it swaps it in); returns the number of
     findings written. Idempotent: a second call with the same ranks writes nothing. It
     writes FindingDue rows only, never the findings (their updated_at stays what people and
     loads wrote, which is what incremental ranking runs read); `run_id` limits the work
@@ -137,7 +138,7 @@ def finding_due_dates_apply(
         finding_ids = None
     with connection.cursor() as cur:
         cur.execute(
-            _APPLY_SQL,
+            _APPLY_SQL.format(ranked=ranked_table),
             {
                 "team": team_id,
                 "today": today or timezone.localdate(),

@@ -173,11 +173,12 @@ class DueInserter:
 def due_dates_apply(
     team_id: int, gathered: Gathered, unsettled: dict[str, Any],
     written_after: tuple[int, ...], rows: Mapping[int, Row],
+    ranked_table: str = "ranking_rankedfinding",
 ) -> None:
     """Recompute the due dates `unsettled` names. Of a full run's, those of findings with
     no due-date row at all (every finding on a team's first run) are inserted in bulk
     (`finding_due_dates_insert`); the rest go through the recomputation, which checks
-    each finding as it is now."""
+    each finding as it is now, from the ranked rows of `ranked_table`."""
     ids: list[int] | None = unsettled.get("finding_ids")
     policy = unsettled.get("checked_policy")
     rowless = _without_due_row(gathered)
@@ -197,5 +198,5 @@ def due_dates_apply(
             )
             # None: the policy changed since the gather, so every finding is recomputed.
             unsettled = {} if done is None else _less(unsettled, set(fresh))
-    finding_due_dates_apply(team_id=team_id, **unsettled)
+    finding_due_dates_apply(team_id=team_id, ranked_table=ranked_table, **unsettled)
 

@@ -49,6 +49,7 @@ from trustrank.ranking.services.store_groups import search_groups_mend
 from trustrank.ranking.services.store_moved import ready_for_moves
 from trustrank.ranking.services.store_rows import Ids, QueueRows, decision_changed
 from trustrank.ranking.services.store_services import services_store
+from trustrank.ranking.services.store_table import TeamTable
 from trustrank.risk.buffers import BUFFERS
 from trustrank.risk.collector import collector_paused
 from trustrank.risk.engine import rank
@@ -231,10 +232,13 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter | SideWrite[str]]
         and len(result.findings) >= settings.TRUSTRANK_RANKING_SIDE_WRITES_ABOVE) else None
     if services_aside is not None:
         threads.append(services_aside)
+    # Where a rewritten large queue goes until the run's last statement swaps it in.
+    team_table = TeamTable(run.team_id, run.pk)
     with transaction.atomic():
         stored = store_first_from_columns(
             run=run, result=result, gathered=gathered, row_hashes=_row_hashes, fid=fid,
             meanwhile=meanwhile.step if meanwhile is not None else None,
+            team_table=team_table,
         ) if fid is not None else None
         counts, rows, (changed, gone), rows_hash = stored or _store(
             run=run, result=result, gathered=gathered,
@@ -242,10 +246,10 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter | SideWrite[str]]
             previous=cached.result if incremental and cached is not None else None,
             previous_ids=cached.gathered.finding_ids
             if incremental and cached is not None else None,
-            row_hashes=_row_hashes,
+            row_hashes=_row_hashes, team_table=team_table,
         )
         counts["search_groups_set"] = search_groups_mend(
-            team_id=run.team_id, since=None if previous is None
+            team_id=run.team_id, table=team_table.ranked, since=None if previous is None
             else (previous.started_at or previous.created_at) - CLOCK_SKEW)
         if meanwhile is not None:
             result = meanwhile.finish(result, inputs=gathered.inputs, settings=rs)
@@ -284,7 +288,8 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter | SideWrite[str]]
         policy = triage_policy_for(team_id=run.team_id)
         if early is not None:
             unsettled = early.finish(unsettled)
-        due_dates_apply(run.team_id, gathered, unsettled, written_after, rows)
+        due_dates_apply(run.team_id, gathered, unsettled, written_after, rows,
+                        ranked_table=team_table.ranked)
         t5 = time.perf_counter()
         # Only while this attempt holds the run: an attempt the sweep gave up on must not
         # mark done a run another worker is ranking again.
@@ -324,6 +329,8 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter | SideWrite[str]]
         if len(changed):  # one row (when a webhook listens), committed with the run; the
             # worker reads the run's decision changes and fans them out (trustrank/notify)
             notify_ranking_run(team_id=run.team_id, run_id=run.pk)
+        with connection.cursor() as cur:
+            team_table.swap(cur)  # last: its lock is held until the commit
     _PREVIOUS[run.team_id] = _Cached(
         # The due dates just written settled what `settled` said: it is not kept; nor are
         # the queue's columns and moves, which only this run's store reads.

@@ -39,6 +39,7 @@ from trustrank.ranking.services.store_rows import (
     env_ranks,
     moved_rows,
 )
+from trustrank.ranking.services.store_table import PARENT, TeamTable
 from trustrank.risk.collector import collector_paused
 from trustrank.risk.results import RankedFinding, RankResult, factor_json
 
@@ -99,19 +100,22 @@ def _store(
     previous: RankResult | None = None,
     previous_ids: Mapping[str, int] | None = None,
     row_hashes: Callable[[Iterable[tuple[int, OwnRow]]], int] | None = None,
+    team_table: TeamTable | None = None,
 ) -> tuple[dict[str, Any], QueueRows, tuple[Ids, list[int]], int | None]:
     """Write the rows whose own values changed (the rows in memory hold every rank as of
     this run); `before` is the stored queue when known (an incremental run), else read;
     `previous` the result it was made from, `previous_ids` its finding ids. Returns the
     counts, the rows, the findings whose row was written and whose row was dropped, and,
     when the whole queue was written and `row_hashes` given, `row_hashes` of every
-    (finding id, own values), made chunk by chunk while PostgreSQL stores the one before."""
+    (finding id, own values), made chunk by chunk while PostgreSQL stores the one before.
+    With `team_table`, a rewrite of a queue large enough goes into a table of its own
+    (`store_table`)."""
     # A team's first queue from a full run is written by `store_columns` (the runs module
     # tries it first); with no stored row `_store_rows` writes every row as new.
     with collector_paused():
         return _store_rows(run=run, result=result, gathered=gathered, before=before,
                            previous=previous, previous_ids=previous_ids,
-                           row_hashes=row_hashes)
+                           row_hashes=row_hashes, team_table=team_table)
 
 
 def rewrites_rows(changed_places: Sequence[int] | None, places: int) -> bool:
@@ -152,6 +156,7 @@ def _store_rows(
     previous: RankResult | None,
     previous_ids: Mapping[str, int] | None,
     row_hashes: Callable[[Iterable[tuple[int, OwnRow]]], int] | None = None,
+    team_table: TeamTable | None = None,
 ) -> tuple[dict[str, Any], QueueRows, tuple[Ids, list[int]], int | None]:
     # The context of a ranked finding, keyed by the identities of the engine's shared
     # `facts` and `context` tuples (alive as long as `result`): see `_queue_rows`.
@@ -233,20 +238,23 @@ def _store_rows(
         _history(cur, run=run, moved=moved, gone=gone, before=before, rows=rows,
                  new_context=new_context, first=not before)
         rewrite = len(changed) + len(gone) > _REWRITE_ABOVE
+        target = PARENT
         if rewrite:
-            cur.execute("DELETE FROM ranking_rankedfinding WHERE team_id = %s", [run.team_id])
+            if team_table is not None:
+                target = team_table.load_into(cur, len(rows))
+            if target == PARENT:  # else the swap retires the old rows
+                cur.execute("DELETE FROM ranking_rankedfinding WHERE team_id = %s",
+                            [run.team_id])
             targets: Ids = rows.fid
         else:
-            if gone:
-                cur.execute(
-                    "DELETE FROM ranking_rankedfinding WHERE finding_id = ANY(%s::bigint[])",
-                    [int_array(gone)],
-                )
-            if len(changed):
-                cur.execute(
-                    "DELETE FROM ranking_rankedfinding WHERE finding_id = ANY(%s::bigint[])",
-                    [int_array(changed)],
-                )
+            # The team named: the statement reads the team's partition alone.
+            for some in (gone, changed):
+                if len(some):
+                    cur.execute(
+                        "DELETE FROM ranking_rankedfinding WHERE team_id = %s "
+                        "AND finding_id = ANY(%s::bigint[])",
+                        [run.team_id, int_array(some)],
+                    )
             targets = changed
         hashed: list[int] = []
         on_chunk = None
@@ -254,11 +262,13 @@ def _store_rows(
             def on_chunk(chunk: Ids) -> None:
                 hashed.append(row_hashes(rows.own_items(chunk)))
         _copy_ranked(cur, team_id=run.team_id, run_id=run.pk, targets=targets, rows=rows,
-                     on_chunk=on_chunk,
+                     on_chunk=on_chunk, table=target,
                      groups=lambda pks: search_groups_of(gathered.finding_ids, pks))
+        if team_table is not None:
+            team_table.index(cur)
         buckets = buckets_store(cur, team_id=run.team_id, rows=rows, before=before,
                                 changed=changed, gone=gone, rewrite=rewrite)
-        if rewrite:
+        if rewrite and target == PARENT:
             # The planner must know the new queue's size to walk its index for a page.
             cur.execute("ANALYZE ranking_rankedfinding")
     counts = {

@@ -30,13 +30,14 @@ from trustrank.ranking.services.store_copy import (
     _BINARY_HEADER,
     _BINARY_TRAILER,
     _CHUNK,
-    RANKED_COPY,
     _binary_rows,
     _QueuedWriter,
     _text_type,
+    ranked_copy,
 )
 from trustrank.ranking.services.store_keys import buckets_store
 from trustrank.ranking.services.store_rows import Ids, OwnRow, QueueRows
+from trustrank.ranking.services.store_table import PARENT, TeamTable
 from trustrank.risk.inputs import DECISIONS
 from trustrank.risk.results import RankResult
 
@@ -131,12 +132,14 @@ def _chunks(q: _Queue) -> Iterator[tuple[int, int, list[int]]]:
 def _copy(cur: Any, q: _Queue, *, team_id: int, run_id: int,
           chunks: Iterable[tuple[int, int, list[int]]],
           on_chunk: Callable[[int, int], None],
-          fill: Callable[[], bool] | None = None) -> None:
-    """COPY the places of each chunk in the binary format, grouped within a chunk by
+          fill: Callable[[], bool] | None = None, table: str = PARENT,
+          eager: bool = True) -> None:
+    """COPY the places of each chunk into `table` in the binary format, grouped within a chunk by
     environment, decision and digest length (one record layout each), as
     `store._copy_ranked_chunks` sends rows. `on_chunk` is called once each chunk is sent;
     then `fill`, a step of other work that says whether it did any, once and again for as
-    long as chunks wait to be sent: the process works while PostgreSQL does, not after."""
+    long as chunks wait to be sent: the process works while PostgreSQL does, not after.
+    Not `eager`, `fill` runs only while chunks wait."""
     encoded = [d.encode() for d in q.digests]
     width = np.array([len(b) for b in encoded], dtype=np.int64)
     widest = int(width.max()) + 1 if len(width) else 1
@@ -144,7 +147,7 @@ def _copy(cur: Any, q: _Queue, *, team_id: int, run_id: int,
               for size in set(width.tolist()) if size}
     env_bytes = [e.encode() for e in q.envs]
     writer = _QueuedWriter(cur.cursor)
-    with cur.copy(RANKED_COPY, writer=writer) as copy:
+    with cur.copy(ranked_copy(table), writer=writer) as copy:
         copy.write(_BINARY_HEADER)
         for start, end, _ids in chunks:
             context = q.context[start:end]
@@ -164,7 +167,8 @@ def _copy(cur: Any, q: _Queue, *, team_id: int, run_id: int,
                     (">i8", None if q.group is None else q.group[at]),
                 ], len(at)))
             on_chunk(start, end)
-            if fill is not None and fill():
+            # Not `eager`: only while PostgreSQL is behind (the caller has other time).
+            if fill is not None and (not eager or fill()):
                 while writer.behind() and fill():
                     pass
         copy.write(_BINARY_TRAILER)
@@ -181,6 +185,7 @@ def store_first_from_columns(
     row_hashes: Callable[[Iterable[tuple[int, OwnRow]]], int] | None,
     fid: np.ndarray[Any, Any] | None = None,
     meanwhile: Callable[[], bool] | None = None,
+    team_table: TeamTable | None = None,
 ) -> tuple[dict[str, Any], QueueRows, tuple[Ids, list[int]], int | None] | None:
     """Write the team's first queue from a result with columns (a full run), each chunk's
     rows made and hashed while PostgreSQL stores the chunk before. None when the result has
@@ -189,7 +194,8 @@ def store_first_from_columns(
     other work that says whether it did any, called while PostgreSQL stores the chunks
     (storing a million rows is PostgreSQL's work for seconds; see `_copy`). A queue of
     `TRUSTRANK_RANKING_SIDE_WRITES_ABOVE` places or more has its contexts stored on a
-    connection of its own meanwhile (`side.SideWrite`)."""
+    connection of its own meanwhile (`side.SideWrite`). With `team_table`, a queue large
+    enough goes into a table of its own, indexed after (`store_table`)."""
     if result.columns is None:
         return None
     with connection.cursor() as cur:
@@ -201,18 +207,36 @@ def store_first_from_columns(
         q.group = search_groups_of(gathered.finding_ids, q.fid)
         rows = _rows(q)
         hashed: list[int] = []
+        target = (team_table.load_into(cur, len(q.fid)) if team_table is not None
+                  else PARENT)
+        # Into a bare table PostgreSQL takes the rows faster than they are hashed: the
+        # hashing waits for the index builds, which leave the process idle (`fill`).
+        unhashed: list[slice] = []
 
         def on_chunk(start: int, end: int) -> None:
-            if row_hashes is not None:
-                part = slice(start, end)
+            if row_hashes is None:
+                return
+            unhashed.append(slice(start, end))
+            if target == PARENT:
+                fill()
+
+        def fill() -> bool:
+            if unhashed and row_hashes is not None:
+                part = unhashed.pop()
                 hashed.append(row_hashes(zip(q.fid[part].tolist(), rows.own_rows_at(part),
                                              strict=True)))
+                return True
+            return meanwhile() if meanwhile is not None else False
 
         contexts = (SideWrite("ranking-contexts", partial(_contexts_stored, q.bodies))
                     if len(q.fid) >= settings.TRUSTRANK_RANKING_SIDE_WRITES_ABOVE else None)
         try:
             _copy(cur, q, team_id=run.team_id, run_id=run.pk, chunks=_chunks(q),
-                  on_chunk=on_chunk, fill=meanwhile)
+                  on_chunk=on_chunk, fill=fill, table=target, eager=target == PARENT)
+            if team_table is not None:
+                team_table.index(cur, meanwhile=fill)
+            while unhashed:
+                fill()
         finally:
             if contexts is not None:
                 contexts.wait()
@@ -222,7 +246,7 @@ def store_first_from_columns(
             _contexts_insert(cur, q.bodies)
         buckets = buckets_store(cur, team_id=run.team_id, rows=rows, before=None,
                                 changed=rows.fid, gone=[], rewrite=True)
-        if len(rows) > _REWRITE_ABOVE:
+        if len(rows) > _REWRITE_ABOVE and target == PARENT:
             # The planner must know the new queue's size to walk its index for a page.
             cur.execute("ANALYZE ranking_rankedfinding")
     counts = {

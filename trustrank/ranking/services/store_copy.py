@@ -19,10 +19,13 @@ _CHUNK = 50_000
 # The search group of each of some finding ids, None when they are not known.
 GroupsOf = Callable[[np.ndarray[Any, Any]], "np.ndarray[Any, Any] | None"]
 
-# The ranked rows' COPY, in the column order `_binary_rows` lays them out.
-RANKED_COPY = (
-    "COPY ranking_rankedfinding (finding_id, team_id, run_id, rank, env_rank, environment, "
-    "score, decision, context_id, qkey, search_group) FROM STDIN (FORMAT BINARY)")
+
+
+def ranked_copy(table: str = "ranking_rankedfinding") -> str:
+    """The ranked rows' COPY into `table` (the parent, or a team's new table:
+    `store_table`), in the column order `_binary_rows` lays them out."""
+    return (f"COPY {table} (finding_id, team_id, run_id, rank, env_rank, environment, "
+            "score, decision, context_id, qkey, search_group) FROM STDIN (FORMAT BINARY)")
 
 
 # COPY's binary format: the file header, and the end-of-data word.
@@ -57,12 +60,13 @@ def _text_type(value: bytes) -> str:
 def _copy_ranked(
     cur: Any, *, team_id: int, run_id: int, targets: Ids, rows: Mapping[int, Row],
     on_chunk: Callable[[Ids], None] | None = None, groups: GroupsOf | None = None,
+    table: str = "ranking_rankedfinding",
 ) -> None:
-    """COPY the ranked rows of `targets` (see `_copy_ranked_chunks`)."""
+    """COPY the ranked rows of `targets` into `table` (see `_copy_ranked_chunks`)."""
     _copy_ranked_chunks(
         cur, team_id=team_id, run_id=run_id, rows=QueueRows.of(rows), on_chunk=on_chunk,
         chunks=(targets[i : i + _CHUNK] for i in range(0, len(targets), _CHUNK)),
-        groups=groups)
+        groups=groups, table=table)
 
 
 class _QueuedWriter(LibpqWriter):
@@ -108,6 +112,7 @@ class _QueuedWriter(LibpqWriter):
 def _copy_ranked_chunks(
     cur: Any, *, team_id: int, run_id: int, chunks: Iterable[Ids], rows: QueueRows,
     on_chunk: Callable[[Ids], None] | None = None, groups: GroupsOf | None = None,
+    table: str = "ranking_rankedfinding",
 ) -> None:
     """COPY the ranked rows of the finding ids of each chunk (each in `rows` by the time
     it comes) in the binary format, laid out by numpy a chunk at a time from the rows'
@@ -124,10 +129,7 @@ def _copy_ranked_chunks(
     tables = {size: np.array([b if len(b) == size else b"" for b in encoded],
                              dtype=f"S{size}") for size in set(widths.tolist()) if size}
     env_bytes = [e.encode() for e in rows.envs]
-    with cur.copy(
-        RANKED_COPY,
-        writer=_QueuedWriter(cur.cursor),
-    ) as copy:
+    with cur.copy(ranked_copy(table), writer=_QueuedWriter(cur.cursor)) as copy:
         copy.write(_BINARY_HEADER)
         for chunk in chunks:
             at = rows.places(chunk)

@@ -21,14 +21,16 @@ from django.db import connection
 _GROUP = "findings_search_group(f.package_name, f.component_name, f.component_purl)"
 
 
-def search_groups_mend(*, team_id: int, since: datetime | None) -> int:
+def search_groups_mend(*, team_id: int, since: datetime | None,
+                       table: str = "ranking_rankedfinding") -> int:
     """Set the search group of the team's ranked rows that have none, and (with `since`,
     the previous run's start less the clock skew) of those whose finding was written since
-    where it differs. Returns how many rows were set."""
+    where it differs. Returns how many rows were set. `table`: where the run wrote the
+    team's rows (`store_table.TeamTable.ranked`)."""
     with connection.cursor() as cur:
-        # Django's own table names and a constant expression; the values are parameters.
+        # Table names of our own and a constant expression; the values are parameters.
         cur.execute(
-            "UPDATE ranking_rankedfinding r "  # noqa: S608
+            f"UPDATE {table} r "  # noqa: S608
             f"SET search_group = {_GROUP} FROM findings_finding f "
             "WHERE r.team_id = %s AND r.search_group IS NULL AND f.id = r.finding_id",
             [team_id],
@@ -36,11 +38,12 @@ def search_groups_mend(*, team_id: int, since: datetime | None) -> int:
         n = max(cur.rowcount, 0)
         if since is not None:
             cur.execute(
-                "UPDATE ranking_rankedfinding r SET search_group = g.grp "  # noqa: S608
+                f"UPDATE {table} r SET search_group = g.grp "  # noqa: S608
                 f"FROM (SELECT f.id, {_GROUP} AS grp FROM findings_finding f "
                 "WHERE f.team_id = %s AND f.updated_at >= %s) g "
-                "WHERE r.finding_id = g.id AND r.search_group IS DISTINCT FROM g.grp",
-                [team_id, since],
+                "WHERE r.team_id = %s AND r.finding_id = g.id "
+                "AND r.search_group IS DISTINCT FROM g.grp",
+                [team_id, since, team_id],
             )
             n += max(cur.rowcount, 0)
     return n
