@@ -16,7 +16,7 @@ from trustrank.ranking.services.requests import (
     ranking_runs_sweep,
 )
 from trustrank.ranking.services.runs import RankingError, ranking_run_execute
-from trustrank.ranking.services.store import context_of
+from trustrank.ranking.services.store_contexts import context_of
 from trustrank.ranking.services.store_history import ranking_changes
 from trustrank.ranking.services.store_services import services_json
 

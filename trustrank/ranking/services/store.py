@@ -7,19 +7,18 @@ from a full run `store_columns`'; the per-service results `store_services`'."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import islice, repeat
 from operator import itemgetter
 from typing import Any
 
 import numpy as np
-import orjson
 from django.db import connection
 
 from trustrank.ranking.inputs import Gathered
 from trustrank.ranking.inputs.ids import finding_pks, int_array, pk_of, search_groups_of
 from trustrank.ranking.models import RankingRun
+from trustrank.ranking.services.store_contexts import _context_body, _contexts_insert
 from trustrank.ranking.services.store_copy import _CHUNK, _copy_ranked
 from trustrank.ranking.services.store_history import _history
 from trustrank.ranking.services.store_keys import KeyParts, buckets_store
@@ -41,41 +40,9 @@ from trustrank.ranking.services.store_rows import (
 )
 from trustrank.ranking.services.store_table import PARENT, TeamTable
 from trustrank.risk.collector import collector_paused
-from trustrank.risk.results import RankedFinding, RankResult, factor_json
-
-
-def context_of(r: RankedFinding) -> dict[str, Any]:
-    return {
-        "deployed": r.deployed,
-        "environment": r.environment,
-        "service": r.service,
-        "project_version": r.project_version,
-        "exposure": r.exposure,
-        "reachability": r.reachability,
-        "exploitation": r.exploitation,
-        "automatable": r.automatable,
-        "human_impact": r.human_impact,
-        "trust": r.trust,
-        "path": list(r.path),
-        "explanation": [factor_json(f) for f in r.explanation],
-    }
-
+from trustrank.risk.results import RankedFinding, RankResult
 
 _Row = tuple[int, int, str, float, str, str]
-
-
-def _context_body(r: RankedFinding, bodies: dict[str, bytes],
-                  parts: KeyParts | None = None) -> tuple[str, bytes]:
-    """(digest, JSON) of a ranked finding's context, the JSON one object per digest
-    through `bodies`: the store keys contexts by the identity of the shared objects, and
-    an incremental run's rescored findings hold new ones, so the same context comes under
-    several keys (a rewritten queue of a million: 11,000 keys of 3,000 contexts, 5 kB
-    each). `parts` notes the context's parts of the queue key."""
-    body = orjson.dumps(context_of(r), option=orjson.OPT_SORT_KEYS)
-    digest = hashlib.sha256(body).hexdigest()
-    if parts is not None:
-        parts.add(digest, r)
-    return digest, bodies.setdefault(digest, body)
 
 
 # Above this many changed rows (own values) a run rewrites the team's queue whole (delete +
@@ -126,25 +93,6 @@ def rewrites_rows(changed_places: Sequence[int] | None, places: int) -> bool:
     findings."""
     return changed_places is not None and len(changed_places) > min(
         _REWRITE_ABOVE, max(_WALK_MIN, places // _WALK_SHARE))
-
-
-def _contexts_insert(cur: Any, new_context: dict[str, bytes]) -> None:
-    """Store the contexts (digest -> JSON) not stored yet. Only those are sent: an
-    incremental run's walked rows mostly keep theirs, and PostgreSQL parsed megabytes of
-    JSON to find them there."""
-    cur.execute(
-        "SELECT digest FROM ranking_rankcontext WHERE digest = ANY(%s::varchar[])",
-        ["{" + ",".join(new_context) + "}"],
-    )
-    stored = {row[0] for row in cur.fetchall()}
-    # One JSON object (digest -> context) as one parameter: the driver quotes a string
-    # in C, where a text array is escaped element by element in Python.
-    cur.execute(
-        "INSERT INTO ranking_rankcontext (digest, data, created_at) "
-        "SELECT key, value, now() FROM jsonb_each(%s::jsonb) "
-        "ON CONFLICT (digest) DO NOTHING",
-        [_json_object({d: b for d, b in new_context.items() if d not in stored})],
-    )
 
 
 def _store_rows(
@@ -257,15 +205,24 @@ def _store_rows(
                     )
             targets = changed
         hashed: list[int] = []
+        unhashed: list[Ids] = []  # into a table of its own: hashed while it is indexed
         on_chunk = None
         if rewrite and row_hashes is not None:
             def on_chunk(chunk: Ids) -> None:
-                hashed.append(row_hashes(rows.own_items(chunk)))
+                unhashed.append(chunk)
+                if target == PARENT:
+                    hash_one()
+
+            def hash_one() -> bool:
+                if unhashed and row_hashes is not None:
+                    hashed.append(row_hashes(rows.own_items(unhashed.pop())))
+                    return True
+                return False
         _copy_ranked(cur, team_id=run.team_id, run_id=run.pk, targets=targets, rows=rows,
                      on_chunk=on_chunk, table=target,
                      groups=lambda pks: search_groups_of(gathered.finding_ids, pks))
         if team_table is not None:
-            team_table.index(cur)
+            team_table.index(cur, meanwhile=hash_one if on_chunk is not None else None)
         buckets = buckets_store(cur, team_id=run.team_id, rows=rows, before=before,
                                 changed=changed, gone=gone, rewrite=rewrite)
         if rewrite and target == PARENT:
@@ -437,10 +394,3 @@ def _queue_rows(
         context=context, envs=list(env_codes), digests=list(digest_codes), by_place=True)
     parts.update(rows)
     return rows, env_counter
-
-
-def _json_object(bodies: dict[str, bytes]) -> str:
-    """`{"digest": <context JSON>, …}` from already serialised bodies."""
-    return "{" + ",".join(f'"{d}":{b.decode()}' for d, b in bodies.items()) + "}"
-
-

@@ -25,7 +25,8 @@ from trustrank.ranking.inputs import Gathered
 from trustrank.ranking.inputs.ids import finding_pks, search_groups_of
 from trustrank.ranking.models import RankingRun
 from trustrank.ranking.services.side import SideWrite
-from trustrank.ranking.services.store import _REWRITE_ABOVE, _contexts_insert, context_of
+from trustrank.ranking.services.store import _REWRITE_ABOVE
+from trustrank.ranking.services.store_contexts import _contexts_insert, context_of
 from trustrank.ranking.services.store_copy import (
     _BINARY_HEADER,
     _BINARY_TRAILER,

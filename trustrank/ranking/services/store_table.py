@@ -22,6 +22,7 @@ mend, the due dates) read `TeamTable.ranked`, the new table."""
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,7 +67,9 @@ class TeamTable:
         is large enough to be worth it, else the parent."""
         if rows < settings.TRUSTRANK_RANKING_OWN_TABLE_ABOVE:
             return PARENT
-        self.new = f"{team_partition(self.team_id)}_r{int(self.run_id)}"
+        # The run's id, and a suffix of its own: a database whose sequences were reset
+        # (a test's) may still hold an earlier run's table of that id.
+        self.new = f"{team_partition(self.team_id)}_r{int(self.run_id)}_{secrets.token_hex(3)}"
         cur.execute(
             f"CREATE TABLE {self.new} (LIKE {PARENT} INCLUDING DEFAULTS, "
             f"CONSTRAINT {self.new}_team CHECK (team_id = {int(self.team_id)}))")
