@@ -19,7 +19,7 @@ from trustrank.ranking.inputs import Gathered
 from trustrank.ranking.inputs.ids import finding_pks, int_array, pk_of, search_groups_of
 from trustrank.ranking.models import RankingRun
 from trustrank.ranking.services.store_contexts import _context_body, _contexts_insert
-from trustrank.ranking.services.store_copy import _CHUNK, _copy_ranked
+from trustrank.ranking.services.store_copy import _CHUNK, ChunkHashes, _copy_ranked
 from trustrank.ranking.services.store_history import _history
 from trustrank.ranking.services.store_keys import KeyParts, buckets_store
 from trustrank.ranking.services.store_moved import (
@@ -204,25 +204,15 @@ def _store_rows(
                         [run.team_id, int_array(some)],
                     )
             targets = changed
-        hashed: list[int] = []
-        unhashed: list[Ids] = []  # into a table of its own: hashed while it is indexed
-        on_chunk = None
+        hashes: ChunkHashes[Ids] | None = None
         if rewrite and row_hashes is not None:
-            def on_chunk(chunk: Ids) -> None:
-                unhashed.append(chunk)
-                if target == PARENT:
-                    hash_one()
-
-            def hash_one() -> bool:
-                if unhashed and row_hashes is not None:
-                    hashed.append(row_hashes(rows.own_items(unhashed.pop())))
-                    return True
-                return False
+            hashes = ChunkHashes(lambda chunk: row_hashes(rows.own_items(chunk)),
+                                 deferred=target != PARENT)
         _copy_ranked(cur, team_id=run.team_id, run_id=run.pk, targets=targets, rows=rows,
-                     on_chunk=on_chunk, table=target,
+                     on_chunk=hashes.add if hashes is not None else None, table=target,
                      groups=lambda pks: search_groups_of(gathered.finding_ids, pks))
         if team_table is not None:
-            team_table.index(cur, meanwhile=hash_one if on_chunk is not None else None)
+            team_table.index(cur, meanwhile=hashes.step if hashes is not None else None)
         buckets = buckets_store(cur, team_id=run.team_id, rows=rows, before=before,
                                 changed=changed, gone=gone, rewrite=rewrite)
         if rewrite and target == PARENT:
@@ -237,7 +227,7 @@ def _store_rows(
         "left_queue": len(gone),
         "buckets": buckets,
     }
-    return counts, rows, (changed, gone), sum(hashed) if on_chunk is not None else None
+    return counts, rows, (changed, gone), hashes.sum if hashes is not None else None
 
 
 def _walk_changed(

@@ -31,6 +31,7 @@ from trustrank.ranking.services.store_copy import (
     _BINARY_HEADER,
     _BINARY_TRAILER,
     _CHUNK,
+    ChunkHashes,
     _binary_rows,
     _QueuedWriter,
     _text_type,
@@ -207,27 +208,19 @@ def store_first_from_columns(
         q = _queue(result, place_ids(result, gathered.finding_ids) if fid is None else fid)
         q.group = search_groups_of(gathered.finding_ids, q.fid)
         rows = _rows(q)
-        hashed: list[int] = []
         target = (team_table.load_into(cur, len(q.fid)) if team_table is not None
                   else PARENT)
-        # Into a bare table PostgreSQL takes the rows faster than they are hashed: the
-        # hashing waits for the index builds, which leave the process idle (`fill`).
-        unhashed: list[slice] = []
+        hashes: ChunkHashes[slice] = ChunkHashes(
+            lambda part: row_hashes(zip(q.fid[part].tolist(), rows.own_rows_at(part),
+                                        strict=True)) if row_hashes is not None else 0,
+            deferred=target != PARENT)
 
         def on_chunk(start: int, end: int) -> None:
-            if row_hashes is None:
-                return
-            unhashed.append(slice(start, end))
-            if target == PARENT:
-                fill()
+            hashes.add(slice(start, end))
 
         def fill() -> bool:
-            if unhashed and row_hashes is not None:
-                part = unhashed.pop()
-                hashed.append(row_hashes(zip(q.fid[part].tolist(), rows.own_rows_at(part),
-                                             strict=True)))
-                return True
-            return meanwhile() if meanwhile is not None else False
+            # The deferred hashes first, then the run's other work.
+            return hashes.step() or (meanwhile() if meanwhile is not None else False)
 
         contexts = (SideWrite("ranking-contexts", partial(_contexts_stored, q.bodies))
                     if len(q.fid) >= settings.TRUSTRANK_RANKING_SIDE_WRITES_ABOVE else None)
@@ -236,8 +229,6 @@ def store_first_from_columns(
                   on_chunk=on_chunk, fill=fill, table=target, eager=target == PARENT)
             if team_table is not None:
                 team_table.index(cur, meanwhile=fill)
-            while unhashed:
-                fill()
         finally:
             if contexts is not None:
                 contexts.wait()
@@ -260,4 +251,4 @@ def store_first_from_columns(
         "left_queue": 0,
         "buckets": buckets,
     }
-    return counts, rows, (rows.fid, []), sum(hashed) if row_hashes is not None else None
+    return counts, rows, (rows.fid, []), hashes.sum if row_hashes is not None else None

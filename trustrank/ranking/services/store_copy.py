@@ -6,7 +6,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 from psycopg.copy import LibpqWriter
@@ -15,6 +15,8 @@ from trustrank.ranking.services.store_rows import Ids, QueueRows, Row
 from trustrank.risk.inputs import DECISIONS
 
 _CHUNK = 50_000
+
+_C = TypeVar("_C")
 
 # The search group of each of some finding ids, None when they are not known.
 GroupsOf = Callable[[np.ndarray[Any, Any]], "np.ndarray[Any, Any] | None"]
@@ -67,6 +69,30 @@ def _copy_ranked(
         cur, team_id=team_id, run_id=run_id, rows=QueueRows.of(rows), on_chunk=on_chunk,
         chunks=(targets[i : i + _CHUNK] for i in range(0, len(targets), _CHUNK)),
         groups=groups, table=table)
+
+
+class ChunkHashes(Generic[_C]):
+    """The sum of `hash_chunk` over the chunks a COPY sent (`add`): hashed as each is sent
+    into the indexed parent, or, `deferred` (into a bare table of the team's own, which
+    PostgreSQL takes faster than the rows are hashed), a chunk a `step`, while PostgreSQL
+    builds the table's indexes (`store_table.TeamTable.index`)."""
+
+    def __init__(self, hash_chunk: Callable[[_C], int], *, deferred: bool) -> None:
+        self.hash_chunk, self.deferred = hash_chunk, deferred
+        self.pending: list[_C] = []
+        self.sum = 0
+
+    def add(self, chunk: _C) -> None:
+        self.pending.append(chunk)
+        if not self.deferred:
+            self.step()
+
+    def step(self) -> bool:
+        """Hash one chunk not hashed yet; False when there was none."""
+        if not self.pending:
+            return False
+        self.sum += self.hash_chunk(self.pending.pop())
+        return True
 
 
 class _QueuedWriter(LibpqWriter):
