@@ -269,3 +269,74 @@ def test_groups_page_renders_both_groupings_with_links(client, make_user, team, 
     filtered = client.get(f"/findings/groups/?by=fix&project={shop.pk}").content.decode()
     assert "closes 2 findings in 1 project" in filtered
     assert f"/findings/?project={shop.pk}&amp;q=minimist&amp;open=true" in filtered
+
+
+# --- kept pages ----------------------------------------------------------------------------
+
+
+def _aggregates(queries) -> int:
+    """How many of `queries` were a groups aggregate (groups.group_page_sql's)."""
+    return sum("WITH per_team AS" in q["sql"] for q in queries)
+
+
+@pytest.mark.parametrize("by", ["fix", "vulnerability"])
+def test_a_group_page_is_kept_until_a_finding_of_the_team_is_written(api, team, estate, by):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client = api(team, "read")
+    url = f"/api/v1/findings/groups?by={by}"
+    with CaptureQueriesContext(connection) as first:
+        body = client.get(url).json()
+    with CaptureQueriesContext(connection) as again:
+        assert client.get(url).json() == body
+    assert _aggregates(first.captured_queries) == 1
+    assert _aggregates(again.captured_queries) == 0
+    # Another slice or filter is its own page.
+    with CaptureQueriesContext(connection) as other:
+        client.get(url + "&page_size=2")
+        client.get(url + "&kev=true")
+    assert _aggregates(other.captured_queries) == 2
+    # A written finding moves the team's generation: the page is computed again.
+    Finding.objects.filter(pk=estate["m2"]).update(state="resolved")
+    f = Finding.objects.get(pk=estate["m1"])
+    f.state = "resolved"
+    f.save()
+    with CaptureQueriesContext(connection) as after:
+        moved = client.get(url).json()
+    assert _aggregates(after.captured_queries) == 1
+    if by == "fix":
+        m = _by_package(moved["results"])["minimist"]
+        assert m["findings_closed"] == 2 and estate["m1"] not in m["finding_ids"]
+    else:
+        assert "GHSA-xvch-5gv4-984h" not in {g["vuln_id"] for g in moved["results"]}
+
+
+def test_a_kept_group_page_names_its_projects_as_they_are_now(api, team, estate):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client = api(team, "read")
+    client.get("/api/v1/findings/groups?by=fix")
+    client.get("/api/v1/findings/groups?by=vulnerability")
+    # A project renamed writes no finding: the kept pages serve, with the new name.
+    Project.objects.filter(team=team, name="billing").update(name="zz-billing")
+    with CaptureQueriesContext(connection) as kept:
+        fix = client.get("/api/v1/findings/groups?by=fix").json()
+        vuln = client.get("/api/v1/findings/groups?by=vulnerability").json()
+    assert _aggregates(kept.captured_queries) == 0
+    m = _by_package(fix["results"])["minimist"]
+    assert m["project_names"] == ["search", "shop", "zz-billing"]
+    g = {g["vuln_id"]: g for g in vuln["results"]}["GHSA-xvch-5gv4-984h"]
+    # A vulnerability group lists its projects in name order.
+    assert [p["name"] for p in g["projects"]] == ["shop", "zz-billing"]
+
+
+def test_the_groups_page_is_kept_per_team(api, team, other_team, estate):
+    """Two teams' identical filters are two pages: the key holds the filter's SQL (the
+    caller's teams) and their generation."""
+    mine = api(team, "read").get("/api/v1/findings/groups?by=fix").json()
+    theirs = api(other_team, "read").get("/api/v1/findings/groups?by=fix").json()
+    assert mine["count"] == 4 and theirs["count"] == 1
+    assert theirs["results"][0]["project_names"] == ["secret-project"]
+    assert "secret-project" not in {n for g in mine["results"] for n in g["project_names"]}

@@ -163,7 +163,7 @@ class FindingGroupListApi(APIView):
         try:
             page = finding_groups(
                 qs=filterset.qs, by=by, limit=paging.size, offset=paging.offset,
-                rank_sql=rank_sql,
+                rank_sql=rank_sql, team_ids=principal_for_request(request).team_ids,
             )
         except GroupByError as exc:  # pragma: no cover - checked above
             return problem(400, "Invalid group", str(exc))

@@ -14,13 +14,18 @@ same comparison the OSV matcher uses.
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Iterable
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import EmptyResultSet
 from django.db import connection, transaction
 from django.db.models import QuerySet
 
 from trustrank.findings.choices import OPEN_STATES, FindingKind, TriageState
+from trustrank.findings.generation import findings_generation
 from trustrank.findings.group_shapes import (
     SEVERITY_ORDER,
     Bucket,
@@ -40,6 +45,7 @@ from trustrank.findings.group_sql import (
     teams_many,
 )
 from trustrank.findings.models import Finding
+from trustrank.lib.single_flight import cache_get_or_compute_once
 from trustrank.risk.inputs import DECISIONS
 from trustrank.vulns.engine.versions import parse, scheme_for
 
@@ -160,15 +166,12 @@ def fix_groups(
         cursor.execute(sql, (*params, limit, offset, *params))
         rows = cursor.fetchall()
     total = rows[0][2] if rows else _group_count(qs, ("ecosystem", "package_name"))
-    built = []
+    groups = []
     for ecosystem, package, _t, _level, _rank, n, variants in rows:
         if isinstance(variants, str):
             variants = json.loads(variants)
-        built.append(_fix_group(ecosystem, package, n, variants))
-    names = _project_names(
-        {p.id for g in built for p in (*g.projects, *g.no_fix_projects)}
-    )
-    groups = [_named(g, names) for g in built]
+        groups.append(_fix_group(ecosystem, package, n, variants))
+    # The projects' names are read when the page is shown (`_page_named`).
     return GroupPage(by="fix", count=total, groups=groups)
 
 
@@ -213,16 +216,28 @@ def _fix_group(
     )
 
 
-def _named(group: FixGroup, names: dict[int, str]) -> FixGroup:
+def _page_named(page: GroupPage) -> GroupPage:
+    """`page` with its projects' current names (one read for the page): a kept page
+    (`finding_groups`) holds their ids only, as a renamed project moves no generation. A
+    vulnerability group lists its projects by name."""
     from dataclasses import replace
 
-    return replace(
-        group,
-        projects=tuple(ProjectRef(p.id, names.get(p.id, "")) for p in group.projects),
-        no_fix_projects=tuple(
-            ProjectRef(p.id, names.get(p.id, "")) for p in group.no_fix_projects
-        ),
-    )
+    refs = [p for g in page.groups for p in (
+        (*g.projects, *g.no_fix_projects) if isinstance(g, FixGroup) else g.projects)]
+    names = _project_names({p.id for p in refs})
+
+    def named(projects: tuple[ProjectRef, ...]) -> tuple[ProjectRef, ...]:
+        return tuple(ProjectRef(p.id, names.get(p.id, "")) for p in projects)
+
+    groups: list[Any] = []
+    for g in page.groups:
+        if isinstance(g, FixGroup):
+            groups.append(replace(g, projects=named(g.projects),
+                                  no_fix_projects=named(g.no_fix_projects)))
+        else:
+            groups.append(replace(g, projects=tuple(
+                sorted(named(g.projects), key=lambda r: (r.name, r.id)))))
+    return replace(page, groups=groups)
 
 
 def _project_names(ids: set[int]) -> dict[int, str]:
@@ -299,7 +314,6 @@ def vulnerability_groups(
         cursor.execute(sql, (open_states, *params, limit, offset, *params))
         rows = cursor.fetchall()
     total = rows[0][1] if rows else _group_count(qs, ("vuln_id",))
-    names = _project_names({p for r in rows for p in (r[11] or []) if p is not None})
     groups = []
     for (vuln_id, _t, level, best_rank, n, n_open, sev, in_kev, cve_id, aliases, states,
          projects, components, versions, packages, ids, title) in rows:
@@ -315,12 +329,8 @@ def vulnerability_groups(
                 findings_count=n,
                 open_count=n_open,
                 states={k: v for k, v in (states or {}).items() if v},
-                projects=tuple(
-                    sorted(
-                        (ProjectRef(p, names.get(p, "")) for p in projects or [] if p),
-                        key=lambda r: (r.name, r.id),
-                    )
-                ),
+                # Named and put in name order when shown (`_page_named`).
+                projects=tuple(ProjectRef(p, "") for p in sorted(p for p in projects or [] if p)),
                 components=tuple(c for c in components or [] if c and c != "@"),
                 versions=tuple(v for v in versions or [] if v),
                 packages=tuple(p for p in packages or [] if p),
@@ -334,11 +344,33 @@ def vulnerability_groups(
 
 
 def finding_groups(
-    *, qs: QuerySet[Finding], by: str, limit: int, offset: int, rank_sql: RankSql
+    *, qs: QuerySet[Finding], by: str, limit: int, offset: int, rank_sql: RankSql,
+    team_ids: Iterable[int] | None = None,
 ) -> GroupPage:
-    """Dispatch on `by` ("fix" or "vulnerability"); GroupByError for anything else."""
-    if by == "fix":
-        return fix_groups(qs=qs, limit=limit, offset=offset, rank_sql=rank_sql)
-    if by == "vulnerability":
-        return vulnerability_groups(qs=qs, limit=limit, offset=offset, rank_sql=rank_sql)
-    raise GroupByError(f"`by` must be one of {', '.join(GROUP_BY_CHOICES)}, not {by!r}")
+    """Dispatch on `by` ("fix" or "vulnerability"); GroupByError for anything else.
+
+    With `team_ids` (the caller's teams, which `qs` is limited to), the page is kept under
+    their findings generation (`generation.findings_generation`), the filter's SQL, `by` and
+    the slice, and computed by one web worker at a time (`single_flight`): a team of ten
+    million findings waits ~25 s for a page, and every analyst opening it would otherwise
+    ask PostgreSQL for the same aggregate side by side."""
+    if by not in GROUP_BY_CHOICES:
+        raise GroupByError(f"`by` must be one of {', '.join(GROUP_BY_CHOICES)}, not {by!r}")
+    grouped = fix_groups if by == "fix" else vulnerability_groups
+
+    def compute() -> GroupPage:
+        return grouped(qs=qs, limit=limit, offset=offset, rank_sql=rank_sql)
+
+    if team_ids is None:
+        return _page_named(compute())
+    try:
+        sql, params = qs.order_by().query.sql_with_params()
+    except EmptyResultSet:
+        return GroupPage(by=by, count=0, groups=[])
+    digest = hashlib.sha256(repr((sql, params, by, limit, offset)).encode()).hexdigest()[:32]
+    key = f"finding-groups:{findings_generation(team_ids=team_ids)}:{digest}"
+    page = cache_get_or_compute_once(
+        key, compute, timeout=settings.TRUSTRANK_FINDINGS_COUNT_TTL,
+        wait=settings.TRUSTRANK_FINDINGS_GROUPS_WAIT_SECONDS,
+    )
+    return _page_named(page)

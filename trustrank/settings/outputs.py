@@ -73,6 +73,11 @@ TRUSTRANK_FINDINGS_EXACT_COUNT_MAX = envint(
 # A missing total (or order head, or search) is computed by one web worker at a time; the
 # others wait this long for its answer, then answer an estimate (or compute it themselves).
 TRUSTRANK_FINDINGS_COUNT_WAIT_SECONDS = envfloat("TRUSTRANK_FINDINGS_COUNT_WAIT_SECONDS", 2.0)
+# A page of finding groups is kept the same way (trustrank/findings/groups.py); it takes
+# ~25 s at ten million findings, so the others wait up to this long for the one computing it
+# before they compute it themselves.
+TRUSTRANK_FINDINGS_GROUPS_WAIT_SECONDS = envfloat("TRUSTRANK_FINDINGS_GROUPS_WAIT_SECONDS",
+                                                  60.0)
 # A list page's rows (the API's results, the page's table) may be kept under the same
 # generation (trustrank/findings/list_cache.py) for this many seconds. Off (0) by default:
 # what the generation does not follow (a renamed project, a new EPSS score, a deletion not
