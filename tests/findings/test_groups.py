@@ -271,6 +271,24 @@ def test_groups_page_renders_both_groupings_with_links(client, make_user, team, 
     assert f"/findings/?project={shop.pk}&amp;q=minimist&amp;open=true" in filtered
 
 
+def test_the_groups_page_offers_projects_by_name_until_there_are_too_many(
+        client, make_user, team, estate, monkeypatch):
+    from trustrank.findings import group_views
+
+    client.force_login(make_user("alice", team=team))
+    shop = Project.objects.get(team=team, name="shop")
+    html = client.get(f"/findings/groups/?by=fix&project={shop.pk}").content.decode()
+    assert f'<option value="{shop.pk}" selected>shop</option>' in html
+    assert 'placeholder="project id"' not in html
+    # Past the limit (twenty thousand options were most of the page's time) the filter
+    # takes an id, and still filters.
+    monkeypatch.setattr(group_views, "PROJECT_CHOICES_MAX", 2)
+    html = client.get(f"/findings/groups/?by=fix&project={shop.pk}").content.decode()
+    assert f'name="project" placeholder="project id" value="{shop.pk}"' in html
+    assert "<option value=" not in html.split('name="project"')[1].split("</label>")[0]
+    assert "closes 2 findings in 1 project" in html
+
+
 # --- kept pages ----------------------------------------------------------------------------
 
 

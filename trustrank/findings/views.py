@@ -140,7 +140,7 @@ def finding_list_page(request: HttpRequest) -> HttpResponse:
     if htmx:
         return HttpResponse(table)
     members = _members(team_ids)
-    projects = _projects(team_ids)
+    projects = project_choices(team_ids)
     # The filter form shows the query's values and the teams' projects and members as
     # choices: kept by exactly those (its 20 widgets' templates cost ~8 ms to render).
     form_key = list_cache_key(what="filter-form", team_ids=team_ids, query=query, viewer=(
@@ -277,9 +277,9 @@ def _members(team_ids: list[int] | Any) -> list[Any]:
     )
 
 
-def _projects(team_ids: list[int] | Any) -> list[tuple[int, str]]:
+def project_choices(team_ids: list[int] | Any) -> list[tuple[int, str]]:
     """The teams' projects (id, name) for the project filter, at most PROJECT_CHOICES_MAX + 1
-    (more than the max: the filter takes an id)."""
+    (more than the max: the filter takes an id). The list page's and the groups page's."""
     return list(
         Project.objects.filter(team_id__in=list(team_ids))
         .order_by("name")
