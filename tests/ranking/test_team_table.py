@@ -228,3 +228,35 @@ def test_while_a_swap_waits_to_commit_only_the_teams_own_readers_wait(settings):
     assert not errors
     assert _child_of(team, RankingRun(pk=10**9))
     assert _rows(team) == rows
+
+
+@pytest.mark.django_db(transaction=True)
+def test_ranks_counted_for_a_page_plan_only_their_teams_partitions(settings):
+    """`ranks_of` names its findings' teams as constants: the ranks are those the statement
+    counts without them, and PostgreSQL plans no other team's table (with twenty large
+    teams, planning every partition tripled a page's rank count)."""
+    from trustrank.ranking import positions
+    from trustrank.ranking.ranks import _UNCOUNTED, ranks_of, team_ranks_of
+
+    other, team = _two_teams()
+    settings.TRUSTRANK_RANKING_OWN_TABLE_ABOVE = 50
+    _fresh(other)
+    _fresh(team)
+    assert _children(other) and _children(team)
+    mine = [r[0] for r in _rows(team)][::7]
+    theirs = [r[0] for r in _rows(other)][::11]
+    for ids in (mine, theirs, mine + theirs):
+        with connection.cursor() as cur:
+            cur.execute(positions.ranks_sql(positions.PRODUCT), {"ids": positions.ids_text(ids)})
+            unpruned = {fid: (rank, env) for fid, rank, env in cur.fetchall()}
+        assert len(unpruned) == len(ids)
+        assert ranks_of(ids) == unpruned
+        assert team_ranks_of(ids) == {fid: rank for fid, (rank, _) in unpruned.items()}
+    with connection.cursor() as cur:
+        cur.execute("EXPLAIN " + positions.ranks_sql(positions.PRODUCT, teams=True)
+                    + _UNCOUNTED.format(columns="rank, r.env_rank"),
+                    {"ids": positions.ids_text(mine), "teams": positions.ids_text([team])})
+        plan = "\n".join(r[0] for r in cur.fetchall())
+    assert _children(team)[0] in plan
+    assert _children(other)[0] not in plan and SHARED not in plan
+    assert ranks_of([]) == {}

@@ -16,12 +16,14 @@ from django.core.exceptions import ObjectDoesNotExist
 RANK_ANNOTATION = "queue_rank"
 ENV_RANK_ANNOTATION = "queue_env_rank"
 _COUNTED = "_ranks_counted"
-RanksCounter = Callable[[list[int]], dict[int, tuple[int, int]]]
+# (finding ids, teams=their teams) -> {id: (rank, env rank)}
+RanksCounter = Callable[..., dict[int, tuple[int, int]]]
 _RANKS_COUNTER: dict[str, RanksCounter] = {}
 
 
 def finding_ranks_counter_register(counter: RanksCounter) -> None:
-    """Set how a finding's current ranks are counted: finding ids -> {id: (rank, env rank)}."""
+    """Set how a finding's current ranks are counted: (finding ids, teams=their teams) ->
+    {id: (rank, env rank)}."""
     _RANKS_COUNTER["counter"] = counter
 
 
@@ -61,7 +63,8 @@ class RankedFindingFields:
             return None, None
         if _COUNTED not in r.__dict__:
             counter = _RANKS_COUNTER.get("counter")
-            counted = counter([self.pk]) if counter is not None else {}
+            counted = (counter([self.pk], teams=[self.team_id])  # type: ignore[attr-defined]
+                       if counter is not None else {})
             r.__dict__[_COUNTED] = counted.get(self.pk, (r.rank, r.env_rank))
         return r.__dict__[_COUNTED]  # type: ignore[no-any-return]
 

@@ -172,7 +172,7 @@ _ROW_COLUMNS = (
     "match_status", "match_reason", "fixed_versions", "first_seen", "last_seen",
     "resolved_at", "auto_resolved", "assignee_id", "assignee_name", "due__due_date",
     "due__manual", "version", "ranked__rank", "ranked__env_rank", "ranked__score",
-    "ranked__decision", "ranked__context__data",
+    "ranked__decision", "ranked__context__data", "team_id",
 )
 
 
@@ -206,7 +206,7 @@ def finding_rows_for_ids(qs: QuerySet[Finding], ids: list[int]) -> list[dict[str
         if finding_id not in jira or (created_at, pk) < jira[finding_id][:2]:
             jira[finding_id] = (created_at, pk, key, url)
     # The stored ranks are those of the run that last wrote each row: counted for the page.
-    counted = ranks_of(found)
+    counted = ranks_of(found, teams={row[-1] for row in found.values()})
     today = timezone.localdate()
     datetime_data = _DATETIME.to_representation
     out = []
@@ -224,7 +224,7 @@ def finding_rows_for_ids(qs: QuerySet[Finding], ids: list[int]) -> list[dict[str
             state, justification, response, detail, match_status, match_reason,
             fixed_versions, first_seen, last_seen, resolved_at, auto_resolved, assignee_id,
             assignee_name, due_date, due_manual, version, rank, env_rank, score, decision,
-            context,
+            context, _team,
         ) = row
         if rank is not None:
             rank, env_rank = counted.get(pk, (rank, env_rank))

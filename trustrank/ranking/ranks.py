@@ -55,32 +55,50 @@ def env_rank_sql(alias: str) -> str:
             f" {alias}.qkey, {alias}.finding_id), {alias}.env_rank)")
 
 
-def ranks_of(finding_ids: Iterable[int]) -> dict[int, tuple[int, int]]:
+def ranks_of(
+    finding_ids: Iterable[int], *, teams: Iterable[int] | None = None,
+) -> dict[int, tuple[int, int]]:
     """Finding id -> (rank, environment rank), for the ids that are ranked: counted for the
-    whole set in one statement, the stored ranks where a queue has no counts."""
-    rows = _counted(finding_ids, positions.ranks_sql(positions.PRODUCT), "rank, r.env_rank")
+    whole set in one statement, the stored ranks where a queue has no counts. `teams`: the
+    findings' teams (or more), when the caller knows them; else they are read first."""
+    rows = _counted(finding_ids, positions.ranks_sql(positions.PRODUCT, teams=True),
+                    "rank, r.env_rank", teams=teams)
     return {fid: (int(rank), int(env)) for fid, rank, env in rows}
 
 
 def team_ranks_of(finding_ids: Iterable[int]) -> dict[int, int]:
     """Finding id -> rank in its team's queue, for the ids that are ranked."""
-    rows = _counted(finding_ids, positions.rank_sql(positions.PRODUCT, per_env=False), "rank")
+    rows = _counted(finding_ids, positions.rank_sql(positions.PRODUCT, per_env=False,
+                                                    teams=True), "rank")
     return {fid: int(rank) for fid, rank in rows}
 
 
 # The ranked rows of a queue that has no counts yet (stored before the keys), as stored.
 _UNCOUNTED = """
 UNION ALL SELECT r.finding_id, r.{columns} FROM ranking_rankedfinding r
-WHERE r.finding_id = ANY(%(ids)s::bigint[]) AND NOT EXISTS (
+WHERE r.finding_id = ANY(%(ids)s::bigint[]) AND r.team_id = ANY(%(teams)s::bigint[])
+  AND NOT EXISTS (
     SELECT 1 FROM ranking_rankbucket c
     WHERE c.team_id = r.team_id AND NOT c.per_env AND c.environment = '')"""
 
 
-def _counted(finding_ids: Iterable[int], sql: str, stored: str) -> list[tuple[int, ...]]:
+def _counted(finding_ids: Iterable[int], sql: str, stored: str, *,
+             teams: Iterable[int] | None = None) -> list[tuple[int, ...]]:
+    """The rows of `sql` (`teams=True`) and `_UNCOUNTED` for `finding_ids`. Their findings'
+    teams (`teams`, else a primary-key read of them) are named in the statement as
+    constants: a ranked row is of its finding's team, and with the teams known PostgreSQL
+    plans only their partitions of the ranked rows (`positions._TEAMS`)."""
     ids = sorted(set(finding_ids))
     if not ids:
         return []
+    if teams is None:
+        from trustrank.findings.models import Finding
+
+        teams = Finding.objects.filter(pk__in=ids).values_list("team_id", flat=True)
+    named = sorted(set(teams))
+    if not named:
+        return []
     with connection.cursor() as cur:
         cur.execute(sql + _UNCOUNTED.format(columns=stored),
-                    {"ids": positions.ids_text(ids)})
+                    {"ids": positions.ids_text(ids), "teams": positions.ids_text(named)})
         return cur.fetchall()

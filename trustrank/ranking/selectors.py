@@ -50,7 +50,8 @@ def priority_list(
 def ranks_attach(findings: list[Finding]) -> None:
     """Set the current ranks (`Finding.rank` / `env_rank` read them) on findings already
     fetched, counted for them all at once (ranks.ranks_of; None for the unranked)."""
-    _ranks_set(findings, ranks.ranks_of(f.pk for f in findings))
+    _ranks_set(findings, ranks.ranks_of((f.pk for f in findings),
+                                        teams={f.team_id for f in findings}))
 
 
 def _ranks_set(findings: list[Finding], counted: dict[int, tuple[int, int]]) -> None:
@@ -82,7 +83,7 @@ def _merged(
 ) -> tuple[list[Head], dict[int, tuple[int, int]]]:
     """Rows of several teams' queues in the merged order, by rank (the environment's when
     one is shown), then team, then finding, as one queue; and their counted ranks."""
-    counted = ranks.ranks_of(fid for _t, _q, fid in heads)
+    counted = ranks.ranks_of((fid for _t, _q, fid in heads), teams={t for t, _q, _f in heads})
     at = 1 if environment is not None else 0
     rows = [h for h in heads if h[2] in counted]
     rows.sort(key=lambda h: (counted[h[2]][at], h[0], h[2]))
