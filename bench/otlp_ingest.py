@@ -359,6 +359,7 @@ def main() -> None:
         "p99_under_load_ms": round(p99, 1),
         "aggregate_spans_per_s": round(aggregated / job_seconds),
         "peak_mb": round(memory["peak_mb"]),
+        "load_average": round(os.getloadavg()[0], 2),
     }))
 
 

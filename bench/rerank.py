@@ -421,6 +421,7 @@ def main() -> None:
         out["seconds_from_window_to_rank"] = round(took, 2)
         out["peak_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     print(f"load average: {os.getloadavg()}")
+    out["load_average"] = round(os.getloadavg()[0], 2)
     print(json.dumps(out))
 
 
