@@ -260,3 +260,32 @@ def test_ranks_counted_for_a_page_plan_only_their_teams_partitions(settings):
     assert _children(team)[0] in plan
     assert _children(other)[0] not in plan and SHARED not in plan
     assert ranks_of([]) == {}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_past_runs_ranks_read_no_other_teams_rows(settings):
+    """An export as of a past run joins the ranked rows on the team too: the plan scans no
+    other team's table (on the finding alone, its hash join read every team's rows)."""
+    from trustrank.exports.services.rows import _RANKS_AS_OF
+
+    other, team = _two_teams()
+    settings.TRUSTRANK_RANKING_OWN_TABLE_ABOVE = 50
+    _fresh(other)
+    run = _fresh(team)
+    with connection.cursor() as cur:
+        cur.execute("EXPLAIN (ANALYZE, COSTS OFF) SELECT " + _RANKS_AS_OF, [run.pk] * 3)
+        plan = "\n".join(r[0] for r in cur.fetchall())
+        cur.execute("SELECT " + _RANKS_AS_OF, [run.pk] * 3)
+        ranks = cur.fetchone()[0]
+    # Another team's table and the shared one are pruned when the plan runs, or probed for
+    # no row: none of their rows is read.
+    for table in (_children(other)[0], SHARED):
+        lines = [line for line in plan.splitlines() if f" on {table} " in line]
+        assert lines and all("never executed" in line or " rows=0 " in line for line in lines)
+    mine = [line for line in plan.splitlines() if f" on {_children(team)[0]} " in line]
+    assert mine and all(" rows=240 " in line for line in mine)
+    if isinstance(ranks, str):
+        import json
+
+        ranks = json.loads(ranks)
+    assert sorted(map(int, ranks)) == sorted(r[0] for r in _rows(team))

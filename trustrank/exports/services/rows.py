@@ -174,7 +174,9 @@ def _past_rank(column: str, run_id: int) -> Any:
 # `previous_qkey` of its earliest change after it (none when that change put it in), else
 # its ranked row's key; its rank is its place among the team's findings ranked then by
 # (key, id). A history row from before the keys were recorded has a rank and no key: that
-# rank is taken as it was written (history then had every shift).
+# rank is taken as it was written (history then had every shift). The ranked rows are
+# joined on the team too: PostgreSQL then reads the team's partition and only probes the
+# others' indexes, where on the finding alone it scanned every team's rows into its hash.
 _RANKS_AS_OF = """(SELECT jsonb_object_agg(r.finding_id, r.rank) FROM (
   SELECT a.finding_id,
     coalesce(a.legacy, row_number() OVER (ORDER BY a.k NULLS LAST, a.finding_id)) AS rank
@@ -189,7 +191,7 @@ _RANKS_AS_OF = """(SELECT jsonb_object_agg(r.finding_id, r.rank) FROM (
                  CASE WHEN up.qkey IS NULL THEN up.rank END
                WHEN aft.previous_qkey IS NULL THEN aft.previous_rank END AS legacy
         FROM findings_finding f
-        LEFT JOIN ranking_rankedfinding rf ON rf.finding_id = f.id
+        LEFT JOIN ranking_rankedfinding rf ON rf.finding_id = f.id AND rf.team_id = f.team_id
         LEFT JOIN LATERAL (SELECT c.rank, c.qkey, c.at FROM ranking_rankchange c
           WHERE c.finding_id = f.id AND c.run_id <= %s ORDER BY c.run_id DESC, c.id DESC
           LIMIT 1) up ON true
