@@ -31,6 +31,7 @@ class RankedFindingFields:
     """None (or '') until ranked."""
 
     pk: Any
+    team_id: Any
 
     @property
     def ranked_or_none(self) -> Any:
@@ -63,8 +64,7 @@ class RankedFindingFields:
             return None, None
         if _COUNTED not in r.__dict__:
             counter = _RANKS_COUNTER.get("counter")
-            counted = (counter([self.pk], teams=[self.team_id])  # type: ignore[attr-defined]
-                       if counter is not None else {})
+            counted = counter([self.pk], teams=[self.team_id]) if counter is not None else {}
             r.__dict__[_COUNTED] = counted.get(self.pk, (r.rank, r.env_rank))
         return r.__dict__[_COUNTED]  # type: ignore[no-any-return]
 
