@@ -7,7 +7,7 @@ import pytest
 
 from tests.ranking.scenario import build
 from tests.ranking.test_ranking_runs import rerank
-from trustrank.ranking.models import RankingRun, ServiceResults
+from trustrank.ranking.models import RankingRun, ServiceResultRow, ServiceResults
 from trustrank.ranking.services.requests import ranking_evidence_sweep
 from trustrank.runtime.models import Deployment
 
@@ -91,6 +91,10 @@ def test_runs_that_found_the_same_share_one_copy_of_their_service_results(team, 
     assert third.services["prod"]["etcd"]["exposure"] == "open"
     assert first.services["prod"]["etcd"]["exposure"] == "small"
     assert ServiceResults.objects.count() == 2
+    # A row per service in each set, none for the run that shared the first set.
+    per_set = sum(map(len, first.services.values()))
+    assert ServiceResultRow.objects.count() == 2 * per_set
+    assert per_set == sum(map(len, third.services.values()))
 
 
 def test_service_map_colours_by_trust_and_marks_exposure(client, make_user, team, ranked,

@@ -21,19 +21,23 @@ def _fresh(team_id: int) -> RankingRun:
         cur.execute("DELETE FROM ranking_rankedfinding WHERE team_id = %s", [team_id])
         cur.execute("DELETE FROM ranking_rankcontext")
         cur.execute("DELETE FROM ranking_serviceresults")
+        cur.execute("DELETE FROM ranking_serviceresultrow")
     runs._PREVIOUS.clear()
     return _execute(team_id)
 
 
-def _stored() -> tuple[set[str], set[str], set[str]]:
-    """(contexts the ranked rows name, contexts stored, per-service results stored)."""
+def _stored() -> tuple[set[str], set[str], set[tuple[str, ...]]]:
+    """(contexts the ranked rows name, contexts stored, per-service results stored: each
+    set's rows, with their digest)."""
     with connection.cursor() as cur:
         cur.execute("SELECT DISTINCT context_id FROM ranking_rankedfinding")
         named = {r[0] for r in cur.fetchall()}
         cur.execute("SELECT digest FROM ranking_rankcontext")
         contexts = {r[0] for r in cur.fetchall()}
-        cur.execute("SELECT digest FROM ranking_serviceresults")
-        return named, contexts, {r[0] for r in cur.fetchall()}
+        cur.execute("SELECT h.digest, r.environment, r.name, r.exposure, r.data::text "
+                    "FROM ranking_serviceresults h "
+                    "LEFT JOIN ranking_serviceresultrow r ON r.digest = h.digest")
+        return named, contexts, set(cur.fetchall())
 
 
 @pytest.mark.django_db(transaction=True)
@@ -47,7 +51,7 @@ def test_a_large_full_run_stores_contexts_and_service_results_beside_the_queue(
     inline = _fresh(team_id)
     assert inline.status == "done", inline.error
     expected = _stored()
-    assert expected[0] <= expected[1] and inline.services_digest in expected[2]
+    assert expected[0] <= expected[1] and inline.services_digest in {r[0] for r in expected[2]}
 
     backends: dict[str, int] = {}
     real = side.SideWrite.__init__

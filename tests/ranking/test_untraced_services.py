@@ -117,9 +117,9 @@ def test_the_priorities_page_lists_and_explains_the_untraced_service(
 
 
 def test_the_services_result_names_the_untraced_service(team, declared):
-    from trustrank.ranking.models import RankingRun, ServiceResults
+    from trustrank.ranking.models import RankingRun
 
     run = RankingRun.objects.filter(team=team).order_by("-pk").first()
-    data = ServiceResults.objects.get(digest=run.services_digest).data
+    data = run.services
     assert data["staging"]["etcd-edge"]["exposure"] == "unknown"
     assert data["prod"]["etcd"]["exposure"] == "small"

@@ -60,28 +60,53 @@ class RankingRun(Job):
 
     @property
     def services(self) -> dict[str, Any]:
-        """The run's per-service results ({} before it is done); one query per access."""
+        """The run's per-service results by environment and name ({} before it is done);
+        one query per access."""
+        out: dict[str, Any] = {}
         if not self.services_digest:
-            return {}
-        data = ServiceResults.objects.filter(digest=self.services_digest).values_list(
-            "data", flat=True
-        ).first()
-        return data if isinstance(data, dict) else {}
+            return out
+        for env, name, data in ServiceResultRow.objects.filter(
+                digest=self.services_digest).values_list("environment", "name", "data"):
+            out.setdefault(env, {})[name] = data
+        return out
 
 
 class ServiceResults(models.Model):
-    """What the graph said about each service of a team: {environment: {service: {trust,
-    identity_trust, exposure, exposure_reason, path, hops}}}. Kept so the service map and
-    pages read it instead of analysing the graph again on every request; keyed by the
-    digest of its content, so the runs that found the same (most incremental runs, where
-    only findings moved) share one row instead of each writing megabytes of JSON."""
+    """What the graph said about each service of a team, as one set of `ServiceResultRow`s.
+    Kept so the service map and pages read it instead of analysing the graph again on every
+    request; keyed by the digest of its content, so the runs that found the same (most
+    incremental runs, where only findings moved) share one set instead of each writing a
+    row per service. The set's rows are written in the transaction that writes this row."""
 
     digest = models.CharField(max_length=64, primary_key=True)
-    data = models.JSONField()
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
         return self.digest[:12]
+
+
+class ServiceResultRow(models.Model):
+    """One service's result in a `ServiceResults` set (`digest`): {trust, identity_trust,
+    exposure, exposure_reason, path, hops}, its exposure also a column. A row per service,
+    not one document per set: a page of 50 services of 100,000 reads its own 50 rows, and
+    a filter by exposure reads an index, where a document of 100 MB was read whole by
+    each statement."""
+
+    pk = models.CompositePrimaryKey("digest", "environment", "name")
+    digest = models.CharField(max_length=64)
+    environment = models.TextField()
+    name = models.TextField()
+    exposure = models.TextField(blank=True)
+    data = models.JSONField()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["digest", "environment", "exposure", "name"],
+                         name="serviceresultrow_exposure"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.environment}/{self.name}"
 
 
 class RankContext(models.Model):

@@ -9,7 +9,6 @@ from typing import Any
 from django.db import connection
 from django.db.models import BooleanField, QuerySet, Subquery
 from django.db.models.expressions import RawSQL
-from django.db.models.fields.json import KeyTransform
 from django.http import Http404
 
 from trustrank.accounts.principal import Principal
@@ -17,7 +16,7 @@ from trustrank.findings.choices import OPEN_STATES
 from trustrank.findings.models import Finding
 from trustrank.findings.ranked import ENV_RANK_ANNOTATION, RANK_ANNOTATION
 from trustrank.ranking import ranks
-from trustrank.ranking.models import RankChange, RankingRun, RunStatus, ServiceResults
+from trustrank.ranking.models import RankChange, RankingRun, RunStatus, ServiceResultRow
 
 
 def priority_list(
@@ -278,33 +277,16 @@ def ranking_run_latest_done(*, team_id: int) -> RankingRun | None:
     )
 
 
-def _latest_services_part(team_id: int, path: list[str]) -> Any:
-    """The part at `path` of the per-service results of the team's latest finished run:
-    only that part of the JSON is sent (one query)."""
-    latest = (
-        RankingRun.objects.filter(team_id=team_id, status=RunStatus.DONE)
-        .order_by("-finished_at", "-pk")
-        .values("services_digest")[:1]
-    )
-    part: Any = "data"
-    for key in path:
-        part = KeyTransform(key, part)
+def _latest_digest_sql(team: str, done: str) -> str:
+    """SQL of the per-service results digest of a team's latest finished run, its team and
+    the done status given as the placeholders `team` and `done`."""
     return (
-        ServiceResults.objects.filter(digest=Subquery(latest))
-        .annotate(part=part)
-        .values_list("part", flat=True)
-        .first()
+        f"SELECT services_digest FROM {RankingRun._meta.db_table} WHERE team_id = {team}"  # noqa: S608
+        f" AND status = {done} ORDER BY finished_at DESC, id DESC LIMIT 1"
     )
 
 
-def _latest_results_sql(team: str, done: str) -> str:
-    """SQL of the per-service results row of a team's latest finished run (`data`), its
-    team and the done status given as the placeholders `team` and `done`."""
-    return (
-        f"SELECT data FROM {ServiceResults._meta.db_table} WHERE digest = ("  # noqa: S608
-        f"SELECT services_digest FROM {RankingRun._meta.db_table} WHERE team_id = {team}"
-        f" AND status = {done} ORDER BY finished_at DESC, id DESC LIMIT 1)"
-    )
+_ROWS = ServiceResultRow._meta.db_table
 
 
 def service_results_named(
@@ -312,23 +294,24 @@ def service_results_named(
 ) -> dict[str, dict[str, Any]] | None:
     """Trust, exposure and path from the internet (with each hop's evidence) of the services
     `names` of one environment (those the run has), by name, as the team's latest finished
-    run computed them; None when that run has no part for the environment (or there is none).
-    A page needs a few hundred of an environment's services: at 100,000 services the whole
-    part is 50 MB of JSON, 3.3 s to send and decode (bench/pages.py), and these 0.5–0.7 s."""
-    # A row without a key says the part exists; one reading of the run's row each (a CTE read
-    # twice would hold its 100 MB value in a tuplestore; a lateral join read it per entry).
+    run computed them; None when that run has no service in the environment (or there is
+    none). One statement: the page's own rows by their key, and whether the environment
+    has any (a row without a name)."""
     sql = f"""
-        WITH r AS NOT MATERIALIZED ({_latest_results_sql("%(team)s", "%(done)s")})
-        SELECT NULL, NULL FROM r WHERE r.data ? %(env)s
+        WITH d AS MATERIALIZED ({_latest_digest_sql("%(team)s", "%(done)s")})
+        SELECT NULL, NULL WHERE EXISTS (
+            SELECT 1 FROM {_ROWS} r WHERE r.digest = (SELECT * FROM d)
+               AND r.environment = %(env)s)
         UNION ALL
-        SELECT e.key, e.value FROM r, jsonb_each(r.data -> %(env)s) e
-         WHERE e.key = ANY(%(names)s)
+        SELECT r.name, r.data FROM {_ROWS} r
+         WHERE r.digest = (SELECT * FROM d) AND r.environment = %(env)s
+           AND r.name = ANY(%(names)s)
     """  # noqa: S608 (our own table names; the values are parameters)
     with connection.cursor() as cursor:
         cursor.execute(sql, {"env": environment, "names": sorted(set(names)), "team": team_id,
                              "done": RunStatus.DONE})
         rows = cursor.fetchall()
-    # The part's row is the one without a key (an entry's key is never NULL).
+    # The environment's row is the one without a name (a service's name is never NULL).
     if all(key is not None for key, _ in rows):
         return None
     return {key: json.loads(value) if isinstance(value, str) else value
@@ -340,17 +323,16 @@ def service_exposure_condition(
 ) -> Callable[[str, str, bool], RawSQL]:
     """For the runtime filters (`ExposureCondition`): the SQL condition that the service
     named by a column's value has, in the team's latest finished run, the exposure given
-    (`other`: an exposure, and not that one). Read in PostgreSQL from the environment's
-    part of the run's results; none when there is no run."""
+    (`other`: an exposure, and not that one). Read in PostgreSQL from the run's rows of
+    the environment (an index by exposure); none when there is no run."""
 
     def condition(column: str, exposure: str, other: bool) -> RawSQL:
-        test = ("e.value ->> 'exposure' NOT IN ('', %s)" if other
-                else "e.value ->> 'exposure' = %s")
+        test = "r.exposure NOT IN ('', %s)" if other else "r.exposure = %s"
         return RawSQL(  # noqa: S611 (our own tables and the column a FilterSet names)
             f"""{column} IN (
-                SELECT e.key FROM ({_latest_results_sql("%s", "%s")}) r,
-                       jsonb_each(r.data -> %s) e
-                 WHERE {test})""",  # noqa: S608 (our own tables and column; values are params)
+                SELECT r.name FROM {_ROWS} r
+                 WHERE r.digest = ({_latest_digest_sql("%s", "%s")})
+                   AND r.environment = %s AND {test})""",  # noqa: S608 (values are params)
             [team_id, RunStatus.DONE, environment, exposure],
             output_field=BooleanField(),
         )
@@ -360,8 +342,15 @@ def service_exposure_condition(
 
 def service_result(*, team_id: int, environment: str, service: str) -> dict[str, Any] | None:
     """One service's entry of `service_results_named` (None when the latest run has none)."""
-    part = _latest_services_part(team_id, [environment, service])
-    return part if isinstance(part, dict) else None
+    latest = (
+        RankingRun.objects.filter(team_id=team_id, status=RunStatus.DONE)
+        .order_by("-finished_at", "-pk")
+        .values("services_digest")[:1]
+    )
+    data = ServiceResultRow.objects.filter(
+        digest=Subquery(latest), environment=environment, name=service,
+    ).values_list("data", flat=True).first()
+    return data if isinstance(data, dict) else None
 
 
 def priority_environments(*, principal: Principal) -> list[str]:

@@ -6,7 +6,7 @@ import hashlib
 from typing import Any
 
 import orjson
-from django.db import connection
+from django.db import connection, transaction
 
 from trustrank.risk.results import RankResult
 
@@ -29,20 +29,28 @@ def services_json(result: RankResult) -> dict[str, dict[str, Any]]:
 def services_store(
     result: RankResult, *, previous: RankResult | None = None, previous_digest: str = ""
 ) -> str:
-    """Store the run's per-service results (a `ServiceResults` row unless one with the same
-    content exists) and return their digest. When `previous`, whose results were stored
-    under `previous_digest`, found the same for every service, nothing is built or sent:
-    the ten thousand services of a large team are ten megabytes of JSON."""
+    """Store the run's per-service results (a `ServiceResults` set unless one with the same
+    content exists: its header row and a `ServiceResultRow` per service, in one
+    transaction) and return their digest. When `previous`, whose results were stored under
+    `previous_digest`, found the same for every service, nothing is built or sent: the
+    ten thousand services of a large team are ten megabytes of JSON."""
     if previous is not None and previous_digest and result.services == previous.services:
         return previous_digest
-    body = orjson.dumps(services_json(result), option=orjson.OPT_SORT_KEYS)
-    digest = hashlib.sha256(body).hexdigest()
-    with connection.cursor() as cur:
-        cur.execute("SELECT 1 FROM ranking_serviceresults WHERE digest = %s", [digest])
-        if cur.fetchone() is None:
-            cur.execute(
-                "INSERT INTO ranking_serviceresults (digest, data, created_at) "
-                "VALUES (%s, %s::jsonb, now()) ON CONFLICT (digest) DO NOTHING",
-                [digest, body.decode()],
-            )
+    services = services_json(result)
+    digest = hashlib.sha256(orjson.dumps(services, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    with transaction.atomic(), connection.cursor() as cur:
+        # The header first: a run storing the same set beside this one waits on it here,
+        # then finds it stored (with its rows: they commit together) and writes nothing.
+        cur.execute(
+            "INSERT INTO ranking_serviceresults (digest, created_at) VALUES (%s, now()) "
+            "ON CONFLICT (digest) DO NOTHING RETURNING digest", [digest])
+        if cur.fetchone() is not None:
+            with cur.cursor.copy(
+                "COPY ranking_serviceresultrow (digest, environment, name, exposure, data) "
+                "FROM STDIN"
+            ) as copy:
+                for env, named in services.items():
+                    for name, data in named.items():
+                        copy.write_row((digest, env, name, data["exposure"] or "",
+                                        orjson.dumps(data).decode()))
     return digest
