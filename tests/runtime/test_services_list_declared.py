@@ -149,7 +149,8 @@ def test_the_page_lists_the_declared_service(client, make_user, team, prod,
                                              django_assert_max_num_queries):
     client.force_login(make_user("viewer", team=team, role="viewer"))
     env = Environment.objects.get(team=team, name="prod")
-    with django_assert_max_num_queries(18):
+    # 18, and the map's latest call edge write before its busiest calls are kept.
+    with django_assert_max_num_queries(19):
         html = client.get(f"/services/?environment={env.pk}").content.decode()
     assert 'data-service="etcd-edge"' in html and "declared, no traces" in html
     assert "etcd-edge@3.4.9" in html and "exposure-unknown" in html

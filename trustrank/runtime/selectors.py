@@ -18,6 +18,7 @@ from trustrank.findings.evidence import BROKEN_CONTEXT
 from trustrank.findings.models import Finding
 from trustrank.lib.numbers import int_or_none
 from trustrank.runtime import engine_histograms
+from trustrank.runtime.map_edges import busiest_edges
 from trustrank.runtime.models import (
     CallEdgeBucket,
     Deployment,
@@ -318,8 +319,10 @@ def graph_for_environment(*, environment: Environment, since: datetime | None) -
     """Nodes and edges (with calls per minute) for the service map: the `GRAPH_MAX_EDGES`
     busiest calls, their ends, and up to `GRAPH_MAX_OTHER_NODES` other services;
     `services_total` counts the environment's services, `services_drawn` those drawn."""
-    rows = list(
-        edges_aggregate(edge_filter=Q(environment=environment), since=since)[:GRAPH_MAX_EDGES]
+    rows = busiest_edges(
+        environment=environment, since=since, limit=GRAPH_MAX_EDGES,
+        compute=lambda start: list(edges_aggregate(
+            edge_filter=Q(environment=environment), since=start)[:GRAPH_MAX_EDGES]),
     )
     node_ids = {r["caller_id"] for r in rows} | {r["callee_id"] for r in rows}
     services = Service.objects.filter(environment=environment, kind=NodeKind.SERVICE)

@@ -15,6 +15,10 @@ from trustrank.settings.site import BASE_DIR
 # --- Runtime evidence (OTLP traces) ---------------------------------------------------------
 # Width of the time buckets call counts, latency histograms and library use are kept in.
 TRUSTRANK_TRACE_BUCKET_SECONDS = envint("TRUSTRANK_TRACE_BUCKET_SECONDS", 60, minimum=1)
+# How long the service map's busiest calls are kept at most (trustrank/runtime/map_edges.py):
+# a written call edge row makes a new map at once; this bounds how long a kept map can miss
+# a row committed after a later one. 0 computes the map on every view.
+TRUSTRANK_SERVICE_MAP_KEEP_SECONDS = envint("TRUSTRANK_SERVICE_MAP_KEEP_SECONDS", 60, minimum=0)
 # How long one half of a cross-service call (arriving in another export request than the
 # other half) waits to be matched before the sweep settles it.
 TRUSTRANK_TRACE_MATCH_SECONDS = envint("TRUSTRANK_TRACE_MATCH_SECONDS", 120, minimum=1)
