@@ -11,6 +11,11 @@ first request computes it and the later ones read it: `first` lists each path's 
 
     DATABASE_URL=postgres://…/trustrank_bench_rerank10m python bench/pages.py [PATH …]
 
+With `--moved`, one finding of the team is then written and the group paths asked again:
+a page that took long is answered as it was while a job groups it again (`moved`: seconds
+and whether it said so), the jobs run here (`regrouped_s`), and the paths once more
+(`after`).
+
 Last line: {"<path>": seconds, …, "slowest": "<path>", "first": {"<path>": seconds, …},
 "load_average": …}
 """
@@ -23,6 +28,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "trustrank.settings")
@@ -54,6 +60,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("paths", nargs="*", default=list(PATHS))
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument(
+        "--moved", action="store_true",
+        help="after the paths, write one of the team's findings (its generation moves) and "
+             "time the group paths again (a kept page is shown while a job groups it again: "
+             "`moved`), run the jobs that queued in this process (`regrouped_s`), and time "
+             "them once more (`after`)")
     args = parser.parse_args()
 
     import django
@@ -84,8 +96,43 @@ def main() -> None:
         figures[path], first[path] = round(min(times), 3), round(times[0], 3)
         print(f"{path}: {min(times):.3f} s (first {times[0]:.3f} s)", flush=True)
     slowest = max(figures, key=figures.__getitem__)
-    print(json.dumps({**figures, "slowest": slowest, "first": first,
+    extra = _moved(client, team, [p for p in args.paths if "groups" in p]) if args.moved else {}
+    print(json.dumps({**figures, "slowest": slowest, "first": first, **extra,
                       "load_average": round(os.getloadavg()[0], 2)}))
+
+
+def _moved(client: Any, team: Any, paths: list[str]) -> dict[str, Any]:
+    """The group paths after one finding was written: each answered, whether it said it is
+    being grouped again, then the queued regroupings run here and the paths again."""
+    from trustrank.findings.models import Finding
+    from trustrank.findings.records import FindingGroupsJob
+    from trustrank.jobs.models import JobStatus
+    from trustrank.jobs.runner import job_run
+
+    finding = Finding.objects.filter(team=team).order_by("pk").first()
+    assert finding is not None
+    finding.save(update_fields=["updated_at"])
+
+    def timed(label: str) -> dict[str, Any]:
+        out = {}
+        for path in paths:
+            started = time.perf_counter()
+            response = client.get(path, HTTP_HOST="localhost")
+            seconds = round(time.perf_counter() - started, 3)
+            refreshing = 'data-testid="groups-refreshing"' in response.content.decode() or (
+                path.startswith("/api/") and response.json().get("refreshing"))
+            out[path] = {"seconds": seconds, "refreshing": bool(refreshing)}
+            print(f"{label} {path}: {seconds:.3f} s, refreshing {bool(refreshing)}", flush=True)
+        return out
+
+    moved = timed("moved")
+    started = time.perf_counter()
+    for pk in FindingGroupsJob.objects.filter(status=JobStatus.QUEUED).values_list(
+            "pk", flat=True):
+        job_run(kind_name="finding_groups", job_id=str(pk))
+    regrouped = round(time.perf_counter() - started, 3)
+    print(f"regrouped: {regrouped:.3f} s", flush=True)
+    return {"moved": moved, "regrouped_s": regrouped, "after": timed("after")}
 
 
 if __name__ == "__main__":

@@ -164,6 +164,7 @@ class FindingGroupListApi(APIView):
             page = finding_groups(
                 qs=filterset.qs, by=by, limit=paging.size, offset=paging.offset,
                 rank_sql=rank_sql, team_ids=principal_for_request(request).team_ids,
+                filter_params=filterset.data,
             )
         except GroupByError as exc:  # pragma: no cover - checked above
             return problem(400, "Invalid group", str(exc))
@@ -182,6 +183,10 @@ class FindingGroupListApi(APIView):
         return Response(
             {
                 "by": by,
+                # A page that takes long is shown as it was while it is grouped again
+                # with the latest changes: when it was computed (null: it is current).
+                "as_of": page.as_of.isoformat() if page.as_of else None,
+                "refreshing": page.refreshing,
                 "count": page.count,
                 "next": next_url,
                 "previous": previous_url,

@@ -4,6 +4,7 @@ and how a group's decision level reads; the queries that fill them are in `group
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from trustrank.findings.choices import Severity, title_line
@@ -127,6 +128,9 @@ class GroupPage:
     by: str
     count: int  # groups in all, not just this page
     groups: list[Any]
+    # A kept page shown while it is grouped again (`group_kept`): when it was computed.
+    as_of: datetime | None = None
+    refreshing: bool = False
 
 
 def _n(count: int, noun: str) -> str:

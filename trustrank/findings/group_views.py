@@ -71,11 +71,13 @@ def finding_groups_page(request: HtmxHttpRequest) -> HttpResponse:
             status = 400
         elif paging is not None:
             page = finding_groups(qs=filterset.qs, by=by, limit=PAGE_SIZE, offset=paging.offset,
-                                  rank_sql=rank_sql, team_ids=principal.team_ids)
+                                  rank_sql=rank_sql, team_ids=principal.team_ids,
+                                  filter_params=filterset.data)
             paginator = Paginator(_GroupPages(page.count), PAGE_SIZE)
             context["page_obj"] = paginator.get_page(paging.number)
             context["groups"] = page.groups
             context["count"] = page.count
+            context["as_of"], context["refreshing"] = page.as_of, page.refreshing
             params = request.GET.copy()
             params.pop("page", None)
             encoded = params.urlencode()

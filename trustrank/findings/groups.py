@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.core.exceptions import EmptyResultSet
 from django.db import connection, transaction
 from django.db.models import QuerySet
 
+from trustrank.findings import group_kept
 from trustrank.findings.choices import OPEN_STATES, FindingKind, TriageState
 from trustrank.findings.generation import findings_generation
 from trustrank.findings.group_shapes import (
@@ -343,9 +346,17 @@ def vulnerability_groups(
     return GroupPage(by="vulnerability", count=total, groups=groups)
 
 
+def page_computed(
+    *, qs: QuerySet[Finding], by: str, limit: int, offset: int, rank_sql: RankSql,
+) -> GroupPage:
+    """The page of `qs`'s groups by `by` computed now, projects unnamed (`_page_named`)."""
+    grouped = fix_groups if by == "fix" else vulnerability_groups
+    return grouped(qs=qs, limit=limit, offset=offset, rank_sql=rank_sql)
+
+
 def finding_groups(
     *, qs: QuerySet[Finding], by: str, limit: int, offset: int, rank_sql: RankSql,
-    team_ids: Iterable[int] | None = None,
+    team_ids: Iterable[int] | None = None, filter_params: Any = None,
 ) -> GroupPage:
     """Dispatch on `by` ("fix" or "vulnerability"); GroupByError for anything else.
 
@@ -353,13 +364,14 @@ def finding_groups(
     their findings generation (`generation.findings_generation`), the filter's SQL, `by` and
     the slice, and computed by one web worker at a time (`single_flight`): a team of ten
     million findings waits ~25 s for a page, and every analyst opening it would otherwise
-    ask PostgreSQL for the same aggregate side by side."""
+    ask PostgreSQL for the same aggregate side by side. With `filter_params` too (the query
+    string `qs`'s FilterSet read), a page that took long is kept in PostgreSQL and, once
+    the generation moved on, shown as it was while a job groups it again (`group_kept`)."""
     if by not in GROUP_BY_CHOICES:
         raise GroupByError(f"`by` must be one of {', '.join(GROUP_BY_CHOICES)}, not {by!r}")
-    grouped = fix_groups if by == "fix" else vulnerability_groups
 
     def compute() -> GroupPage:
-        return grouped(qs=qs, limit=limit, offset=offset, rank_sql=rank_sql)
+        return page_computed(qs=qs, by=by, limit=limit, offset=offset, rank_sql=rank_sql)
 
     if team_ids is None:
         return _page_named(compute())
@@ -367,10 +379,38 @@ def finding_groups(
         sql, params = qs.order_by().query.sql_with_params()
     except EmptyResultSet:
         return GroupPage(by=by, count=0, groups=[])
+    teams = tuple(sorted(set(team_ids)))
     digest = hashlib.sha256(repr((sql, params, by, limit, offset)).encode()).hexdigest()[:32]
-    key = f"finding-groups:{findings_generation(team_ids=team_ids)}:{digest}"
+    generation = findings_generation(team_ids=teams)
+    key = f"finding-groups:{generation}:{digest}"
+    refresh_above = settings.TRUSTRANK_FINDINGS_GROUPS_REFRESH_ABOVE_SECONDS
+    ask = None
+    if filter_params is not None and refresh_above > 0:
+        ask = group_kept.PageAsk(
+            team_ids=teams, filter={k: filter_params.getlist(k) for k in filter_params},
+            by=by, limit=limit, offset=offset,
+            key=hashlib.sha256(repr((teams, digest)).encode()).hexdigest())
+        page = cache.get(key)
+        if page is not None:
+            return _page_named(page)
+        kept = group_kept.kept_latest(ask.key)
+        if kept is not None and kept.generation == generation:
+            cache.set(key, kept.page, timeout=settings.TRUSTRANK_FINDINGS_COUNT_TTL)
+            return _page_named(kept.page)
+        if kept is not None:
+            group_kept.refresh_request(ask)
+            return _page_named(group_kept.page_stale(kept))
+
+    def computed_and_kept() -> GroupPage:
+        started = time.perf_counter()
+        page = compute()
+        seconds = time.perf_counter() - started
+        if ask is not None and seconds >= refresh_above:
+            group_kept.page_keep(ask, page=page, generation=generation, seconds=seconds)
+        return page
+
     page = cache_get_or_compute_once(
-        key, compute, timeout=settings.TRUSTRANK_FINDINGS_COUNT_TTL,
+        key, computed_and_kept, timeout=settings.TRUSTRANK_FINDINGS_COUNT_TTL,
         wait=settings.TRUSTRANK_FINDINGS_GROUPS_WAIT_SECONDS,
     )
     return _page_named(page)

@@ -395,6 +395,7 @@ from trustrank.findings.records import (  # noqa: E402, F401
     BulkTriageJob,
     Comment,
     EvidenceChange,
+    FindingGroupsJob,
     TriagePolicy,
 )
 

@@ -128,6 +128,42 @@ class BulkTriageJob(Job):
         return f"bulk triage {self.pk} ({self.status})"
 
 
+class FindingGroupsJob(Job):
+    """A page of finding groups (`findings.groups`) computed and kept in PostgreSQL: one
+    that took `TRUSTRANK_FINDINGS_GROUPS_REFRESH_ABOVE_SECONDS` or more in a web request
+    (recorded done, `worker` "web"), or grouped again by a worker once the findings moved
+    on (the job kind "finding_groups", batch work). `key` names the page apart from the
+    findings' generation (the teams, the filter's SQL, `by` and the slice); `generation` is
+    the one it was computed at; `page` the `GroupPage` (pickled: written and read by this
+    code only). While a newer generation's page is grouped again, a request is answered
+    with the latest done page of its key, marked as of when it was computed."""
+
+    # The first of the teams: whose batch slots the job counts in.
+    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="+")
+    team_ids = ArrayField(models.BigIntegerField())
+    key = models.CharField(max_length=64)
+    # The query string the findings FilterSet read (`filter_querydict`), by, and the slice.
+    filter = models.JSONField(default=dict)
+    by = models.CharField(max_length=16)
+    limit = models.PositiveIntegerField()
+    offset = models.BigIntegerField()
+    generation = models.CharField(max_length=200, blank=True)
+    page = models.BinaryField(null=True)
+    seconds = models.FloatField(null=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["key", "-finished_at"], name="findinggroups_key_done",
+                                condition=models.Q(status="done"))]
+        constraints = [
+            # One regrouping of a page at a time.
+            models.UniqueConstraint(fields=["key"], name="findinggroups_one_pending",
+                                    condition=models.Q(status__in=["queued", "running"])),
+        ]
+
+    def __str__(self) -> str:
+        return f"finding groups {self.pk} ({self.status})"
+
+
 class EvidenceChange(models.Model):
     """The evidence behind a team's findings changed (an SBOM matched, traces, certificates,
     a deployment, cluster diagnoses); `team` null: a shared feed (OSV, KEV, EPSS) that

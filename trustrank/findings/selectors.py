@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.db.models import QuerySet
@@ -17,8 +18,13 @@ COUNT_CAP = 10_000
 
 
 def finding_list(*, principal: Principal) -> QuerySet[Finding]:
+    return finding_list_for_teams(principal.team_ids)
+
+
+def finding_list_for_teams(team_ids: Iterable[int]) -> QuerySet[Finding]:
+    """`finding_list` of a principal of these teams (a job that acts for one)."""
     return (
-        Finding.objects.filter(team_id__in=principal.team_ids)
+        Finding.objects.filter(team_id__in=list(team_ids))
         .select_related(
             "project", "project_version", "service", "ranked__context", "assignee", "due"
         )

@@ -18,6 +18,16 @@ class RankingConfig(AppConfig):
                 batch_capable=True,
             )
         )
+        # A kept page of finding groups grouped again (trustrank/findings/group_kept.py).
+        job_kind_register(
+            JobKind(
+                name="finding_groups",
+                model_path="findings.FindingGroupsJob",
+                handler="trustrank.ranking.services.group_jobs.finding_groups_job_handle",
+                atomic=True,
+                batch_capable=True,
+            )
+        )
         from trustrank.notify.sources import notify_source_register
 
         # The notify worker expands these batches (a run's decision changes, KEV additions).

@@ -78,6 +78,11 @@ TRUSTRANK_FINDINGS_COUNT_WAIT_SECONDS = envfloat("TRUSTRANK_FINDINGS_COUNT_WAIT_
 # before they compute it themselves.
 TRUSTRANK_FINDINGS_GROUPS_WAIT_SECONDS = envfloat("TRUSTRANK_FINDINGS_GROUPS_WAIT_SECONDS",
                                                   60.0)
+# A groups page that took this long or more is also kept in PostgreSQL; once the findings
+# moved on, it is shown as it was (with when) while a job groups it again
+# (trustrank/findings/group_kept.py). 0: every page waits for its aggregate.
+TRUSTRANK_FINDINGS_GROUPS_REFRESH_ABOVE_SECONDS = envfloat(
+    "TRUSTRANK_FINDINGS_GROUPS_REFRESH_ABOVE_SECONDS", 5.0)
 # A list page's rows (the API's results, the page's table) may be kept under the same
 # generation (trustrank/findings/list_cache.py) for this many seconds. Off (0) by default:
 # what the generation does not follow (a renamed project, a new EPSS score, a deletion not

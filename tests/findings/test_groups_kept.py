@@ -1,0 +1,148 @@
+"""A groups page that took long is kept in PostgreSQL (`findings.group_kept`): once the
+findings moved on, it is shown as it was, with when, while one job of the kind
+"finding_groups" groups it again; the next view shows the job's page."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.core.cache import cache
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from tests.findings.test_groups import _aggregates, _by_package, estate  # noqa: F401
+from trustrank.findings.models import Finding
+from trustrank.findings.records import FindingGroupsJob
+from trustrank.jobs.models import JobStatus
+from trustrank.jobs.runner import job_run
+
+URL = "/api/v1/findings/groups?by=fix"
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache():
+    cache.clear()
+    yield
+    cache.clear()
+
+
+def _resolve(pk: int) -> None:
+    f = Finding.objects.get(pk=pk)
+    f.state = "resolved"
+    f.save()
+
+
+def _get(client, url: str = URL) -> tuple[dict, int]:
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(url)
+    assert response.status_code == 200, response.content
+    return response.json(), _aggregates(queries.captured_queries)
+
+
+@pytest.mark.django_db
+def test_a_slow_page_is_shown_as_it_was_while_one_job_groups_it_again(
+        api, team, estate, settings):  # noqa: F811
+    settings.TRUSTRANK_FINDINGS_GROUPS_REFRESH_ABOVE_SECONDS = 1e-9  # every page is slow
+    client = api(team, "read")
+    first, ran = _get(client)
+    assert ran == 1 and first["refreshing"] is False and first["as_of"] is None
+    kept = FindingGroupsJob.objects.get()
+    assert kept.status == JobStatus.DONE and kept.worker == "web" and kept.team_id == team.pk
+
+    # The findings move on: the kept page is shown at once, marked, and one job is queued.
+    _resolve(estate["m1"])
+    stale, ran = _get(client)
+    assert ran == 0 and stale["refreshing"] is True
+    assert stale["as_of"] == kept.finished_at.isoformat()
+    assert stale["results"] == first["results"]
+    again, ran = _get(client)
+    assert ran == 0 and again["refreshing"] is True
+    job = FindingGroupsJob.objects.get(status=JobStatus.QUEUED)
+    assert job.key == kept.key and job.job_class == "batch" and job.team_ids == [team.pk]
+
+    assert job_run(kind_name="finding_groups", job_id=str(job.pk)) == JobStatus.DONE
+    job.refresh_from_db()
+    assert job.status == JobStatus.DONE and job.seconds is not None and job.page
+    # The older page is gone; the next view reads the job's, with the change.
+    assert list(FindingGroupsJob.objects.values_list("pk", flat=True)) == [job.pk]
+    fresh, ran = _get(client)
+    assert ran == 0 and fresh["refreshing"] is False and fresh["as_of"] is None
+    minimist = _by_package(fresh["results"])["minimist"]
+    assert estate["m1"] not in minimist["finding_ids"]
+    assert estate["m1"] in _by_package(first["results"])["minimist"]["finding_ids"]
+    # Grouped within the team: another team's minimist is not counted.
+    assert "secret-project" not in str(fresh)
+
+
+@pytest.mark.django_db
+def test_each_filter_and_slice_is_its_own_kept_page(api, team, estate, settings):  # noqa: F811
+    settings.TRUSTRANK_FINDINGS_GROUPS_REFRESH_ABOVE_SECONDS = 1e-9
+    client = api(team, "read")
+    _get(client)
+    kev, _ = _get(client, URL + "&kev=true")
+    assert FindingGroupsJob.objects.values("key").distinct().count() == 2
+    _resolve(estate["m2"])  # the KEV finding
+    stale, _ = _get(client, URL + "&kev=true")
+    assert stale["refreshing"] is True and stale["results"] == kev["results"]
+    job = FindingGroupsJob.objects.get(status=JobStatus.QUEUED)
+    assert job.filter["kev"] == ["true"]
+    assert job_run(kind_name="finding_groups", job_id=str(job.pk)) == JobStatus.DONE
+    fresh, _ = _get(client, URL + "&kev=true")
+    assert fresh["refreshing"] is False and fresh["count"] == 0
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("above", [5.0, 0.0])
+def test_a_fast_page_or_the_setting_at_zero_keeps_no_row(api, team, estate, settings,  # noqa: F811
+                                                        above):
+    settings.TRUSTRANK_FINDINGS_GROUPS_REFRESH_ABOVE_SECONDS = above
+    client = api(team, "read")
+    _get(client)
+    _resolve(estate["m1"])
+    body, ran = _get(client)
+    assert ran == 1 and body["refreshing"] is False
+    assert not FindingGroupsJob.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_page_says_when_it_was_grouped_while_it_is_grouped_again(
+        client, make_user, team, estate, settings):  # noqa: F811
+    settings.TRUSTRANK_FINDINGS_GROUPS_REFRESH_ABOVE_SECONDS = 1e-9
+    client.force_login(make_user("viewer", team=team, role="viewer"))
+    html = client.get("/findings/groups/?by=vulnerability").content.decode()
+    assert 'data-testid="groups-refreshing"' not in html
+    _resolve(estate["m1"])
+    html = client.get("/findings/groups/?by=vulnerability").content.decode()
+    assert 'data-testid="groups-refreshing"' in html and "being grouped again" in html
+    assert "GHSA-xvch-5gv4-984h" in html
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_groups_the_page_again_end_to_end(api, team, other_team, celery_worker,
+                                                   settings):
+    """Through the broker and a worker process: the view after the findings moved answers
+    with the kept page and queues the job; the worker groups it; a later view shows it."""
+    from tests.findings.test_groups import project, vf
+
+    settings.TRUSTRANK_FINDINGS_GROUPS_REFRESH_ABOVE_SECONDS = 1e-9
+    shop = project(team, "shop")
+    kept = vf(team, shop, eco="npm", pkg="minimist", version="1.2.5", fixed=["1.2.6"])
+    vf(team, shop, eco="npm", pkg="left-pad", version="1.0.0", fixed=["1.0.1"])
+    client = api(team, "read")
+    first, _ = _get(client)
+    assert {g["package"] for g in first["results"]} == {"minimist", "left-pad"}
+    _resolve(kept.pk)
+    stale, _ = _get(client)
+    assert stale["refreshing"] is True
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if FindingGroupsJob.objects.filter(status=JobStatus.DONE, worker__gt="",
+                                           ).exclude(worker="web").exists():
+            break
+        time.sleep(0.2)
+    job = FindingGroupsJob.objects.exclude(worker="web").get()
+    assert job.status == JobStatus.DONE, (job.status, job.error)
+    fresh, _ = _get(client)
+    assert fresh["refreshing"] is False
+    assert {g["package"] for g in fresh["results"]} == {"left-pad"}
