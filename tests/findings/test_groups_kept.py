@@ -76,6 +76,24 @@ def test_a_slow_page_is_shown_as_it_was_while_one_job_groups_it_again(
 
 
 @pytest.mark.django_db
+def test_a_page_kept_long_ago_goes_when_the_team_keeps_another(api, team, estate,  # noqa: F811
+                                                               settings):
+    from datetime import timedelta
+
+    from trustrank.findings.group_kept import KEPT_DAYS
+
+    settings.TRUSTRANK_FINDINGS_GROUPS_REFRESH_ABOVE_SECONDS = 1e-9
+    client = api(team, "read")
+    _get(client, URL + "&kev=true")
+    old = FindingGroupsJob.objects.get()
+    FindingGroupsJob.objects.filter(pk=old.pk).update(
+        finished_at=old.finished_at - timedelta(days=KEPT_DAYS, seconds=1))
+    _get(client)
+    assert not FindingGroupsJob.objects.filter(pk=old.pk).exists()
+    assert FindingGroupsJob.objects.count() == 1
+
+
+@pytest.mark.django_db
 def test_each_filter_and_slice_is_its_own_kept_page(api, team, estate, settings):  # noqa: F811
     settings.TRUSTRANK_FINDINGS_GROUPS_REFRESH_ABOVE_SECONDS = 1e-9
     client = api(team, "read")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -73,7 +73,7 @@ def page_keep(ask: PageAsk, *, page: GroupPage, generation: str, seconds: float)
         _row(ask, status=JobStatus.DONE, phase=JobStatus.DONE, worker="web", started_at=now,
              finished_at=now, generation=generation, page=page_pickled(page),
              seconds=seconds).save()
-        older_dropped(ask.key, before=now)
+        older_dropped(ask.key, team_id=min(ask.team_ids), before=now)
 
 
 def refresh_request(ask: PageAsk) -> None:
@@ -96,7 +96,15 @@ def page_pickled(page: GroupPage) -> bytes:
                         protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def older_dropped(key: str, *, before: datetime) -> None:
-    """The key's finished pages before `before` (a newer one is kept)."""
-    FindingGroupsJob.objects.filter(key=key, status__in=[JobStatus.DONE, JobStatus.FAILED],
-                                    finished_at__lt=before).delete()
+# A kept page of the team no view asked for again in this long goes when another is kept.
+KEPT_DAYS = 7
+
+
+def older_dropped(key: str, *, team_id: int, before: datetime) -> None:
+    """The key's finished pages before `before` (a newer one is kept), and the team's
+    finished pages older than `KEPT_DAYS`."""
+    finished = FindingGroupsJob.objects.filter(
+        status__in=[JobStatus.DONE, JobStatus.FAILED])
+    (finished.filter(key=key, finished_at__lt=before)
+     | finished.filter(team_id=team_id, finished_at__lt=before - timedelta(days=KEPT_DAYS))
+     ).delete()

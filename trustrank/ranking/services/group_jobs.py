@@ -33,6 +33,6 @@ def finding_groups_job_handle(*, job: FindingGroupsJob, progress: Any) -> dict[s
     started = time.perf_counter()
     page = groups.page_computed(qs=filterset.qs, by=job.by, limit=job.limit,
                                 offset=job.offset, rank_sql=rank_sql)
-    group_kept.older_dropped(job.key, before=timezone.now())
+    group_kept.older_dropped(job.key, team_id=job.team_id, before=timezone.now())
     return {"generation": generation, "page": group_kept.page_pickled(page),
             "seconds": time.perf_counter() - started}
