@@ -94,6 +94,40 @@ def test_a_page_kept_long_ago_goes_when_the_team_keeps_another(api, team, estate
 
 
 @pytest.mark.django_db
+def test_a_failed_regrouping_is_not_asked_again_at_once(api, team, estate,  # noqa: F811
+                                                       settings, monkeypatch):
+    from datetime import timedelta
+
+    from trustrank.findings import group_kept
+    from trustrank.ranking.services import group_jobs
+
+    settings.TRUSTRANK_FINDINGS_GROUPS_REFRESH_ABOVE_SECONDS = 1e-9
+    client = api(team, "read")
+    first, _ = _get(client)
+    _resolve(estate["m1"])
+    _get(client)
+    job = FindingGroupsJob.objects.get(status=JobStatus.QUEUED)
+
+    def broken(**_):
+        raise RuntimeError("grouping broke")
+
+    monkeypatch.setattr(group_jobs.groups, "page_computed", broken)
+    assert job_run(kind_name="finding_groups", job_id=str(job.pk)) == JobStatus.FAILED
+    # The kept page is still answered; no job is queued while the failure is recent.
+    for _ in range(3):
+        stale, ran = _get(client)
+        assert ran == 0 and stale["refreshing"] is True and stale["results"] == first["results"]
+    assert not FindingGroupsJob.objects.filter(status=JobStatus.QUEUED).exists()
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED and "grouping broke" in job.error
+    # Once the pause is over, the next view asks again.
+    FindingGroupsJob.objects.filter(pk=job.pk).update(
+        finished_at=job.finished_at - group_kept.FAILED_PAUSE - timedelta(seconds=1))
+    _get(client)
+    assert FindingGroupsJob.objects.filter(status=JobStatus.QUEUED).count() == 1
+
+
+@pytest.mark.django_db
 def test_each_filter_and_slice_is_its_own_kept_page(api, team, estate, settings):  # noqa: F811
     settings.TRUSTRANK_FINDINGS_GROUPS_REFRESH_ABOVE_SECONDS = 1e-9
     client = api(team, "read")

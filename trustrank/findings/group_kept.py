@@ -76,8 +76,20 @@ def page_keep(ask: PageAsk, *, page: GroupPage, generation: str, seconds: float)
         older_dropped(ask.key, team_id=min(ask.team_ids), before=now)
 
 
+# After a regrouping of a page failed, the next is asked for no sooner than this: a view
+# per second of a page whose grouping fails must not queue a job per view.
+FAILED_PAUSE = timedelta(minutes=1)
+
+
 def refresh_request(ask: PageAsk) -> None:
-    """A job to group `ask` again, unless one is queued or running for its key."""
+    """A job to group `ask` again, unless one is queued or running for its key, or one
+    failed within `FAILED_PAUSE`."""
+    from django.utils import timezone
+
+    if FindingGroupsJob.objects.filter(
+            key=ask.key, status=JobStatus.FAILED,
+            finished_at__gte=timezone.now() - FAILED_PAUSE).exists():
+        return
     try:
         with transaction.atomic():
             job = _row(ask)
