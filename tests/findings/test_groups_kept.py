@@ -128,6 +128,18 @@ def test_a_failed_regrouping_is_not_asked_again_at_once(api, team, estate,  # no
 
 
 @pytest.mark.django_db
+def test_a_kept_page_that_no_longer_reads_is_computed_again(api, team, estate,  # noqa: F811
+                                                           settings):
+    settings.TRUSTRANK_FINDINGS_GROUPS_REFRESH_ABOVE_SECONDS = 1e-9
+    client = api(team, "read")
+    _get(client)
+    FindingGroupsJob.objects.update(page=b"not a page")
+    _resolve(estate["m1"])
+    body, ran = _get(client)
+    assert ran == 1 and body["refreshing"] is False
+
+
+@pytest.mark.django_db
 def test_each_filter_and_slice_is_its_own_kept_page(api, team, estate, settings):  # noqa: F811
     settings.TRUSTRANK_FINDINGS_GROUPS_REFRESH_ABOVE_SECONDS = 1e-9
     client = api(team, "read")

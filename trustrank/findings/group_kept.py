@@ -55,7 +55,13 @@ def kept_latest(key: str) -> Kept | None:
            .first())
     if row is None or row[0] is None or row[2] is None:
         return None
-    return Kept(pickle.loads(bytes(row[0])), row[1], row[2])  # noqa: S301 (our own rows)
+    try:
+        # Made again field by field: a page pickled before a field was added fails here,
+        # and counts as none (the page is computed again), not later in a template.
+        page = replace(pickle.loads(bytes(row[0])))  # noqa: S301 (our own rows)
+    except Exception:
+        return None
+    return Kept(page, row[1], row[2])
 
 
 def _row(ask: PageAsk, **fields: Any) -> FindingGroupsJob:
