@@ -11,7 +11,7 @@ a request is answered at once with that page, marked as of when it was computed 
 `refreshing`, and a job of the kind "finding_groups" (batch work: one at a time per page,
 fair among teams) groups it again at the new generation. A worker killed on the way
 leaves the job to be run again; the kept page stays until a newer one is done. The job's
-handler is the ranking app's (`ranking.group_jobs`): the page's ranks are counted there."""
+handler is the ranking app's (`ranking.services.group_jobs`): the page's ranks are counted there."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from trustrank.findings.group_shapes import GroupPage
 from trustrank.findings.records import FindingGroupsJob
@@ -72,8 +73,6 @@ def _row(ask: PageAsk, **fields: Any) -> FindingGroupsJob:
 
 def page_keep(ask: PageAsk, *, page: GroupPage, generation: str, seconds: float) -> None:
     """Keep a page a web request computed (a done row; the key's older ones go)."""
-    from django.utils import timezone
-
     now = timezone.now()
     with transaction.atomic():
         _row(ask, status=JobStatus.DONE, phase=JobStatus.DONE, worker="web", started_at=now,
@@ -90,8 +89,6 @@ FAILED_PAUSE = timedelta(minutes=1)
 def refresh_request(ask: PageAsk) -> None:
     """A job to group `ask` again, unless one is queued or running for its key, or one
     failed within `FAILED_PAUSE`."""
-    from django.utils import timezone
-
     if FindingGroupsJob.objects.filter(
             key=ask.key, status=JobStatus.FAILED,
             finished_at__gte=timezone.now() - FAILED_PAUSE).exists():
