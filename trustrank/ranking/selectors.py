@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.db import connection
-from django.db.models import BooleanField, QuerySet, Subquery
+from django.db.models import BooleanField, QuerySet
 from django.db.models.expressions import RawSQL
 from django.http import Http404
 
@@ -342,15 +342,8 @@ def service_exposure_condition(
 
 def service_result(*, team_id: int, environment: str, service: str) -> dict[str, Any] | None:
     """One service's entry of `service_results_named` (None when the latest run has none)."""
-    latest = (
-        RankingRun.objects.filter(team_id=team_id, status=RunStatus.DONE)
-        .order_by("-finished_at", "-pk")
-        .values("services_digest")[:1]
-    )
-    data = ServiceResultRow.objects.filter(
-        digest=Subquery(latest), environment=environment, name=service,
-    ).values_list("data", flat=True).first()
-    return data if isinstance(data, dict) else None
+    named = service_results_named(team_id=team_id, environment=environment, names=[service])
+    return (named or {}).get(service)
 
 
 def priority_environments(*, principal: Principal) -> list[str]:
