@@ -21,8 +21,10 @@ URL = "/api/v1/findings/groups?by=fix"
 
 
 @pytest.fixture(autouse=True)
-def _empty_cache():
+def _empty_cache(settings):
     cache.clear()
+    # Regrouped as soon as asked, unless a test says otherwise.
+    settings.TRUSTRANK_FINDINGS_GROUPS_REGROUP_EVERY_SECONDS = 0
     yield
     cache.clear()
 
@@ -210,3 +212,108 @@ def test_a_worker_groups_the_page_again_end_to_end(api, team, other_team, celery
     fresh, _ = _get(client)
     assert fresh["refreshing"] is False
     assert {g["package"] for g in fresh["results"]} == {"left-pad"}
+
+
+@pytest.mark.django_db
+def test_a_kept_page_is_not_grouped_again_within_the_interval(api, team, estate,  # noqa: F811
+                                                              settings):
+    """Under writes every few seconds a viewed page is regrouped once an interval: the job
+    asked for waits until the interval after the last grouping is over."""
+    from datetime import timedelta
+
+    settings.TRUSTRANK_FINDINGS_GROUPS_REFRESH_ABOVE_SECONDS = 1e-9
+    settings.TRUSTRANK_FINDINGS_GROUPS_REGROUP_EVERY_SECONDS = 60
+    client = api(team, "read")
+    _get(client)
+    kept = FindingGroupsJob.objects.get()
+    _resolve(estate["m1"])
+    stale, _ = _get(client)
+    assert stale["refreshing"] is True
+    job = FindingGroupsJob.objects.get(status=JobStatus.QUEUED)
+    assert job.not_before == kept.finished_at + timedelta(seconds=60)
+    # Its message comes back later; a worker that gets it early does not run it.
+    assert job_run(kind_name="finding_groups", job_id=str(job.pk)) == "waiting"
+    job.refresh_from_db()
+    assert job.status == JobStatus.QUEUED and job.attempts == 0
+    # Once the interval is over it runs.
+    FindingGroupsJob.objects.filter(pk=job.pk).update(not_before=job.created_at)
+    assert job_run(kind_name="finding_groups", job_id=str(job.pk)) == JobStatus.DONE
+
+
+def _slow_statements(monkeypatch, seconds: float) -> None:
+    """Every groups statement takes at least `seconds` (a sleep in PostgreSQL, before it)."""
+    from trustrank.findings import groups
+
+    tune = groups._tune
+
+    def slow(cursor, statement_seconds=0.0):
+        tune(cursor, statement_seconds)
+        cursor.execute("SELECT pg_sleep(%s)", [seconds])
+
+    monkeypatch.setattr(groups, "_tune", slow)
+
+
+@pytest.mark.django_db
+def test_a_page_too_long_for_a_request_is_grouped_by_a_job_from_the_first_view(
+        api, team, estate, settings, monkeypatch):  # noqa: F811
+    settings.TRUSTRANK_FINDINGS_GROUPS_REQUEST_SECONDS = 0.2
+    client = api(team, "read")
+    _slow_statements(monkeypatch, 2)
+    # Not run to the end: the budget cancelled it (run to the end, it would answer 200).
+    response = client.get(URL)
+    assert response.status_code == 202 and response["Retry-After"] == "5"
+    body = response.json()
+    assert body["refreshing"] is True and body["as_of"] is None
+    assert body["count"] == 0 and body["results"] == [] and body["next"] is None
+    job = FindingGroupsJob.objects.get()
+    assert job.status == JobStatus.QUEUED and job.filter == {"by": ["fix"]}
+    # Later views while the job waits: answered at once from its row, no second job.
+    cache.clear()
+    with CaptureQueriesContext(connection) as queries:
+        again = client.get(URL)
+    assert again.status_code == 202
+    assert not [q for q in queries.captured_queries if "pg_sleep" in q["sql"]]
+    assert FindingGroupsJob.objects.count() == 1
+    # The job has no request's budget.
+    assert job_run(kind_name="finding_groups", job_id=str(job.pk)) == JobStatus.DONE
+    cache.clear()
+    with CaptureQueriesContext(connection) as queries:
+        done = client.get(URL)
+    assert done.status_code == 200 and _aggregates(queries.captured_queries) == 0
+    body = done.json()
+    assert body["refreshing"] is False and body["as_of"] is None
+    assert {g["package"] for g in body["results"]} >= {"minimist"}
+
+
+@pytest.mark.django_db
+def test_a_page_within_the_budget_or_with_no_budget_is_answered_in_the_request(
+        api, team, estate, settings, monkeypatch):  # noqa: F811
+    _slow_statements(monkeypatch, 0.3)
+    client = api(team, "read")
+    settings.TRUSTRANK_FINDINGS_GROUPS_REQUEST_SECONDS = 5
+    assert client.get(URL).status_code == 200
+    cache.clear()
+    settings.TRUSTRANK_FINDINGS_GROUPS_REQUEST_SECONDS = 0
+    assert client.get(URL + "&kev=true").status_code == 200
+    assert not FindingGroupsJob.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_page_says_it_is_being_grouped_and_asks_again_by_itself(
+        client, make_user, team, estate, settings, monkeypatch):  # noqa: F811
+    settings.TRUSTRANK_FINDINGS_GROUPS_REQUEST_SECONDS = 0.2
+    client.force_login(make_user("viewer", team=team, role="viewer"))
+    _slow_statements(monkeypatch, 2)
+    response = client.get("/findings/groups/?by=vulnerability")
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert 'data-testid="groups-pending"' in html and "being grouped" in html
+    assert 'hx-trigger="every 5s"' in html and "/findings/groups/?by=vulnerability" in html
+    assert "GHSA-xvch-5gv4-984h" not in html
+    job = FindingGroupsJob.objects.get()
+    assert job_run(kind_name="finding_groups", job_id=str(job.pk)) == JobStatus.DONE
+    cache.clear()
+    # The poll (an htmx request) gets the table, with no poll left in it.
+    html = client.get("/findings/groups/?by=vulnerability",
+                      headers={"HX-Request": "true"}).content.decode()
+    assert "GHSA-xvch-5gv4-984h" in html and 'data-testid="groups-pending"' not in html

@@ -114,6 +114,10 @@ def vulnerability_group_data(g: VulnerabilityGroup) -> dict[str, Any]:
     }
 
 
+# Seconds a client is told to wait before asking again for a page being grouped first.
+PENDING_RETRY_SECONDS = 5
+
+
 def group_page_data(page: GroupPage) -> list[dict[str, Any]]:
     if page.by == "fix":
         return [fix_group_data(g) for g in page.groups]
@@ -123,7 +127,9 @@ def group_page_data(page: GroupPage) -> list[dict[str, Any]]:
 class FindingGroupListApi(APIView):
     """Open vulnerability findings grouped by the upgrade that fixes them (`by=fix`) or by
     advisory across projects (`by=vulnerability`); every filter of GET /api/v1/findings
-    applies; `by` defaults to `fix`. Paginated: `count` is the number of groups."""
+    applies; `by` defaults to `fix`. Paginated: `count` is the number of groups. A page
+    none is kept of that takes longer than `TRUSTRANK_FINDINGS_GROUPS_REQUEST_SECONDS` to
+    group is answered 202 with no results and `Retry-After` while a job groups it."""
 
     required_scope = Scope.READ
 
@@ -133,7 +139,7 @@ class FindingGroupListApi(APIView):
             OpenApiParameter("page", int),
             OpenApiParameter("page_size", int),
         ],
-        responses={200: None},
+        responses={200: None, 202: None},
     )
     def get(self, request: Request) -> Response:
         unknown_params_refuse(
@@ -191,7 +197,11 @@ class FindingGroupListApi(APIView):
                 "next": next_url,
                 "previous": previous_url,
                 "results": group_page_data(page),
-            }
+            },
+            # None kept yet and too long to group in a request: a job is grouping it; ask
+            # again (202, `refreshing` true, `as_of` null, no results).
+            status=202 if page.pending else 200,
+            headers={"Retry-After": str(PENDING_RETRY_SECONDS)} if page.pending else None,
         )
 
 

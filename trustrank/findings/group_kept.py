@@ -16,12 +16,16 @@ handler is the ranking app's (`ranking.services.group_jobs`): the page's ranks a
 from __future__ import annotations
 
 import pickle
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.conf import settings
+from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
+from psycopg.errors import QueryCanceled
 
 from trustrank.findings.group_shapes import GroupPage
 from trustrank.findings.records import FindingGroupsJob
@@ -49,20 +53,30 @@ class Kept:
     at: datetime
 
 
-def kept_latest(key: str) -> Kept | None:
-    """The latest done page of `key`, if any."""
-    row = (FindingGroupsJob.objects.filter(key=key, status=JobStatus.DONE)
-           .order_by("-finished_at", "-pk").values_list("page", "generation", "finished_at")
-           .first())
-    if row is None or row[0] is None or row[2] is None:
-        return None
+def kept_latest(key: str) -> tuple[Kept | None, bool]:
+    """(The latest done page of `key`, if any; whether a job is queued or running for it),
+    in one statement (an index entry of each: `findinggroups_key_done`,
+    `findinggroups_one_pending`)."""
+    table = FindingGroupsJob._meta.db_table
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT d.page, d.generation, d.finished_at, EXISTS ("  # noqa: S608 (our table)
+            f"  SELECT 1 FROM {table} WHERE key = %s AND status IN (%s, %s)) "
+            f"FROM (SELECT 1) one LEFT JOIN LATERAL ("
+            f"  SELECT page, generation, finished_at FROM {table} "
+            f"  WHERE key = %s AND status = %s ORDER BY finished_at DESC, id DESC LIMIT 1"
+            f") d ON true",
+            [key, JobStatus.QUEUED, JobStatus.RUNNING, key, JobStatus.DONE])
+        page, generation, at, pending = cur.fetchone()
+    if page is None or at is None:
+        return None, pending
     try:
         # Made again field by field: a page pickled before a field was added fails here,
         # and counts as none (the page is computed again), not later in a template.
-        page = replace(pickle.loads(bytes(row[0])))  # noqa: S301 (our own rows)
+        kept = replace(pickle.loads(bytes(page)))  # noqa: S301 (our own rows)
     except Exception:
-        return None
-    return Kept(page, row[1], row[2])
+        return None, pending
+    return Kept(kept, generation, at), pending
 
 
 def _row(ask: PageAsk, **fields: Any) -> FindingGroupsJob:
@@ -86,20 +100,49 @@ def page_keep(ask: PageAsk, *, page: GroupPage, generation: str, seconds: float)
 FAILED_PAUSE = timedelta(minutes=1)
 
 
-def refresh_request(ask: PageAsk) -> None:
-    """A job to group `ask` again, unless one is queued or running for its key, or one
-    failed within `FAILED_PAUSE`."""
+def refresh_request(ask: PageAsk, *, not_before: datetime | None = None) -> None:
+    """A job to group `ask` again, not before `not_before` (now when None or past), unless
+    one is queued or running for its key, or one failed within `FAILED_PAUSE`."""
+    now = timezone.now()
     if FindingGroupsJob.objects.filter(
-            key=ask.key, status=JobStatus.FAILED,
-            finished_at__gte=timezone.now() - FAILED_PAUSE).exists():
+            key=ask.key, status=JobStatus.FAILED, finished_at__gte=now - FAILED_PAUSE).exists():
         return
+    ready = max(now, not_before) if not_before is not None else now
     try:
         with transaction.atomic():
-            job = _row(ask)
+            job = _row(ask, not_before=ready)
             job.save()
-            job_enqueue_on_commit(job)
+            job_enqueue_on_commit(job, countdown=(ready - now).total_seconds())
     except IntegrityError:  # one is pending (`findinggroups_one_pending`)
         return
+
+
+def regroup_after(kept: Kept) -> datetime:
+    """When a kept page may be grouped again (`TRUSTRANK_FINDINGS_GROUPS_REGROUP_EVERY_SECONDS`
+    after it was)."""
+    return kept.at + timedelta(seconds=settings.TRUSTRANK_FINDINGS_GROUPS_REGROUP_EVERY_SECONDS)
+
+
+def page_pending(by: str) -> GroupPage:
+    """The answer while a page none is kept of is grouped for the first time."""
+    return GroupPage(by=by, count=0, groups=[], as_of=None, refreshing=True)
+
+
+class OverBudget(Exception):
+    """A page's statement ran past the request's budget and was cancelled; a job groups it."""
+
+
+@contextmanager
+def cancelled_over_budget() -> Iterator[None]:
+    """`OverBudget` for a statement the budget cancelled (`groups._tune`: the web
+    request's `TRUSTRANK_FINDINGS_GROUPS_REQUEST_SECONDS`; a job has its own statement
+    timeout, `jobs.runner.job_session`), other errors as they are."""
+    try:
+        yield
+    except OperationalError as exc:
+        if isinstance(exc.__cause__, QueryCanceled):
+            raise OverBudget from exc
+        raise
 
 
 def page_stale(kept: Kept) -> GroupPage:

@@ -132,6 +132,12 @@ class GroupPage:
     as_of: datetime | None = None
     refreshing: bool = False
 
+    @property
+    def pending(self) -> bool:
+        """No grouping is kept yet: a job is grouping the page for the first time (it has
+        no groups, and `count` is 0)."""
+        return self.refreshing and self.as_of is None
+
 
 def _n(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"

@@ -78,6 +78,7 @@ def finding_groups_page(request: HtmxHttpRequest) -> HttpResponse:
             context["groups"] = page.groups
             context["count"] = page.count
             context["as_of"], context["refreshing"] = page.as_of, page.refreshing
+            context["pending"] = page.pending
             params = request.GET.copy()
             params.pop("page", None)
             encoded = params.urlencode()

@@ -111,15 +111,21 @@ def _greatest(ecosystem: str, versions: set[str]) -> str | None:
 # --- the queries ---------------------------------------------------------------------------
 
 
-def _tune(cursor: Any) -> None:
+def _tune(cursor: Any, statement_seconds: float = 0.0) -> None:
     """For this transaction only: enough work_mem to hash-aggregate the groups instead of
-    sorting the findings on disk. (Every session runs without JIT, trustrank/settings: its
-    compiling cost this query 1.5 s of 4.6 s on a million findings.)"""
-    cursor.execute("SELECT set_config('work_mem', '64MB', true)")
+    sorting the findings on disk, and, `statement_seconds` above 0, a statement timeout (a
+    web request's budget: `group_kept.cancelled_over_budget`). (Every session runs without
+    JIT, trustrank/settings: its compiling cost this query 1.5 s of 4.6 s on a million
+    findings.)"""
+    cursor.execute("SELECT set_config('work_mem', '64MB', true), "
+                   "set_config('statement_timeout', %s, true)",
+                   [str(max(1, int(statement_seconds * 1000))) if statement_seconds > 0
+                    else "0"])
 
 
 def fix_groups(
-    *, qs: QuerySet[Finding], limit: int, offset: int, rank_sql: RankSql
+    *, qs: QuerySet[Finding], limit: int, offset: int, rank_sql: RankSql,
+    statement_seconds: float = 0.0,
 ) -> GroupPage:
     """Open vulnerability findings of `qs` grouped by (ecosystem, package), most urgent first."""
     qs = qs.filter(kind=FindingKind.VULNERABILITY, state__in=OPEN_STATES)
@@ -165,7 +171,7 @@ def fix_groups(
         ORDER BY {group_order(FIX_TAIL, alias="p")}
     """  # noqa: S608 (Django's own SQL and constants; values are parameters)
     with transaction.atomic(), connection.cursor() as cursor:
-        _tune(cursor)
+        _tune(cursor, statement_seconds)
         cursor.execute(sql, (*params, limit, offset, *params))
         rows = cursor.fetchall()
     total = rows[0][2] if rows else _group_count(qs, ("ecosystem", "package_name"))
@@ -257,7 +263,8 @@ def _group_count(qs: QuerySet[Finding], fields: tuple[str, ...]) -> int:
 
 
 def vulnerability_groups(
-    *, qs: QuerySet[Finding], limit: int, offset: int, rank_sql: RankSql
+    *, qs: QuerySet[Finding], limit: int, offset: int, rank_sql: RankSql,
+    statement_seconds: float = 0.0,
 ) -> GroupPage:
     """Vulnerability findings of `qs` grouped by advisory group (`vuln_id`, the canonical id
     of the aliases) across projects, most urgent first."""
@@ -313,7 +320,7 @@ def vulnerability_groups(
         ORDER BY {group_order(VULNERABILITY_TAIL, alias="g")}
     """  # noqa: S608 (Django's own SQL and constants; values are parameters)
     with transaction.atomic(), connection.cursor() as cursor:
-        _tune(cursor)
+        _tune(cursor, statement_seconds)
         cursor.execute(sql, (open_states, *params, limit, offset, *params))
         rows = cursor.fetchall()
     total = rows[0][1] if rows else _group_count(qs, ("vuln_id",))
@@ -348,10 +355,13 @@ def vulnerability_groups(
 
 def page_computed(
     *, qs: QuerySet[Finding], by: str, limit: int, offset: int, rank_sql: RankSql,
+    statement_seconds: float = 0.0,
 ) -> GroupPage:
-    """The page of `qs`'s groups by `by` computed now, projects unnamed (`_page_named`)."""
+    """The page of `qs`'s groups by `by` computed now, projects unnamed (`_page_named`);
+    each statement cancelled after `statement_seconds` when above 0."""
     grouped = fix_groups if by == "fix" else vulnerability_groups
-    return grouped(qs=qs, limit=limit, offset=offset, rank_sql=rank_sql)
+    return grouped(qs=qs, limit=limit, offset=offset, rank_sql=rank_sql,
+                   statement_seconds=statement_seconds)
 
 
 def finding_groups(
@@ -370,8 +380,9 @@ def finding_groups(
     if by not in GROUP_BY_CHOICES:
         raise GroupByError(f"`by` must be one of {', '.join(GROUP_BY_CHOICES)}, not {by!r}")
 
-    def compute() -> GroupPage:
-        return page_computed(qs=qs, by=by, limit=limit, offset=offset, rank_sql=rank_sql)
+    def compute(statement_seconds: float = 0.0) -> GroupPage:
+        return page_computed(qs=qs, by=by, limit=limit, offset=offset, rank_sql=rank_sql,
+                             statement_seconds=statement_seconds)
 
     if team_ids is None:
         return _page_named(compute())
@@ -393,24 +404,45 @@ def finding_groups(
         page = cache.get(key)
         if page is not None:
             return _page_named(page)
-        kept = group_kept.kept_latest(ask.key)
+        kept, pending = group_kept.kept_latest(ask.key)
         if kept is not None and kept.generation == generation:
             cache.set(key, kept.page, timeout=settings.TRUSTRANK_FINDINGS_COUNT_TTL)
             return _page_named(kept.page)
         if kept is not None:
-            group_kept.refresh_request(ask)
+            group_kept.refresh_request(ask, not_before=group_kept.regroup_after(kept))
             return _page_named(group_kept.page_stale(kept))
+        if pending:
+            return group_kept.page_pending(by)
 
     def computed_and_kept() -> GroupPage:
         started = time.perf_counter()
-        page = compute()
+        if ask is None:
+            page = compute()
+        else:
+            try:
+                with group_kept.cancelled_over_budget():
+                    page = compute(settings.TRUSTRANK_FINDINGS_GROUPS_REQUEST_SECONDS)
+            except group_kept.OverBudget:
+                # A job groups it; the web workers waiting on this one find the answer.
+                group_kept.refresh_request(ask)
+                cache.set(key, group_kept.page_pending(by), timeout=PENDING_KEPT_SECONDS)
+                raise
         seconds = time.perf_counter() - started
         if ask is not None and seconds >= refresh_above:
             group_kept.page_keep(ask, page=page, generation=generation, seconds=seconds)
         return page
 
-    page = cache_get_or_compute_once(
-        key, computed_and_kept, timeout=settings.TRUSTRANK_FINDINGS_COUNT_TTL,
-        wait=settings.TRUSTRANK_FINDINGS_GROUPS_WAIT_SECONDS,
-    )
+    try:
+        page = cache_get_or_compute_once(
+            key, computed_and_kept, timeout=settings.TRUSTRANK_FINDINGS_COUNT_TTL,
+            wait=settings.TRUSTRANK_FINDINGS_GROUPS_WAIT_SECONDS,
+        )
+    except group_kept.OverBudget:
+        return group_kept.page_pending(by)
     return _page_named(page)
+
+
+# How long "being grouped" is kept under a page's generation once its statement ran past the
+# request's budget: the web workers waiting on that request take it, and a later view reads
+# the job's row (`group_kept.kept_latest`) or its page.
+PENDING_KEPT_SECONDS = 3

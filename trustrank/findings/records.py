@@ -150,6 +150,8 @@ class FindingGroupsJob(Job):
     generation = models.CharField(max_length=200, blank=True)
     page = models.BinaryField(null=True)
     seconds = models.FloatField(null=True)
+    # Not grouped again before this (`TRUSTRANK_FINDINGS_GROUPS_REGROUP_EVERY_SECONDS`).
+    not_before = models.DateTimeField(default=timezone.now)
 
     class Meta:
         indexes = [models.Index(fields=["key", "-finished_at"], name="findinggroups_key_done",

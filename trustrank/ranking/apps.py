@@ -24,6 +24,7 @@ class RankingConfig(AppConfig):
                 name="finding_groups",
                 model_path="findings.FindingGroupsJob",
                 handler="trustrank.ranking.services.group_jobs.finding_groups_job_handle",
+                ready_field="not_before",
                 atomic=True,
                 batch_capable=True,
             )

@@ -83,6 +83,17 @@ TRUSTRANK_FINDINGS_GROUPS_WAIT_SECONDS = envfloat("TRUSTRANK_FINDINGS_GROUPS_WAI
 # (trustrank/findings/group_kept.py). 0: every page waits for its aggregate.
 TRUSTRANK_FINDINGS_GROUPS_REFRESH_ABOVE_SECONDS = envfloat(
     "TRUSTRANK_FINDINGS_GROUPS_REFRESH_ABOVE_SECONDS", 5.0)
+# A kept groups page is grouped again no sooner than this after its last grouping: under
+# traces that re-rank a large estate every few seconds, one regrouping a minute per viewed
+# page, not one batch slot kept busy back to back.
+TRUSTRANK_FINDINGS_GROUPS_REGROUP_EVERY_SECONDS = envfloat(
+    "TRUSTRANK_FINDINGS_GROUPS_REGROUP_EVERY_SECONDS", 60.0)
+# How long a web request may spend on a groups page none is kept of: a page whose statement
+# runs longer is cancelled and grouped by a job, and the request answered "being grouped"
+# at once (a first view at ten million findings took 25-32 s, past what a browser or a
+# proxy waits). 0: no limit.
+TRUSTRANK_FINDINGS_GROUPS_REQUEST_SECONDS = envfloat(
+    "TRUSTRANK_FINDINGS_GROUPS_REQUEST_SECONDS", 10.0)
 # A list page's rows (the API's results, the page's table) may be kept under the same
 # generation (trustrank/findings/list_cache.py) for this many seconds. Off (0) by default:
 # what the generation does not follow (a renamed project, a new EPSS score, a deletion not
