@@ -236,6 +236,29 @@ def test_every_ranked_row_holds_its_findings_group_after_each_kind_of_store(
     assert _stale_rows(team_id) == 0
 
 
+def test_each_finding_stores_its_component_search_group(bench_team: Team) -> None:
+    """`Finding.search_group`, what the gather reads, is the function's value and names a
+    component `SearchGroup`, and follows a changed component."""
+    sql = """SELECT count(*),
+       count(*) FILTER (WHERE f.search_group IS DISTINCT FROM
+                        findings_search_group(f.package_name, f.component_name, f.component_purl)),
+       count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM findings_searchgroup g
+                                           WHERE g.id = f.search_group AND g.part = 0))
+  FROM findings_finding f WHERE f.team_id = %s"""
+    with connection.cursor() as cur:
+        cur.execute(sql, [bench_team.pk])
+        total, differ, unnamed = cur.fetchone()
+    assert total >= 3000 and differ == 0 and unnamed == 0
+    f = Finding.objects.filter(team=bench_team).order_by("pk").first()
+    before = f.search_group
+    f.package_name, f.component_purl = "Ünïcode-Pkg", "pkg:npm/%C3%BCn%C3%AFcode-pkg@1.0"
+    f.save()
+    f.refresh_from_db()
+    assert f.search_group != before
+    assert SearchGroup.objects.get(pk=f.search_group).text == (
+        f"ünïcode-pkg {f.component_name.lower()} pkg:npm/%c3%bcn%c3%afcode-pkg@1.0")
+
+
 def test_finding_ids_keep_each_group_with_its_id() -> None:
     rnd = random.Random(5)
     for _ in range(50):

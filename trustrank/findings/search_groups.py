@@ -75,8 +75,8 @@ def _purl_groups(table: str, team_id: int, groups: list[int], prefix: str) -> li
         "SELECT g.grp FROM unnest(%s::bigint[]) AS g(grp) CROSS JOIN LATERAL ("  # noqa: S608
         f"SELECT f.component_purl FROM {table} r "
         "JOIN findings_finding f ON f.id = r.finding_id "
-        "WHERE r.team_id = %s AND r.search_group = g.grp AND findings_search_group("
-        "f.package_name, f.component_name, f.component_purl) = g.grp LIMIT 1) AS one "
+        "WHERE r.team_id = %s AND r.search_group = g.grp AND f.search_group = g.grp "
+        "LIMIT 1) AS one "
         "WHERE lower(one.component_purl) LIKE %s",
         [groups, team_id, pattern]))
 

@@ -60,7 +60,7 @@ SELECT f.id, f.kind, f.vuln_id, f.severity, f.cvss_score, f.in_kev, f.kev_date_a
        -- when the advisory has none) and where its severity came from.
        f.cvss_vector, f.severity_source,
        -- The component search group its ranked row is stored with (findings.SearchGroup).
-       findings_search_group(f.package_name, f.component_name, f.component_purl)
+       f.search_group
   FROM findings_finding f
   {joins}
   {due_join}

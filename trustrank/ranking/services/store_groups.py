@@ -18,7 +18,8 @@ from datetime import datetime
 
 from django.db import connection
 
-_GROUP = "findings_search_group(f.package_name, f.component_name, f.component_purl)"
+# The finding's stored group (`Finding.search_group`, a generated column).
+_GROUP = "f.search_group"
 
 
 def search_groups_mend(*, team_id: int, since: datetime | None,
