@@ -22,7 +22,11 @@ svc-3's impact changed back or again: a worker's steady state, one change after 
 
 Last line: {"full_seconds": …, "incremental_seconds": …, "first_page_ms": …,
             "findings": …, "peak_mb": …[, "incremental_seconds_later": […],
-            "incremental_seconds_later_median": …][, "seconds_from_window_to_rank": …]}
+            "incremental_seconds_later_median": …][, "seconds_from_window_to_rank": …]
+            [, "rescore_all_seconds": …, "rescore_all_incremental": …], "load_average": …}
+
+`--rescore-all` then changes every deployment's impact: the worst incremental run, one
+that rescores every finding (as when every service's recent-hour rate drops to none).
 """
 
 from __future__ import annotations
@@ -317,6 +321,11 @@ def main() -> None:
         "--stream", action="store_true",
         help="after the runs, store a trace window that changes the reachability of some "
              "findings and time it to the new rank (seconds_from_window_to_rank)")
+    parser.add_argument(
+        "--rescore-all", action="store_true",
+        help="last, change every deployment's impact and rank again: an incremental run "
+             "that rescores every finding (rescore_all_seconds, and rescore_all_incremental: "
+             "whether the run was incremental)")
     args = parser.parse_args()
 
     import django
@@ -419,6 +428,16 @@ def main() -> None:
         took, said = stream(team_id, profile=args.profile_stream)
         print(f"stream: {said}")
         out["seconds_from_window_to_rank"] = round(took, 2)
+        out["peak_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    if args.rescore_all:
+        with connection.cursor() as cur:
+            cur.execute(
+                "UPDATE runtime_deployment SET human_impact = CASE WHEN human_impact = 'low' "
+                "THEN 'high' ELSE 'low' END WHERE environment_id IN "
+                "(SELECT id FROM runtime_environment WHERE team_id = %s)", [team_id])
+        out["rescore_all_seconds"] = round(run("every deployment changed"), 2)
+        out["rescore_all_incremental"] = bool(RankingRun.objects.filter(
+            team_id=team_id).order_by("-pk").values_list("incremental", flat=True)[0])
         out["peak_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     print(f"load average: {os.getloadavg()}")
     out["load_average"] = round(os.getloadavg()[0], 2)
