@@ -317,3 +317,21 @@ def test_the_page_says_it_is_being_grouped_and_asks_again_by_itself(
     html = client.get("/findings/groups/?by=vulnerability",
                       headers={"HX-Request": "true"}).content.decode()
     assert "GHSA-xvch-5gv4-984h" in html and 'data-testid="groups-pending"' not in html
+
+
+@pytest.mark.django_db
+def test_without_a_budget_the_sessions_statement_timeout_stands():
+    """A job's groups statements keep the job's timeout (`jobs.runner.job_session`); only a
+    web request's budget sets one."""
+    from django.db import transaction
+
+    from trustrank.findings import groups
+
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute("SET LOCAL statement_timeout = '7s'")
+        groups._tune(cur)
+        cur.execute("SHOW statement_timeout")
+        assert cur.fetchone()[0] == "7s"
+        groups._tune(cur, 0.25)
+        cur.execute("SHOW statement_timeout")
+        assert cur.fetchone()[0] == "250ms"
