@@ -925,3 +925,60 @@ def test_incremental_runs_in_a_row_take_every_array_from_the_pool(monkeypatch):
                                  .tolist(), strict=True) if c}
     assert len(moved) == 4
     assert pooled == [True, True, True, True]
+
+
+def _every_impact_flipped(team_id: int) -> None:
+    """Every deployment's impact changed: every finding depends on it (`--rescore-all`)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "UPDATE runtime_deployment SET human_impact = CASE WHEN human_impact = 'low' "
+            "THEN 'high' ELSE 'low' END WHERE environment_id IN "
+            "(SELECT id FROM runtime_environment WHERE team_id = %s)", [team_id])
+
+
+def test_a_run_that_would_rescore_most_of_the_queue_ranks_afresh(settings, monkeypatch):
+    """Past `TRUSTRANK_RANKING_RESCORE_ABOVE` and a quarter of the queue, the incremental
+    attempt gives way to a full run, which gathers only after the worker forgot what it
+    kept of the team (never two queues in memory) and stores what an incremental run would
+    have: the same rows and digests. Below the limit, the run stays incremental."""
+    from trustrank.ranking import inputs as ranking_inputs
+
+    team_id = build(findings=2000, services=200, edges=800, versions=40, seed=5)
+    runs._PREVIOUS.clear()
+    settings.TRUSTRANK_RANKING_RESCORE_ABOVE = 0
+    assert not _run(team_id).incremental
+    kept_at_gather: list[bool] = []
+    real_gather = ranking_inputs.ranking_inputs_gather
+
+    def gather(**kwargs):
+        kept_at_gather.append(kwargs["team_id"] in runs._PREVIOUS)
+        return real_gather(**kwargs)
+
+    monkeypatch.setattr(runs, "ranking_inputs_gather", gather)
+    _every_impact_flipped(team_id)
+    afresh = _run(team_id)
+    assert not afresh.incremental
+    assert afresh.counts["rescore_past_limit"] == afresh.counts["findings"] == 2000
+    # The incremental attempt gathered with the team kept; the full run without it.
+    assert kept_at_gather == [True, False]
+    assert afresh.phase == "done" and afresh.status == "done"
+    stored = _stored(team_id)
+
+    # The same change again, under no limit: an incremental run stores the same.
+    _every_impact_flipped(team_id)
+    assert _run(team_id).counts.get("rescore_past_limit") == 2000
+    settings.TRUSTRANK_RANKING_RESCORE_ABOVE = 10**9
+    _every_impact_flipped(team_id)
+    incremental = _run(team_id)
+    assert incremental.incremental and "rescore_past_limit" not in incremental.counts
+    assert _stored(team_id) == stored
+    assert incremental.results_digest == afresh.results_digest
+    assert incremental.inputs_digest == afresh.inputs_digest
+
+    # One service's change rescores a few findings: incremental under the limit of 0 too
+    # (a quarter of the queue).
+    settings.TRUSTRANK_RANKING_RESCORE_ABOVE = 0
+    _set_impact(team_id, "svc-3", "very high")
+    small = _run(team_id)
+    assert small.incremental and "rescore_past_limit" not in small.counts
+

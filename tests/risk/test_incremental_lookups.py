@@ -215,3 +215,18 @@ def test_chained_runs_carry_the_lookups_along():
         changed = _anew(changed)
         previous = _check(previous, changed, **names)
         inputs = changed
+
+
+def test_past_its_limit_an_incremental_run_names_how_many_it_would_rescore():
+    """`rescore_above`: a run that would score more findings raises `RescoreTooLarge`
+    with their count, before it scores any; at the limit it ranks as a full run does."""
+    from trustrank.risk.incremental import RescoreTooLarge
+
+    inputs = generate(2)
+    previous = rank(inputs=inputs)
+    ids = {f.id for f in inputs.findings}
+    with pytest.raises(RescoreTooLarge) as raised:
+        rank_incremental(previous=previous, inputs=inputs, changed_findings=ids,
+                         rescore_above=len(ids) - 1)
+    assert raised.value.count == len(ids)
+    _check(previous, inputs, changed_findings=ids, rescore_above=len(ids))

@@ -64,6 +64,15 @@ def _to_rescore(
     return removed
 
 
+class RescoreTooLarge(Exception):
+    """`rank_incremental` would rescore more findings than its caller's limit: a full run
+    (`engine.rank`, scoring by columns) is then the faster and the smaller way."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(f"{count} findings to rescore")
+        self.count = count
+
+
 def _changed_analyses(
     before: Mapping[str, EnvironmentAnalysis], after: Mapping[str, EnvironmentAnalysis],
     services: set[tuple[str, str]],
@@ -96,6 +105,7 @@ def rank_incremental(
     changed_records: Collection[Finding] | None = None,
     previous_places: Callable[[str], int | None] | None = None,
     with_digest: bool = True,
+    rescore_above: int | None = None,
 ) -> RankResult:
     """Rank again reusing `previous` where nothing it depends on changed; the result is the
     same as `rank(inputs=…)` provided the caller names every project version whose SBOM,
@@ -110,7 +120,10 @@ def rank_incremental(
     current records of those still open (else they are looked up in `inputs`). Then the
     findings to rescore are found, and merged back, in time proportional to what changed
     (`queue.merge`); `previous_places`, when given, tells a finding id's place in
-    `previous.findings` (else a map of them is made)."""
+    `previous.findings` (else a map of them is made).
+    Raises `RescoreTooLarge` when more than `rescore_above` findings (new, changed, or
+    depending on what changed) are to be scored: one by one and merged into the kept
+    queue, they take longer and hold more memory than a full run's columns."""
     settings = settings or RankSettings()
     if previous.settings_version != settings.version:
         return rank(inputs=inputs, settings=settings, with_digest=with_digest)
@@ -179,6 +192,8 @@ def rank_incremental(
                     kept.append(r)
                 else:
                     current[f.id] = f
+        if rescore_above is not None and len(current) > rescore_above:
+            raise RescoreTooLarge(len(current))
         score = _Scorer(index, settings).score
         # What is left in `current` is new or changed: score it, sort it, and merge it
         # into the unchanged findings, which are already in order.

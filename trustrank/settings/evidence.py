@@ -165,6 +165,12 @@ TRUSTRANK_RANKING_SIDE_WRITES_ABOVE = envint(
 TRUSTRANK_RANKING_OWN_TABLE_ABOVE = envint(
     "TRUSTRANK_RANKING_OWN_TABLE_ABOVE", 250_000, minimum=1
 )
+# An incremental ranking run that would rescore more than this many findings, and more
+# than a quarter of the team's queue, ranks afresh as a full run instead (scored by
+# columns: faster, and without the previous queue held beside the new one).
+TRUSTRANK_RANKING_RESCORE_ABOVE = envint(
+    "TRUSTRANK_RANKING_RESCORE_ABOVE", 100_000, minimum=0
+)
 # PostgreSQL's memory for each of those index builds (maintenance_work_mem), in MB.
 TRUSTRANK_RANKING_INDEX_MEMORY_MB = envint(
     "TRUSTRANK_RANKING_INDEX_MEMORY_MB", 512, minimum=1

@@ -53,7 +53,7 @@ from trustrank.ranking.services.store_table import TeamTable
 from trustrank.risk.buffers import BUFFERS
 from trustrank.risk.collector import collector_paused
 from trustrank.risk.engine import rank
-from trustrank.risk.incremental import rank_incremental
+from trustrank.risk.incremental import RescoreTooLarge, rank_incremental
 from trustrank.risk.results import RankResult
 
 log = logging.getLogger(__name__)
@@ -159,7 +159,20 @@ def _execute(run: RankingRun, progress: Any = None) -> None:
     the kept queue index; the gather read against the kept inputs)."""
     threads: list[DueInserter | SideWrite[str]] = []
     try:
-        _rank_and_store(run, threads, progress)
+        try:
+            _rank_and_store(run, threads, progress)
+            return
+        except RescoreTooLarge as too_large:
+            # Left before ranking afresh, the traceback dropped: it holds the incremental
+            # attempt's frames (its inputs, the kept queue's records) in a cycle through
+            # contextlib's frames, which the paused collector would keep through the run.
+            afresh = too_large.count
+            too_large.__traceback__ = None
+        # What the worker kept of the team goes before the full run gathers, so the two
+        # queues are never held at once (the attempt stored nothing).
+        _PREVIOUS.pop(run.team_id, None)
+        _phase(run, "gathering", progress)
+        _rank_and_store(run, threads, progress, afresh=afresh)
     except BaseException:
         _PREVIOUS.pop(run.team_id, None)
         for thread in threads:
@@ -169,9 +182,11 @@ def _execute(run: RankingRun, progress: Any = None) -> None:
 
 
 def _rank_and_store(run: RankingRun, threads: list[DueInserter | SideWrite[str]],
-                    progress: Any = None) -> None:
+                    progress: Any = None, afresh: int | None = None) -> None:
     """`_execute`'s work; a thread it starts on a connection of its own goes into
-    `threads`."""
+    `threads`. An incremental run that would rescore more than its limit raises
+    `RescoreTooLarge` before it stores anything; `afresh` is then that count, for the full
+    run that follows (kept in the run's counts as `rescore_past_limit`)."""
     t0 = time.perf_counter()
     rs = rank_settings()
     # Only its id: the row also holds the weights and counts.
@@ -201,6 +216,8 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter | SideWrite[str]]
             changed_project_versions=versions, changed_services=services,
             changed_findings=gathered.touched, changed_records=gathered.delta,
             previous_places=_places_in(cached),
+            rescore_above=max(settings.TRUSTRANK_RANKING_RESCORE_ABOVE,
+                              len(cached.result.findings) // 4),
         )
         if rewrites_rows(result.changed_places, len(result.findings)):
             # The store reads nothing of the previous queue: its ranked findings the new one
@@ -314,6 +331,7 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter | SideWrite[str]]
                 "edges": len(gathered.inputs.edges),
                 "deployments": len(gathered.inputs.deployments),
                 **counts,
+                **({} if afresh is None else {"rescore_past_limit": afresh}),
             },
             timings={
                 "gather_s": round(t1 - t0, 3),

@@ -107,23 +107,37 @@ class QueueRows(Mapping[int, Row]):
                    keyed: bool = False) -> QueueRows:
         """The columns of `n` (finding id, row) pairs, in their order; `keyed`: each row
         has the queue key after its six fields (as read from the table)."""
-        pairs = list(items)
-        values = list(map(itemgetter(1), pairs))
+        return cls.from_chunks([[(fid, *row) for fid, row in items]], keyed=keyed)
+
+    @classmethod
+    def from_chunks(cls, chunks: Iterable[Sequence[tuple[Any, ...]]],
+                    keyed: bool = False) -> QueueRows:
+        """The columns of rows (finding id, the row's six fields[, queue key when
+        `keyed`]) given chunk by chunk, in their order: only a chunk's tuples are held at
+        once (a queue read from the table: ten million rows of tuples were gigabytes)."""
         envs: dict[str, int] = {}
         digests: dict[str, int] = {}
-        return cls(
-            fid=np.fromiter(map(itemgetter(0), pairs), dtype=np.int64, count=n),
-            rank=np.fromiter(map(itemgetter(0), values), dtype=np.int32, count=n),
-            env_rank=np.fromiter(map(itemgetter(1), values), dtype=np.int32, count=n),
-            env=_codes(map(itemgetter(2), values), envs, n),
-            score=np.fromiter(map(itemgetter(3), values), dtype=np.float64, count=n),
-            decision=np.fromiter(map(_DECISION_INDEX.__getitem__, map(itemgetter(4), values)),
-                                 dtype=np.int8, count=n),
-            context=_codes(map(itemgetter(5), values), digests, n),
-            envs=list(envs), digests=list(digests),
-            qkey=np.fromiter(map(itemgetter(6), values), dtype=np.int64, count=n)
-            if keyed else None,
-        )
+        # fid, rank, env_rank, env, score, decision, context, qkey: their chunks' arrays.
+        dtypes = (np.int64, np.int32, np.int32, np.int32, np.float64, np.int8, np.int32,
+                  np.int64)
+        cols: list[list[np.ndarray[Any, Any]]] = [[] for _ in dtypes]
+        for chunk in chunks:
+            n = len(chunk)
+            for at, (col, dtype) in enumerate(zip(cols, dtypes, strict=True)):
+                values = map(itemgetter(at), chunk)
+                if at == 3 or at == 6:
+                    col.append(_codes(values, envs if at == 3 else digests, n))
+                elif at == 5:
+                    col.append(np.fromiter(map(_DECISION_INDEX.__getitem__, values),
+                                           dtype=dtype, count=n))
+                elif at < 7 or keyed:
+                    col.append(np.fromiter(values, dtype=dtype, count=n))
+        fid, rank, env_rank, env, score, decision, context, qkey = (
+            np.concatenate(col) if col else np.zeros(0, dtype=dtype)
+            for col, dtype in zip(cols, dtypes, strict=True))
+        return cls(fid=fid, rank=rank, env_rank=env_rank, env=env, score=score,
+                   decision=decision, context=context, envs=list(envs),
+                   digests=list(digests), qkey=qkey if keyed else None)
 
     # --- lookups ---------------------------------------------------------------------
 
