@@ -943,7 +943,7 @@ def test_a_run_that_would_rescore_most_of_the_queue_ranks_afresh(settings, monke
     have: the same rows and digests. Below the limit, the run stays incremental."""
     from trustrank.ranking import inputs as ranking_inputs
 
-    team_id = build(findings=2000, services=200, edges=800, versions=40, seed=5)
+    team_id = _aged(build(findings=2000, services=200, edges=800, versions=40, seed=5))
     runs._PREVIOUS.clear()
     settings.TRUSTRANK_RANKING_RESCORE_ABOVE = 0
     assert not _run(team_id).incremental
