@@ -23,10 +23,13 @@ svc-3's impact changed back or again: a worker's steady state, one change after 
 Last line: {"full_seconds": …, "incremental_seconds": …, "first_page_ms": …,
             "findings": …, "peak_mb": …[, "incremental_seconds_later": […],
             "incremental_seconds_later_median": …][, "seconds_from_window_to_rank": …]
-            [, "rescore_all_seconds": …, "rescore_all_incremental": …], "load_average": …}
+            [, "rescore_all_seconds": …, "rescore_all_incremental": …]
+            [, "full_again_seconds": …], "load_average": …}
 
 `--rescore-all` then changes every deployment's impact: the worst incremental run, one
 that rescores every finding (as when every service's recent-hour rate drops to none).
+`--full-again` last ranks in full over the stored queue while the worker still holds the
+team's previous one, as the hourly full run of a team a worker keeps does.
 """
 
 from __future__ import annotations
@@ -326,6 +329,11 @@ def main() -> None:
         help="last, change every deployment's impact and rank again: an incremental run "
              "that rescores every finding (rescore_all_seconds, and rescore_all_incremental: "
              "whether the run was incremental)")
+    parser.add_argument(
+        "--full-again", action="store_true",
+        help="last, a full run over the stored queue while the worker holds the team's "
+             "previous one, as the hourly full run of a kept team is (full_again_seconds; "
+             "peak_mb then includes it)")
     args = parser.parse_args()
 
     import django
@@ -438,6 +446,16 @@ def main() -> None:
         out["rescore_all_seconds"] = round(run("every deployment changed"), 2)
         out["rescore_all_incremental"] = bool(RankingRun.objects.filter(
             team_id=team_id).order_by("-pk").values_list("incremental", flat=True)[0])
+        out["peak_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    if args.full_again:
+        from datetime import timedelta
+
+        from trustrank.ranking.services import runs
+
+        # What the worker keeps is used for an hour (`runs._CACHE_MAX_AGE`): past it, the
+        # team's next run is full.
+        runs._CACHE_MAX_AGE = timedelta(0)
+        out["full_again_seconds"] = round(run("full run again"), 2)
         out["peak_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     print(f"load average: {os.getloadavg()}")
     out["load_average"] = round(os.getloadavg()[0], 2)

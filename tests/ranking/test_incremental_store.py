@@ -982,3 +982,29 @@ def test_a_run_that_would_rescore_most_of_the_queue_ranks_afresh(settings, monke
     small = _run(team_id)
     assert small.incremental and "rescore_past_limit" not in small.counts
 
+
+
+def test_a_full_run_gathers_after_the_worker_forgot_an_outdated_queue(monkeypatch):
+    """A kept queue past `_CACHE_MAX_AGE` is not used: the full run that follows drops it
+    before gathering (holding it beside the new one doubled the run's peak), then keeps
+    its own for the next run."""
+    from datetime import timedelta
+
+    from trustrank.ranking import inputs as ranking_inputs
+
+    team_id = _aged(build(findings=600, services=60, edges=200, versions=20, seed=9))
+    runs._PREVIOUS.clear()
+    first = _run(team_id)
+    kept_at_gather: list[bool] = []
+    real_gather = ranking_inputs.ranking_inputs_gather
+
+    def gather(**kwargs):
+        kept_at_gather.append(kwargs["team_id"] in runs._PREVIOUS)
+        return real_gather(**kwargs)
+
+    monkeypatch.setattr(runs, "ranking_inputs_gather", gather)
+    monkeypatch.setattr(runs, "_CACHE_MAX_AGE", timedelta(0))
+    again = _run(team_id)
+    assert not again.incremental and kept_at_gather == [False]
+    assert runs._PREVIOUS[team_id].run_id == again.pk
+    assert again.results_digest == first.results_digest

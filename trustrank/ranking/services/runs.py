@@ -200,6 +200,13 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter | SideWrite[str]]
         and cached.result.settings_version == rs.version
         and gathered_at - cached.gathered_at < _CACHE_MAX_AGE
     )
+    if not incremental:
+        # A full run reads nothing the worker kept of the team: a queue kept too long, of
+        # other settings or of a run another worker followed goes now, not when this run
+        # replaces it, so the two queues are never held at once (at a million findings
+        # the full run's peak was 1,591 MB beside it, 845 MB alone).
+        _PREVIOUS.pop(run.team_id, None)
+        cached = None
     if incremental and cached is not None:
         gathered = ranking_inputs_gather(
             team_id=run.team_id, previous=cached.gathered,
