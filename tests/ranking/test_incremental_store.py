@@ -60,7 +60,7 @@ def _digest_of(stored: list[tuple[object, ...]]) -> str:
     from trustrank.ranking.services.store_rows import QueueRows
 
     return runs._rows_digest(QueueRows.from_items(
-        ((r[0], r[1:]) for r in stored), len(stored), keyed=True))
+        ((r[0], r[1:]) for r in stored), keyed=True))
 
 
 def _set_impact(team_id: int, service: str, impact: str) -> None:
@@ -602,7 +602,7 @@ def test_results_digest_updated_by_the_changed_rows_equals_the_whole_digest():
 
     def keyed(rows):
         return QueueRows.from_items(((f, (*r, int(r[3] * 1000))) for f, r in rows.items()),
-                                    len(rows), keyed=True)
+                                    keyed=True)
 
     before = {fid: (fid, fid, "prod", fid / 7, "scheduled", f"{fid:064x}")
               for fid in range(1, 200)}
@@ -936,25 +936,32 @@ def _every_impact_flipped(team_id: int) -> None:
             "(SELECT id FROM runtime_environment WHERE team_id = %s)", [team_id])
 
 
+def _kept_at_gather(monkeypatch) -> list[bool]:
+    """Whether the worker still kept the team when each later run gathered (the real
+    gather called after)."""
+    from trustrank.ranking import inputs as ranking_inputs
+
+    kept: list[bool] = []
+    real_gather = ranking_inputs.ranking_inputs_gather
+
+    def gather(**kwargs):
+        kept.append(kwargs["team_id"] in runs._PREVIOUS)
+        return real_gather(**kwargs)
+
+    monkeypatch.setattr(runs, "ranking_inputs_gather", gather)
+    return kept
+
+
 def test_a_run_that_would_rescore_most_of_the_queue_ranks_afresh(settings, monkeypatch):
     """Past `TRUSTRANK_RANKING_RESCORE_ABOVE` and a quarter of the queue, the incremental
     attempt gives way to a full run, which gathers only after the worker forgot what it
     kept of the team (never two queues in memory) and stores what an incremental run would
     have: the same rows and digests. Below the limit, the run stays incremental."""
-    from trustrank.ranking import inputs as ranking_inputs
-
     team_id = _aged(build(findings=2000, services=200, edges=800, versions=40, seed=5))
     runs._PREVIOUS.clear()
     settings.TRUSTRANK_RANKING_RESCORE_ABOVE = 0
     assert not _run(team_id).incremental
-    kept_at_gather: list[bool] = []
-    real_gather = ranking_inputs.ranking_inputs_gather
-
-    def gather(**kwargs):
-        kept_at_gather.append(kwargs["team_id"] in runs._PREVIOUS)
-        return real_gather(**kwargs)
-
-    monkeypatch.setattr(runs, "ranking_inputs_gather", gather)
+    kept_at_gather = _kept_at_gather(monkeypatch)
     _every_impact_flipped(team_id)
     afresh = _run(team_id)
     assert not afresh.incremental
@@ -990,19 +997,10 @@ def test_a_full_run_gathers_after_the_worker_forgot_an_outdated_queue(monkeypatc
     its own for the next run."""
     from datetime import timedelta
 
-    from trustrank.ranking import inputs as ranking_inputs
-
     team_id = _aged(build(findings=600, services=60, edges=200, versions=20, seed=9))
     runs._PREVIOUS.clear()
     first = _run(team_id)
-    kept_at_gather: list[bool] = []
-    real_gather = ranking_inputs.ranking_inputs_gather
-
-    def gather(**kwargs):
-        kept_at_gather.append(kwargs["team_id"] in runs._PREVIOUS)
-        return real_gather(**kwargs)
-
-    monkeypatch.setattr(runs, "ranking_inputs_gather", gather)
+    kept_at_gather = _kept_at_gather(monkeypatch)
     monkeypatch.setattr(runs, "_CACHE_MAX_AGE", timedelta(0))
     again = _run(team_id)
     assert not again.incremental and kept_at_gather == [False]

@@ -105,7 +105,7 @@ def test_walked_rows_find_each_id_where_a_sort_finds_it(seed):
     order = [str(i) for i in range(rng.randint(1, 80))]
     prev = tuple(ranked(fid, k + 1) for k, fid in enumerate(order))
     before = QueueRows.from_items(((int(r[0]), row_of(r, k + 1, "a")) for k, r in
-                                   enumerate(prev)), len(prev))
+                                   enumerate(prev)))
     before.by_place = True
     seen = {int(f) for f in order}
     next_id = len(order)
@@ -143,7 +143,7 @@ def test_released_arrays_serve_a_later_run_and_held_ones_stay():
 
     def rows_of(fids: list[int]) -> QueueRows:
         rows = QueueRows.from_items(((f, (k + 1, k + 1, "prod", rng.random(), "scheduled",
-                                           "ctx")) for k, f in enumerate(fids)), len(fids))
+                                           "ctx")) for k, f in enumerate(fids)))
         rows.by_place = True
         return rows
 
@@ -196,7 +196,7 @@ def test_rows_copied_by_kept_runs_are_the_rows_those_runs_moved():
     n = 40
     before = QueueRows.from_items(((f, (k + 1, k + 1, rng.choice(["prod", "dev"]),
                                         rng.random(), "scheduled", f"ctx{k % 3}"))
-                                   for k, f in enumerate(range(1, n + 1))), n)
+                                   for k, f in enumerate(range(1, n + 1))))
     before.by_place = True
     # Places 0-9 keep theirs, 10-11 are fresh, 12-37 hold previous 14-39 (12-13 dropped).
     kept = KeptPieces.of([(0, 0, 10), (14, 12, 26)])
@@ -251,7 +251,7 @@ def test_environment_ranks_moved_by_runs_are_those_counted_afresh(seed):
     envs = ["prod", "dev", "", "stage", "qa", "edge"][: rng.randint(2, 6)]
     values = [(0, 0, rng.choice(envs[:-1]), rng.random(), "scheduled", "ctx")
               for _ in range(n)]
-    before = QueueRows.from_items(zip(range(1, n + 1), values, strict=True), n)
+    before = QueueRows.from_items(zip(range(1, n + 1), values, strict=True))
     before.env_rank = env_ranks(before.env, len(before.envs)).copy()
     before.by_place = True
     runs, fresh, total = _random_layout(rng, n, fresh_at_once=[0, 0, 1, 3],
@@ -266,8 +266,7 @@ def test_environment_ranks_moved_by_runs_are_those_counted_afresh(seed):
     rows.env_rank = ranks
     rows.counted(counts)
     fresh_count = dict(QueueRows.from_items(
-        [(1, (0, 0, rows.envs[c], 0.0, "scheduled", "x")) for c in rows.env.tolist()],
-        len(rows.env)).env_counts())
+        [(1, (0, 0, rows.envs[c], 0.0, "scheduled", "x")) for c in rows.env.tolist()]).env_counts())
     assert rows.env_counts() == fresh_count
 
 
@@ -301,7 +300,7 @@ def test_rows_moved_from_rows_in_key_order_know_their_order_from_the_runs_bounds
     n = rng.randint(1, 80)
     keys = sorted(rng.sample(range(10, 10_000), n))
     values = [(0, 0, "prod", 0.5, "scheduled", "ctx", k) for k in keys]
-    before = QueueRows.from_items(zip(range(1, n + 1), values, strict=True), n, keyed=True)
+    before = QueueRows.from_items(zip(range(1, n + 1), values, strict=True), keyed=True)
     before.by_place = True
     runs, fresh, total = _random_layout(rng, n, fresh_at_once=[0, 0, 1, 2],
                                         dropped_at_once=[0, 0, 1], longest=12)

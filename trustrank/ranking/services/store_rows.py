@@ -100,13 +100,13 @@ class QueueRows(Mapping[int, Row]):
         """`rows` as columns (as they are when they already are)."""
         if isinstance(rows, QueueRows):
             return rows
-        return cls.from_items(rows.items(), len(rows))
+        return cls.from_items(rows.items())
 
     @classmethod
-    def from_items(cls, items: Iterable[tuple[int, Row]], n: int,
+    def from_items(cls, items: Iterable[tuple[int, Row]],
                    keyed: bool = False) -> QueueRows:
-        """The columns of `n` (finding id, row) pairs, in their order; `keyed`: each row
-        has the queue key after its six fields (as read from the table)."""
+        """The columns of (finding id, row) pairs, in their order; `keyed`: each row has
+        the queue key after its six fields (as read from the table)."""
         return cls.from_chunks([[(fid, *row) for fid, row in items]], keyed=keyed)
 
     @classmethod
