@@ -754,6 +754,7 @@ def test_first_queue_from_the_engines_columns_is_the_queue_row_by_row(monkeypatc
     with connection.cursor() as cur:
         cur.execute("DELETE FROM ranking_rankedfinding WHERE team_id = %s", [team_id])
     monkeypatch.setattr(runs, "store_first_from_columns", lambda **kwargs: None)
+    monkeypatch.setattr(runs, "store_again_from_columns", lambda **kwargs: None)
     runs._PREVIOUS.clear()
     by_rows = _run(team_id)
     assert _stored(team_id) == stored

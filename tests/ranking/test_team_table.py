@@ -130,6 +130,7 @@ def test_a_large_rewrite_is_stored_in_the_teams_own_table_and_swapped_in(
 
     # A full run over the stored queue that rewrites it row by row (`store._store_rows`).
     monkeypatch.setattr(runs, "store_first_from_columns", lambda **kwargs: None)
+    monkeypatch.setattr(runs, "store_again_from_columns", lambda **kwargs: None)
     monkeypatch.setattr(store, "_REWRITE_ABOVE", -1)
     runs._PREVIOUS.clear()
     rewrite = _execute(team)

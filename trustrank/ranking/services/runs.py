@@ -44,6 +44,7 @@ from trustrank.ranking.services.run_digests import rows_digest as _rows_digest
 from trustrank.ranking.services.run_digests import rows_digest_update as _rows_digest_update
 from trustrank.ranking.services.side import SideWrite
 from trustrank.ranking.services.store import _store, rewrites_rows
+from trustrank.ranking.services.store_again import store_again_from_columns
 from trustrank.ranking.services.store_columns import place_ids, store_first_from_columns
 from trustrank.ranking.services.store_groups import search_groups_mend
 from trustrank.ranking.services.store_moved import ready_for_moves
@@ -259,11 +260,14 @@ def _rank_and_store(run: RankingRun, threads: list[DueInserter | SideWrite[str]]
     # Where a rewritten large queue goes until the run's last statement swaps it in.
     team_table = TeamTable(run.team_id, run.pk)
     with transaction.atomic():
-        stored = store_first_from_columns(
-            run=run, result=result, gathered=gathered, row_hashes=_row_hashes, fid=fid,
-            meanwhile=meanwhile.step if meanwhile is not None else None,
-            team_table=team_table,
-        ) if fid is not None else None
+        # A full run's queue from its columns: the team's first, else over the stored one.
+        by_columns: dict[str, Any] = {
+            "run": run, "result": result, "gathered": gathered, "row_hashes": _row_hashes,
+            "fid": fid, "meanwhile": meanwhile.step if meanwhile is not None else None,
+            "team_table": team_table,
+        }
+        stored = (store_first_from_columns(**by_columns)
+                  or store_again_from_columns(**by_columns)) if fid is not None else None
         counts, rows, (changed, gone), rows_hash = stored or _store(
             run=run, result=result, gathered=gathered,
             before=cached.rows if incremental and cached is not None else None,

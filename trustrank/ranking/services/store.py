@@ -2,12 +2,13 @@
 changed, the contexts they point at, and the history of own changes (`store_history`).
 A row whose ranks alone changed (others rose above it) is not written: its `rank`,
 `env_rank` and `run` stay those of the run that last wrote it; readers count ranks from
-the key (`trustrank.ranking.ranks`). The COPY is `store_copy`'s; a team's first queue
-from a full run `store_columns`'; the per-service results `store_services`'."""
+the key (`trustrank.ranking.ranks`). The COPY is `store_copy`'s; a full run's queue
+`store_columns`' (the team's first) or `store_again`'s (over a stored one); the
+per-service results `store_services`'."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import islice, repeat
 from operator import itemgetter
 from typing import Any
@@ -18,6 +19,7 @@ from django.db import connection
 from trustrank.ranking.inputs import Gathered
 from trustrank.ranking.inputs.ids import finding_pks, int_array, pk_of, search_groups_of
 from trustrank.ranking.models import RankingRun
+from trustrank.ranking.services.store_compare import stored_compared
 from trustrank.ranking.services.store_contexts import _context_body, _contexts_insert
 from trustrank.ranking.services.store_copy import _CHUNK, ChunkHashes, _copy_ranked
 from trustrank.ranking.services.store_history import _history
@@ -70,15 +72,17 @@ def _store(
     team_table: TeamTable | None = None,
 ) -> tuple[dict[str, Any], QueueRows, tuple[Ids, list[int]], int | None]:
     """Write the rows whose own values changed (the rows in memory hold every rank as of
-    this run); `before` is the stored queue when known (an incremental run), else read;
+    this run); `before` is the stored queue when known (an incremental run), else
+    compared as it is read (`store_compare`);
     `previous` the result it was made from, `previous_ids` its finding ids. Returns the
     counts, the rows, the findings whose row was written and whose row was dropped, and,
     when the whole queue was written and `row_hashes` given, `row_hashes` of every
     (finding id, own values), made chunk by chunk while PostgreSQL stores the one before.
     With `team_table`, a rewrite of a queue large enough goes into a table of its own
     (`store_table`)."""
-    # A team's first queue from a full run is written by `store_columns` (the runs module
-    # tries it first); with no stored row `_store_rows` writes every row as new.
+    # A full run's queue is written from its columns (`store_columns`, `store_again`: the
+    # runs module tries them first); with no stored row `_store_rows` writes every row as
+    # new.
     with collector_paused():
         return _store_rows(run=run, result=result, gathered=gathered, before=before,
                            previous=previous, previous_ids=previous_ids,
@@ -166,19 +170,18 @@ def _store_rows(
     with connection.cursor() as cur:
         _contexts_insert(cur, new_context)
         if before is None:
-            before = _stored_rows(run.team_id)
-            if before:
-                changed, gone = compare_rows(rows, before)
-            else:
-                # The team's first run: every row is new (no comparison per row).
-                changed, gone = rows.fid, []
+            # The stored rows compared as they are read: only those that changed are kept.
+            compared = stored_compared(run.team_id, rows)
+            changed, gone, moved_on_the_way = compared.changed, compared.gone, compared.moved
+            before, first = compared.before, not compared.stored
         else:
             changed = changed_on_the_way
             gone = gone_on_the_way or []
+            first = not before
         moved: Ids = (moved_on_the_way if moved_on_the_way is not None
                       else moved_rows(changed, before, rows) if before else changed)
         _history(cur, run=run, moved=moved, gone=gone, before=before, rows=rows,
-                 new_context=new_context, first=not before)
+                 new_context=new_context, first=first)
         rewrite = len(changed) + len(gone) > _REWRITE_ABOVE
         target = PARENT
         if rewrite:
@@ -189,14 +192,7 @@ def _store_rows(
                             [run.team_id])
             targets: Ids = rows.fid
         else:
-            # The team named: the statement reads the team's partition alone.
-            for some in (gone, changed):
-                if len(some):
-                    cur.execute(
-                        "DELETE FROM ranking_rankedfinding WHERE team_id = %s "
-                        "AND finding_id = ANY(%s::bigint[])",
-                        [run.team_id, int_array(some)],
-                    )
+            delete_rows(cur, run.team_id, gone, changed)
             targets = changed
         hashes: ChunkHashes[Ids] | None = None
         if rewrite and row_hashes is not None:
@@ -224,20 +220,13 @@ def _store_rows(
     return counts, rows, (changed, gone), hashes.sum if hashes is not None else None
 
 
-def _stored_rows(team_id: int) -> QueueRows:
-    """The team's stored queue, read by a server-side cursor a chunk at a time: the
-    driver never holds every row (a full run over a stored million read them all at once,
-    and its peak rose by 800 MB)."""
-
-    def chunks() -> Iterator[list[tuple[Any, ...]]]:
-        with connection.chunked_cursor() as cur:
-            cur.execute(
-                "SELECT finding_id, rank, env_rank, environment, score, decision, context_id, "
-                "qkey FROM ranking_rankedfinding WHERE team_id = %s", [team_id])
-            while chunk := cur.fetchmany(_CHUNK):
-                yield chunk
-
-    return QueueRows.from_chunks(chunks(), keyed=True)
+def delete_rows(cur: Any, team_id: int, *fids: Ids) -> None:
+    """Delete the team's ranked rows of each of `fids`."""
+    for some in fids:
+        if len(some):
+            # The team named: the statement reads the team's partition alone.
+            cur.execute("DELETE FROM ranking_rankedfinding WHERE team_id = %s "
+                        "AND finding_id = ANY(%s::bigint[])", [team_id, int_array(some)])
 
 
 def _walk_changed(

@@ -191,13 +191,9 @@ def store_first_from_columns(
 ) -> tuple[dict[str, Any], QueueRows, tuple[Ids, list[int]], int | None] | None:
     """Write the team's first queue from a result with columns (a full run), each chunk's
     rows made and hashed while PostgreSQL stores the chunk before. None when the result has
-    no columns or the team has stored rows (then `store._store` compares). `fid`: the
-    database id per place, when the caller made it (`place_ids`). `meanwhile`: a step of
-    other work that says whether it did any, called while PostgreSQL stores the chunks
-    (storing a million rows is PostgreSQL's work for seconds; see `_copy`). A queue of
-    `TRUSTRANK_RANKING_SIDE_WRITES_ABOVE` places or more has its contexts stored on a
-    connection of its own meanwhile (`side.SideWrite`). With `team_table`, a queue large
-    enough goes into a table of its own, indexed after (`store_table`)."""
+    no columns or the team has stored rows (then `store_again.store_again_from_columns`
+    compares). `fid`: the database id per place, when the caller made it (`place_ids`).
+    `meanwhile`, `team_table`: as `store_whole` takes them."""
     if result.columns is None:
         return None
     with connection.cursor() as cur:
@@ -205,50 +201,81 @@ def store_first_from_columns(
                     [run.team_id])
         if cur.fetchone() is not None:
             return None
-        q = _queue(result, place_ids(result, gathered.finding_ids) if fid is None else fid)
-        q.group = search_groups_of(gathered.finding_ids, q.fid)
-        rows = _rows(q)
-        target = (team_table.load_into(cur, len(q.fid)) if team_table is not None
-                  else PARENT)
-        hashes: ChunkHashes[slice] = ChunkHashes(
-            lambda part: row_hashes(zip(q.fid[part].tolist(), rows.own_rows_at(part),
-                                        strict=True)) if row_hashes is not None else 0,
-            deferred=target != PARENT)
+        q, rows = queue_of(result, gathered, fid)
+        rows_hash, buckets = store_whole(cur, q, rows, run=run, row_hashes=row_hashes,
+                                         meanwhile=meanwhile, team_table=team_table)
+    counts = queue_counts(q, moved=len(rows), updated=len(rows), left_queue=0,
+                          buckets=buckets)
+    return counts, rows, (rows.fid, []), rows_hash
 
-        def on_chunk(start: int, end: int) -> None:
-            hashes.add(slice(start, end))
 
-        def fill() -> bool:
-            # The deferred hashes first, then the run's other work.
-            return hashes.step() or (meanwhile() if meanwhile is not None else False)
+def queue_of(result: RankResult, gathered: Gathered,
+             fid: np.ndarray[Any, Any] | None) -> tuple[_Queue, QueueRows]:
+    """A full run's queue as stored columns, search groups included, and as rows."""
+    q = _queue(result, place_ids(result, gathered.finding_ids) if fid is None else fid)
+    q.group = search_groups_of(gathered.finding_ids, q.fid)
+    return q, _rows(q)
 
-        contexts = (SideWrite("ranking-contexts", partial(_contexts_stored, q.bodies))
-                    if len(q.fid) >= settings.TRUSTRANK_RANKING_SIDE_WRITES_ABOVE else None)
-        try:
-            _copy(cur, q, team_id=run.team_id, run_id=run.pk, chunks=_chunks(q),
-                  on_chunk=on_chunk, fill=fill, table=target, eager=target == PARENT)
-            if team_table is not None:
-                team_table.index(cur, meanwhile=fill)
-        finally:
-            if contexts is not None:
-                contexts.wait()
+
+def store_whole(
+    cur: Any, q: _Queue, rows: QueueRows, *, run: RankingRun,
+    row_hashes: Callable[[Iterable[tuple[int, OwnRow]]], int] | None,
+    meanwhile: Callable[[], bool] | None = None, team_table: TeamTable | None = None,
+    replaces: bool = False,
+) -> tuple[int | None, str]:
+    """Write every row of the queue `q` (whose rows are `rows`), with its contexts and
+    bucket counts; `replaces`: the team's stored rows go (a new table of its own, or
+    deleted first). Returns `row_hashes` of every row, when given, and how the buckets
+    were made. `meanwhile`: a step of other work that says whether it did any, called
+    while PostgreSQL stores the chunks (storing a million rows is PostgreSQL's work for
+    seconds; see `_copy`). A queue of `TRUSTRANK_RANKING_SIDE_WRITES_ABOVE` places or more
+    has its contexts stored on a connection of its own meanwhile (`side.SideWrite`). With
+    `team_table`, a queue large enough goes into a table of its own, indexed after
+    (`store_table`)."""
+    target = team_table.load_into(cur, len(q.fid)) if team_table is not None else PARENT
+    if replaces and target == PARENT:  # else the swap retires the old rows
+        cur.execute("DELETE FROM ranking_rankedfinding WHERE team_id = %s", [run.team_id])
+    hashes: ChunkHashes[slice] = ChunkHashes(
+        lambda part: row_hashes(zip(q.fid[part].tolist(), rows.own_rows_at(part),
+                                    strict=True)) if row_hashes is not None else 0,
+        deferred=target != PARENT)
+
+    def on_chunk(start: int, end: int) -> None:
+        hashes.add(slice(start, end))
+
+    def fill() -> bool:
+        # The deferred hashes first, then the run's other work.
+        return hashes.step() or (meanwhile() if meanwhile is not None else False)
+
+    contexts = (SideWrite("ranking-contexts", partial(_contexts_stored, q.bodies))
+                if len(q.fid) >= settings.TRUSTRANK_RANKING_SIDE_WRITES_ABOVE else None)
+    try:
+        _copy(cur, q, team_id=run.team_id, run_id=run.pk, chunks=_chunks(q),
+              on_chunk=on_chunk, fill=fill, table=target, eager=target == PARENT)
+        if team_table is not None:
+            team_table.index(cur, meanwhile=fill)
+    finally:
         if contexts is not None:
-            contexts.result()
-        else:
-            _contexts_insert(cur, q.bodies)
-        buckets = buckets_store(cur, team_id=run.team_id, rows=rows, before=None,
-                                changed=rows.fid, gone=[], rewrite=True)
-        if len(rows) > _REWRITE_ABOVE and target == PARENT:
-            # The planner must know the new queue's size to walk its index for a page.
-            cur.execute("ANALYZE ranking_rankedfinding")
-    counts = {
+            contexts.wait()
+    if contexts is not None:
+        contexts.result()
+    else:
+        _contexts_insert(cur, q.bodies)
+    buckets = buckets_store(cur, team_id=run.team_id, rows=rows, before=None,
+                            changed=rows.fid, gone=[], rewrite=True)
+    if len(rows) > _REWRITE_ABOVE and target == PARENT:
+        # The planner must know the new queue's size to walk its index for a page.
+        cur.execute("ANALYZE ranking_rankedfinding")
+    return (hashes.sum if row_hashes is not None else None), buckets
+
+
+def queue_counts(q: _Queue, **counts: Any) -> dict[str, Any]:
+    """A stored queue's counts: findings per environment, distinct contexts and `counts`
+    (moved, updated, left_queue, buckets)."""
+    return {
         "by_environment": {
             env: int(c) for env, c in sorted(zip(q.envs, np.bincount(
                 q.env, minlength=len(q.envs)).tolist(), strict=True)) if c},
         "contexts": len(q.bodies),
-        "moved": len(rows),
-        "updated": len(rows),
-        "left_queue": 0,
-        "buckets": buckets,
+        **counts,
     }
-    return counts, rows, (rows.fid, []), hashes.sum if row_hashes is not None else None

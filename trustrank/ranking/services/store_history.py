@@ -112,9 +112,15 @@ def _moved_lines(part: np.ndarray[Any, Any], rows: QueueRows, before: QueueRows,
     now, was = rows.places(part), before.places(part)
     found = was >= 0
     old = np.maximum(was, 0)
+
+    def previous(col: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        # Only the found ones are read; `before` may have no row at all (a full run keeps
+        # the stored rows of the changed findings only: here, every one new to the queue).
+        return col[old] if len(col) else np.zeros(len(part), dtype=col.dtype)
+
     # The why of each (old, new) context pair, once per distinct pair; -1: new to the queue.
     width = max(len(rows.digests), 1)
-    pair = np.where(found, before.context[old].astype(np.int64) * width + rows.context[now],
+    pair = np.where(found, previous(before.context).astype(np.int64) * width + rows.context[now],
                     -1)
     pairs, code = np.unique(pair, return_inverse=True)
     whys = [why(before.digests[p // width], rows.digests[p % width]) if p >= 0 else "[]"
@@ -126,12 +132,12 @@ def _moved_lines(part: np.ndarray[Any, Any], rows: QueueRows, before: QueueRows,
         list(map(repr, rows.score[now].tolist())),
         list(map(DECISIONS.__getitem__, rows.decision[now].tolist())),
         list(map(str, before.key_ranks(part).tolist())),
-        list(map(repr, before.score[old].tolist())),
-        list(map(DECISIONS.__getitem__, before.decision[old].tolist())),
+        list(map(repr, previous(before.score).tolist())),
+        list(map(DECISIONS.__getitem__, previous(before.decision).tolist())),
         list(map(whys.__getitem__, code.reshape(-1).tolist())),
         [at] * n,
         list(map(str, rows.qkey[now].tolist())),
-        list(map(str, before.qkey[old].tolist())),
+        list(map(str, previous(before.qkey).tolist())),
     ]
     for i in np.flatnonzero(~found).tolist():
         # New to the queue: nothing before.

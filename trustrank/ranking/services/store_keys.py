@@ -52,7 +52,7 @@ def buckets_store(cur: Any, *, team_id: int, rows: QueueRows, before: QueueRows 
     the old and new keys. Counts that then disagree with the queue's size, per queue (a
     finding deleted between runs took its row but not its count; a queue stored before
     keys were), are rebuilt. Returns which it was: "adjusted" or "rebuilt"."""
-    if not rewrite and before is not None and len(before):
+    if not rewrite and before is not None:
         _keys_into(cur, positions.PRODUCT.old, before, [*np.asarray(changed).tolist(),
                                                         *np.asarray(gone).tolist()])
         _keys_into(cur, positions.PRODUCT.new, rows, changed)

@@ -46,6 +46,32 @@ def _codes(values: Iterable[str], table: dict[str, int], n: int) -> np.ndarray[A
                        dtype=np.int32, count=n)
 
 
+# fid, rank, env_rank, env, score, decision, context, qkey: the columns' types.
+_DTYPES = (np.int64, np.int32, np.int32, np.int32, np.float64, np.int8, np.int32, np.int64)
+
+
+def chunk_columns(chunk: Sequence[tuple[Any, ...]], envs: dict[str, int],
+                  digests: dict[str, int], keyed: bool = True,
+                  ) -> tuple[np.ndarray[Any, Any], ...]:
+    """The eight columns (`_DTYPES`) of rows (finding id, the row's six fields[, queue key
+    when `keyed`, else zeros]) as read from the table, environments and context digests as
+    codes of `envs` and `digests` (a new value gets the next code)."""
+    n = len(chunk)
+    cols: list[np.ndarray[Any, Any]] = []
+    for at, dtype in enumerate(_DTYPES):
+        values = map(itemgetter(at), chunk)
+        if at == 3 or at == 6:
+            cols.append(_codes(values, envs if at == 3 else digests, n))
+        elif at == 5:
+            cols.append(np.fromiter(map(_DECISION_INDEX.__getitem__, values), dtype=dtype,
+                                    count=n))
+        elif at < 7 or keyed:
+            cols.append(np.fromiter(values, dtype=dtype, count=n))
+        else:
+            cols.append(np.zeros(n, dtype=dtype))
+    return tuple(cols)
+
+
 def env_ranks(codes: np.ndarray[Any, Any], n_codes: int) -> np.ndarray[Any, Any]:
     """Each place's rank among the places of its environment code (`codes` by place,
     codes below `n_codes`): one pass in C per environment."""
@@ -77,7 +103,8 @@ class QueueRows(Mapping[int, Row]):
                  env_rank: np.ndarray[Any, Any], env: np.ndarray[Any, Any],
                  score: np.ndarray[Any, Any], decision: np.ndarray[Any, Any],
                  context: np.ndarray[Any, Any], envs: list[str], digests: list[str],
-                 by_place: bool = False, qkey: np.ndarray[Any, Any] | None = None) -> None:
+                 by_place: bool = False, qkey: np.ndarray[Any, Any] | None = None,
+                 key_rank: np.ndarray[Any, Any] | None = None) -> None:
         self.fid = fid.astype(np.int64, copy=False)
         self.rank = rank.astype(np.int32, copy=False)
         self.env_rank = env_rank.astype(np.int32, copy=False)
@@ -91,7 +118,10 @@ class QueueRows(Mapping[int, Row]):
         # How an id's row is found (`store_places`): made on first use unless the rows
         # were made from earlier ones, whose lookup then leads to them.
         self._located: Located | None = None
-        self._key_rank: np.ndarray[Any, Any] | None = None
+        # Each row's rank among these rows in key order (`key_ranks`), when the caller knows
+        # it (rows read in key order from a longer queue: their ranks there).
+        self._key_rank: np.ndarray[Any, Any] | None = (
+            None if key_rank is None else key_rank.astype(np.int64, copy=False))
         self._env_counted: tuple[np.ndarray[Any, Any], dict[str, int]] | None = None
         self._context_counted: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None = None
 
@@ -117,27 +147,22 @@ class QueueRows(Mapping[int, Row]):
         once (a queue read from the table: ten million rows of tuples were gigabytes)."""
         envs: dict[str, int] = {}
         digests: dict[str, int] = {}
-        # fid, rank, env_rank, env, score, decision, context, qkey: their chunks' arrays.
-        dtypes = (np.int64, np.int32, np.int32, np.int32, np.float64, np.int8, np.int32,
-                  np.int64)
-        cols: list[list[np.ndarray[Any, Any]]] = [[] for _ in dtypes]
-        for chunk in chunks:
-            n = len(chunk)
-            for at, (col, dtype) in enumerate(zip(cols, dtypes, strict=True)):
-                values = map(itemgetter(at), chunk)
-                if at == 3 or at == 6:
-                    col.append(_codes(values, envs if at == 3 else digests, n))
-                elif at == 5:
-                    col.append(np.fromiter(map(_DECISION_INDEX.__getitem__, values),
-                                           dtype=dtype, count=n))
-                elif at < 7 or keyed:
-                    col.append(np.fromiter(values, dtype=dtype, count=n))
+        parts = [chunk_columns(chunk, envs, digests, keyed) for chunk in chunks]
+        return cls.joined(parts, envs=list(envs), digests=list(digests), keyed=keyed)
+
+    @classmethod
+    def joined(cls, parts: Sequence[tuple[np.ndarray[Any, Any], ...]], *, envs: list[str],
+               digests: list[str], keyed: bool,
+               key_rank: np.ndarray[Any, Any] | None = None) -> QueueRows:
+        """The rows of the columns of each part (as `chunk_columns` makes them, codes of
+        `envs` and `digests`), one part after the other."""
+        if not parts:
+            parts = [tuple(np.zeros(0, dtype=dtype) for dtype in _DTYPES)]
         fid, rank, env_rank, env, score, decision, context, qkey = (
-            np.concatenate(col) if col else np.zeros(0, dtype=dtype)
-            for col, dtype in zip(cols, dtypes, strict=True))
+            np.concatenate(col) for col in zip(*parts, strict=True))
         return cls(fid=fid, rank=rank, env_rank=env_rank, env=env, score=score,
-                   decision=decision, context=context, envs=list(envs),
-                   digests=list(digests), qkey=qkey if keyed else None)
+                   decision=decision, context=context, envs=envs, digests=digests,
+                   qkey=qkey if keyed else None, key_rank=key_rank)
 
     # --- lookups ---------------------------------------------------------------------
 
