@@ -52,8 +52,8 @@ def _spy_compared(monkeypatch, chunk: int) -> list[store_compare.Compared]:
     """Every comparison the store made, read `chunk` stored rows at a time."""
     made: list[store_compare.Compared] = []
 
-    def compared(team_id: int, rows: QueueRows) -> store_compare.Compared:
-        made.append(store_compare.stored_compared(team_id, rows, chunk=chunk))
+    def compared(team_id: int, rows: QueueRows, **kwargs) -> store_compare.Compared:
+        made.append(store_compare.stored_compared(team_id, rows, chunk=chunk, **kwargs))
         return made[-1]
 
     monkeypatch.setattr(store_again, "stored_compared", compared)
@@ -173,3 +173,38 @@ def test_ranks_of_a_queue_stored_before_keys_are_its_stored_ranks():
         assert compared.stored == len(ranks) and sorted(compared.gone) == sorted(ranks)
         assert dict(zip(compared.before.fid.tolist(), compared.before.key_ranks(
             compared.before.fid).tolist(), strict=True)) == ranks
+
+
+def test_past_the_rewrite_limit_only_the_moved_and_gone_rows_are_kept():
+    """Rows whose context alone changed need their stored row only for a write of the
+    changed rows (the bucket counts' adjustment); once they are more than the limit the
+    queue is written whole, and only the history's rows (moved, gone) are kept."""
+    team_id = build(findings=300, services=30, edges=80, versions=10, seed=8)
+    runs._PREVIOUS.clear()
+    _run(team_id)
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT finding_id, rank, env_rank, environment, score, decision, context_id, "
+            "qkey FROM ranking_rankedfinding WHERE team_id = %s ORDER BY qkey, finding_id",
+            [team_id])
+        stored = cur.fetchall()
+    assert len({r[6] for r in stored}) > 1
+    other = {r[6]: next(s[6] for s in stored if s[6] != r[6]) for r in stored}
+    new = [list(r) for r in stored[3:]]  # the first three left the queue
+    for r in new[:20]:  # another context: changed, not moved
+        r[6] = other[r[6]]
+    for r in new[20:30]:  # another score: moved
+        r[4] += 1.0
+    rows = QueueRows.from_items(((r[0], tuple(r[1:])) for r in new), keyed=True)
+    gone = [r[0] for r in stored[:3]]
+    moved = [r[0] for r in new[20:30]]
+    changed = [r[0] for r in new[:30]]
+    for limit, kept in ((None, gone + changed), (1000, gone + changed), (5, gone + moved)):
+        compared = store_compare.stored_compared(team_id, rows, rewrite_above=limit, chunk=11)
+        assert compared.gone == gone and compared.stored == len(stored)
+        assert sorted(np.asarray(compared.changed).tolist()) == sorted(changed)
+        assert sorted(np.asarray(compared.moved).tolist()) == sorted(moved)
+        assert sorted(compared.before.fid.tolist()) == sorted(kept), limit
+        ranks = {r[0]: k for k, r in enumerate(stored, start=1)}
+        assert compared.before.key_ranks(compared.before.fid).tolist() == [
+            ranks[f] for f in compared.before.fid.tolist()]

@@ -171,7 +171,7 @@ def _store_rows(
         _contexts_insert(cur, new_context)
         if before is None:
             # The stored rows compared as they are read: only those that changed are kept.
-            compared = stored_compared(run.team_id, rows)
+            compared = stored_compared(run.team_id, rows, rewrite_above=_REWRITE_ABOVE)
             changed, gone, moved_on_the_way = compared.changed, compared.gone, compared.moved
             before, first = compared.before, not compared.stored
         else:

@@ -47,7 +47,7 @@ def store_again_from_columns(
         return None
     q, rows = queue_of(result, gathered, fid)
     with connection.cursor() as cur:
-        compared = stored_compared(run.team_id, rows)
+        compared = stored_compared(run.team_id, rows, rewrite_above=store._REWRITE_ABOVE)
         changed, gone = compared.changed, compared.gone
         _history(cur, run=run, moved=compared.moved, gone=gone, before=compared.before,
                  rows=rows, new_context=q.bodies, first=not compared.stored)

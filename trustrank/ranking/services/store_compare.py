@@ -28,8 +28,9 @@ class Compared:
     gone: list[int]
     # Of `changed`: new, or their key, score or decision differs (a history line each).
     moved: np.ndarray[Any, Any]
-    # The stored rows of `changed` (those that had one) and of `gone`, with their ranks in
-    # the stored queue as `QueueRows.key_ranks` counts them.
+    # The stored rows of `changed` (those that had one; past `rewrite_above`, of the moved
+    # ones only) and of `gone`, with their ranks in the stored queue as
+    # `QueueRows.key_ranks` counts them.
     before: QueueRows
     # How many rows were stored.
     stored: int
@@ -50,10 +51,15 @@ class _CodesIn:
         return self.of
 
 
-def stored_compared(team_id: int, rows: QueueRows, chunk: int = _CHUNK) -> Compared:
+def stored_compared(team_id: int, rows: QueueRows, *, rewrite_above: int | None = None,
+                    chunk: int = _CHUNK) -> Compared:
     """Compare `rows` (every row of the team's new queue) with the team's stored rows, read
     by a server-side cursor `chunk` rows at a time in key order (the order the stored
-    ranks are counted in, so a row's rank is its place in the reading)."""
+    ranks are counted in, so a row's rank is its place in the reading). Once more than
+    `rewrite_above` rows changed (the queue is then written whole, and only the history
+    reads the stored rows), `before` keeps the stored rows of the moved and gone findings
+    alone: when an hour without traffic changed every finding's explanation but no key,
+    ten million unread rows were kept."""
     n = len(rows)
     seen = np.zeros(n, dtype=bool)  # rows whose finding had a stored row
     differs = np.zeros(n, dtype=bool)  # ... whose own values differ from it
@@ -65,6 +71,8 @@ def stored_compared(team_id: int, rows: QueueRows, chunk: int = _CHUNK) -> Compa
     ranks: list[np.ndarray[Any, Any]] = []
     gone: list[int] = []
     stored, keyed = 0, False
+    only_changed = 0  # stored rows kept for a change that moves nothing
+    limit = n if rewrite_above is None else rewrite_above
     with connection.chunked_cursor() as cur:
         cur.execute(
             "SELECT finding_id, rank, env_rank, environment, score, decision, context_id, "
@@ -84,7 +92,13 @@ def stored_compared(team_id: int, rows: QueueRows, chunk: int = _CHUNK) -> Compa
             moves[new[move]] = True
             differs[new[differ]] = True
             keep = ~found
-            keep[old[differ]] = True
+            keep[old[move]] = True
+            if only_changed <= limit:
+                only_changed += int(np.count_nonzero(differ & ~move))
+                if only_changed <= limit:
+                    keep[old[differ]] = True
+                else:  # past the limit: those kept so far go too
+                    kept, ranks = _moved_or_gone(kept, ranks, rows)
             gone.extend(fid[~found].tolist())
             taken = np.flatnonzero(keep)
             kept.append(tuple(c[taken] for c in cols))
@@ -98,3 +112,24 @@ def stored_compared(team_id: int, rows: QueueRows, chunk: int = _CHUNK) -> Compa
     new_rows = ~seen
     return Compared(changed=rows.fid[new_rows | differs], gone=gone,
                     moved=rows.fid[new_rows | moves], before=before, stored=stored)
+
+
+def _moved_or_gone(
+    kept: list[tuple[np.ndarray[Any, Any], ...]], ranks: list[np.ndarray[Any, Any]],
+    rows: QueueRows,
+) -> tuple[list[tuple[np.ndarray[Any, Any], ...]], list[np.ndarray[Any, Any]]]:
+    """Of the kept stored rows (and their ranks), those of findings gone from `rows` or
+    whose key, score or decision differs there."""
+    out: list[tuple[np.ndarray[Any, Any], ...]] = []
+    out_ranks: list[np.ndarray[Any, Any]] = []
+    for cols, rank in zip(kept, ranks, strict=True):
+        fid, _rank, _env_rank, _env, score, decision, _context, qkey = cols
+        at = rows.places(fid)
+        keep = at < 0
+        if len(rows):
+            new = np.maximum(at, 0)
+            keep |= (qkey != rows.qkey[new]) | (score != rows.score[new]) | (
+                decision != rows.decision[new])
+        out.append(tuple(c[keep] for c in cols))
+        out_ranks.append(rank[keep])
+    return out, out_ranks
