@@ -37,6 +37,7 @@ from trustrank.ranking.inputs.libraries import (
     libraries_read,
     sbom_packages_by_service,
 )
+from trustrank.ranking.inputs.settled import SettledDecisions
 from trustrank.risk import inputs as ri
 from trustrank.runtime.revisions import team_revision
 
@@ -63,7 +64,7 @@ class Gathered:
     # A full gather's open findings whose due date is settled for a decision (finding
     # database id -> that decision) under `policy`, the team's policy when it read them:
     # a ranking run recomputes due dates only where the new decision differs.
-    settled: dict[int, str] | None = None
+    settled: SettledDecisions | None = None
     policy: PolicyDays | None = None
     # With `settled`: the open findings that have a due-date row not settled for any
     # decision (few). A finding in neither has no row: its due date can be inserted.
@@ -150,14 +151,14 @@ def ranking_inputs_gather(
             # No finding written since: the previous records and ids as they are (neither
             # is changed after a gather), not a copy of a million of each.
             findings, ids = previous.inputs.findings, previous.finding_ids
-        settled: dict[int, str] | None = None
+        settled: SettledDecisions | None = None
         policy: PolicyDays | None = None
         unsettled_rows: set[int] | None = None
     else:
         touched = None
         delta = None
         policy = triage_policy_for(team_id=team_id)
-        settled, unsettled_rows = {}, set()
+        settled, unsettled_rows = SettledDecisions(), set()
         findings, ids, _closed = findings_read(team_id, settled=settled, policy=policy,
                                            unsettled_rows=unsettled_rows)
     inputs = ri.RankInputs(

@@ -7,7 +7,7 @@ import contextlib
 import queue
 import threading
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from datetime import datetime
 from itertools import repeat
 from operator import itemgetter
@@ -19,6 +19,7 @@ from django.db import connection, transaction
 from trustrank.findings.choices import OPEN_STATES
 from trustrank.findings.services.due_dates import PolicyDays, settled_decision_sql
 from trustrank.ranking.inputs.ids import FindingIds
+from trustrank.ranking.inputs.settled import SettledDecisions
 from trustrank.risk import inputs as ri
 from trustrank.risk.libraries import component_key_from_purl
 from trustrank.vulns.models import Advisory, EpssLatest
@@ -104,8 +105,8 @@ def _findings_statements(where: str, settled: str, due_join: str, *, split: bool
 
 def findings_read(
     team_id: int, *, changed_since: datetime | None = None,
-    settled: dict[int, str] | None = None, policy: PolicyDays | None = None,
-    unsettled_rows: set[int] | None = None,
+    settled: MutableMapping[int, str] | SettledDecisions | None = None,
+    policy: PolicyDays | None = None, unsettled_rows: set[int] | None = None,
 ) -> tuple[list[ri.Finding], FindingIds, set[str]]:
     """(open findings, their database ids, ids that left the open states). With
     `changed_since`, only findings written since then (an incremental run's delta). With

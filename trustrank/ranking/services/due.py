@@ -4,7 +4,7 @@ a second connection when they are many."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from operator import itemgetter
 from typing import Any, overload
 
@@ -24,13 +24,21 @@ from trustrank.risk.inputs import DECISIONS
 from trustrank.risk.results import RankResult
 
 
-def _without_due_row(gathered: Gathered) -> Callable[[int], bool] | None:
-    """Whether a finding had no due-date row at a full gather (neither settled for a
-    decision nor settled for none); None for a gather that did not read them."""
+def _without_due_row(
+    gathered: Gathered,
+) -> Callable[[np.ndarray[Any, Any]], np.ndarray[Any, Any]] | None:
+    """Whether each finding of an array of ids had no due-date row at a full gather
+    (neither settled for a decision nor settled for none); None for a gather that did not
+    read them."""
     settled, unsettled_rows = gathered.settled, gathered.unsettled_rows
     if settled is None or unsettled_rows is None:
         return None
-    return lambda fid: fid not in settled and fid not in unsettled_rows
+    return lambda fids: ~(settled.has(fids) | _in(fids, unsettled_rows))
+
+
+def _in(fids: np.ndarray[Any, Any], ids: Collection[int]) -> np.ndarray[Any, Any]:
+    """Whether each of `fids` is one of `ids` (a few)."""
+    return np.isin(fids, np.fromiter(ids, dtype=np.int64, count=len(ids)))
 
 
 def _less(unsettled: dict[str, Any], done: set[int]) -> dict[str, Any]:
@@ -55,7 +63,6 @@ def due_dates_unsettled(
     settled = gathered.settled
     if settled is None:
         return {}
-    get = settled.get
     having = gathered.unsettled_rows or frozenset()
     columns = QueueRows.of(rows)
     todo: list[int]
@@ -63,17 +70,16 @@ def due_dates_unsettled(
         # No finding had a due-date row: every decision differs from none.
         todo = [] if inserted else columns.fid.tolist()
     else:
-        # Each finding with the decision of its row, from the columns.
-        decided = zip(columns.fid.tolist(), map(DECISIONS.__getitem__,
-                                                columns.decision.tolist()), strict=True)
+        # Each finding's decision against the one its due date is settled for (-1: none),
+        # column by column.
+        differs = settled.codes_of(columns.fid) != columns.decision
         if inserted:
-            todo = [fid for fid, decision in decided
-                    if get(fid) != decision and (fid in settled or fid in having)]
-        else:
-            todo = [fid for fid, decision in decided if get(fid) != decision]
+            differs &= settled.has(columns.fid) | _in(columns.fid, having)
+        todo = columns.fid[differs].tolist()
     if inserted:
-        todo.extend(fid for fid in written_after
-                    if fid in settled or fid in having or fid not in rows)
+        written = np.asarray(written_after, dtype=np.int64)
+        todo.extend(written[settled.has(written) | _in(written, having)
+                            | (columns.places(written) < 0)].tolist())
     else:
         todo.extend(written_after)
     return {"finding_ids": todo, "checked_policy": gathered.policy}
@@ -140,7 +146,7 @@ class DueInserter:
             gathered.finding_ids, map(itemgetter(0), result.findings), n)
         places = np.arange(n)
         if gathered.settled or gathered.unsettled_rows:
-            places = places[np.fromiter(map(rowless, ids.tolist()), dtype=bool, count=n)]
+            places = places[rowless(ids)]
         if len(places) < above:
             return None
         places = places[np.argsort(ids[places], kind="stable")]
@@ -183,12 +189,11 @@ def due_dates_apply(
     policy = unsettled.get("checked_policy")
     rowless = _without_due_row(gathered)
     if ids and policy is not None and rowless is not None:
-        written = set(written_after)
         columns = QueueRows.of(rows)
-        fresh = [fid for fid in ids if rowless(fid) and fid not in written]
+        asked = np.asarray(ids, dtype=np.int64)
         # In id order: the primary key's B-tree then grows at its right edge instead of
         # splitting pages all over (the queue's order is random by id).
-        ranked = np.sort(np.asarray(fresh, dtype=np.int64))
+        ranked = np.sort(asked[rowless(asked) & ~_in(asked, written_after)])
         at = columns.places(ranked)
         fresh = ranked[at >= 0].tolist()
         if fresh:
