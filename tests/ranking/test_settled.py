@@ -28,6 +28,16 @@ def test_settled_decisions_answer_as_a_dict_of_them_does():
     assert settled.get(20_000) is None
 
 
+def test_a_decision_of_another_name_is_settled_and_equals_no_ranked_one():
+    settled = SettledDecisions()
+    settled.note(5, "track")
+    settled.note(3, DECISIONS[0])
+    assert dict(settled.items()) == {3: DECISIONS[0], 5: "track"}
+    codes = settled.codes_of(np.array([5, 3]))
+    assert codes[0] not in range(len(DECISIONS)) and codes[1] == 0
+    assert settled.has(np.array([5, 4])).tolist() == [True, False]
+
+
 def test_no_settled_decision_is_empty():
     settled = SettledDecisions()
     assert not settled and settled == {} and list(settled) == []

@@ -22,10 +22,16 @@ class SettledDecisions(Mapping[int, str]):
     def __init__(self) -> None:
         self._ids, self._codes = array("q"), array("b")
         self._sorted: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None = None
+        # Decisions not in `DECISIONS` (a row written under other names), coded after them:
+        # settled, and never equal to a ranked decision.
+        self._others: dict[str, int] = {}
 
     def note(self, fid: int, decision: str) -> None:
+        code = _CODE.get(decision)
+        if code is None:
+            code = self._others.setdefault(decision, len(DECISIONS) + len(self._others))
         self._ids.append(fid)
-        self._codes.append(_CODE[decision])
+        self._codes.append(code)
         self._sorted = None
 
     __setitem__ = note
@@ -57,7 +63,9 @@ class SettledDecisions(Mapping[int, str]):
         code = int(self.codes_of(np.array([fid]))[0])
         if code < 0:
             raise KeyError(fid)
-        return DECISIONS[code]
+        if code < len(DECISIONS):
+            return DECISIONS[code]
+        return next(name for name, c in self._others.items() if c == code)
 
     def __contains__(self, fid: object) -> bool:
         return isinstance(fid, int) and bool(self.has(np.array([fid]))[0])
