@@ -12,13 +12,13 @@ import orjson
 import pytest
 
 from trustrank.ranking.inputs.findings import _float_sharer, _shared_floats
-from trustrank.ranking.services.store_rows import (
-    QueueRows,
+from trustrank.ranking.services.store_compare import (
     compare_rows,
     compared_rows,
     decision_changed,
     moved_rows,
 )
+from trustrank.ranking.services.store_rows import QueueRows
 from trustrank.risk.inputs import DECISIONS
 
 

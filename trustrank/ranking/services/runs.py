@@ -46,9 +46,10 @@ from trustrank.ranking.services.side import SideWrite
 from trustrank.ranking.services.store import _store, rewrites_rows
 from trustrank.ranking.services.store_again import store_again_from_columns
 from trustrank.ranking.services.store_columns import place_ids, store_first_from_columns
+from trustrank.ranking.services.store_compare import decision_changed
 from trustrank.ranking.services.store_groups import search_groups_mend
 from trustrank.ranking.services.store_moved import ready_for_moves
-from trustrank.ranking.services.store_rows import Ids, QueueRows, decision_changed
+from trustrank.ranking.services.store_rows import Ids, QueueRows
 from trustrank.ranking.services.store_services import services_store
 from trustrank.ranking.services.store_table import TeamTable
 from trustrank.risk.buffers import BUFFERS

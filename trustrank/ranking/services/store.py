@@ -19,7 +19,12 @@ from django.db import connection
 from trustrank.ranking.inputs import Gathered
 from trustrank.ranking.inputs.ids import finding_pks, int_array, pk_of, search_groups_of
 from trustrank.ranking.models import RankingRun
-from trustrank.ranking.services.store_compare import stored_compared
+from trustrank.ranking.services.store_compare import (
+    compare_rows,
+    compared_rows,
+    moved_rows,
+    stored_compared,
+)
 from trustrank.ranking.services.store_contexts import _context_body, _contexts_insert
 from trustrank.ranking.services.store_copy import _CHUNK, ChunkHashes, _copy_ranked
 from trustrank.ranking.services.store_history import _history
@@ -35,10 +40,7 @@ from trustrank.ranking.services.store_rows import (
     Ids,
     OwnRow,
     QueueRows,
-    compare_rows,
-    compared_rows,
     env_ranks,
-    moved_rows,
 )
 from trustrank.ranking.services.store_table import PARENT, TeamTable
 from trustrank.risk.collector import collector_paused

@@ -1,8 +1,10 @@
-"""A full run's rows compared with the team's stored queue as it is read, a chunk at a time
-in key order: the findings whose row is new or changed, those whose row left, and the
-stored rows of those alone, each with its rank as it was counted. The stored queue is
-never held whole: read into columns and then compared, at ten million findings it and the
-lookups comparing it raised the hourly full run's peak from 7.1 to 8.8-9.3 GB."""
+"""Rows compared with rows: an incremental run's with those it kept (`compare_rows`,
+`moved_rows`, `decision_changed`), and a full run's with the team's stored queue as it is
+read, a chunk at a time in key order (`stored_compared`): the findings whose row is new or
+changed, those whose row left, and the stored rows of those alone, each with its rank as
+it was counted. The stored queue is never held whole: read into columns and then
+compared, at ten million findings it and the lookups comparing it raised the hourly full
+run's peak from 7.1 to 8.8-9.3 GB."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import numpy as np
 from django.db import connection
 
 from trustrank.ranking.services.store_copy import _CHUNK
-from trustrank.ranking.services.store_rows import QueueRows, chunk_columns
+from trustrank.ranking.services.store_rows import Ids, QueueRows, chunk_columns
 
 
 @dataclass(frozen=True)
@@ -133,3 +135,87 @@ def _moved_or_gone(
         out.append(tuple(c[keep] for c in cols))
         out_ranks.append(rank[keep])
     return out, out_ranks
+
+
+def _translation(old: list[str], new: list[str]) -> np.ndarray[Any, Any]:
+    """Per code of `old`, the code of the same value in `new` (-1 when it has none)."""
+    codes = {v: i for i, v in enumerate(new)}
+    return np.array([codes.get(v, -1) for v in old], dtype=np.int64).reshape(len(old))
+
+
+def compare_rows(rows: QueueRows, before: QueueRows) -> tuple[np.ndarray[Any, Any], list[int]]:
+    """(findings of `rows` whose row is new or whose own values (`OwnRow`) differ from
+    `before`'s, in `rows`' order; findings of `before` with no row in `rows`, in `before`'s
+    order). A row whose ranks alone differ is not changed: others moved around it."""
+    changed, gone, _moved = _compared(rows, before, with_moved=False)
+    return changed, gone
+
+
+def compared_rows(
+    rows: QueueRows, before: QueueRows,
+) -> tuple[np.ndarray[Any, Any], list[int], np.ndarray[Any, Any]]:
+    """`compare_rows`, and of the findings it says changed, those `moved_rows` gives, made
+    from the same lookup of every row in `before` (looking the changed findings up again
+    in both, when nearly all changed, made a hundred megabytes of index arrays a million
+    at the run's peak)."""
+    changed, gone, moved = _compared(rows, before, with_moved=True)
+    assert moved is not None
+    return changed, gone, moved
+
+
+def _compared(
+    rows: QueueRows, before: QueueRows, *, with_moved: bool,
+) -> tuple[np.ndarray[Any, Any], list[int], np.ndarray[Any, Any] | None]:
+    at = before.places(rows.fid)
+    found = at >= 0
+    kept = np.zeros(len(before), dtype=bool)
+    kept[at[found]] = True
+    gone = before.fid[~kept].tolist()
+    del kept
+    b = np.where(found, at, 0)
+    del at
+    moved = None
+    if len(before):
+        # A row's own values: its key, score or decision (`moved_rows`); then its
+        # environment and context. Its ranks are not compared: one finding rising shifts
+        # the ranks of every finding below it, whose rows are not written again.
+        differ = before.qkey[b] != rows.qkey
+        differ |= before.score[b] != rows.score
+        differ |= before.decision[b] != rows.decision
+        same = found & ~differ
+        if with_moved:
+            moved = differ
+        del differ
+        same &= _translation(before.envs, rows.envs)[before.env[b]] == rows.env
+        same &= _translation(before.digests, rows.digests)[before.context[b]] == rows.context
+    else:
+        same = found
+    changed = rows.fid[~same]
+    if with_moved:
+        # Of the changed rows: new to `before`, or moved.
+        moved = rows.fid[~same & (~found | moved)] if moved is not None else changed
+    return changed, gone, moved
+
+
+def moved_rows(changed: Ids, before: QueueRows, rows: QueueRows) -> np.ndarray[Any, Any]:
+    """Of `changed` (findings with a row in `rows`), those new to `before` or whose key,
+    score or decision differs there: the findings whose history has a line."""
+    fids = np.asarray(changed, dtype=np.int64)
+    new, old = rows.places(fids), before.places(fids)
+    differ = old < 0
+    if len(before):
+        o = np.where(differ, 0, old)
+        differ |= ((before.qkey[o] != rows.qkey[new]) | (before.score[o] != rows.score[new])
+                   | (before.decision[o] != rows.decision[new]))
+    return fids[differ]
+
+
+def decision_changed(fids: Ids, before: QueueRows, rows: QueueRows) -> list[int]:
+    """Of `fids` (findings with a row in `rows`), those new to `before` or whose decision
+    differs there."""
+    ids = np.asarray(fids, dtype=np.int64)
+    new, old = rows.places(ids), before.places(ids)
+    differ = old < 0
+    if len(before):
+        differ |= before.decision[np.where(old >= 0, old, 0)] != rows.decision[new]
+    return ids[differ].tolist()
