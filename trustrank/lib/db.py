@@ -1,8 +1,9 @@
-"""Bulk writes through psycopg where the ORM is too slow for the volume."""
+"""Bulk reads and writes through psycopg where the ORM is too slow for the volume."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from django.db import connection
@@ -25,3 +26,17 @@ def copy_rows(*, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any
             copy.write_row(row)
             count += 1
     return count
+
+
+@contextmanager
+def binary_rows(statement: str, params: Sequence[Any]) -> Iterator[Any]:
+    """A server-side cursor (Django's `chunked_cursor`) that has executed `statement` with
+    `params`, its rows fetched in PostgreSQL's binary format: numbers, dates and booleans
+    are then copied rather than parsed from text (a third of the driver's time over a
+    million findings), into the same Python objects (`int`, `float`, `Decimal`, `date`,
+    `bool`, `str`). The driver's errors are Django's, as through the cursor's own
+    `execute` (Django's cursors bind parameters on the client, which PostgreSQL answers
+    in text only, so the statement goes to psycopg's server cursor itself)."""
+    with connection.chunked_cursor() as cur, connection.wrap_database_errors:
+        cur.cursor.execute(statement, params, binary=True)
+        yield cur

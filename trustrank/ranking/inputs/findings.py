@@ -14,10 +14,11 @@ from operator import itemgetter
 from typing import Any, cast
 
 import numpy as np
-from django.db import connection, transaction
+from django.db import transaction
 
 from trustrank.findings.choices import OPEN_STATES
 from trustrank.findings.services.due_dates import PolicyDays, settled_decision_sql
+from trustrank.lib.db import binary_rows
 from trustrank.ranking.inputs.ids import FindingIds
 from trustrank.ranking.inputs.settled import SettledDecisions
 from trustrank.risk import inputs as ri
@@ -158,8 +159,7 @@ def findings_read(
     # (the memory it frees would stay with the process, outside Python's own arenas).
     def chunks() -> Iterator[list[tuple[Any, ...]]]:
         for sql in statements:
-            with connection.chunked_cursor() as cur:
-                cur.execute(sql, params)
+            with binary_rows(sql, params) as cur:
                 yield from _prefetched(cur.fetchmany)
 
     with transaction.atomic():

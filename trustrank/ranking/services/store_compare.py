@@ -13,8 +13,8 @@ from itertools import islice
 from typing import Any
 
 import numpy as np
-from django.db import connection
 
+from trustrank.lib.db import binary_rows
 from trustrank.ranking.services.store_copy import _CHUNK
 from trustrank.ranking.services.store_rows import Ids, QueueRows, chunk_columns
 
@@ -75,11 +75,10 @@ def stored_compared(team_id: int, rows: QueueRows, *, rewrite_above: int | None 
     stored, keyed = 0, False
     only_changed = 0  # stored rows kept for a change that moves nothing
     limit = n if rewrite_above is None else rewrite_above
-    with connection.chunked_cursor() as cur:
-        cur.execute(
+    with binary_rows(
             "SELECT finding_id, rank, env_rank, environment, score, decision, context_id, "
             "qkey FROM ranking_rankedfinding WHERE team_id = %s ORDER BY qkey, finding_id",
-            [team_id])
+            [team_id]) as cur:
         while part := cur.fetchmany(chunk):
             cols = chunk_columns(part, envs, digests)
             fid, _rank, _env_rank, env, score, decision, context, qkey = cols
