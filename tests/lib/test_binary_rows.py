@@ -61,7 +61,7 @@ def test_a_bad_statement_raises_djangos_error():
 def test_the_findings_read_in_binary_gives_the_records_of_a_text_read(monkeypatch):
     """Every record, id and settled decision of the full findings read, and each field's
     type (a float read as a Decimal would change the inputs digest)."""
-    from tests.ranking.test_incremental_store import _run
+    from tests.ranking.test_incremental_store import _run, full_read
     from trustrank.findings.services.due_dates import triage_policy_for
     from trustrank.ranking.services import runs
 
@@ -73,17 +73,9 @@ def test_the_findings_read_in_binary_gives_the_records_of_a_text_read(monkeypatc
                     "in_kev = true WHERE id IN (SELECT id FROM findings_finding "
                     "WHERE team_id = %s ORDER BY id LIMIT 5)", [team_id])
     policy = triage_policy_for(team_id=team_id)
-
-    def read() -> tuple[object, ...]:
-        settled: dict[int, str] = {}
-        unsettled: set[int] = set()
-        out = findings_module.findings_read(team_id, settled=settled, policy=policy,
-                                            unsettled_rows=unsettled)
-        return (*out, settled, unsettled)
-
-    binary = read()
+    binary = full_read(team_id, policy)
     monkeypatch.setattr(findings_module, "binary_rows", _text_rows)
-    text = read()
+    text = full_read(team_id, policy)
     assert binary == text
     assert len(binary[0]) == 400 and len(binary[3]) == 400
     for a, b in zip(binary[0], text[0], strict=True):

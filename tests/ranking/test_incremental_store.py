@@ -212,6 +212,18 @@ def test_a_first_run_gives_due_dates_without_writing_the_findings():
     assert _stored(team_id) == stored
 
 
+def full_read(team_id: int, policy: object) -> tuple[object, ...]:
+    """A full run's findings read: (records, ids, closed, settled decisions, findings with
+    an unsettled due-date row)."""
+    from trustrank.ranking.inputs import findings as gather
+
+    settled: dict[int, str] = {}
+    unsettled: set[int] = set()
+    out = gather.findings_read(team_id, settled=settled, policy=policy,
+                               unsettled_rows=unsettled)
+    return (*out, settled, unsettled)
+
+
 def test_the_findings_read_column_by_column_gives_the_records_of_the_row_loop(monkeypatch):
     """Chunks of open vulnerabilities become records column by column, read a chunk ahead
     by a thread; the records, ids and settled decisions are those the row loop makes."""
@@ -235,16 +247,9 @@ def test_the_findings_read_column_by_column_gives_the_records_of_the_row_loop(mo
     monkeypatch.setattr(gather, "_add_vulnerabilities",
                         lambda chunk, *a, **k: by_column.append(len(chunk)) or add(chunk, *a, **k))
 
-    def read() -> tuple[object, ...]:
-        settled: dict[int, str] = {}
-        unsettled: set[int] = set()
-        out = gather.findings_read(team_id, settled=settled, policy=policy,
-                                   unsettled_rows=unsettled)
-        return (*out, settled, unsettled)
-
-    by_columns = read()
+    by_columns = full_read(team_id, policy)
     monkeypatch.setattr(gather, "_vulnerabilities_only", lambda chunk: False)
-    by_rows = read()
+    by_rows = full_read(team_id, policy)
     assert by_columns == by_rows
     assert len(by_rows[0]) == 1200 and len(by_rows[3]) == 1200
     assert sum(by_column) == 1000  # all chunks but the first two
