@@ -32,8 +32,9 @@ def copy_rows(*, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any
 def binary_rows(statement: str, params: Sequence[Any]) -> Iterator[Any]:
     """A server-side cursor (Django's `chunked_cursor`) that has executed `statement` with
     `params`, its rows fetched in PostgreSQL's binary format: numbers, dates and booleans
-    are then copied rather than parsed from text (a third of the driver's time over a
-    million findings), into the same Python objects (`int`, `float`, `Decimal`, `date`,
+    are then copied rather than parsed from text (a few per cent of the findings read of
+    a million, a tenth of the stored queue's: docs/ranking.md, "Rows read in binary"),
+    into the same Python objects (`int`, `float`, `Decimal`, `date`,
     `bool`, `str`). The driver's errors are Django's, as through the cursor's own
     `execute` (Django's cursors bind parameters on the client, which PostgreSQL answers
     in text only, so the statement goes to psycopg's server cursor itself)."""
